@@ -1,0 +1,14 @@
+"""coreecg: CoRe-ECG self-supervised pretraining of 12-lead ECG models."""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+
+def load_encoder(path, map_location="cpu"):
+    """Rebuild a ready `Encoder` from a checkpoint that carries its config (weights_only load)."""
+    from coreecg.train.checkpoint import load_encoder as _load
+
+    return _load(path, map_location=map_location)
+
+
+__all__ = ["__version__", "load_encoder"]

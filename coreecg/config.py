@@ -1,0 +1,326 @@
+"""One typed configuration for every hyperparameter of coreecg.
+
+Defaults are the CoRe-ECG paper's values (Implementation Details; Datasets and
+Preprocessing). Layers on top, in order: a YAML file, then `--set a.b=c` overrides.
+Unknown keys and wrongly typed values are errors that name the key.
+
+    cfg = load_config("run.yaml", overrides=["masking.p_time=0.6", "optim.lr=3e-4"])
+    cfg.to_yaml("out/config.yaml")
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+import yaml
+
+# The conventional 12-lead order (the paper's "I, II, III, aVR, aVL, aVF, V1-V6").
+STANDARD_LEADS: tuple[str, ...] = (
+    "I", "II", "III", "aVR", "aVL", "aVF", "V1", "V2", "V3", "V4", "V5", "V6",
+)
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that cannot be accepted."""
+
+
+# ---------------------------------------------------------------------------- sections
+
+
+@dataclass
+class PreprocessConfig:
+    """How raw recordings become stored windows (paper: Datasets and Preprocessing)."""
+
+    sampling_rate: int = 250          # Hz after resampling
+    window_s: float = 10.0            # stored window length; 2,500 samples at 250 Hz
+    min_duration_s: float = 10.0      # shorter records are quarantined
+    highpass_hz: float = 0.65
+    lowpass_hz: float = 40.0
+    filter_order: int = 4             # per Butterworth stage; sosfiltfilt doubles the effective order
+    leads: tuple[str, ...] = STANDARD_LEADS
+    zscore_eps: float = 1e-6          # flat leads z-score to zeros instead of dividing by ~0
+    # Known non-standard leads that are dropped (and noted in the record's meta), e.g. the
+    # Frank leads vx, vy, vz of PTB Diagnostic; any other unknown lead quarantines the record.
+    extra_leads: tuple[str, ...] = ("VX", "VY", "VZ")
+    # Resampling uses exact rational factors up/down; a rate whose ratio to sampling_rate
+    # needs a denominator above this (e.g. 257.3 Hz -> 2500/2573) is quarantined.
+    resample_max_denominator: int = 1000
+
+    def __post_init__(self) -> None:
+        if not 0 < self.highpass_hz < self.lowpass_hz < self.sampling_rate / 2:
+            raise ConfigError(f"preprocess: need 0 < highpass_hz ({self.highpass_hz}) < lowpass_hz "
+                              f"({self.lowpass_hz}) < sampling_rate/2 ({self.sampling_rate / 2})")
+        if self.min_duration_s < self.window_s:
+            raise ConfigError(f"preprocess.min_duration_s={self.min_duration_s} is below window_s={self.window_s}")
+        if not self.leads or len(set(self.leads)) != len(self.leads) or not set(self.leads) <= set(STANDARD_LEADS):
+            raise ConfigError(f"preprocess.leads={self.leads} must be distinct names from {STANDARD_LEADS}")
+
+    @property
+    def window_samples(self) -> int:
+        return int(round(self.window_s * self.sampling_rate))
+
+
+@dataclass
+class DataConfig:
+    """What training reads. An empty `corpus` means the embedded synthetic corpus."""
+
+    corpus: str = ""
+    crop_samples: int = 2250          # random crop of the stored 2,500 at training time
+    synthetic_records: int = 512      # size of the embedded synthetic corpus
+    preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
+    split_ratios: tuple[float, float, float] = (0.8, 0.1, 0.1)  # train/val/test, by patient
+    shard_records: int = 64           # records per corpus shard (the unit of resumption)
+
+    def __post_init__(self) -> None:
+        if min(self.split_ratios) < 0 or abs(sum(self.split_ratios) - 1.0) > 1e-6:
+            raise ConfigError(f"data.split_ratios={self.split_ratios} must be >= 0 and sum to 1")
+        if self.shard_records < 1:
+            raise ConfigError(f"data.shard_records={self.shard_records} must be >= 1")
+
+
+@dataclass
+class ModelConfig:
+    """Encoder, decoders and projection heads (paper: Implementation Details)."""
+
+    n_leads: int = 12
+    input_samples: int = 2250
+    patch_size: int = 75
+    embed_dim: int = 256
+    depth: int = 10
+    num_heads: int = 4
+    mlp_ratio: float = 4.0
+    time_decoder_dim: int = 256
+    time_decoder_depth: int = 10
+    time_decoder_heads: int = 4
+    latent_decoder_dim: int = 256
+    latent_decoder_depth: int = 8
+    latent_decoder_heads: int = 4
+    proj_hidden_dim: int = 1024       # not in the paper: 2-layer MLP head, see docs/decisions.md
+    proj_dim: int = 256
+    dropout: float = 0.0
+
+    @property
+    def n_patches(self) -> int:
+        return self.input_samples // self.patch_size
+
+
+@dataclass
+class MaskingConfig:
+    """Which tokens the student sees.
+
+    strategy: stdm (the paper), random (ST-MEM-style per-token masking at `ratio`),
+    temporal (whole time columns at `ratio`, MTAE-like), lead (whole leads at `ratio`,
+    MLAE-like). Only stdm drops tokens; the others split into visible and masked.
+    """
+
+    strategy: Literal["stdm", "random", "temporal", "lead"] = "stdm"
+    p_time: float = 0.5
+    p_lead: float = 0.2
+    k: int = 4
+    mode: Literal["bernoulli", "exact"] = "bernoulli"
+    ratio: float = 0.75
+
+
+@dataclass
+class AugmentConfig:
+    """Frequency Dynamic Augmentation of the teacher's view."""
+
+    fda: bool = True                  # False: the teacher sees the raw view (ablation)
+    learnable: bool = True            # False: W stays at its initial value
+    eps: float = 1e-3
+    init_std: float = 0.1             # W ~ N(0, init_std): breaks the A = 0.5 tie at step 0
+
+
+@dataclass
+class LossConfig:
+    alpha: float = 1.0                # reconstruction weight; 0 = contrastive-only ablation
+    beta: float = 1.0                 # contrastive weight; 0 = reconstructive-only ablation
+    tau: float = 0.2
+    gather_negatives: bool = False    # InfoNCE negatives from all data-parallel ranks
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1.5e-4
+    min_lr: float = 0.0
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_epochs: float = 5.0
+    epochs: int = 80
+    batch_size: int = 256
+    grad_clip: float = 0.0            # 0 disables clipping
+    ema_momentum: float = 0.996       # teacher EMA at step 0 ...
+    ema_momentum_end: float = 1.0     # ... cosine-increased to this at the last step (BYOL)
+
+
+@dataclass
+class FinetuneConfig:
+    """Downstream: pretrained encoder + linear head (paper: lr 8e-5, no warm-up)."""
+
+    mode: Literal["full", "linear"] = "full"
+    lr: float = 8e-5
+    warmup_epochs: float = 0.0
+    epochs: int = 80
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    device: str = "auto"              # auto | cpu | cuda
+    precision: Literal["fp32", "bf16"] = "fp32"
+    output_dir: str = "runs/default"
+    log_every: int = 10
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_plain(self)
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
+        return text
+
+    def validate(self) -> "Config":
+        m, k = self.model, self.masking
+        if m.input_samples % m.patch_size:
+            raise ConfigError(f"model.input_samples={m.input_samples} is not a multiple of model.patch_size={m.patch_size}")
+        for name in ("embed_dim", "time_decoder_dim", "latent_decoder_dim"):
+            heads = getattr(m, name.replace("dim", "heads") if name != "embed_dim" else "num_heads")
+            if getattr(m, name) % heads:
+                raise ConfigError(f"model.{name}={getattr(m, name)} is not divisible by its head count {heads}")
+        for name in ("p_time", "p_lead", "ratio"):
+            if not 0.0 <= getattr(k, name) <= 1.0:
+                raise ConfigError(f"masking.{name}={getattr(k, name)} must lie in [0, 1]")
+        if k.strategy == "stdm" and not 0 < k.k < m.n_leads:
+            raise ConfigError(f"masking.k={k.k} must satisfy 0 < k < model.n_leads={m.n_leads}")
+        if self.loss.alpha < 0 or self.loss.beta < 0 or self.loss.alpha + self.loss.beta == 0:
+            raise ConfigError("loss.alpha and loss.beta must be >= 0 and not both 0")
+        if self.loss.tau <= 0:
+            raise ConfigError(f"loss.tau={self.loss.tau} must be > 0")
+        if self.data.crop_samples != m.input_samples:
+            raise ConfigError(f"data.crop_samples={self.data.crop_samples} must equal model.input_samples={m.input_samples}")
+        if self.data.crop_samples > self.data.preprocess.window_samples:
+            raise ConfigError("data.crop_samples exceeds the stored window length")
+        return self
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
+    """Defaults, then the YAML file at `path` (if any), then `a.b=c` overrides."""
+    cfg = Config()
+    if path is not None:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+        cfg = _merge(cfg, data, prefix="")
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} is not of the form a.b=value")
+        nested: Any = yaml.safe_load(raw) if raw.strip() else ""
+        for part in reversed(key.strip().split(".")):
+            nested = {part: nested}
+        cfg = _merge(cfg, nested, prefix="")
+    return cfg.validate()
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Rebuild a config saved with `to_dict` (checkpoints, run folders)."""
+    return _merge(Config(), data, prefix="").validate()
+
+
+def _merge(obj: Any, data: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(type(obj))
+    names = {f.name for f in dataclasses.fields(obj)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        where = prefix.rstrip(".") or "config"
+        raise ConfigError(f"unknown key(s) in {where}: {', '.join(prefix + u for u in unknown)}; "
+                          f"known: {', '.join(sorted(names))}")
+    changes = {}
+    for name, value in data.items():
+        current = getattr(obj, name)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{prefix}{name} is a section; give it a mapping, not {value!r}")
+            changes[name] = _merge(current, value, prefix + name + ".")
+        else:
+            changes[name] = _coerce(value, hints[name], prefix + name)
+    return dataclasses.replace(obj, **changes)
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"{key}={value!r} is not one of {typing.get_args(tp)}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{key}={value!r} does not match {tp}")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key} expects a list, got {value!r}")
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], key) for v in value)
+        if len(args) != len(value):
+            raise ConfigError(f"{key} expects {len(args)} values, got {len(value)}")
+        return tuple(_coerce(v, a, key) for v, a in zip(value, args))
+    if tp is type(None):
+        if value is not None:
+            raise ConfigError(f"{key}={value!r} is not null")
+        return None
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} expects true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} expects an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # PyYAML reads "3e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                raise ConfigError(f"{key} expects a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key} expects a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{key} expects a string, got {value!r}")
+        return str(value)
+    raise ConfigError(f"{key}: unsupported field type {tp}")
+
+
+def _to_plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple):
+        return [_to_plain(v) for v in obj]
+    return obj

@@ -1,0 +1,154 @@
+"""PhysioNet/CinC Challenge 2021 records: WFDB `.hea` + `.mat` with `#Dx:` SNOMED-CT codes,
+plus Shandong Provincial Hospital (SPH) `.h5` files indexed by `metadata.csv`.
+
+The database a record comes from is not in the header; it follows from the record id
+(see `subset_of`), goes into `ref.extra["subset"]` and `record.meta["subset"]`, and
+`subsets=(...)` restricts listing to some of them. Labels are the classes of the chosen
+class map (`coreecg.data.sources.cinc2021_labels`); all raw codes stay in meta
+(`dx_codes`, `unmapped_codes`). Headers carry no patient ids: patient_id is None,
+except SPH whose metadata.csv has Patient_ID.
+
+SPH: `ecg` dataset (12, N) float16 in mV, leads in the standard order I..V6 (SPH data
+descriptor, Liu et al. 2022), fs and N from metadata.csv; labels from its SNOMEDCTCode
+column (AHA codes are kept in meta; no AHA->SNOMED table is shipped here).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from coreecg.data.record import STANDARD_LEADS, Record, RecordError, RecordRef
+from coreecg.data.sources.base import as_age, map_labels, no_records, require_root, split_codes
+from coreecg.data.sources.cinc2021_labels import ClassMap, build_class_map
+from coreecg.data.sources.wfdb_io import header_fields, read_wfdb
+
+# Record-id prefix -> database, as released in the challenge (SPH before S).
+_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("SPH", "SPH"), ("HR", "PTB-XL"), ("JS", "Chapman-Shaoxing/Ningbo"), ("A", "CPSC"),
+    ("Q", "CPSC-Extra"), ("I", "StPetersburg"), ("S", "PTB"), ("E", "Georgia"),
+)
+# Chapman-Shaoxing and Ningbo share the JS prefix: JS00001-JS10646 are Chapman-Shaoxing,
+# JS10647-JS45551 Ningbo (the challenge's WFDB_ChapmanShaoxing / WFDB_Ningbo split).
+LAST_CHAPMAN_JS = 10646
+SUBSETS: tuple[str, ...] = ("CPSC", "CPSC-Extra", "StPetersburg", "PTB", "PTB-XL", "Georgia",
+                            "Chapman-Shaoxing", "Ningbo", "SPH")
+_ID_RE = re.compile(r"^([A-Z]+)(\d+)$")
+
+
+def subset_of(record_id: str) -> str:
+    """'JS20000' -> 'Ningbo', 'E00001' -> 'Georgia', ...; 'unknown' for other ids."""
+    m = _ID_RE.match(record_id)
+    if not m:
+        return "unknown"
+    prefix, number = m[1], int(m[2])
+    for p, subset in _PREFIXES:
+        if prefix == p:
+            if p == "JS":
+                return "Chapman-Shaoxing" if number <= LAST_CHAPMAN_JS else "Ningbo"
+            return subset
+    return "unknown"
+
+
+class CinC2021Source:
+    """CinC 2021 reader.
+
+    class_map: "scored26" (default), "ningbo25", "frequent" (with min_count, count_column),
+    or "none"; see cinc2021_labels. subsets: only list records of these databases
+    (names from SUBSETS), e.g. the Ningbo task is
+    get_source("cinc2021", class_map="ningbo25", subsets=["Ningbo"]).
+    """
+
+    name = "cinc2021"
+    multilabel = True
+
+    def __init__(self, class_map: str = "scored26", min_count: int = 1, count_column: str = "Total",
+                 subsets: Sequence[str] | None = None):
+        self.class_map: ClassMap = build_class_map(class_map, min_count=min_count,
+                                                   count_column=count_column)
+        self.class_names = self.class_map.class_names
+        if subsets is not None:
+            unknown = sorted(set(subsets) - set(SUBSETS))
+            if unknown:
+                raise ValueError(f"unknown subsets {unknown}; known: {', '.join(SUBSETS)}")
+        self.subsets = None if subsets is None else tuple(subsets)
+
+    def list_records(self, root: Path) -> list[RecordRef]:
+        import pandas as pd
+
+        root = require_root(root)
+        refs = [RecordRef(self.name, h.stem, str(h.with_suffix("")),
+                          {"format": "wfdb", "subset": subset_of(h.stem)})
+                for h in root.rglob("*.hea")]
+        for folder in sorted({p.parent for p in root.rglob("*.h5")}):
+            meta_csv = folder / "metadata.csv"
+            rows = {}
+            if meta_csv.is_file():
+                table = pd.read_csv(meta_csv, dtype=str, keep_default_na=False)
+                rows = {Path(r["ECG_ID"]).stem: dict(r) for r in table.to_dict("records")}
+            for h5 in sorted(folder.glob("*.h5")):
+                refs.append(RecordRef(self.name, h5.stem, str(h5),
+                                      {"format": "sph", "subset": "SPH", "metadata": rows.get(h5.stem)}))
+        if self.subsets is not None:
+            refs = [r for r in refs if r.extra["subset"] in self.subsets]
+        if not refs:
+            raise no_records(self.name, root, "no .hea or SPH .h5 files"
+                             + (f" of subsets {list(self.subsets)}" if self.subsets else ""))
+        return sorted(refs, key=lambda r: r.path)
+
+    def read(self, ref: RecordRef) -> Record:
+        if ref.extra.get("format") == "sph":
+            return self._read_sph(ref)
+        sig = read_wfdb(ref.path)
+        fields = header_fields(sig.comments)
+        codes = split_codes(fields.get("dx", ""))
+        if not codes and self.class_names:
+            raise RecordError(ref.path, "no #Dx codes in header")
+        return self._record(ref, sig.signal, sig.fs, sig.lead_names, None, codes,
+                            {"age": as_age(fields.get("age")), "sex": fields.get("sex")})
+
+    def _read_sph(self, ref: RecordRef) -> Record:
+        row = ref.extra.get("metadata")
+        if row is None:
+            raise RecordError(ref.path, f"no metadata.csv row: {ref.record_id}")
+        data = _read_sph_h5(ref.path)
+        try:
+            fs, n = float(row["fs"]), int(row["N"])
+        except (KeyError, ValueError) as exc:
+            raise RecordError(ref.path, f"metadata.csv row lacks fs/N: {exc}") from exc
+        if data.shape[1] != n:
+            raise RecordError(ref.path, f"header/data mismatch: h5 has {data.shape[1]} samples, "
+                                        f"metadata.csv says N={n}")
+        if "SNOMEDCTCode" not in row and self.class_names:
+            raise RecordError(ref.path, "metadata.csv has no SNOMEDCTCode column "
+                                        "(AHA codes alone cannot be mapped)")
+        codes = split_codes(row.get("SNOMEDCTCode", ""))
+        meta = {"age": as_age(row.get("Age")), "sex": row.get("Sex") or None,
+                "aha_codes": split_codes(row.get("AHA_Code", ""), ";")}
+        return self._record(ref, data, fs, STANDARD_LEADS, row.get("Patient_ID") or None, codes, meta)
+
+    def _record(self, ref: RecordRef, signal: np.ndarray, fs: float, leads: tuple[str, ...],
+                patient_id: str | None, codes: list[str], meta: dict) -> Record:
+        labels, unmapped = map_labels(codes, self.class_map.code_to_class, self.class_names)
+        meta = {"subset": ref.extra["subset"], "dx_codes": codes, "unmapped_codes": unmapped, **meta}
+        return Record(self.name, ref.record_id, signal, fs, leads, patient_id, labels, ref.path, meta)
+
+
+def _read_sph_h5(path: str) -> np.ndarray:
+    """SPH .h5 -> (12, N) float32 mV, or RecordError."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            if "ecg" not in f:
+                raise RecordError(path, f"no 'ecg' dataset in h5 (keys: {sorted(f.keys())})")
+            data = np.asarray(f["ecg"][()], dtype=np.float32)
+    except RecordError:
+        raise
+    except Exception as exc:  # h5py raises OSError/KeyError variants for damaged files
+        raise RecordError(path, f"unreadable h5 file: {exc}") from exc
+    if data.ndim != 2 or data.shape[0] != 12:
+        raise RecordError(path, f"ecg dataset has shape {data.shape}, expected (12, samples)")
+    return data

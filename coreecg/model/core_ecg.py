@@ -1,0 +1,128 @@
+"""CoRe-ECG: the student/teacher pretraining model (paper, Sec. Method)."""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from coreecg.augment import FrequencyDynamicAugmentation
+from coreecg.config import Config
+from coreecg.losses import info_nce, masked_mse
+from coreecg.masking import make_masks
+from coreecg.model.decoders import LatentDecoder, Projection, TimeDecoder
+from coreecg.model.embed import patchify
+from coreecg.model.encoder import Encoder, default_lead_idx
+
+
+class CoReECG(nn.Module):
+    """Student encoder on STDM-visible tokens; Time Decoder -> masked MSE; Latent Decoder +
+    Projection -> InfoNCE against an EMA teacher (encoder + projection) on the FDA view.
+
+    Only the branches a configuration uses are built: loss.alpha = 0 builds no Time
+    Decoder, loss.beta = 0 no Latent Decoder, projection, teacher or FDA (so data-parallel
+    training has no unused parameters).
+    """
+
+    def __init__(self, config: Config):
+        super().__init__()
+        config.validate()
+        self.config = config
+        m = config.model
+        self.encoder = Encoder.from_config(m)
+        self.time_decoder = self.latent_decoder = self.projection = None
+        self.teacher_encoder = self.teacher_projection = self.fda = None
+        if config.loss.alpha > 0:
+            self.time_decoder = TimeDecoder(m.embed_dim, m.time_decoder_dim, m.time_decoder_depth,
+                                            m.time_decoder_heads, m.n_leads, m.n_patches, m.patch_size,
+                                            m.mlp_ratio, m.dropout)
+        if config.loss.beta > 0:
+            if m.latent_decoder_dim != m.embed_dim:
+                # The teacher projection is an EMA of the student projection, so both heads
+                # must read embeddings of the same width.
+                raise ValueError("model.latent_decoder_dim must equal model.embed_dim")
+            self.latent_decoder = LatentDecoder(m.embed_dim, m.latent_decoder_dim, m.latent_decoder_depth,
+                                                m.latent_decoder_heads, m.n_leads, m.n_patches,
+                                                m.mlp_ratio, m.dropout)
+            self.projection = Projection(m.embed_dim, m.proj_hidden_dim, m.proj_dim)
+            self.teacher_encoder = copy.deepcopy(self.encoder).requires_grad_(False)
+            self.teacher_projection = copy.deepcopy(self.projection).requires_grad_(False)
+            a = config.augment
+            if a.fda:
+                self.fda = FrequencyDynamicAugmentation(m.n_leads, m.input_samples, a.eps, a.init_std, a.learnable)
+
+    # ------------------------------------------------------------------ teacher
+
+    def student_teacher_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        if self.teacher_encoder is None:
+            return []
+        return [(self.encoder, self.teacher_encoder), (self.projection, self.teacher_projection)]
+
+    @torch.no_grad()
+    def update_teacher(self, momentum: float) -> None:
+        """theta_t <- m * theta_t + (1 - m) * theta_s for encoder and projection (paper Eqs. 4, 8)."""
+        for student, teacher in self.student_teacher_pairs():
+            t_params = list(teacher.parameters())
+            s_params = [p.detach() for p in student.parameters()]
+            torch._foreach_lerp_(t_params, s_params, 1.0 - momentum)
+            for tb, sb in zip(teacher.buffers(), student.buffers()):
+                tb.copy_(sb)
+
+    def train(self, mode: bool = True) -> "CoReECG":
+        super().train(mode)
+        for _, teacher in self.student_teacher_pairs():
+            teacher.eval()   # the teacher never uses dropout
+        return self
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+        """x: (B, C, T) with C = model.n_leads, T = model.input_samples.
+
+        Returns a dict of scalars: loss, loss_rec, loss_con and diagnostics (visible_frac,
+        masked_frac, dropped_frac, fda_rel_perturbation, teacher_student_cos), all
+        tensors (detached except `loss`), so that logging costs no host sync here.
+        """
+        cfg = self.config
+        B, C, T = x.shape
+        if (C, T) != (cfg.model.n_leads, cfg.model.input_samples):
+            raise ValueError(f"pretraining input must be (B, {cfg.model.n_leads}, {cfg.model.input_samples}), got {tuple(x.shape)}")
+        lead_idx = default_lead_idx(C, x.device, cfg.model.n_leads)
+        N = cfg.model.n_patches
+        visible, masked, dropped = make_masks(cfg.masking, B, C, N, generator=generator, device=x.device)
+        enc = self.encoder(x, lead_idx, visible)
+
+        zero = x.new_zeros((), dtype=torch.float32)
+        out = {"visible_frac": visible.float().mean(), "masked_frac": masked.float().mean(),
+               "dropped_frac": dropped.float().mean(), "loss_rec": zero, "loss_con": zero}
+        loss = zero
+        if self.time_decoder is not None:
+            recon = self.time_decoder(enc, lead_idx)
+            out["loss_rec"] = masked_mse(recon, patchify(x, cfg.model.patch_size), masked)
+            loss = loss + cfg.loss.alpha * out["loss_rec"]
+        if self.latent_decoder is not None:
+            h_s = self.projection(self.latent_decoder(enc, lead_idx))
+            h_t, rel = self._teacher(x, generator)
+            out["loss_con"] = info_nce(h_s, h_t, cfg.loss.tau, gather=cfg.loss.gather_negatives)
+            out["fda_rel_perturbation"] = rel
+            out["teacher_student_cos"] = F.cosine_similarity(h_s.detach().float(), h_t.detach().float(), dim=-1).mean()
+            loss = loss + cfg.loss.beta * out["loss_con"]
+        out["loss"] = loss
+        for key, value in out.items():
+            if key != "loss":
+                out[key] = value.detach()
+        return out
+
+    def _teacher(self, x: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher projection of the FDA view, (B, proj_dim), and ||X_aug - X|| / ||X||.
+
+        Autograd stays on when W learns: the gradient reaches W through the teacher's
+        activations (its weights have requires_grad=False, so they get none).
+        """
+        learn_w = self.fda is not None and isinstance(self.fda.weight, nn.Parameter) and self.training
+        with torch.set_grad_enabled(learn_w and torch.is_grad_enabled()):
+            view = self.fda(x, generator) if self.fda is not None else x
+            h_t = self.teacher_projection(self.teacher_encoder.pooled(view))
+        rel = ((view.detach().float() - x.float()).norm() / x.float().norm().clamp_min(1e-12))
+        return h_t, rel

@@ -1,0 +1,74 @@
+"""Time Decoder, Latent Decoder and the projection head."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from coreecg.model.embed import LeadTimeEmbedding
+from coreecg.model.encoder import Encoded
+from coreecg.model.layers import Transformer, init_weights
+
+
+class GridDecoder(nn.Module):
+    """Visible encodings back on the full (lead, time) grid, a learnable mask token at every
+    masked and dropped position, lead and position embeddings added again, then a transformer.
+    """
+
+    def __init__(self, enc_dim: int, dim: int, depth: int, num_heads: int, n_leads: int, n_patches: int,
+                 mlp_ratio: float = 4.0, dropout: float = 0.0):
+        super().__init__()
+        self.input = nn.Linear(enc_dim, dim)
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.embed = LeadTimeEmbedding(dim, n_leads, n_patches)
+        self.transformer = Transformer(dim, depth, num_heads, mlp_ratio, dropout)
+        nn.init.normal_(self.mask_token, std=0.02)
+        init_weights(self.transformer)
+        init_weights(self.input)
+
+    def forward(self, enc: Encoded, lead_idx: torch.Tensor) -> torch.Tensor:
+        """enc: student output (tokens (B, L, enc_dim)); lead_idx: (C,) -> (B, C * N, dim)."""
+        C, N = enc.grid
+        h = self.input(enc.tokens)
+        B, _, D = h.shape
+        # Padding is scattered into a spare slot C * N that is cut off afterwards.
+        index = enc.index if enc.valid is None else torch.where(enc.valid, enc.index, C * N)
+        grid = self.mask_token.to(h.dtype).expand(B, C * N + 1, D)
+        grid = grid.scatter(1, index[..., None].expand(-1, -1, D), h)[:, : C * N]
+        grid = grid + self.embed(lead_idx, N).reshape(C * N, D).to(h.dtype)
+        return self.transformer(grid)
+
+
+class TimeDecoder(GridDecoder):
+    """Predicts the P samples of every (lead, time) patch."""
+
+    def __init__(self, enc_dim: int, dim: int, depth: int, num_heads: int, n_leads: int, n_patches: int,
+                 patch_size: int, mlp_ratio: float = 4.0, dropout: float = 0.0):
+        super().__init__(enc_dim, dim, depth, num_heads, n_leads, n_patches, mlp_ratio, dropout)
+        self.head = nn.Linear(dim, patch_size)
+        init_weights(self.head)
+
+    def forward(self, enc: Encoded, lead_idx: torch.Tensor) -> torch.Tensor:
+        """-> reconstruction (B, C, N, P)."""
+        C, N = enc.grid
+        out = self.head(super().forward(enc, lead_idx))
+        return out.view(out.shape[0], C, N, -1)
+
+
+class LatentDecoder(GridDecoder):
+    """Infers the global embedding of the whole signal from its visible part (mean pooled)."""
+
+    def forward(self, enc: Encoded, lead_idx: torch.Tensor) -> torch.Tensor:
+        """-> (B, dim)."""
+        return super().forward(enc, lead_idx).mean(dim=1)
+
+
+class Projection(nn.Module):
+    """Two-layer MLP head mapping a global embedding into the contrastive space: (B, D) -> (B, out)."""
+
+    def __init__(self, dim: int, hidden: int, out: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, out))
+        init_weights(self.net)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.net(z)

@@ -1,0 +1,87 @@
+"""The one ECG encoder: student (visible tokens), EMA teacher (all tokens) and downstream."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from coreecg.config import ModelConfig
+from coreecg.model.embed import LeadTimeEmbedding, PatchEmbedding
+from coreecg.model.layers import Transformer, init_weights
+
+
+class Encoded(NamedTuple):
+    """Encoder output on the (lead, time) grid.
+
+    tokens: (B, L, D) encodings; index: (B, L) flat grid position c * N + n of each token;
+    valid: (B, L) bool, False on padding (None when no sample is padded); grid: (C, N).
+    """
+
+    tokens: torch.Tensor
+    index: torch.Tensor
+    valid: torch.Tensor | None
+    grid: tuple[int, int]
+
+
+def default_lead_idx(n_leads: int, device: torch.device, total: int = 12) -> torch.Tensor:
+    """Leads fed in the standard order starting at lead I: 12 -> all, 6 -> limb leads, 1 -> lead I."""
+    if n_leads > total:
+        raise ValueError(f"{n_leads} input leads but the model knows {total}")
+    return torch.arange(n_leads, device=device)
+
+
+class Encoder(nn.Module):
+    """Patch embedding + lead/position embeddings + pre-norm transformer.
+
+    Any subset of the standard leads can be fed: pass `lead_idx` (C,) naming which standard
+    lead each input row is (default: the first C in I, II, III, aVR, aVL, aVF, V1-V6 order).
+    """
+
+    def __init__(self, n_leads: int = 12, n_patches: int = 30, patch_size: int = 75, dim: int = 256,
+                 depth: int = 10, num_heads: int = 4, mlp_ratio: float = 4.0, dropout: float = 0.0):
+        super().__init__()
+        self.n_leads, self.patch_size, self.dim = n_leads, patch_size, dim
+        self.patch_embed = PatchEmbedding(patch_size, dim)
+        self.embed = LeadTimeEmbedding(dim, n_leads, n_patches)
+        self.transformer = Transformer(dim, depth, num_heads, mlp_ratio, dropout)
+        init_weights(self.transformer)
+
+    @classmethod
+    def from_config(cls, m: ModelConfig) -> "Encoder":
+        return cls(m.n_leads, m.n_patches, m.patch_size, m.embed_dim, m.depth, m.num_heads, m.mlp_ratio, m.dropout)
+
+    def tokens(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, C, T) -> embedded tokens (B, C, N, D) before the transformer."""
+        if lead_idx is None:
+            lead_idx = default_lead_idx(x.shape[1], x.device, self.n_leads)
+        t = self.patch_embed(x)
+        return t + self.embed(lead_idx, t.shape[2]).to(t.dtype)
+
+    def forward(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None,
+                visible: torch.Tensor | None = None) -> Encoded:
+        """x: (B, C, T); visible: (B, C, N) bool or None (= every token).
+
+        With `visible`, only visible tokens enter the transformer. Samples with fewer visible
+        tokens than the batch maximum are padded at the end and the padding is masked out
+        of attention, so no Python loop over samples is needed.
+        """
+        t = self.tokens(x, lead_idx)
+        B, C, N, D = t.shape
+        flat = t.reshape(B, C * N, D)
+        if visible is None:
+            index = torch.arange(C * N, device=x.device).expand(B, -1)
+            return Encoded(self.transformer(flat), index, None, (C, N))
+        counts = visible.reshape(B, C * N).sum(1)
+        longest, shortest = torch.stack([counts.max(), counts.min()]).tolist()   # one host sync
+        # Stable sort puts each sample's visible positions first, in grid order.
+        index = torch.argsort((~visible.reshape(B, C * N)).to(torch.int8), dim=1, stable=True)[:, :longest]
+        gathered = torch.gather(flat, 1, index[..., None].expand(-1, -1, D))
+        valid = None
+        if shortest < longest:
+            valid = torch.arange(longest, device=x.device)[None, :] < counts[:, None]
+        return Encoded(self.transformer(gathered, valid), index, valid, (C, N))
+
+    def pooled(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
+        """Mean of all token encodings: (B, C, T) -> (B, D). Teacher target and downstream feature."""
+        return self.forward(x, lead_idx).tokens.mean(dim=1)

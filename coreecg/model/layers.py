@@ -1,0 +1,68 @@
+"""Pre-norm transformer blocks shared by the encoder and both decoders."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention on fused SDPA kernels."""
+
+    def __init__(self, dim: int, num_heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, L, D); attn_mask: (B, 1, 1, L) bool, True = may attend (padding is False)."""
+        B, L, D = x.shape
+        q, k, v = self.qkv(x).view(B, L, 3, self.num_heads, D // self.num_heads).permute(2, 0, 3, 1, 4)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                             dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(out.transpose(1, 2).reshape(B, L, D))
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, dropout: float = 0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, num_heads, dropout)
+        self.norm2 = nn.LayerNorm(dim)
+        hidden = int(dim * mlp_ratio)
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout),
+                                 nn.Linear(hidden, dim), nn.Dropout(dropout))
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), attn_mask)
+        return x + self.mlp(self.norm2(x))
+
+
+class Transformer(nn.Module):
+    """A stack of pre-norm blocks followed by a final LayerNorm."""
+
+    def __init__(self, dim: int, depth: int, num_heads: int, mlp_ratio: float = 4.0, dropout: float = 0.0):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(dim, num_heads, mlp_ratio, dropout) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, L, D); valid: (B, L) bool, False marks padding keys. Returns (B, L, D)."""
+        attn_mask = None if valid is None else valid[:, None, None, :]
+        for block in self.blocks:
+            x = block(x, attn_mask)
+        return self.norm(x)
+
+
+def init_weights(module: nn.Module) -> None:
+    """MAE-style init: xavier-uniform linears, zero biases, unit LayerNorms."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)

@@ -1,0 +1,1 @@
+"""Training: the reusable step, optimiser/schedules, checkpoints and the plain-PyTorch loop."""

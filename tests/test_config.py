@@ -1,0 +1,61 @@
+"""Typed config: paper defaults, YAML, overrides, strictness, round trip."""
+import pytest
+
+from coreecg.config import Config, ConfigError, config_from_dict, load_config
+
+
+def test_defaults_are_the_papers_values():
+    c = load_config()
+    m = c.model
+    assert (m.patch_size, m.input_samples, m.n_leads, m.n_patches) == (75, 2250, 12, 30)
+    assert (m.depth, m.embed_dim, m.num_heads) == (10, 256, 4)
+    assert (m.latent_decoder_depth, m.latent_decoder_dim, m.latent_decoder_heads) == (8, 256, 4)
+    assert (m.time_decoder_depth, m.time_decoder_dim, m.time_decoder_heads) == (10, 256, 4)
+    k = c.masking
+    assert (k.strategy, k.p_time, k.p_lead, k.k) == ("stdm", 0.5, 0.2, 4)
+    assert (c.loss.tau, c.loss.alpha, c.loss.beta) == (0.2, 1.0, 1.0)
+    o = c.optim
+    assert (o.lr, o.weight_decay, o.warmup_epochs, o.epochs, o.batch_size) == (1.5e-4, 0.01, 5.0, 80, 256)
+    assert (c.finetune.lr, c.finetune.warmup_epochs, c.finetune.epochs) == (8e-5, 0.0, 80)
+    p = c.data.preprocess
+    assert (p.sampling_rate, p.window_samples, p.highpass_hz, p.lowpass_hz) == (250, 2500, 0.65, 40.0)
+
+
+def test_yaml_then_overrides(tmp_path):
+    f = tmp_path / "run.yaml"
+    f.write_text("masking:\n  p_time: 0.6\n  mode: exact\noptim:\n  lr: 3.0e-4\n")
+    c = load_config(f, overrides=["masking.p_time=0.7", "optim.lr=1e-3", "augment.fda=false",
+                                  "optim.betas=[0.9, 0.99]"])
+    assert c.masking.p_time == 0.7 and c.masking.mode == "exact"
+    assert c.optim.lr == 1e-3 and isinstance(c.optim.lr, float)
+    assert c.augment.fda is False and c.optim.betas == (0.9, 0.99)
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("masking.p_tim=0.3", "masking.p_tim"),
+    ("modle.depth=3", "modle"),
+    ("model.depth=3.5", "model.depth"),
+    ("masking.strategy=checkerboard", "masking.strategy"),
+    ("augment.fda=maybe", "augment.fda"),
+    ("masking.p_time=1.5", "masking.p_time"),
+    ("masking.k=12", "masking.k"),
+    ("model", "a.b=value"),
+])
+def test_bad_keys_and_values_are_named(override, needle):
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        load_config(overrides=[override])
+
+
+def test_unknown_yaml_key_names_the_file_key(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("loss:\n  temperature: 0.1\n")
+    with pytest.raises(ConfigError, match=r"loss\.temperature"):
+        load_config(f)
+
+
+def test_round_trip_through_yaml(tmp_path):
+    c = load_config(overrides=["masking.p_lead=0.3", "train.precision=bf16", "data.preprocess.leads=[I, II]"])
+    c.to_yaml(tmp_path / "c.yaml")
+    back = load_config(tmp_path / "c.yaml")
+    assert back == c and isinstance(back, Config)
+    assert config_from_dict(c.to_dict()) == c

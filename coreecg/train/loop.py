@@ -74,7 +74,7 @@ def pretrain_local(config: Config, windows: np.ndarray, output_dir: str | Path |
             sums: dict[str, torch.Tensor] = {}
             for i in range(steps_per_epoch):
                 batch = random_crop(data[perm[i * bs:(i + 1) * bs]], config.data.crop_samples, gen).to(device)
-                metrics = step(batch)
+                metrics = step(batch, generator=gen)   # masks and FDA noise from the saved stream
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0) + v.float().cpu()
                 if step.step % config.train.log_every == 0:

@@ -1,0 +1,49 @@
+"""Analytic matmul FLOPs of CoRe-ECG pretraining, per sample (no measurement, just arithmetic)."""
+from __future__ import annotations
+
+from coreecg.config import Config
+
+
+def transformer_flops(tokens: float, dim: int, depth: int, mlp_ratio: float) -> float:
+    """Forward FLOPs of `depth` pre-norm blocks on `tokens` tokens (2 per multiply-add)."""
+    linear = 2 * tokens * dim * dim * (4 + 2 * mlp_ratio)      # qkv (3), out proj (1), MLP (2r)
+    attention = 4 * tokens * tokens * dim                        # QK^T and AV
+    return depth * (linear + attention)
+
+
+def pretrain_flops_per_sample(cfg: Config) -> dict[str, float]:
+    """Forward and training FLOPs per sample, counting the expected visible tokens of STDM.
+
+    Training = 3x forward for everything the optimiser updates (forward + 2x backward), and
+    2x forward for the frozen teacher when W learns (forward + input-gradient backward), 1x
+    when it does not. Padding in bernoulli STDM is *not* counted: it is overhead, not work.
+    """
+    m, k = cfg.model, cfg.masking
+    C, N, P = m.n_leads, m.n_patches, m.patch_size
+    grid = C * N
+    if k.strategy == "stdm":
+        visible = (1 - k.p_time) * N * k.k
+    elif k.strategy == "random":
+        visible = grid - round(k.ratio * grid)
+    elif k.strategy == "temporal":
+        visible = C * (N - round(k.ratio * N))
+    else:
+        visible = N * (C - round(k.ratio * C))
+    patch = 2 * grid * P * m.embed_dim
+    student = patch + transformer_flops(visible, m.embed_dim, m.depth, m.mlp_ratio)
+    parts = {"student_encoder": student}
+    if cfg.loss.alpha > 0:
+        parts["time_decoder"] = (2 * visible * m.embed_dim * m.time_decoder_dim
+                                 + transformer_flops(grid, m.time_decoder_dim, m.time_decoder_depth, m.mlp_ratio)
+                                 + 2 * grid * m.time_decoder_dim * P)
+    if cfg.loss.beta > 0:
+        proj = 2 * (m.embed_dim * m.proj_hidden_dim + m.proj_hidden_dim * m.proj_dim)
+        parts["latent_decoder"] = (2 * visible * m.embed_dim * m.latent_decoder_dim
+                                   + transformer_flops(grid, m.latent_decoder_dim, m.latent_decoder_depth, m.mlp_ratio)
+                                   + proj)
+        parts["teacher"] = patch + transformer_flops(grid, m.embed_dim, m.depth, m.mlp_ratio) + proj
+    forward = sum(parts.values())
+    teacher = parts.get("teacher", 0.0)
+    teacher_factor = 2 if (cfg.augment.fda and cfg.augment.learnable) else 1
+    train = 3 * (forward - teacher) + teacher_factor * teacher
+    return {**{f"forward_{k}": v for k, v in parts.items()}, "forward": forward, "train_step": train}

@@ -135,3 +135,13 @@ def test_gradient_clipping_bounds_the_update():
     assert out["grad_norm"] > 1e-6                 # reported norm is the pre-clip norm
     params = [p for g in step.optimizer.param_groups for p in g["params"]]
     assert all(p.grad is None or p.grad.norm() <= 1e-5 for p in params)
+
+
+def test_forward_is_deterministic_under_a_seed():
+    def run(seed):
+        torch.manual_seed(0)
+        model = CoReECG(tiny_config())
+        return model(_x(), generator=torch.Generator().manual_seed(seed))
+    a, b, c = run(1), run(1), run(2)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["loss"], c["loss"])

@@ -73,7 +73,7 @@ class DataConfig:
     synthetic_records: int = 512      # size of the embedded synthetic corpus
     preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
     split_ratios: tuple[float, float, float] = (0.8, 0.1, 0.1)  # train/val/test, by patient
-    shard_records: int = 64           # records per corpus shard (the unit of resumption)
+    shard_records: int = 128          # records per corpus shard (the unit of resumption)
 
     def __post_init__(self) -> None:
         if min(self.split_ratios) < 0 or abs(sum(self.split_ratios) - 1.0) > 1e-6:

@@ -32,7 +32,7 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def matmul_peak(device: torch.device, dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
+def matmul_peak(device: torch.device, dtype: torch.dtype, n: int = 2048, reps: int = 20) -> float:
     """Best-of FLOP/s of an n x n matmul: the ceiling the model's FLOP/s is compared with."""
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)

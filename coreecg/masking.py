@@ -90,26 +90,27 @@ def random_token_mask(batch_size: int, n_leads: int, n_patches: int, ratio: floa
     return ~masked, masked, torch.zeros_like(masked)
 
 
+def _whole_axis_mask(batch_size: int, n_leads: int, n_patches: int, ratio: float, axis: int,
+                     generator, device) -> Masks:
+    """Mask exactly round(ratio * size) whole time columns (axis=2) or leads (axis=1) per sample."""
+    dev = _device(generator, device)
+    B, C, N = batch_size, n_leads, n_patches
+    size = N if axis == 2 else C
+    chosen = _lowest_k(_rand((B, size), generator, dev), min(round(ratio * size), size - 1), dim=1)
+    masked = chosen.unsqueeze(3 - axis).expand(B, C, N).contiguous()
+    return ~masked, masked, torch.zeros_like(masked)
+
+
 def temporal_mask(batch_size: int, n_leads: int, n_patches: int, ratio: float,
                   generator: torch.Generator | None = None, device=None) -> Masks:
     """MTAE-like: exactly round(ratio * N) whole time columns masked per sample."""
-    dev = _device(generator, device)
-    B, C, N = batch_size, n_leads, n_patches
-    n_mask = min(round(ratio * N), N - 1)
-    cols = _lowest_k(_rand((B, N), generator, dev), n_mask, dim=1)
-    masked = cols[:, None, :].expand(B, C, N).contiguous()
-    return ~masked, masked, torch.zeros_like(masked)
+    return _whole_axis_mask(batch_size, n_leads, n_patches, ratio, 2, generator, device)
 
 
 def lead_mask(batch_size: int, n_leads: int, n_patches: int, ratio: float,
               generator: torch.Generator | None = None, device=None) -> Masks:
     """MLAE-like: exactly round(ratio * C) whole leads masked per sample."""
-    dev = _device(generator, device)
-    B, C, N = batch_size, n_leads, n_patches
-    n_mask = min(round(ratio * C), C - 1)
-    rows = _lowest_k(_rand((B, C), generator, dev), n_mask, dim=1)
-    masked = rows[:, :, None].expand(B, C, N).contiguous()
-    return ~masked, masked, torch.zeros_like(masked)
+    return _whole_axis_mask(batch_size, n_leads, n_patches, ratio, 1, generator, device)
 
 
 def make_masks(cfg: MaskingConfig, batch_size: int, n_leads: int, n_patches: int,

@@ -5,18 +5,29 @@ import torch
 from torch import nn
 
 
-class LeadTimeEmbedding(nn.Module):
-    """Learnable lead embeddings (one per standard lead) and temporal position embeddings.
+def sincos_positions(n_positions: int, dim: int) -> torch.Tensor:
+    """Fixed 1-D sine-cosine table (n_positions, dim), as MAE and ST-MEM use."""
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    freq = 1.0 / 10000 ** (torch.arange(dim // 2, dtype=torch.float64) / (dim // 2))
+    angles = pos * freq[None, :]
+    return torch.cat([angles.sin(), angles.cos()], dim=1).float()
 
-    Added to tokens laid out on the (lead, time) grid; the encoder and each decoder own one.
+
+class LeadTimeEmbedding(nn.Module):
+    """Learnable lead embeddings (one per standard lead) plus fixed sine-cosine temporal
+    position embeddings, added to tokens on the (lead, time) grid; the encoder and each
+    decoder own one.
+
+    Fixed unit-scale positions (not a learnable 0.02-scale table) keep the time index
+    visible in every token, so a decoder's mask tokens can find the visible tokens of
+    their own time step; measured in docs/decisions.md.
     """
 
     def __init__(self, dim: int, n_leads: int, n_patches: int):
         super().__init__()
         self.lead = nn.Parameter(torch.zeros(n_leads, dim))
-        self.pos = nn.Parameter(torch.zeros(n_patches, dim))
         nn.init.trunc_normal_(self.lead, std=0.02)
-        nn.init.trunc_normal_(self.pos, std=0.02)
+        self.register_buffer("pos", sincos_positions(n_patches, dim), persistent=False)
 
     def forward(self, lead_idx: torch.Tensor, n_patches: int) -> torch.Tensor:
         """lead_idx: (C,) indices into the standard lead order -> (C, N, D) to add to tokens."""

@@ -17,7 +17,7 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
         if not p.requires_grad:
             continue   # EMA teacher
         exempt = p.ndim < 2 or name.endswith("mask_token") or ".embed.lead" in name \
-            or ".embed.pos" in name or name.startswith("fda.")
+            or name.startswith("fda.")
         (no_decay if exempt else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 

@@ -65,6 +65,42 @@ class PreprocessConfig:
 
 
 @dataclass
+class PTBXLOptions:
+    label_view: Literal["single", "multi", "none"] = "single"   # single: the paper's 5-class task
+    rate: Literal[500, 100] = 500                                # records500/ or records100/
+    min_likelihood: float = 0.0                                  # SCP-code likelihood threshold
+
+
+@dataclass
+class CinC2021Options:
+    class_map: Literal["scored26", "ningbo25", "frequent", "none"] = "scored26"
+    min_count: int = 1                # class_map=frequent: codes seen at least this often ...
+    count_column: str = "Total"       # ... in this column of the challenge tables
+    subsets: tuple[str, ...] = ()     # e.g. [Ningbo]; empty = every database found
+
+
+@dataclass
+class SourceOptions:
+    """Reader options per source (the rest of the readers take none)."""
+
+    ptbxl: PTBXLOptions = field(default_factory=PTBXLOptions)
+    cinc2021: CinC2021Options = field(default_factory=CinC2021Options)
+    synthetic_seed: int = 0
+
+    def for_source(self, name: str, synthetic_records: int) -> dict[str, Any]:
+        """Constructor options of `coreecg.data.sources.get_source(name, ...)`."""
+        if name == "ptbxl":
+            return dataclasses.asdict(self.ptbxl)
+        if name == "cinc2021":
+            opts = dataclasses.asdict(self.cinc2021)
+            opts["subsets"] = list(opts["subsets"]) or None
+            return opts
+        if name == "synthetic":
+            return {"n_records": synthetic_records, "seed": self.synthetic_seed}
+        return {}
+
+
+@dataclass
 class DataConfig:
     """What training reads. An empty `corpus` means the embedded synthetic corpus."""
 
@@ -72,6 +108,7 @@ class DataConfig:
     crop_samples: int = 2250          # random crop of the stored 2,500 at training time
     synthetic_records: int = 512      # size of the embedded synthetic corpus
     preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
+    sources: SourceOptions = field(default_factory=SourceOptions)
     split_ratios: tuple[float, float, float] = (0.8, 0.1, 0.1)  # train/val/test, by patient
     shard_records: int = 128          # records per corpus shard (the unit of resumption)
 

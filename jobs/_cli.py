@@ -19,4 +19,4 @@ def parse_config(parser: argparse.ArgumentParser, argv=None) -> tuple[argparse.N
     try:
         return args, load_config(args.config, args.overrides)
     except (ConfigError, FileNotFoundError) as e:
-        parser.exit(2, f"config error: {e}\n")
+        parser.exit(2, f"error: config: {e}\n")

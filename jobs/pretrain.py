@@ -27,7 +27,8 @@ def main(argv=None) -> int:
         windows = read_corpus_numpy(cfg.data.corpus, split="train")["signal"]
         print(f"corpus {cfg.data.corpus}: {len(windows)} training windows")
     else:
-        windows, _ = synthetic_windows(cfg.data.synthetic_records, seed=cfg.train.seed, cfg=cfg.data.preprocess)
+        windows, _ = synthetic_windows(cfg.data.synthetic_records, seed=cfg.data.sources.synthetic_seed,
+                                        cfg=cfg.data.preprocess)
         print(f"embedded synthetic corpus: {len(windows)} windows")
     summary = pretrain_local(cfg, windows)
     print(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in summary.items()}))

@@ -59,3 +59,20 @@ def test_round_trip_through_yaml(tmp_path):
     back = load_config(tmp_path / "c.yaml")
     assert back == c and isinstance(back, Config)
     assert config_from_dict(c.to_dict()) == c
+
+
+def test_reader_options_are_typed_and_reach_get_source():
+    from coreecg.data.sources import get_source
+
+    c = load_config(overrides=["data.sources.ptbxl.label_view=multi", "data.sources.ptbxl.rate=100",
+                               "data.sources.cinc2021.subsets=[Ningbo]", "data.sources.synthetic_seed=3"])
+    s = c.data.sources
+    ptbxl = get_source("ptbxl", **s.for_source("ptbxl", 10))
+    assert (ptbxl.label_view, ptbxl.rate) == ("multi", 100)
+    assert s.for_source("cinc2021", 10)["subsets"] == ["Ningbo"]
+    assert load_config().data.sources.for_source("cinc2021", 10)["subsets"] is None   # all databases
+    syn = get_source("synthetic", **s.for_source("synthetic", 10))
+    assert (syn.n_records, syn.seed) == (10, 3)
+    assert s.for_source("mimic-iv-ecg", 10) == {}
+    with pytest.raises(ConfigError, match=r"data\.sources\.ptbxl\.rate"):
+        load_config(overrides=["data.sources.ptbxl.rate=250"])

@@ -293,7 +293,8 @@ def _job(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     (["--source", "ptbxl", "--input", "/nonexistent/ptbxl"], "data root not found"),
     (["--source", "nope", "--input", "."], "unknown source 'nope'"),
     (["--source", "ptbxl"], "--input is required"),
-    (["--source", "synthetic", "--set", "preprocess.highpass_hz=50"], "highpass_hz"),
+    (["--source", "synthetic", "--set", "data.preprocess.highpass_hz=50"], "highpass_hz"),
+    (["--source", "synthetic", "--set", "data.sources.ptbxl.label_veiw=multi"], "data.sources.ptbxl.label_veiw"),
 ])
 def test_job_bad_arguments_exit_nonzero_with_a_message(tmp_path, args, message):
     p = _job(*args, "--output", str(tmp_path / "out"))
@@ -310,8 +311,8 @@ def test_job_empty_input_folder(tmp_path):
 @pytest.mark.slow
 def test_job_builds_the_embedded_synthetic_corpus(tmp_path):
     out = tmp_path / "syn"
-    p = _job("--source", "synthetic", "--output", str(out), "--set", "synthetic_records=12",
-             "--set", "shard_records=6", timeout=300)
+    p = _job("--source", "synthetic", "--output", str(out), "--set", "data.synthetic_records=12",
+             "--set", "data.shard_records=6", timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     summary = json.loads(p.stdout[p.stdout.index("{"):])
     assert summary["records_written"] == 12 and summary["shards"] == 2

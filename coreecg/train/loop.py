@@ -45,7 +45,8 @@ def pretrain_local(config: Config, windows: np.ndarray, output_dir: str | Path |
     config.to_yaml(out / "config.yaml")
     device = resolve_device(config.train.device)
     torch.manual_seed(config.train.seed)
-    gen = torch.Generator().manual_seed(config.train.seed)
+    gen = torch.Generator().manual_seed(config.train.seed)                       # order and crops (CPU)
+    step_gen = torch.Generator(device).manual_seed(config.train.seed + 1)       # masks and FDA noise
 
     data = torch.from_numpy(np.ascontiguousarray(windows, dtype=np.float32))
     bs = min(config.optim.batch_size, len(data))
@@ -64,6 +65,7 @@ def pretrain_local(config: Config, windows: np.ndarray, output_dir: str | Path |
         step.load_state_dict(payload["trainer"])
         start_epoch = int(payload["epoch"]) + 1
         gen.set_state(payload["generator"])
+        step_gen.set_state(payload["step_generator"])
 
     writer = SummaryWriter(str(out / "tensorboard"))
     summary: dict = {}
@@ -74,9 +76,9 @@ def pretrain_local(config: Config, windows: np.ndarray, output_dir: str | Path |
             sums: dict[str, torch.Tensor] = {}
             for i in range(steps_per_epoch):
                 batch = random_crop(data[perm[i * bs:(i + 1) * bs]], config.data.crop_samples, gen).to(device)
-                metrics = step(batch, generator=gen)   # masks and FDA noise from the saved stream
-                for k, v in metrics.items():
-                    sums[k] = sums.get(k, 0) + v.float().cpu()
+                metrics = step(batch, generator=step_gen)
+                for k, v in metrics.items():     # summed on the device: no host sync per step
+                    sums[k] = sums.get(k, 0) + v.float().to(device)
                 if step.step % config.train.log_every == 0:
                     for k, v in metrics.items():
                         writer.add_scalar(f"pretrain/{k}", float(v), step.step)
@@ -86,6 +88,6 @@ def pretrain_local(config: Config, windows: np.ndarray, output_dir: str | Path |
             log.write(json.dumps(summary) + "\n")
             log.flush()
             save_checkpoint(ckpt_path, model, config, trainer=step.state_dict(), epoch=epoch,
-                            generator=gen.get_state(), metrics=summary)
+                            generator=gen.get_state(), step_generator=step_gen.get_state(), metrics=summary)
     writer.close()
     return summary

@@ -111,12 +111,25 @@ class DataConfig:
     sources: SourceOptions = field(default_factory=SourceOptions)
     split_ratios: tuple[float, float, float] = (0.8, 0.1, 0.1)  # train/val/test, by patient
     shard_records: int = 128          # records per corpus shard (the unit of resumption)
+    # Where the embedded synthetic corpus is written as Parquet on first use (then reused).
+    cache_dir: str = "corpora"
+    # Training ingest (Ray Data): rows mixed across shards in each worker's shuffle buffer,
+    # and the size below which the train split is held in the object store (no re-reads).
+    shuffle_buffer: int = 2048
+    cache_in_memory_gb: float = 2.0
+    # Labelled corpus for the in-loop representation probe; empty = the training corpus when
+    # it has labels (the synthetic corpus does), else no probe.
+    probe_corpus: str = ""
+    probe_max_windows: int = 1000     # per probe split (train, val): bounds the probe's cost
 
     def __post_init__(self) -> None:
         if min(self.split_ratios) < 0 or abs(sum(self.split_ratios) - 1.0) > 1e-6:
             raise ConfigError(f"data.split_ratios={self.split_ratios} must be >= 0 and sum to 1")
         if self.shard_records < 1:
             raise ConfigError(f"data.shard_records={self.shard_records} must be >= 1")
+        if self.shuffle_buffer < 0 or self.probe_max_windows < 2 or self.cache_in_memory_gb < 0:
+            raise ConfigError("data.shuffle_buffer and data.cache_in_memory_gb must be >= 0, "
+                              "data.probe_max_windows >= 2")
 
 
 @dataclass
@@ -139,6 +152,11 @@ class ModelConfig:
     proj_hidden_dim: int = 1024       # not in the paper: 2-layer MLP head, see docs/decisions.md
     proj_dim: int = 256
     dropout: float = 0.0
+    # Decoder attention layout (the paper is silent): "joint" attends over all C * N tokens,
+    # "lead" runs one sequence per lead with shared weights (ST-MEM's decoder). Measured in
+    # docs/decisions.md.
+    time_decoder_layout: Literal["joint", "lead", "axial"] = "axial"
+    latent_decoder_layout: Literal["joint", "lead", "axial"] = "joint"
 
     @property
     def n_patches(self) -> int:
@@ -206,11 +224,37 @@ class FinetuneConfig:
 
 @dataclass
 class TrainConfig:
+    """Where and how a run trains. Ray Train: `num_workers` data-parallel workers (DDP),
+    each with `cpus_per_worker` CPUs and one GPU when `use_gpu`; outputs go to
+    `<storage_path>/<name>/`, and re-running with the same storage_path and name resumes."""
+
     seed: int = 0
-    device: str = "auto"              # auto | cpu | cuda
-    precision: Literal["fp32", "bf16"] = "fp32"
-    output_dir: str = "runs/default"
-    log_every: int = 10
+    device: str = "auto"              # plain (no-Ray) loop and benchmarks only: auto | cpu | cuda
+    precision: Literal["auto", "fp32", "bf16"] = "auto"   # auto: bf16 autocast on CUDA, fp32 on CPU
+    log_every: int = 10               # steps between logged step metrics
+    num_workers: int = 2
+    use_gpu: bool = False
+    cpus_per_worker: int = 1
+    checkpoint_every_steps: int = 500  # 0: only at epoch ends
+    keep_checkpoints: int = 3
+    max_failures: int = 3             # worker-group restarts from the last checkpoint
+    eval_every_epochs: int = 1        # probe + reconstruction figure; 0 disables
+    storage_path: str = "runs"        # on a multi-node cluster: a shared filesystem path
+    name: str = "pretrain"
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 1 or self.cpus_per_worker < 1:
+            raise ConfigError("train.num_workers and train.cpus_per_worker must be >= 1")
+        if min(self.checkpoint_every_steps, self.max_failures, self.eval_every_epochs) < 0 \
+                or self.keep_checkpoints < 1 or self.log_every < 1:
+            raise ConfigError("train.checkpoint_every_steps, max_failures, eval_every_epochs must be >= 0; "
+                              "keep_checkpoints and log_every >= 1")
+        if not self.name or "/" in self.name or self.name in (".", ".."):
+            raise ConfigError(f"train.name={self.name!r} must be a plain folder name")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.storage_path).expanduser().resolve() / self.name
 
 
 @dataclass
@@ -242,6 +286,10 @@ class Config:
             heads = getattr(m, name.replace("dim", "heads") if name != "embed_dim" else "num_heads")
             if getattr(m, name) % heads:
                 raise ConfigError(f"model.{name}={getattr(m, name)} is not divisible by its head count {heads}")
+        for which in ("time", "latent"):
+            if getattr(m, f"{which}_decoder_layout") == "axial" and getattr(m, f"{which}_decoder_depth") < 2:
+                raise ConfigError(f"model.{which}_decoder_layout=axial alternates within-lead and within-column "
+                                  f"blocks: it needs model.{which}_decoder_depth >= 2")
         for name in ("p_time", "p_lead", "ratio"):
             if not 0.0 <= getattr(k, name) <= 1.0:
                 raise ConfigError(f"masking.{name}={getattr(k, name)} must lie in [0, 1]")
@@ -255,6 +303,9 @@ class Config:
             raise ConfigError(f"data.crop_samples={self.data.crop_samples} must equal model.input_samples={m.input_samples}")
         if self.data.crop_samples > self.data.preprocess.window_samples:
             raise ConfigError("data.crop_samples exceeds the stored window length")
+        if self.optim.batch_size % self.train.num_workers:
+            raise ConfigError(f"optim.batch_size={self.optim.batch_size} (the global batch) is not divisible "
+                              f"by train.num_workers={self.train.num_workers}")
         return self
 
 

@@ -1,4 +1,4 @@
-"""The pretraining job end to end at tiny scale: outputs, checkpoint, exact resume after a crash."""
+"""The shared pretraining loop without Ray (the reference): exact resume, checkpoint rules."""
 import json
 import subprocess
 import sys
@@ -7,30 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-import coreecg
 from coreecg.train import loop
-from coreecg.train.checkpoint import load_checkpoint
-from tests.helpers import TINY, tiny_config
+from coreecg.train.checkpoint import CheckpointError, load_checkpoint
+from tests.helpers import tiny_config
 
 REPO_JOB = "jobs/pretrain.py"
 
 
-def test_pretrain_job_cli(tmp_path):
-    out = tmp_path / "run"
-    args = [sys.executable, REPO_JOB, *sum((["--set", s] for s in TINY), []),
-            "--set", "data.synthetic_records=16", "--set", "optim.batch_size=8", "--set", "optim.epochs=2",
-            "--set", "optim.warmup_epochs=1", "--set", f"train.output_dir={out}"]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    lines = (out / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["epoch"] for line in lines] == [0, 1]
-    assert json.loads(lines[-1])["step"] == 4
-    payload, cfg = load_checkpoint(out / "checkpoint.pt")
-    assert cfg.optim.epochs == 2 and cfg.model.embed_dim == 32 and payload["epoch"] == 1
-    assert (out / "config.yaml").read_text() == cfg.to_yaml()
-    assert any((out / "tensorboard").iterdir())
-    enc = coreecg.load_encoder(out / "checkpoint.pt")
-    assert enc.pooled(torch.randn(2, 12, 2250)).shape == (2, 32)
+def _latest(run_dir):
+    return load_checkpoint(loop.checkpoint_dirs(run_dir)[-1] / loop.CHECKPOINT_FILE)[0]
 
 
 def test_pretrain_job_rejects_unknown_key():
@@ -40,35 +25,67 @@ def test_pretrain_job_rejects_unknown_key():
 
 
 def test_resume_after_crash_matches_uninterrupted_run(tmp_path, monkeypatch):
-    cfg = tiny_config("optim.batch_size=8", "optim.epochs=3", "optim.warmup_epochs=1")
+    cfg = tiny_config("optim.batch_size=8", "optim.epochs=3", "optim.warmup_epochs=1",
+                      "train.checkpoint_every_steps=3", "train.eval_every_epochs=0")
     windows = np.random.default_rng(0).standard_normal((16, 12, 2500)).astype(np.float32)
     loop.pretrain_local(cfg, windows, tmp_path / "a")
 
     real_save = loop.save_checkpoint
     calls = {"n": 0}
 
-    def crash_after_first(*a, **k):
+    def crash_after_second(*a, **k):   # epoch 0's end (step 2), then mid-epoch 1 (step 3)
         real_save(*a, **k)
         calls["n"] += 1
-        if calls["n"] == 1:
-            raise KeyboardInterrupt("simulated crash after epoch 0")
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("simulated crash")
 
-    monkeypatch.setattr(loop, "save_checkpoint", crash_after_first)
+    monkeypatch.setattr(loop, "save_checkpoint", crash_after_second)
     with pytest.raises(KeyboardInterrupt):
         loop.pretrain_local(cfg, windows, tmp_path / "b")
-    assert load_checkpoint(tmp_path / "b" / "checkpoint.pt")[0]["epoch"] == 0
+    assert _latest(tmp_path / "b")["trainer"]["step"] == 3
+    monkeypatch.setattr(loop, "save_checkpoint", real_save)
     loop.pretrain_local(cfg, windows, tmp_path / "b")
 
-    a = load_checkpoint(tmp_path / "a" / "checkpoint.pt")[0]
-    b = load_checkpoint(tmp_path / "b" / "checkpoint.pt")[0]
-    assert a["epoch"] == b["epoch"] == 2
+    a, b = _latest(tmp_path / "a"), _latest(tmp_path / "b")
+    assert a["trainer"]["step"] == b["trainer"]["step"] == 6 and a["epoch"] == b["epoch"] == 2
+    for key, value in a["model"].items():   # bit-identical: per-step seeds, per-(epoch, uid) crops
+        assert torch.equal(value, b["model"][key]), key
+    lines = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines if x.get("event") == "resume"] == [3]
+    assert [x["epoch"] for x in lines if x.get("kind") == "epoch"] == [0, 1, 2]
+    assert len(loop.checkpoint_dirs(tmp_path / "b")) == cfg.train.keep_checkpoints
+
+
+def test_mid_epoch_resume_skips_the_done_batches(tmp_path, monkeypatch):
+    cfg = tiny_config("optim.batch_size=4", "optim.epochs=1", "train.checkpoint_every_steps=2",
+                      "train.eval_every_epochs=0")
+    windows = np.random.default_rng(1).standard_normal((16, 12, 2500)).astype(np.float32)
+    loop.pretrain_local(cfg, windows, tmp_path / "a")
+    real_save = loop.save_checkpoint
+
+    def crash(*a, **k):
+        real_save(*a, **k)
+        raise KeyboardInterrupt("after the step-2 checkpoint")
+
+    monkeypatch.setattr(loop, "save_checkpoint", crash)
+    with pytest.raises(KeyboardInterrupt):
+        loop.pretrain_local(cfg, windows, tmp_path / "b")
+    assert _latest(tmp_path / "b")["batches_done"] == 2
+    monkeypatch.setattr(loop, "save_checkpoint", real_save)
+    loop.pretrain_local(cfg, windows, tmp_path / "b")
+    a, b = _latest(tmp_path / "a"), _latest(tmp_path / "b")
+    assert a["trainer"]["step"] == b["trainer"]["step"] == 4
     for key, value in a["model"].items():
-        assert torch.allclose(value, b["model"][key], atol=1e-6), key
-    assert len((tmp_path / "b" / "metrics.jsonl").read_text().splitlines()) == 3
+        assert torch.equal(value, b["model"][key]), key
 
 
-def test_resume_refuses_a_different_config(tmp_path):
+def test_resume_refuses_a_different_model(tmp_path):
     windows = np.zeros((8, 12, 2500), dtype=np.float32)
-    loop.pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=1"), windows, tmp_path)
-    with pytest.raises(ValueError, match="different config"):
-        loop.pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2"), windows, tmp_path)
+    loop.pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=1", "train.eval_every_epochs=0"),
+                        windows, tmp_path)
+    with pytest.raises(CheckpointError, match=r"checkpoint\.pt.*model\.depth"):
+        loop.pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "model.depth=3"), windows, tmp_path)
+    # a longer schedule on the same model is a legitimate resume
+    summary = loop.pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "train.eval_every_epochs=0"),
+                                  windows, tmp_path)
+    assert summary["epoch"] == 1 and summary["step"] == 2

@@ -36,7 +36,7 @@ class CoReECG(nn.Module):
         if config.loss.alpha > 0:
             self.time_decoder = TimeDecoder(m.embed_dim, m.time_decoder_dim, m.time_decoder_depth,
                                             m.time_decoder_heads, m.n_leads, m.n_patches, m.patch_size,
-                                            m.mlp_ratio, m.dropout)
+                                            m.mlp_ratio, m.dropout, m.time_decoder_layout)
         if config.loss.beta > 0:
             if m.latent_decoder_dim != m.embed_dim:
                 # The teacher projection is an EMA of the student projection, so both heads
@@ -44,7 +44,7 @@ class CoReECG(nn.Module):
                 raise ValueError("model.latent_decoder_dim must equal model.embed_dim")
             self.latent_decoder = LatentDecoder(m.embed_dim, m.latent_decoder_dim, m.latent_decoder_depth,
                                                 m.latent_decoder_heads, m.n_leads, m.n_patches,
-                                                m.mlp_ratio, m.dropout)
+                                                m.mlp_ratio, m.dropout, m.latent_decoder_layout)
             self.projection = Projection(m.embed_dim, m.proj_hidden_dim, m.proj_dim)
             self.teacher_encoder = copy.deepcopy(self.encoder).requires_grad_(False)
             self.teacher_projection = copy.deepcopy(self.projection).requires_grad_(False)
@@ -80,9 +80,10 @@ class CoReECG(nn.Module):
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """x: (B, C, T) with C = model.n_leads, T = model.input_samples.
 
-        Returns a dict of scalars: loss, loss_rec, loss_con and diagnostics (visible_frac,
-        masked_frac, dropped_frac, fda_rel_perturbation, teacher_student_cos), all
-        tensors (detached except `loss`), so that logging costs no host sync here.
+        Returns a dict of scalars: loss, loss_rec (only with a Time Decoder), loss_con (only
+        with the contrastive branch) and diagnostics (visible_frac, masked_frac, dropped_frac,
+        fda_rel_perturbation, teacher_student_cos), all tensors (detached except `loss`), so
+        that logging costs no host sync here. An ablation logs no term it does not train.
         """
         cfg = self.config
         B, C, T = x.shape
@@ -95,7 +96,7 @@ class CoReECG(nn.Module):
 
         zero = x.new_zeros((), dtype=torch.float32)
         out = {"visible_frac": visible.float().mean(), "masked_frac": masked.float().mean(),
-               "dropped_frac": dropped.float().mean(), "loss_rec": zero, "loss_con": zero}
+               "dropped_frac": dropped.float().mean()}
         loss = zero
         if self.time_decoder is not None:
             recon = self.time_decoder(enc, lead_idx)
@@ -113,6 +114,22 @@ class CoReECG(nn.Module):
             if key != "loss":
                 out[key] = value.detach()
         return out
+
+    @torch.no_grad()
+    def reconstruct(self, x: torch.Tensor, generator: torch.Generator | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The Time Decoder's output under fresh masks (for figures), in eval mode.
+
+        x: (B, C, T) -> reconstruction (B, C, N, P) and the (visible, masked, dropped) masks (B, C, N).
+        """
+        if self.time_decoder is None:
+            raise ValueError("this model has no Time Decoder (loss.alpha = 0): nothing to reconstruct")
+        B, C, _ = x.shape
+        lead_idx = default_lead_idx(C, x.device, self.config.model.n_leads)
+        visible, masked, dropped = make_masks(self.config.masking, B, C, self.config.model.n_patches,
+                                              generator=generator, device=x.device)
+        recon = self.time_decoder(self.encoder(x, lead_idx, visible), lead_idx)
+        return recon, visible, masked, dropped
 
     def _teacher(self, x: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher projection of the FDA view, (B, proj_dim), and ||X_aug - X|| / ||X||.

@@ -12,11 +12,22 @@ from coreecg.model.layers import Transformer, init_weights
 class GridDecoder(nn.Module):
     """Visible encodings back on the full (lead, time) grid, a learnable mask token at every
     masked and dropped position, lead and position embeddings added again, then a transformer.
+
+    layout="joint": one sequence of all C * N tokens per sample. layout="lead": one sequence
+    of N tokens per lead (B * C sequences, shared weights, ST-MEM's decoder), so each lead's
+    mask tokens attend to that lead's own visible encodings, which already carry the other
+    leads' information from the joint encoder. layout="axial": blocks alternate between
+    within-lead sequences (N tokens) and within-time-column sequences (C tokens), so a masked
+    token reaches both its lead's visible patches and the visible leads of its own time step
+    through short sequences.
     """
 
     def __init__(self, enc_dim: int, dim: int, depth: int, num_heads: int, n_leads: int, n_patches: int,
-                 mlp_ratio: float = 4.0, dropout: float = 0.0):
+                 mlp_ratio: float = 4.0, dropout: float = 0.0, layout: str = "joint"):
         super().__init__()
+        if layout not in ("joint", "lead", "axial"):
+            raise ValueError(f"decoder layout must be 'joint', 'lead' or 'axial', got {layout!r}")
+        self.layout = layout
         self.input = nn.Linear(enc_dim, dim)
         self.mask_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.embed = LeadTimeEmbedding(dim, n_leads, n_patches)
@@ -35,6 +46,16 @@ class GridDecoder(nn.Module):
         grid = self.mask_token.to(h.dtype).expand(B, C * N + 1, D)
         grid = grid.scatter(1, index[..., None].expand(-1, -1, D), h)[:, : C * N]
         grid = grid + self.embed(lead_idx, N).reshape(C * N, D).to(h.dtype)
+        if self.layout == "lead":   # (B, C * N, D) -> (B * C, N, D): a view, leads are contiguous
+            return self.transformer(grid.reshape(B * C, N, D)).reshape(B, C * N, D)
+        if self.layout == "axial":
+            x = grid.view(B, C, N, D)
+            for i, block in enumerate(self.transformer.blocks):
+                if i % 2 == 0:      # within each lead: (B * C, N, D)
+                    x = block(x.reshape(B * C, N, D)).view(B, C, N, D)
+                else:               # within each time column: (B * N, C, D)
+                    x = block(x.transpose(1, 2).reshape(B * N, C, D)).view(B, N, C, D).transpose(1, 2)
+            return self.transformer.norm(x).reshape(B, C * N, D)
         return self.transformer(grid)
 
 
@@ -42,8 +63,8 @@ class TimeDecoder(GridDecoder):
     """Predicts the P samples of every (lead, time) patch."""
 
     def __init__(self, enc_dim: int, dim: int, depth: int, num_heads: int, n_leads: int, n_patches: int,
-                 patch_size: int, mlp_ratio: float = 4.0, dropout: float = 0.0):
-        super().__init__(enc_dim, dim, depth, num_heads, n_leads, n_patches, mlp_ratio, dropout)
+                 patch_size: int, mlp_ratio: float = 4.0, dropout: float = 0.0, layout: str = "joint"):
+        super().__init__(enc_dim, dim, depth, num_heads, n_leads, n_patches, mlp_ratio, dropout, layout)
         self.head = nn.Linear(dim, patch_size)
         init_weights(self.head)
 

@@ -1,18 +1,33 @@
-"""Plain-PyTorch pretraining loop over in-memory windows (no Ray): the quickstart path and
-the reference that the Ray Train loop must match."""
+"""The one pretraining loop. `pretrain_worker` runs on every data-parallel worker; what differs
+between a Ray Train worker and the plain no-Ray reference is only a `WorkerContext`: where
+batches come from, how the model is wrapped (DDP or not), and how metrics and checkpoints are
+persisted (`ray.train.report` or files in the run folder). Tune trials reuse it unchanged.
+
+Per epoch: steps (log every `train.log_every`, checkpoint every `train.checkpoint_every_steps`),
+then on rank 0 the probe and the reconstruction figure every `train.eval_every_epochs`, then
+one report with a checkpoint (a barrier on all ranks under Ray).
+"""
 from __future__ import annotations
 
 import json
+import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
 
 from coreecg.config import Config
 from coreecg.model import CoReECG
-from coreecg.train.checkpoint import load_checkpoint, save_checkpoint
+from coreecg.train.checkpoint import (
+    CheckpointError, check_compatible, export_encoder, load_checkpoint, save_checkpoint,
+)
+from coreecg.train.ingest import memory_epoch_batches, seed_for, to_model_input
 from coreecg.train.step import PretrainStep, Schedule
+
+CHECKPOINT_FILE = "checkpoint.pt"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -21,73 +36,266 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def random_crop(x: torch.Tensor, length: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """A random `length`-sample window of each sample, one offset per sample: (B, C, T) -> (B, C, length)."""
-    B, C, T = x.shape
-    if length > T:
-        raise ValueError(f"cannot crop {length} samples from windows of {T}")
-    offsets = torch.randint(0, T - length + 1, (B,), generator=generator, device=generator.device if generator else "cpu")
-    idx = offsets.to(x.device)[:, None] + torch.arange(length, device=x.device)[None, :]
-    return torch.take_along_dim(x, idx[:, None, :].expand(B, C, length), dim=2)
+@dataclass
+class WorkerContext:
+    """What a worker's environment provides to `pretrain_worker`.
 
-
-def pretrain_local(config: Config, windows: np.ndarray, output_dir: str | Path | None = None) -> dict:
-    """Pretrain on `windows` (n, C, T_stored) float32 for config.optim.epochs epochs.
-
-    Writes to output_dir: config.yaml, metrics.jsonl, TensorBoard events, checkpoint.pt
-    (every epoch, atomically). Re-running with the same output_dir resumes from
-    checkpoint.pt. Returns the last epoch's mean metrics.
+    epoch_batches(epoch) -> iterable of (signal (b, C, T_stored) on device, uid (b,)); every rank
+        yields at least `steps_per_epoch` batches.
+    report(metrics, checkpoint) persists metrics and, when `checkpoint` (a payload dict, rank 0
+        only) is given, a checkpoint; under Ray every rank must call it (a barrier).
+    latest() -> (payload, path) of the checkpoint to resume from, or None.
     """
-    from tensorboardX import SummaryWriter
 
-    out = Path(output_dir or config.train.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    config.to_yaml(out / "config.yaml")
-    device = resolve_device(config.train.device)
-    torch.manual_seed(config.train.seed)
-    gen = torch.Generator().manual_seed(config.train.seed)                       # order and crops (CPU)
-    step_gen = torch.Generator(device).manual_seed(config.train.seed + 1)       # masks and FDA noise
+    rank: int
+    world_size: int
+    device: torch.device
+    steps_per_epoch: int
+    run_dir: Path
+    epoch_batches: Callable[[int], Iterable[tuple[torch.Tensor, torch.Tensor]]]
+    report: Callable[[dict[str, float], dict[str, Any] | None], None]
+    latest: Callable[[], tuple[dict, Path] | None]
+    wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m
+    probe: Any = None                               # coreecg.eval.probe.ProbeData, rank 0 only
+    figure_windows: torch.Tensor | None = None      # (W, C, crop) fixed val windows, rank 0 only
+    quiet: bool = False
+    extra_state: dict[str, Any] = field(default_factory=dict)
 
-    data = torch.from_numpy(np.ascontiguousarray(windows, dtype=np.float32))
-    bs = min(config.optim.batch_size, len(data))
-    steps_per_epoch = len(data) // bs
-    if steps_per_epoch == 0:
-        raise ValueError(f"{len(data)} windows are fewer than one batch of {config.optim.batch_size}")
-    model = CoReECG(config).to(device)
-    step = PretrainStep(model, config, Schedule(steps_per_epoch, config.optim.epochs, config.optim.warmup_epochs))
-    start_epoch = 0
-    ckpt_path = out / "checkpoint.pt"
-    if ckpt_path.exists():
-        payload, saved = load_checkpoint(ckpt_path, device)
-        if saved.to_dict() != config.to_dict():
-            raise ValueError(f"{ckpt_path} was written with a different config; use a new output_dir")
-        model.load_state_dict(payload["model"])
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+class RunWriter:
+    """Rank 0's outputs in the run folder: metrics.jsonl (appended), TensorBoard, figures."""
+
+    def __init__(self, run_dir: Path, enabled: bool):
+        self.enabled, self.run_dir = enabled, run_dir
+        self._log = self._tb = None
+        if enabled:
+            from tensorboardX import SummaryWriter
+
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self._log = open(run_dir / "metrics.jsonl", "a")
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def line(self, record: dict[str, Any]) -> None:
+        if self.enabled:
+            self._log.write(json.dumps(record) + "\n")
+            self._log.flush()
+
+    def scalars(self, prefix: str, values: dict[str, float], step: int) -> None:
+        if self.enabled:
+            for k, v in values.items():
+                self._tb.add_scalar(f"{prefix}/{k}", v, step)
+
+    def figure(self, fig, name: str, epoch: int, step: int) -> Path | None:
+        from coreecg.eval.figures import save_figure
+
+        if not self.enabled:
+            return None
+        self._tb.add_figure(f"figures/{name}", fig, step, close=False)
+        return save_figure(fig, self.run_dir / "figures" / f"{name}_epoch{epoch}.png")
+
+    def close(self) -> None:
+        if self.enabled:
+            self._log.close()
+            self._tb.close()
+
+
+def _floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def _mean_over_ranks(sums: dict[str, torch.Tensor], count: int, world_size: int) -> dict[str, float]:
+    """Epoch means over every rank's steps: one all-reduce of a stacked vector."""
+    keys = sorted(sums)
+    vec = torch.stack([sums[k].float() for k in keys]) / max(count, 1)
+    if world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(vec)
+        vec /= world_size
+    return dict(zip(keys, vec.tolist()))
+
+
+def pretrain_worker(config: Config, ctx: WorkerContext) -> dict[str, float]:
+    """Pretrain from the latest checkpoint (or from scratch) to config.optim.epochs.
+
+    Returns the last epoch's metrics (rank 0's view; probe metrics only on rank 0).
+    """
+    cfg, spe = config, ctx.steps_per_epoch
+    torch.manual_seed(seed_for("init", cfg.train.seed))        # identical init on every rank
+    core = CoReECG(cfg).to(ctx.device)
+    model = ctx.wrap(core)
+    step = PretrainStep(model, cfg, Schedule(spe, cfg.optim.epochs, cfg.optim.warmup_epochs), core=core)
+    step_gen = torch.Generator(ctx.device)
+    writer = RunWriter(ctx.run_dir, ctx.is_main)
+    say = print if ctx.is_main and not ctx.quiet else (lambda *a, **k: None)
+
+    epoch, done_in_epoch, state = 0, 0, {}
+    resumed = ctx.latest()
+    if resumed is not None:
+        payload, path = resumed
+        check_compatible(path, load_checkpoint_config(payload, path), cfg)
+        core.load_state_dict(payload["model"])
         step.load_state_dict(payload["trainer"])
-        start_epoch = int(payload["epoch"]) + 1
-        gen.set_state(payload["generator"])
-        step_gen.set_state(payload["step_generator"])
+        epoch, done_in_epoch, state = int(payload["epoch"]), int(payload["batches_done"]), dict(payload["state"])
+        if ctx.is_main and "torch_rng" in payload:
+            torch.set_rng_state(payload["torch_rng"])
+        if done_in_epoch >= spe:
+            epoch, done_in_epoch = epoch + 1, 0
+        writer.line({"event": "resume", "step": step.step, "epoch": epoch, "batches_done": done_in_epoch,
+                     "checkpoint": str(path)})
+        say(f"resumed from {path}: step {step.step}, epoch {epoch}, {done_in_epoch} batches into it")
+    else:
+        torch.manual_seed(seed_for("torch", cfg.train.seed, ctx.rank))
+        if ctx.is_main and ctx.probe is not None and cfg.train.eval_every_epochs:
+            state["probe_auroc_init"] = _probe(core, ctx)["probe_auroc"]
+            writer.line({"event": "probe_init", "step": 0, "epoch": 0, "probe_auroc": state["probe_auroc_init"]})
+            say(f"probe_auroc of the randomly initialised encoder: {state['probe_auroc_init']:.4f}")
 
-    writer = SummaryWriter(str(out / "tensorboard"))
-    summary: dict = {}
-    with open(out / "metrics.jsonl", "a") as log:
-        for epoch in range(start_epoch, config.optim.epochs):
-            t0 = time.perf_counter()
-            perm = torch.randperm(len(data), generator=gen)
-            sums: dict[str, torch.Tensor] = {}
-            for i in range(steps_per_epoch):
-                batch = random_crop(data[perm[i * bs:(i + 1) * bs]], config.data.crop_samples, gen).to(device)
-                metrics = step(batch, generator=step_gen)
-                for k, v in metrics.items():     # summed on the device: no host sync per step
-                    sums[k] = sums.get(k, 0) + v.float().to(device)
-                if step.step % config.train.log_every == 0:
-                    for k, v in metrics.items():
-                        writer.add_scalar(f"pretrain/{k}", float(v), step.step)
-            summary = {k: float(v) / steps_per_epoch for k, v in sums.items()}
-            summary.update(epoch=epoch, step=step.step, seconds=time.perf_counter() - t0,
-                           samples_per_s=steps_per_epoch * bs / (time.perf_counter() - t0))
-            log.write(json.dumps(summary) + "\n")
-            log.flush()
-            save_checkpoint(ckpt_path, model, config, trainer=step.state_dict(), epoch=epoch,
-                            generator=gen.get_state(), step_generator=step_gen.get_state(), metrics=summary)
+    def payload_now(batches_done: int, metrics: dict[str, float]) -> dict[str, Any] | None:
+        if not ctx.is_main:
+            return None
+        return {"model": core.state_dict(), "trainer": step.state_dict(), "epoch": epoch,
+                "batches_done": batches_done, "state": state, "metrics": metrics,
+                "torch_rng": torch.get_rng_state()}
+
+    summary: dict[str, float] = {}
+    crop, seed = cfg.data.crop_samples, cfg.train.seed
+    global_batch = cfg.optim.batch_size
+    while epoch < cfg.optim.epochs:
+        t_epoch = t_log = time.perf_counter()
+        sums: dict[str, torch.Tensor] = {}
+        count, log_steps = 0, 0
+        batches = iter(ctx.epoch_batches(epoch))
+        for i in range(spe):
+            try:
+                signal, uid = next(batches)
+            except StopIteration:
+                raise RuntimeError(f"rank {ctx.rank}: epoch {epoch} ended after {i} of {spe} batches; "
+                                   "every rank must get the same number of full batches") from None
+            if i < done_in_epoch:   # resumed mid-epoch: this epoch's first batches are done
+                continue
+            step_gen.manual_seed(seed_for("step", seed, ctx.rank, step.step))
+            metrics = step(to_model_input(signal, uid, seed, epoch, crop), generator=step_gen)
+            for k, v in metrics.items():     # summed on the device: no host sync per step
+                sums[k] = sums.get(k, 0) + v.detach().float()
+            count, log_steps = count + 1, log_steps + 1
+            if step.step % cfg.train.log_every == 0 and ctx.is_main:
+                now = time.perf_counter()
+                values = _floats(metrics)
+                values["samples_per_s"] = log_steps * global_batch / (now - t_log)
+                t_log, log_steps = now, 0
+                writer.scalars("pretrain", values, step.step)
+                writer.line({"kind": "step", "step": step.step, "epoch": epoch, **values})
+            every = cfg.train.checkpoint_every_steps
+            if every and step.step % every == 0 and i + 1 < spe:
+                ctx.report({"step": step.step, "epoch": epoch, **_floats(metrics)}, payload_now(i + 1, {}))
+        done_in_epoch = 0
+        seconds = time.perf_counter() - t_epoch
+        summary = _mean_over_ranks(sums, count, ctx.world_size) if sums else {}
+        summary.update(epoch=epoch, step=step.step, seconds=seconds,
+                       samples_per_s=count * global_batch / seconds if count else 0.0)
+        every = cfg.train.eval_every_epochs
+        if ctx.is_main and every and ((epoch + 1) % every == 0 or epoch + 1 == cfg.optim.epochs):
+            summary.update(_evaluate(core, ctx, writer, epoch, step.step))
+        summary.update({k: v for k, v in state.items() if isinstance(v, float)})
+        writer.line({"kind": "epoch", **summary})
+        writer.scalars("epoch", {k: v for k, v in summary.items() if k not in ("epoch", "step")}, step.step)
+        say(progress_line(summary, cfg.optim.epochs))
+        ctx.report(summary, payload_now(spe, summary))
+        epoch += 1
+    if ctx.is_main:
+        path = export_encoder(ctx.run_dir / "encoder.pt", core, cfg, step=step.step, metrics=summary)
+        say(f"encoder exported: {path}")
     writer.close()
     return summary
+
+
+def load_checkpoint_config(payload: dict, path: Path) -> Config:
+    from coreecg.config import ConfigError, config_from_dict
+
+    try:
+        return config_from_dict(payload["config"])
+    except (ConfigError, KeyError) as e:
+        raise CheckpointError(f"{path}: stored config unreadable: {e}") from e
+
+
+def _probe(core: CoReECG, ctx: WorkerContext) -> dict[str, float]:
+    from coreecg.eval.probe import run_probe
+
+    return run_probe(core.encoder, ctx.probe, core.config.data.crop_samples, ctx.device)
+
+
+def _evaluate(core: CoReECG, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int) -> dict[str, float]:
+    """Rank 0: the representation probe and the reconstruction figure."""
+    out: dict[str, float] = {}
+    if ctx.probe is not None:
+        t0 = time.perf_counter()
+        out.update(_probe(core, ctx))
+        out["probe_seconds"] = time.perf_counter() - t0
+    if ctx.figure_windows is not None and core.time_decoder is not None:
+        from coreecg.eval.figures import reconstruction_figure
+
+        fig = reconstruction_figure(core, ctx.figure_windows, seed=core.config.train.seed,
+                                    title=f"epoch {epoch}, step {step}: original (blue), reconstruction of "
+                                          "masked patches (red); grey: masked, hatched: dropped")
+        writer.figure(fig, "reconstruction", epoch, step)
+    return out
+
+
+def progress_line(s: dict[str, float], epochs: int) -> str:
+    parts = [f"epoch {int(s['epoch']) + 1}/{epochs}", f"step {int(s['step'])}"]
+    for key, label in (("loss", "loss"), ("loss_rec", "rec"), ("loss_con", "con"), ("probe_auroc", "probe_auroc"),
+                       ("probe_auroc_init", "at init")):
+        if isinstance(s.get(key), float) and not math.isnan(s[key]):
+            parts.append(f"{label} {s[key]:.4f}")
+    parts.append(f"{s['samples_per_s']:.1f} samples/s")
+    parts.append(f"{s['seconds']:.1f} s")
+    return " | ".join(parts)
+
+
+# ---------------------------------------------------------------------------- plain (no Ray)
+
+
+def checkpoint_dirs(run_dir: Path) -> list[Path]:
+    """The run's checkpoint folders, oldest first (names carry the zero-padded step)."""
+    return sorted(p for p in Path(run_dir).glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file())
+
+
+def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | None = None,
+                   probe=None, quiet: bool = True) -> dict[str, float]:
+    """The no-Ray reference: one process, in-memory windows (n, C, T_stored) float32/16, the
+    same loop. Checkpoints go to run_dir/checkpoint_step<N>/ (the last
+    `train.keep_checkpoints` kept); re-running with the same run_dir resumes."""
+    run_dir = Path(run_dir) if run_dir is not None else config.train.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config.to_yaml(run_dir / "config.yaml")
+    device = resolve_device(config.train.device)
+    data = torch.from_numpy(np.ascontiguousarray(windows))
+    bs = config.optim.batch_size
+    if len(data) < bs:
+        raise ValueError(f"{len(data)} windows are fewer than one batch of {bs}")
+
+    def report(metrics: dict[str, float], payload: dict[str, Any] | None) -> None:
+        if payload is None:
+            return
+        path = run_dir / f"checkpoint_step{int(payload['trainer']['step']):09d}" / CHECKPOINT_FILE
+        save_checkpoint(path, payload.pop("model"), config, **payload)
+        for old in checkpoint_dirs(run_dir)[:-config.train.keep_checkpoints]:
+            for f in old.iterdir():
+                f.unlink()
+            old.rmdir()
+
+    def latest() -> tuple[dict, Path] | None:
+        dirs = checkpoint_dirs(run_dir)
+        if not dirs:
+            return None
+        path = dirs[-1] / CHECKPOINT_FILE
+        return load_checkpoint(path, device)[0], path
+
+    ctx = WorkerContext(
+        rank=0, world_size=1, device=device, steps_per_epoch=len(data) // bs, run_dir=run_dir,
+        epoch_batches=lambda epoch: memory_epoch_batches(data, bs, epoch, config.train.seed, device),
+        report=report, latest=latest, probe=probe, quiet=quiet)
+    return pretrain_worker(config, ctx)

@@ -29,7 +29,8 @@ class Schedule:
 
 
 def autocast(precision: str, device: torch.device):
-    if precision == "bf16":
+    """bf16 autocast when asked for, or by default ("auto") on CUDA; fp32 otherwise."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 

@@ -1,0 +1,1 @@
+"""Evaluation: metrics (scikit-learn), the in-loop representation probe, figures."""

@@ -1,0 +1,130 @@
+"""The in-loop representation probe: frozen mean-pooled embeddings of a labelled corpus, a
+logistic regression fitted on its train split, macro AUROC on its val split.
+
+Deterministic for a fixed encoder: a fixed, evenly spaced subset of windows (at most
+`max_windows` per split), the centre crop, eval mode, and lbfgs logistic regression (no
+random state involved). Sweeps optimise `probe_auroc`, so it must not wobble between calls.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.multiclass import OneVsRestClassifier
+from sklearn.preprocessing import StandardScaler
+
+from coreecg.data.corpus import decode_batch, load_manifest, split_files
+from coreecg.eval.metrics import macro_auroc
+
+
+@dataclass
+class ProbeSplit:
+    windows: np.ndarray      # (n, C, T_stored) float32
+    multihot: np.ndarray     # (n, K) float32
+    label: np.ndarray        # (n,) int64 first class
+
+
+@dataclass
+class ProbeData:
+    train: ProbeSplit
+    val: ProbeSplit
+    class_names: list[str]
+    multilabel: bool
+    corpus: str
+
+
+def read_spread(path: str | Path, split: str, max_windows: int, manifest: dict | None = None,
+                labelled_only: bool = True) -> dict[str, np.ndarray]:
+    """At most `max_windows` windows of one split, evenly spaced over its rows (every
+    `stride`-th row, in manifest order): deterministic and spread over the whole split
+    without decoding all of it. With `labelled_only`, unlabelled windows are skipped."""
+    manifest = manifest or load_manifest(path)
+    files = split_files(path, split, manifest)
+    total = sum(s["rows"] for s in manifest["shards"] if s["split"] == split)
+    stride = max(1, -(-total // max_windows))
+    tables, seen = [], 0
+    for f in files:
+        t = pq.read_table(f, columns=["labels", "signal"])
+        idx = np.arange((-seen) % stride, t.num_rows, stride)
+        seen += t.num_rows
+        t = t.take(pa.array(idx))
+        if labelled_only:
+            t = t.filter(pc.greater(pc.list_value_length(t["labels"]), 0))
+        tables.append(t)
+    out = decode_batch(pa.concat_tables(tables), tuple(manifest["signal"]["shape"]),
+                       len(manifest["class_names"]), manifest["signal"]["dtype"])
+    return {k: v[:max_windows] for k, v in out.items()}
+
+
+def load_probe_data(path: str | Path, max_windows: int) -> ProbeData:
+    """The probe's windows from a labelled corpus (ValueError if it has no labels or splits)."""
+    manifest = load_manifest(path)
+    if not manifest["class_names"]:
+        raise ValueError(f"probe corpus {path} has no labels (class_names is empty)")
+    splits = {}
+    for split in ("train", "val"):
+        d = read_spread(path, split, max_windows, manifest)
+        if len(d["signal"]) < 2:
+            raise ValueError(f"probe corpus {path}: fewer than 2 labelled {split} windows")
+        splits[split] = ProbeSplit(d["signal"], d["multihot"], d["label"])
+    return ProbeData(splits["train"], splits["val"], list(manifest["class_names"]),
+                     bool(manifest["multilabel"]), str(path))
+
+
+def center_crop(x: torch.Tensor, length: int) -> torch.Tensor:
+    """(B, C, T) -> (B, C, length), the middle `length` samples."""
+    start = (x.shape[-1] - length) // 2
+    return x[..., start:start + length]
+
+
+@torch.no_grad()
+def embed(encoder: torch.nn.Module, windows: np.ndarray, crop: int, device: torch.device,
+          batch_size: int = 128) -> np.ndarray:
+    """Mean-pooled encoder features of every window (centre crop): (n, C, T) -> (n, D) float64."""
+    was_training = encoder.training
+    encoder.eval()
+    feats = []
+    for i in range(0, len(windows), batch_size):
+        x = center_crop(torch.from_numpy(windows[i:i + batch_size]), crop).to(device, torch.float32)
+        feats.append(encoder.pooled(x).float().cpu())
+    encoder.train(was_training)
+    return torch.cat(feats).double().numpy()
+
+
+def fit_probe(train_x: np.ndarray, train: ProbeSplit, val_x: np.ndarray, val: ProbeSplit,
+              multilabel: bool) -> dict[str, float]:
+    """Logistic regression on standardised features -> probe_auroc (macro, one-vs-rest, over
+    the val classes that can be scored) and probe_acc (argmax accuracy; per-label at 0.5
+    for multi-label)."""
+    scaler = StandardScaler().fit(train_x)
+    tx, vx = scaler.transform(train_x), scaler.transform(val_x)
+    K = train.multihot.shape[1]
+    if multilabel:
+        present = train.multihot.sum(0) > 0
+        present &= train.multihot.sum(0) < len(train.multihot)
+        scores = np.zeros((len(vx), K))
+        if present.any():
+            clf = OneVsRestClassifier(LogisticRegression(max_iter=1000)).fit(tx, train.multihot[:, present])
+            scores[:, present] = clf.predict_proba(vx)
+        acc = float(((scores >= 0.5) == (val.multihot > 0.5)).mean())
+    else:
+        classes = np.unique(train.label)
+        scores = np.zeros((len(vx), K))
+        if len(classes) > 1:
+            clf = LogisticRegression(max_iter=1000).fit(tx, train.label)
+            scores[:, clf.classes_] = clf.predict_proba(vx)
+        acc = float((scores.argmax(1) == val.label).mean())
+    auroc, skipped = macro_auroc(val.multihot, scores)
+    return {"probe_auroc": auroc, "probe_acc": acc, "probe_classes_scored": float(K - len(skipped))}
+
+
+def run_probe(encoder: torch.nn.Module, data: ProbeData, crop: int, device: torch.device) -> dict[str, float]:
+    """Embed both probe splits with `encoder` (frozen, eval mode) and score the linear probe."""
+    return fit_probe(embed(encoder, data.train.windows, crop, device), data.train,
+                     embed(encoder, data.val.windows, crop, device), data.val, data.multilabel)

@@ -1,0 +1,277 @@
+"""Pretraining on Ray Train: a TorchTrainer whose workers run `pretrain_worker` on Ray Data shards.
+
+    from coreecg.train.distributed import pretrain
+    result = pretrain(load_config("configs/quickstart.yaml"))   # -> run folder, metrics, encoder
+
+Outputs go to `<train.storage_path>/<train.name>/`: Ray's checkpoint folders
+(`checkpoint_step<N>/checkpoint.pt`, the last `train.keep_checkpoints` kept), and rank 0's
+`config.yaml`, `metrics.jsonl`, `tensorboard/`, `figures/` and, at the end, `encoder.pt`.
+Re-running with the same storage path and name resumes from the latest checkpoint; a worker
+that dies is replaced up to `train.max_failures` times and resumes the same way.
+"""
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from coreecg.config import Config, config_from_dict, load_config
+from coreecg.train.checkpoint import (
+    CheckpointError, changed_keys, check_compatible, load_checkpoint, save_checkpoint,
+)
+from coreecg.train.ingest import epoch_batches, train_windows, training_dataset
+from coreecg.train.loop import CHECKPOINT_FILE, WorkerContext, checkpoint_dirs, pretrain_worker
+
+FIGURE_WINDOWS = 2
+
+
+def _progress_callback(epochs: int):
+    """A Ray Train UserCallback (runs in the Train controller) that prints one line per epoch
+    from rank 0's report, so the console shows progress once, not once per worker."""
+    from ray.train import UserCallback
+
+    from coreecg.train.loop import progress_line
+
+    class Progress(UserCallback):
+        def after_report(self, run_context, metrics, checkpoint):
+            m = metrics[0] if metrics else {}
+            if "seconds" in m:              # epoch reports; mid-epoch checkpoints carry no timing
+                print(progress_line(m, epochs), flush=True)
+
+        def after_exception(self, run_context, worker_exceptions):
+            for rank, exc in worker_exceptions.items():
+                print(f"worker {rank} failed: {type(exc).__name__}: {exc}", flush=True)
+
+    return Progress()
+
+
+@dataclass
+class PretrainResult:
+    run_dir: Path
+    metrics: dict[str, Any]
+    checkpoint: str | None
+    encoder: Path
+
+
+# ---------------------------------------------------------------------------- corpora
+
+
+def synthetic_corpus(config: Config) -> Path:
+    """The embedded synthetic corpus as Parquet under `data.cache_dir`, built on first use
+    (a re-run skips finished shards, so this is cheap once built)."""
+    from coreecg.data.pipeline import build_corpus
+
+    import dataclasses
+    import json
+
+    d = config.data
+    path = (Path(d.cache_dir) / f"synthetic-n{d.synthetic_records}-seed{d.sources.synthetic_seed}").resolve()
+    options = d.sources.for_source("synthetic", d.synthetic_records)
+    manifest = path / "manifest.json"
+    if manifest.is_file():
+        m = json.loads(manifest.read_text())
+        if (m.get("source_options"), m.get("preprocess"), m.get("split_ratios"), m.get("shard_records")) == \
+                (options, dataclasses.asdict(d.preprocess), list(d.split_ratios), d.shard_records):
+            return path
+    print(f"building the embedded synthetic corpus ({d.synthetic_records} records) at {path}")
+    build_corpus("synthetic", None, path, d, source_options=options)
+    return path
+
+
+def training_corpus(config: Config) -> Path:
+    return Path(config.data.corpus).resolve() if config.data.corpus else synthetic_corpus(config)
+
+
+def probe_corpus(config: Config, corpus: Path) -> Path | None:
+    """data.probe_corpus, else the training corpus when it is labelled, else None."""
+    from coreecg.data.corpus import load_manifest
+
+    if config.data.probe_corpus:
+        path = Path(config.data.probe_corpus).resolve()
+        if not load_manifest(path)["class_names"]:
+            raise ValueError(f"data.probe_corpus={path} has no labels")
+        return path
+    return corpus if load_manifest(corpus)["class_names"] else None
+
+
+# ---------------------------------------------------------------------------- pre-flight
+
+
+def preflight(run_dir: Path, config: Config) -> list[str]:
+    """Before any worker starts: an existing run folder must hold this model's config and
+    intact checkpoints (CheckpointError naming the file otherwise). Returns the config keys
+    that differ from the saved run (allowed: schedule, logging, data; reported on resume)."""
+    notes: list[str] = []
+    saved_yaml = run_dir / "config.yaml"
+    if saved_yaml.is_file():
+        saved = load_config(saved_yaml)
+        check_compatible(saved_yaml, saved, config)
+        notes = changed_keys(saved, config)
+    dirs = checkpoint_dirs(run_dir)
+    for d in dirs[:-1]:
+        _verify_sidecar(d / CHECKPOINT_FILE)
+    if dirs:
+        payload, saved = load_checkpoint(dirs[-1] / CHECKPOINT_FILE)
+        check_compatible(dirs[-1] / CHECKPOINT_FILE, saved, config)
+    return notes
+
+
+def _verify_sidecar(path: Path) -> None:
+    from coreecg.train.checkpoint import _sha256
+
+    sidecar = Path(f"{path}.sha256")
+    if sidecar.is_file() and sidecar.read_text().strip() != _sha256(path):
+        raise CheckpointError(f"{path}: corrupted checkpoint (sha256 differs from {sidecar.name})")
+
+
+# ---------------------------------------------------------------------------- the worker
+
+
+def _ray_worker(loop_config: dict[str, Any]) -> None:
+    """train_loop_per_worker: the shared loop with Ray's data, DDP and reporting."""
+    import ray.train
+    import ray.train.torch
+    from ray.train import Checkpoint
+
+    import logging
+    import warnings
+
+    # Ray hands read-only Arrow buffers to torch; the batch is never written in place.
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    # Train logs every report (the whole metrics dict) at INFO under a logger named after its
+    # file, outside LoggingConfig's reach; the controller callback prints one line instead.
+    try:
+        from ray.train.v2._internal.execution import context as _train_context
+        logging.getLogger(_train_context.__file__).setLevel(logging.WARNING)
+    except ImportError:
+        pass
+    cfg = config_from_dict(loop_config["config"])
+    rc = ray.train.get_context()
+    rank, world = rc.get_world_rank(), rc.get_world_size()
+    device = ray.train.torch.get_device()
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, cfg.train.cpus_per_worker))
+    shard = ray.train.get_dataset_shard("train")
+    per_worker = cfg.optim.batch_size // world
+    probe = figures = None
+    if rank == 0:
+        probe, figures = _rank0_eval_data(cfg, loop_config)
+
+    def report(metrics: dict[str, float], payload: dict[str, Any] | None) -> None:
+        name = f"checkpoint_step{int(metrics['step']):09d}"
+        if payload is None:
+            ray.train.report(metrics, checkpoint_dir_name=name)
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            save_checkpoint(Path(tmp) / CHECKPOINT_FILE, payload.pop("model"), cfg, **payload)
+            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp), checkpoint_dir_name=name)
+
+    def latest() -> tuple[dict, Path] | None:
+        ckpt = ray.train.get_checkpoint()
+        if ckpt is None:
+            return None
+        with ckpt.as_directory() as d:
+            payload, _ = load_checkpoint(Path(d) / CHECKPOINT_FILE, device)
+        return payload, Path(ckpt.path) / CHECKPOINT_FILE
+
+    def wrap(model: torch.nn.Module) -> torch.nn.Module:
+        # Buffers (positions, a fixed FDA map) are constants: no per-step broadcast.
+        return ray.train.torch.prepare_model(model, move_to_device=False,
+                                             parallel_strategy_kwargs={"forward_sync_buffers": False})
+
+    ctx = WorkerContext(
+        rank=rank, world_size=world, device=device, steps_per_epoch=loop_config["steps_per_epoch"],
+        run_dir=Path(loop_config["run_dir"]),
+        epoch_batches=lambda epoch: epoch_batches(shard, per_worker, epoch, cfg.train.seed, rank,
+                                                  cfg.data.shuffle_buffer, device),
+        report=report, latest=latest, wrap=wrap, probe=probe, figure_windows=figures, quiet=True)
+    pretrain_worker(cfg, ctx)
+
+
+def _rank0_eval_data(cfg: Config, loop_config: dict[str, Any]):
+    """The probe's windows and the figure's fixed validation windows (rank 0 only)."""
+    from coreecg.eval.probe import center_crop, load_probe_data, read_spread
+
+    probe = load_probe_data(loop_config["probe_corpus"], cfg.data.probe_max_windows) \
+        if loop_config["probe_corpus"] else None
+    corpus = loop_config["corpus"]
+    figures = None
+    for split in ("val", "train"):
+        try:
+            windows = read_spread(corpus, split, FIGURE_WINDOWS, labelled_only=False)["signal"]
+        except ValueError:
+            continue
+        if len(windows):
+            figures = center_crop(torch.from_numpy(windows), cfg.data.crop_samples)
+            break
+    return probe, figures
+
+
+# ---------------------------------------------------------------------------- the driver
+
+
+def build_trainer(config: Config, *, quiet: bool = False, callbacks: list | None = None):
+    """Everything up to `fit()`: corpus, dataset, pre-flight, the TorchTrainer.
+
+    -> (trainer, run_dir). Tune trials call this and `fit()` themselves.
+    """
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from coreecg.cluster import init_ray
+
+    from ray.data import DataContext
+
+    t = config.train
+    init_ray(t.num_workers * t.cpus_per_worker)
+    ctx = DataContext.get_current()          # propagated to the Train workers
+    ctx.enable_progress_bars = ctx.enable_operator_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)   # per-execution INFO lines, every epoch
+    corpus = training_corpus(config)
+    n = train_windows(corpus)
+    per_worker = config.optim.batch_size // t.num_workers
+    steps_per_epoch = (n // t.num_workers) // per_worker
+    if steps_per_epoch == 0:
+        raise ValueError(f"{corpus}: {n} training windows give no full batch of {config.optim.batch_size} "
+                         f"over {t.num_workers} workers; lower optim.batch_size")
+    probe = probe_corpus(config, corpus)
+    run_dir = t.run_dir
+    notes = preflight(run_dir, config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config.to_yaml(run_dir / "config.yaml")
+    if not quiet:
+        print(f"run folder: {run_dir}")
+        print(f"corpus: {corpus} ({n} training windows, {steps_per_epoch} steps/epoch of "
+              f"{config.optim.batch_size} over {t.num_workers} worker(s))")
+        print(f"probe: {probe if probe else 'none (the training corpus has no labels; set data.probe_corpus)'}")
+        if notes:
+            print(f"resuming with changed settings: {', '.join(notes)}")
+    trainer = TorchTrainer(
+        _ray_worker,
+        train_loop_config={"config": config.to_dict(), "steps_per_epoch": steps_per_epoch,
+                           "run_dir": str(run_dir), "corpus": str(corpus),
+                           "probe_corpus": str(probe) if probe else ""},
+        scaling_config=ray.train.ScalingConfig(num_workers=t.num_workers, use_gpu=t.use_gpu,
+                                               resources_per_worker={"CPU": t.cpus_per_worker}),
+        run_config=ray.train.RunConfig(
+            name=run_dir.name, storage_path=str(run_dir.parent),
+            failure_config=ray.train.FailureConfig(max_failures=t.max_failures),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=t.keep_checkpoints),
+            logging_config=ray.train.LoggingConfig(log_level="WARNING"),
+            callbacks=[*(callbacks or []), *([] if quiet else [_progress_callback(config.optim.epochs)])]),
+        datasets={"train": training_dataset(corpus, t.seed, config.data.cache_in_memory_gb)},
+    )
+    return trainer, run_dir
+
+
+def pretrain(config: Config, *, quiet: bool = False) -> PretrainResult:
+    """Run (or resume) a pretraining on the Ray cluster; returns where everything went."""
+    trainer, run_dir = build_trainer(config, quiet=quiet)
+    result = trainer.fit()
+    return PretrainResult(run_dir=run_dir, metrics=dict(result.metrics or {}),
+                          checkpoint=result.checkpoint.path if result.checkpoint else None,
+                          encoder=run_dir / "encoder.pt")

@@ -1,0 +1,183 @@
+"""Pretraining on Ray Train + Ray Data, end to end at tiny scale on the session's Ray cluster:
+outputs, resume after a killed driver, recovery from a killed worker, ingest randomness,
+and the checkpoint errors that must stop a run before it starts."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import coreecg
+from coreecg.config import load_config
+from coreecg.data.pipeline import build_corpus
+from coreecg.train.checkpoint import CheckpointError
+from coreecg.train.distributed import pretrain, preflight
+from coreecg.train.ingest import crop_offsets, epoch_batches, to_model_input, training_dataset
+from coreecg.train.loop import CHECKPOINT_FILE, checkpoint_dirs
+from tests.helpers import TINY
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _lines(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _config(tmp: Path, name: str, *extra: str):
+    return load_config(overrides=[*TINY, "optim.batch_size=8", "optim.warmup_epochs=1", "optim.lr=1e-3",
+                                  "train.num_workers=2", f"train.storage_path={tmp}", f"train.name={name}",
+                                  "train.log_every=1", *extra])
+
+
+@pytest.fixture(scope="module")
+def corpora(ray_session, ecg_data, tmp_path_factory):
+    """The real MIMIC-IV-ECG-layout records (pretraining) and PTB-XL (probe), preprocessed here."""
+    root = tmp_path_factory.mktemp("corpora")
+    cfg = load_config(overrides=["data.shard_records=16"]).data
+    build_corpus("mimic-iv-ecg", ecg_data / "mimic-iv-ecg-layout", root / "mimic", cfg)
+    build_corpus("ptbxl", ecg_data / "ptbxl", root / "ptbxl", cfg,
+                 source_options=cfg.sources.for_source("ptbxl", 0))
+    return root
+
+
+@pytest.fixture(scope="module")
+def finished_run(corpora, tmp_path_factory):
+    """One complete 2-worker pretraining on the real MIMIC-layout records."""
+    tmp = tmp_path_factory.mktemp("runs")
+    cfg = _config(tmp, "mimic", f"data.corpus={corpora / 'mimic'}", f"data.probe_corpus={corpora / 'ptbxl'}",
+                  "optim.epochs=3", "train.checkpoint_every_steps=4", "data.probe_max_windows=64")
+    return cfg, pretrain(cfg, quiet=True)
+
+
+def test_end_to_end_on_real_records(finished_run):
+    cfg, result = finished_run
+    run = result.run_dir
+    epochs = [x for x in _lines(run) if x.get("kind") == "epoch"]
+    steps = [x for x in _lines(run) if x.get("kind") == "step"]
+    assert [e["epoch"] for e in epochs] == [0, 1, 2]
+    assert epochs[-1]["loss"] < epochs[0]["loss"]                    # it learns
+    for key in ("loss_rec", "loss_con", "lr", "ema_momentum", "grad_norm", "visible_frac", "masked_frac",
+                "dropped_frac", "fda_rel_perturbation", "teacher_student_cos", "samples_per_s"):
+        assert all(key in s for s in steps), key
+    assert 0.0 <= epochs[-1]["probe_auroc"] <= 1.0 and "probe_auroc_init" in epochs[-1]
+    assert result.metrics["step"] == epochs[-1]["step"] and "probe_auroc" in result.metrics
+    assert (run / "config.yaml").read_text() == cfg.to_yaml()
+    assert any(f.name.startswith("events.out.tfevents") for f in (run / "tensorboard").iterdir())
+    assert (run / "figures" / "reconstruction_epoch2.png").stat().st_size > 10_000
+    kept = checkpoint_dirs(run)
+    assert 1 <= len(kept) <= cfg.train.keep_checkpoints
+    assert (kept[-1] / f"{CHECKPOINT_FILE}.sha256").is_file()
+    enc = coreecg.load_encoder(result.encoder)
+    assert enc.pooled(torch.randn(2, 12, 2250)).shape == (2, 32)
+
+
+def test_corrupted_and_foreign_checkpoints_stop_before_training(finished_run, tmp_path):
+    cfg, result = finished_run
+    run = tmp_path / "mimic"
+    shutil.copytree(result.run_dir, run)
+    cfg = load_config(overrides=[f"{k}={v}" for k, v in [("train.storage_path", tmp_path)]] + [
+        *TINY, "optim.batch_size=8", "train.name=mimic"])
+    latest = checkpoint_dirs(run)[-1] / CHECKPOINT_FILE
+    blob = bytearray(latest.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    latest.write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match=str(latest)):
+        preflight(run, cfg)
+    latest.write_bytes(bytes(blob[: len(blob) // 3]))                 # truncated, sidecar removed
+    Path(f"{latest}.sha256").unlink()
+    with pytest.raises(CheckpointError, match="unreadable|truncated"):
+        preflight(run, cfg)
+    other = load_config(overrides=[*TINY, "model.embed_dim=48", "model.latent_decoder_dim=48",
+                                   f"train.storage_path={tmp_path}", "train.name=mimic"])
+    with pytest.raises(CheckpointError, match=r"config\.yaml.*model\.embed_dim"):
+        pretrain(other, quiet=True)
+
+
+def test_training_ingest_is_seeded_per_epoch_and_float16(corpora, ray_session):
+    ds = training_dataset(corpora / "mimic", seed=0)
+
+    def epoch(e: int):
+        it = ds.iterator()
+        sig, uid = zip(*epoch_batches(it, 8, e, seed=0, rank=0, shuffle_buffer=32, device=torch.device("cpu")))
+        return torch.cat(sig), torch.cat(uid)
+
+    s0, u0 = epoch(0)
+    s0b, u0b = epoch(0)
+    s1, u1 = epoch(1)
+    assert s0.dtype == torch.float16 and s0.shape[1:] == (12, 2500)
+    assert torch.equal(u0, u0b) and torch.equal(s0, s0b)              # same seed, same epoch: same stream
+    assert not torch.equal(u0, u1)                                    # another epoch: another order
+    assert len(set(u0.tolist())) == len(u0) and sorted(u0.tolist()) == sorted(u1.tolist())
+    c0, c1 = crop_offsets(u0, 0, 0, 251), crop_offsets(u0, 0, 1, 251)
+    assert (c0 != c1).float().mean() > 0.9 and c0.min() >= 0 and c0.max() <= 250
+    x = to_model_input(s0, u0, 0, 0, 2250)
+    assert x.dtype == torch.float32 and x.shape[-1] == 2250
+    first = int(crop_offsets(u0[:1], 0, 0, 251))
+    assert torch.equal(x[0], s0[0, :, first:first + 2250].float())
+
+
+def test_resume_after_the_driver_is_killed(ray_session, tmp_path):
+    name = "resume"
+    args = [sys.executable, "jobs/pretrain.py", *sum((["--set", s] for s in TINY), []),
+            "--set", "optim.batch_size=8", "--set", "optim.epochs=4", "--set", "data.synthetic_records=96",
+            "--set", f"data.cache_dir={tmp_path / 'cache'}", "--set", f"train.storage_path={tmp_path}",
+            "--set", f"train.name={name}", "--set", "train.checkpoint_every_steps=2",
+            "--set", "train.eval_every_epochs=0"]
+    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    run = tmp_path / name
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while not checkpoint_dirs(run) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = int(checkpoint_dirs(run)[-1].name.split("step")[1])
+    time.sleep(3)                                                     # Ray reaps the dead job's workers
+    done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = _lines(run)
+    resumes = [x for x in lines if x.get("event") == "resume"]
+    assert [r["step"] for r in resumes] == [killed_at]                # continued, not restarted
+    epochs = [x for x in lines if x.get("kind") == "epoch"]
+    steps_per_epoch = next(x["step"] for x in epochs if x["epoch"] == 0)
+    assert killed_at < 4 * steps_per_epoch, "the driver must be killed mid-run"
+    assert epochs[-1]["epoch"] == 3 and epochs[-1]["step"] == 4 * steps_per_epoch   # as uninterrupted
+    assert "encoder.pt" in done.stdout
+
+
+def test_a_killed_worker_is_replaced_and_training_resumes(ray_session, tmp_path):
+    import psutil
+
+    cfg = _config(tmp_path, "fault", "optim.epochs=6", "data.synthetic_records=96",
+                  f"data.cache_dir={tmp_path / 'cache'}", "train.checkpoint_every_steps=3",
+                  "train.eval_every_epochs=0", "train.max_failures=2")
+    out: dict = {}
+    start = time.time()
+    thread = threading.Thread(target=lambda: out.setdefault("result", pretrain(cfg, quiet=True)))
+    thread.start()
+    run = tmp_path / "fault"
+    while not checkpoint_dirs(run) and thread.is_alive():
+        time.sleep(0.2)
+    workers = [p for p in psutil.process_iter(["cmdline", "create_time"])
+               if "RayTrainWorker" in " ".join(p.info["cmdline"] or []) and p.info["create_time"] >= start - 1]
+    assert workers, "no Ray Train worker process found"
+    os.kill(workers[-1].pid, signal.SIGKILL)
+    thread.join(timeout=400)
+    assert "result" in out, "the run did not finish after a worker was killed"
+    lines = _lines(run)
+    resumes = [x for x in lines if x.get("event") == "resume"]
+    assert resumes and resumes[0]["step"] >= 3                       # from the checkpoint, not from 0
+    epochs = [x for x in lines if x.get("kind") == "epoch"]
+    assert epochs[-1]["epoch"] == 5 and out["result"].metrics["step"] == epochs[-1]["step"]

@@ -43,7 +43,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import torch
 
 FORMAT_VERSION = 1
 SIGNAL_DTYPE = np.float16
@@ -159,6 +158,8 @@ def decode_signals(col: pa.Array | pa.ChunkedArray, shape: Iterable[int], dtype:
     raw = np.frombuffer(col.buffers()[1], dtype=np.uint8)[col.offset * width:(col.offset + len(col)) * width]
     stored = raw.view(np.dtype(dtype).newbyteorder("<")).reshape(-1, *shape)
     if stored.dtype == np.float16:  # torch's float16 -> float32 cast is ~3x faster than numpy's
+        import torch  # here, not at module level: reading ECG files must not pull in torch
+
         return torch.from_numpy(stored.copy()).float().numpy()
     return stored.astype(np.float32)
 

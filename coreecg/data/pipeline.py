@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-import coreecg
 from coreecg.config import DataConfig, PreprocessConfig
 from coreecg.data.corpus import (
     FORMAT_VERSION, MANIFEST, QUARANTINE, SIGNAL_DTYPE, sha256_file, windows_table,
@@ -37,6 +36,7 @@ from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources import get_source
 from coreecg.data.splits import SPLITS, assign_split, patient_key
+from coreecg.version import __version__
 
 STATE_DIR = "_state"
 
@@ -174,7 +174,7 @@ def code_version() -> dict[str, Any]:
         sha = git.stdout.strip() if git.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         sha = None
-    return {"coreecg": coreecg.__version__, "git": sha}
+    return {"coreecg": __version__, "git": sha}
 
 
 def reason_kind(reason: str) -> str:
@@ -203,7 +203,7 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     out.mkdir(parents=True, exist_ok=True)
     shards, dupes = plan(refs, cfg.shard_records)
     # Everything that changes a shard's bytes; a shard whose key differs is rebuilt on resume.
-    settings = {"format_version": FORMAT_VERSION, "coreecg": coreecg.__version__, "source": source.name,
+    settings = {"format_version": FORMAT_VERSION, "coreecg": __version__, "source": source.name,
                 "source_options": source_options or {},
                 "preprocess": dataclasses.asdict(cfg.preprocess), "split_ratios": list(cfg.split_ratios),
                 "class_names": list(source.class_names), "signal_dtype": np.dtype(SIGNAL_DTYPE).name}

@@ -265,3 +265,66 @@ def test_units_are_converted_or_rejected(ptbxl_copy):
     _edit_header(ptbxl_copy, "1000.0(0)/uV", "1000.0(0)/mmHg")
     with pytest.raises(RecordError, match="unknown units: 'mmHg' for lead I"):
         read_wfdb(ptbxl_copy)
+
+
+@pytest.mark.parametrize("old, new, reason", [
+    ("00008_hr 12 500 5000", "00008_hr 12 abc 5000", "unparseable sampling rate in header: 'abc'"),
+    ("00008_hr 12 500 5000", "00008_hr 12 0 5000", "zero sampling rate in header"),
+    ("00008_hr 12 500 5000", "00008_hr 12", "no sampling rate in header"),
+    ("00008_hr 12 500 5000", "00008_hr 12 500 5k", "unparseable sample count in header: '5k'"),
+    ("00008_hr 12 500 5000", "00008_hr 12 500 0", "zero sample count in header"),
+    ("1000.0(0)/mV", "0(0)/mV", "uncalibrated signal (ADC gain 0 for lead I in header)"),
+    ("1000.0(0)/mV", "x(0)/mV", "unparseable ADC gain in header: 'x(0)/mV' in signal line 1"),
+    ("1000.0(0)/mV 16 0 -40 12319 0 I", "", "no ADC gain in header: signal line 1"),
+])
+def test_rate_count_and_gain_are_checked_on_the_header_text(ptbxl_copy, old, new, reason):
+    """wfdb reads 'abc' Hz as 250 Hz and gain 0 as 200/mV: the header text decides."""
+    _edit_header(ptbxl_copy, old, new)
+    with pytest.raises(RecordError) as err:
+        read_wfdb(ptbxl_copy)
+    assert err.value.reason.startswith(reason)
+
+
+def _copy_renamed(src: Path, dst_dir: Path, name: str, record_line_name: str | None = None) -> Path:
+    """Copy a CinC record (.hea + .mat) under a new name; the record line may name something else."""
+    text = src.with_suffix(".hea").read_text().replace(src.name, name)
+    if record_line_name is not None:
+        first, rest = text.split("\n", 1)
+        text = first.replace(name, record_line_name, 1) + "\n" + rest
+    (dst_dir / f"{name}.hea").write_text(text, encoding="utf-8")
+    shutil.copy(src.with_suffix(".mat"), dst_dir / f"{name}.mat")
+    return dst_dir / name
+
+
+def test_cinc2020_georgia_record_line_naming_the_data_file_is_read(ecg_data, tmp_path):
+    """CinC 2020 Georgia headers: 'E00009.mat 12 500 5000 ...' (wfdb: invalid syntax in record line)."""
+    original = ecg_data / "cinc2021-smoke/G12EC/E00001"
+    rec = _copy_renamed(original, tmp_path, "E00009", record_line_name="E00009.mat")
+    assert rec.with_suffix(".hea").read_text().startswith("E00009.mat 12 500 5000")
+    sig = read_wfdb(rec)
+    assert sig.quirks == ["record line names the data file (E00009.mat)"]
+    want = read_wfdb(original)
+    assert np.array_equal(sig.signal, want.signal) and sig.fs == 500 and sig.lead_names == want.lead_names
+    src = get_source("cinc2021")
+    (ref,) = src.list_records(tmp_path)
+    got = src.read(ref)
+    assert got.labels == src.read(src.list_records(original.parent)[0]).labels != ()
+    assert got.meta["subset"] == "Georgia"
+
+
+def test_non_ascii_record_and_unit_names_are_read_as_written(ecg_data, tmp_path):
+    """wfdb decodes headers as ASCII: 'Ü0022.mat' became '0022.mat' (missing), 'µV' became 'V' (x1e6)."""
+    original = ecg_data / "cpsc2018-cinc2020/A0022"
+    rec = _copy_renamed(original, tmp_path, "Ü0022")
+    want = read_wfdb(original).signal
+    sig = read_wfdb(rec)
+    assert np.array_equal(sig.signal, want)
+    assert sig.quirks == ["non-ASCII characters in record or signal lines"]
+    hea = rec.with_suffix(".hea")
+    lines = hea.read_text().splitlines()
+    lines[1] = lines[1].replace("/mV", "/µV")                       # lead I in microvolts
+    hea.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    sig = read_wfdb(rec)
+    assert sig.units[0] == "µV" and np.allclose(sig.signal[0], want[0] / 1000) and np.array_equal(sig.signal[1:], want[1:])
+    (ref,) = get_source("wfdb").list_records(tmp_path)
+    assert ref.record_id == "Ü0022" and get_source("wfdb").read(ref).signal.shape == want.shape

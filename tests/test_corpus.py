@@ -230,7 +230,7 @@ def quarantine_corpus(ecg_data, tmp_path_factory, ray_session):
     ("zerolead", "lead V4 is flat"),
     ("missinglead", "missing lead(s) V3"),
     ("oddrate", "cannot resample 257.3 Hz to 250 Hz with an exact rational factor"),
-    ("short", "record is 6.00 s, shorter than 10 s"),
+    ("short", "record is 6 s, shorter than 10 s (3000 samples at 500 Hz, needs 5000)"),
 ])
 def test_each_bad_record_is_quarantined_with_its_reason(quarantine_corpus, name, reason):
     _, out, _ = quarantine_corpus

@@ -1,7 +1,7 @@
 """coreecg: CoRe-ECG self-supervised pretraining of 12-lead ECG models."""
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from coreecg.version import __version__  # a module of its own: data reads it without this file's API
 
 
 def load_encoder(path, map_location="cpu"):

@@ -72,6 +72,13 @@ class PTBXLOptions:
 
 
 @dataclass
+class CPSC2018Options:
+    # first: REFERENCE.csv's First_label, the challenge's primary label (the paper's 9-class
+    # single-label task); single: records with one label only; multi: all labels; none: unlabelled
+    label_view: Literal["first", "single", "multi", "none"] = "first"
+
+
+@dataclass
 class CinC2021Options:
     class_map: Literal["scored26", "ningbo25", "frequent", "none"] = "scored26"
     min_count: int = 1                # class_map=frequent: codes seen at least this often ...
@@ -84,6 +91,7 @@ class SourceOptions:
     """Reader options per source (the rest of the readers take none)."""
 
     ptbxl: PTBXLOptions = field(default_factory=PTBXLOptions)
+    cpsc2018: CPSC2018Options = field(default_factory=CPSC2018Options)
     cinc2021: CinC2021Options = field(default_factory=CinC2021Options)
     synthetic_seed: int = 0
 
@@ -91,6 +99,8 @@ class SourceOptions:
         """Constructor options of `coreecg.data.sources.get_source(name, ...)`."""
         if name == "ptbxl":
             return dataclasses.asdict(self.ptbxl)
+        if name == "cpsc2018":
+            return dataclasses.asdict(self.cpsc2018)
         if name == "cinc2021":
             opts = dataclasses.asdict(self.cinc2021)
             opts["subsets"] = list(opts["subsets"]) or None

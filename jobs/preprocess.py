@@ -8,6 +8,8 @@ Every setting is a `data.*` key of the typed config (coreecg/config.py): preproc
 (`data.preprocess.*`), splits, shard size and the readers' options (`data.sources.*`).
 Re-running with the same arguments skips finished shards. Exit codes: 0 done (quarantined
 records are listed in CORPUS/quarantine.csv), 2 bad arguments / missing input / unknown source.
+At the end, after the JSON summary, warnings go to stderr ("warning: ..."): diagnosis codes
+the reader did not recognise, records without a patient id (see manifest.json).
 Under `ray job submit` (RAY_ADDRESS set) it joins that cluster; otherwise it starts a local one.
 """
 from __future__ import annotations
@@ -53,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     try:  # unknown source, missing or empty input: fail before paying for Ray start-up
         refs = get_source(args.source, **options).list_records(Path(args.input) if args.input else None)
         init_ray()
-        result = build_corpus(args.source, args.input, args.output, cfg, source_options=options, refs=refs)
+        result = build_corpus(args.source, args.input, args.output, cfg, source_options=options, refs=refs,
+                              log_warnings=False)  # printed below, after the summary
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -62,12 +65,16 @@ def main(argv: list[str] | None = None) -> int:
                       "records_listed": c["records_listed"], "records_written": c["records_written"],
                       "records_quarantined": c["records_quarantined"],
                       "quarantine_reasons": c["quarantine_reasons"], "windows": c["windows"],
-                      "patients": c["patients"], "shards": run["shards"],
-                      "shards_skipped": run["shards_skipped"], "wall_s": round(run["wall_s"], 2),
-                      "notes": result["notes"]}, indent=1))
+                      "patients": c["patients"], "patient_id_fallbacks": c["patient_id_fallbacks"],
+                      "label_view": result["label_view"], "unrecognised_codes": result["unrecognised_codes"],
+                      "shards": run["shards"], "shards_skipped": run["shards_skipped"],
+                      "wall_s": round(run["wall_s"], 2), "notes": result["notes"],
+                      "warnings": result["warnings"]}, indent=1))
     if c["records_quarantined"]:
         print(f"{c['records_quarantined']} record(s) quarantined: see {Path(args.output) / 'quarantine.csv'}",
               file=sys.stderr)
+    for message in result["warnings"]:
+        print(f"warning: {message}", file=sys.stderr)
     return 0
 
 

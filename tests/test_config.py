@@ -74,5 +74,10 @@ def test_reader_options_are_typed_and_reach_get_source():
     syn = get_source("synthetic", **s.for_source("synthetic", 10))
     assert (syn.n_records, syn.seed) == (10, 3)
     assert s.for_source("mimic-iv-ecg", 10) == {}
+    assert get_source("cpsc2018", **s.for_source("cpsc2018", 10)).label_view == "first"   # the paper's task
+    cpsc = load_config(overrides=["data.sources.cpsc2018.label_view=multi"]).data.sources
+    assert get_source("cpsc2018", **cpsc.for_source("cpsc2018", 10)).multilabel
+    with pytest.raises(ConfigError, match=r"data\.sources\.cpsc2018\.label_view"):
+        load_config(overrides=["data.sources.cpsc2018.label_view=primary"])
     with pytest.raises(ConfigError, match=r"data\.sources\.ptbxl\.rate"):
         load_config(overrides=["data.sources.ptbxl.rate=250"])

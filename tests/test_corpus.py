@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -230,7 +231,7 @@ def quarantine_corpus(ecg_data, tmp_path_factory, ray_session):
     ("zerolead", "lead V4 is flat"),
     ("missinglead", "missing lead(s) V3"),
     ("oddrate", "cannot resample 257.3 Hz to 250 Hz with an exact rational factor"),
-    ("short", "record is 6.00 s, shorter than 10 s"),
+    ("short", "record is 6 s, shorter than 10 s (3000 samples at 500 Hz, needs 5000)"),
 ])
 def test_each_bad_record_is_quarantined_with_its_reason(quarantine_corpus, name, reason):
     _, out, _ = quarantine_corpus
@@ -281,12 +282,117 @@ def test_mimic_empty_study_folder_is_quarantined_and_order_is_fixed(ecg_data, tm
     np.testing.assert_allclose(stored, direct[0], atol=1e-4, rtol=F16_TOL)
 
 
+# ------------------------------------------------------- data fidelity (one run, many cases)
+
+
+def _add_comment(rec: Path, comment: str) -> None:
+    hea = rec.with_suffix(".hea")
+    hea.write_text(hea.read_text() + comment + "\n")
+
+
+@pytest.fixture(scope="module")
+def fidelity_corpus(ecg_data, tmp_path_factory, ray_session):
+    """The generic reader over a folder of real records with the issue's cases, in one run."""
+    root = tmp_path_factory.mktemp("fid") / "records"
+    root.mkdir()
+    ptbxl = ecg_data / PTBXL_500
+    for name, src, comment in (("p1a", "00003_hr", "# Patient ID: P1"), ("p1b", "00004_hr", "# Patient ID: P1"),
+                               ("p2", "00005_hr", "#Subject: P2"), ("nopat", "00006_hr", "# Age: 50")):
+        _add_comment(_copy_record(ptbxl / src, root, name), comment)
+    # CinC 2020 Georgia: the record line names the data file.
+    georgia = (ecg_data / "cinc2021-smoke/G12EC/E00001.hea").read_text().replace("E00001", "E00009")
+    (root / "E00009.hea").write_text(georgia.replace("E00009 ", "E00009.mat ", 1))
+    shutil.copy(ecg_data / "cinc2021-smoke/G12EC/E00001.mat", root / "E00009.mat")
+    # A non-ASCII record name (CPSC A0022, 27 s).
+    (root / "Ü0022.hea").write_text((ecg_data / "cpsc2018-cinc2020/A0022.hea").read_text().replace("A0022", "Ü0022"))
+    shutil.copy(ecg_data / "cpsc2018-cinc2020/A0022.mat", root / "Ü0022.mat")
+    bad = _copy_record(ptbxl / "00007_hr", root, "B0019")          # rate 'abc': wfdb read 250 Hz
+    hea = bad.with_suffix(".hea")
+    hea.write_text(hea.read_text().replace("B0019 12 500 5000", "B0019 12 abc 5000"))
+    gain0 = _copy_record(ptbxl / "00008_hr", root, "gain0")       # wfdb turned gain 0 into 200
+    hea = gain0.with_suffix(".hea")
+    hea.write_text(hea.read_text().replace("1000.0(0)/mV", "0(0)/mV", 1))
+    shutil.copy(ecg_data / "cpsc2018-cinc2020/A0003.mat", root / "lonely.mat")  # no header
+    _rewrite(ptbxl / "00010_hr", root, "short4999", seconds=9.998)
+    out = tmp_path_factory.mktemp("fidout") / "corpus"
+    result = build_corpus("wfdb", root, out, DataConfig(shard_records=4))
+    return root, out, result
+
+
+def test_fidelity_run_writes_the_readable_and_quarantines_the_rest(fidelity_corpus):
+    root, out, result = fidelity_corpus
+    m = _manifest_consistent(out)
+    c = m["counts"]
+    assert c["records_listed"] == 10 == c["records_written"] + c["records_quarantined"]
+    assert set(_all_splits(out)["record_id"]) == {"p1a", "p1b", "p2", "nopat", "E00009", "Ü0022"}
+    q = _quarantine(out)
+    assert set(q) == {"B0019", "gain0", "lonely.mat", "short4999"}
+    assert q["B0019"].startswith("unparseable sampling rate in header: 'abc'")
+    assert q["gain0"] == "uncalibrated signal (ADC gain 0 for lead I in header)"
+    assert q["lonely.mat"].startswith("no header: lonely.mat has no lonely.hea")
+    assert q["short4999"] == "record is 9.998 s, shorter than 10 s (4999 samples at 500 Hz, needs 5000)"
+    assert m["notes"]["header corrected: record line names the data file"] == 1
+    assert m["notes"]["header corrected: non-ASCII characters in record or signal lines"] == 1
+
+
+def test_fidelity_run_georgia_and_non_ascii_records_equal_their_originals(fidelity_corpus, ecg_data):
+    _, out, _ = fidelity_corpus
+    data = _all_splits(out)
+    for rid, original, source in (("E00009", "cinc2021-smoke/G12EC/E00001", "cinc2021"),
+                                  ("Ü0022", "cpsc2018-cinc2020/A0022", "cpsc2018")):
+        src = get_source(source)
+        ref = next(r for r in src.list_records(ecg_data / Path(original).parent) if r.path.endswith(original))
+        direct = preprocess_record(src.read(ref), PreprocessConfig())
+        rows = np.flatnonzero(data["record_id"] == rid)
+        stored = data["signal"][rows[np.argsort(data["window_index"][rows])]]
+        np.testing.assert_allclose(stored, direct, atol=1e-4, rtol=F16_TOL)
+
+
+def test_fidelity_run_patient_ids_from_headers_and_counted_fallbacks(fidelity_corpus):
+    _, out, result = fidelity_corpus
+    data = _all_splits(out)
+    patient = dict(zip(data["record_id"], data["patient_id"]))
+    split = dict(zip(data["record_id"], data["split"]))
+    assert patient["p1a"] == patient["p1b"] == "P1" and split["p1a"] == split["p1b"]
+    assert patient["p2"] == "P2" and patient["nopat"] == "record:nopat"
+    assert result["counts"]["patient_id_fallbacks"] == 3             # nopat, E00009, Ü0022
+    assert any("3 of 6 written record(s) have no patient id" in w for w in result["warnings"])
+
+
+def test_cpsc_run_first_label_view_and_unrecognised_codes(ecg_data, tmp_path, ray_session, caplog):
+    """CPSC-Extra records (no CPSC class) were written with label -1; A0043 (#Dx: AF,RBBB) as multi-label."""
+    src = get_source("cpsc2018")
+    refs = (src.list_records(ecg_data / "cinc2021-smoke/CPSC_CPSC-Extra")
+            + [r for r in src.list_records(ecg_data / "cpsc2018-cinc2020") if r.record_id == "A0043"])
+    out = tmp_path / "cpsc"
+    with caplog.at_level("WARNING", logger="coreecg.data.pipeline"):
+        result = build_corpus("cpsc2018", None, out, DataConfig(shard_records=8), refs=refs)
+    m = _manifest_consistent(out)
+    assert m["label_view"] == "first" and m["multilabel"] is False
+    # By hand from the #Dx lines: Q0010 (427172004 = PVC) is the only CPSC-Extra record with a class.
+    no_class = {"Q0001", "Q0002", "Q0003", "Q0004", "Q0005", "Q0006", "Q0007", "Q0011", "Q0012"}
+    q = _quarantine(out)
+    assert set(q) == no_class and all(r.startswith("no label of the task: #Dx codes [") for r in q.values())
+    assert m["counts"]["records_written"] == 21 - len(no_class)
+    data = _all_splits(out)
+    labels = {rid: [m["class_names"][i] for i in np.flatnonzero(hot)]
+              for rid, hot in zip(data["record_id"], data["multihot"])}
+    assert labels["A0043"] == ["AF"] and labels["Q0010"] == ["PVC"] and labels["A0001"] == ["RBBB"]
+    assert all(len(v) == 1 for v in labels.values())
+    assert m["unrecognised_codes"] == {"428750005": 5, "164867002": 3, "164861001": 2, "427084000": 1,
+                                       "164865005": 1, "164930006": 1, "413844008": 1, "426627000": 1}
+    assert result["warnings"][0].startswith("15 diagnosis code(s) not recognised by the cpsc2018 reader")
+    assert result["warnings"][0] in caplog.text
+
+
 # ---------------------------------------------------------------------------- the job
 
 
 def _job(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    # PYTHONPATH: the job must import this checkout's coreecg, not whichever one is installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, str(REPO / "jobs" / "preprocess.py"), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -317,3 +423,27 @@ def test_job_builds_the_embedded_synthetic_corpus(tmp_path):
     summary = json.loads(p.stdout[p.stdout.index("{"):])
     assert summary["records_written"] == 12 and summary["shards"] == 2
     assert load_manifest(out)["counts"]["windows_total"] == 12
+
+
+def test_job_cinc2021_on_cinc2020_abbreviations_quarantines_and_warns(ecg_data, tmp_path):
+    """The cinc2021 reader on CinC 2020 CPSC headers ('#Dx: RBBB') wrote every record unlabelled."""
+    root = tmp_path / "in"
+    root.mkdir()
+    for folder, name in (("cpsc2018-cinc2020", "A0001"), ("cpsc2018-cinc2020", "A0043"), ("cinc2021", "E07500")):
+        for ext in (".hea", ".mat"):
+            shutil.copy(ecg_data / folder / f"{name}{ext}", root)
+    out = tmp_path / "out"
+    p = _job("--source", "cinc2021", "--input", str(root), "--output", str(out), timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    summary = json.loads(p.stdout[p.stdout.index("{"):])
+    assert summary["records_written"] == 1 and summary["records_quarantined"] == 2
+    assert summary["quarantine_reasons"] == {"no label of the task": 2}
+    assert summary["unrecognised_codes"] == {"RBBB": 2, "AF": 1}
+    assert "warning: 3 diagnosis code(s) not recognised by the cinc2021 reader" in p.stderr
+    assert "read those with the cpsc2018 source" in _quarantine(out)["A0001"]
+    assert read_corpus_numpy(out, summary_split(out))["record_id"].tolist() == ["E07500"]
+
+
+def summary_split(out: Path) -> str:
+    return next(s["split"] for s in load_manifest(out)["shards"])
+

@@ -265,3 +265,153 @@ def test_units_are_converted_or_rejected(ptbxl_copy):
     _edit_header(ptbxl_copy, "1000.0(0)/uV", "1000.0(0)/mmHg")
     with pytest.raises(RecordError, match="unknown units: 'mmHg' for lead I"):
         read_wfdb(ptbxl_copy)
+
+
+@pytest.mark.parametrize("old, new, reason", [
+    ("00008_hr 12 500 5000", "00008_hr 12 abc 5000", "unparseable sampling rate in header: 'abc'"),
+    ("00008_hr 12 500 5000", "00008_hr 12 0 5000", "zero sampling rate in header"),
+    ("00008_hr 12 500 5000", "00008_hr 12", "no sampling rate in header"),
+    ("00008_hr 12 500 5000", "00008_hr 12 500 5k", "unparseable sample count in header: '5k'"),
+    ("00008_hr 12 500 5000", "00008_hr 12 500 0", "zero sample count in header"),
+    ("1000.0(0)/mV", "0(0)/mV", "uncalibrated signal (ADC gain 0 for lead I in header)"),
+    ("1000.0(0)/mV", "x(0)/mV", "unparseable ADC gain in header: 'x(0)/mV' in signal line 1"),
+    ("1000.0(0)/mV 16 0 -40 12319 0 I", "", "no ADC gain in header: signal line 1"),
+])
+def test_rate_count_and_gain_are_checked_on_the_header_text(ptbxl_copy, old, new, reason):
+    """wfdb reads 'abc' Hz as 250 Hz and gain 0 as 200/mV: the header text decides."""
+    _edit_header(ptbxl_copy, old, new)
+    with pytest.raises(RecordError) as err:
+        read_wfdb(ptbxl_copy)
+    assert err.value.reason.startswith(reason)
+
+
+def _copy_renamed(src: Path, dst_dir: Path, name: str, record_line_name: str | None = None) -> Path:
+    """Copy a CinC record (.hea + .mat) under a new name; the record line may name something else."""
+    text = src.with_suffix(".hea").read_text().replace(src.name, name)
+    if record_line_name is not None:
+        first, rest = text.split("\n", 1)
+        text = first.replace(name, record_line_name, 1) + "\n" + rest
+    (dst_dir / f"{name}.hea").write_text(text, encoding="utf-8")
+    shutil.copy(src.with_suffix(".mat"), dst_dir / f"{name}.mat")
+    return dst_dir / name
+
+
+def test_cinc2020_georgia_record_line_naming_the_data_file_is_read(ecg_data, tmp_path):
+    """CinC 2020 Georgia headers: 'E00009.mat 12 500 5000 ...' (wfdb: invalid syntax in record line)."""
+    original = ecg_data / "cinc2021-smoke/G12EC/E00001"
+    rec = _copy_renamed(original, tmp_path, "E00009", record_line_name="E00009.mat")
+    assert rec.with_suffix(".hea").read_text().startswith("E00009.mat 12 500 5000")
+    sig = read_wfdb(rec)
+    assert sig.quirks == ["record line names the data file (E00009.mat)"]
+    want = read_wfdb(original)
+    assert np.array_equal(sig.signal, want.signal) and sig.fs == 500 and sig.lead_names == want.lead_names
+    src = get_source("cinc2021")
+    (ref,) = src.list_records(tmp_path)
+    got = src.read(ref)
+    assert got.labels == src.read(src.list_records(original.parent)[0]).labels != ()
+    assert got.meta["subset"] == "Georgia" and got.meta["header_quirks"] == sig.quirks
+
+
+def test_non_ascii_record_and_unit_names_are_read_as_written(ecg_data, tmp_path):
+    """wfdb decodes headers as ASCII: 'Ü0022.mat' became '0022.mat' (missing), 'µV' became 'V' (x1e6)."""
+    original = ecg_data / "cpsc2018-cinc2020/A0022"
+    rec = _copy_renamed(original, tmp_path, "Ü0022")
+    want = read_wfdb(original).signal
+    sig = read_wfdb(rec)
+    assert np.array_equal(sig.signal, want)
+    assert sig.quirks == ["non-ASCII characters in record or signal lines"]
+    hea = rec.with_suffix(".hea")
+    lines = hea.read_text().splitlines()
+    lines[1] = lines[1].replace("/mV", "/µV")                       # lead I in microvolts
+    hea.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    sig = read_wfdb(rec)
+    assert sig.units[0] == "µV" and np.allclose(sig.signal[0], want[0] / 1000) and np.array_equal(sig.signal[1:], want[1:])
+    (ref,) = get_source("wfdb").list_records(tmp_path)
+    assert ref.record_id == "Ü0022" and get_source("wfdb").read(ref).signal.shape == want.shape
+
+
+# ------------------------------------------------- listing: headerless files, known layouts
+
+
+def test_data_file_without_header_is_listed_and_refused_by_every_wfdb_reader(ecg_data, tmp_path):
+    cinc = ecg_data / "cpsc2018-cinc2020"
+    for n in ("A0001", "A0002"):
+        for ext in (".hea", ".mat"):
+            shutil.copy(cinc / f"{n}{ext}", tmp_path / f"{n}{ext}")
+    shutil.copy(cinc / "A0003.mat", tmp_path / "A0003.mat")            # its header is missing
+    (tmp_path / "A0004.dat").write_bytes(b"\0" * 64)                  # so is this one's
+    for name in ("wfdb", "cinc2021", "cpsc2018"):
+        src = get_source(name, **({"class_map": "none"} if name == "cinc2021" else {}))
+        refs = {r.record_id: r for r in src.list_records(tmp_path)}
+        assert set(refs) == {"A0001", "A0002", "A0003.mat", "A0004.dat"}, name
+        for orphan in ("A0003.mat", "A0004.dat"):
+            with pytest.raises(RecordError, match=f"no header: {orphan} has no {orphan[:5]}.hea"):
+                src.read(refs[orphan])
+        assert src.read(refs["A0002"]).signal.shape[0] == 12               # the others are unaffected
+
+
+def test_a_data_file_named_by_another_header_is_not_an_orphan(ecg_data, tmp_path):
+    text = (ecg_data / f"ptbxl/records500/00000/00008_hr.hea").read_text()
+    (tmp_path / "rec.hea").write_text(text.replace("00008_hr.dat", "samples.dat").replace("00008_hr", "rec"))
+    shutil.copy(ecg_data / "ptbxl/records500/00000/00008_hr.dat", tmp_path / "samples.dat")
+    (ref,) = get_source("wfdb").list_records(tmp_path)
+    assert ref.record_id == "rec" and get_source("wfdb").read(ref).signal.shape == (12, 5000)
+
+
+@pytest.mark.parametrize("folder, source", [
+    ("ptbxl", "ptbxl"), ("mimic-iv-ecg-layout", "mimic-iv-ecg"), ("cpsc2018-original", "cpsc2018")])
+def test_generic_reader_refuses_a_known_layout_naming_its_source(ecg_data, folder, source):
+    """The generic reader on PTB-XL listed records100/ and records500/ as two records of each ECG."""
+    with pytest.raises(ValueError, match=f"marks a {source} folder: read it with --source {source}"):
+        get_source("wfdb").list_records(ecg_data / folder)
+
+
+def test_known_layout_markers_are_specific(ecg_data, tmp_path):
+    """A REFERENCE.csv without First_label (e.g. CinC 2017) does not mark a CPSC2018 folder."""
+    shutil.copy(ecg_data / "ptb-diagnostic/s0010_re.hea", tmp_path)
+    shutil.copy(ecg_data / "ptb-diagnostic/s0010_re.dat", tmp_path)
+    (tmp_path / "REFERENCE.csv").write_text("A00001,N\n")
+    assert [r.record_id for r in get_source("wfdb").list_records(tmp_path)] == ["s0010_re"]
+    (tmp_path / "sub").mkdir()
+    shutil.copy(ecg_data / "cpsc2018-original/REFERENCE.csv", tmp_path / "sub")
+    with pytest.raises(ValueError, match="cpsc2018"):
+        get_source("wfdb").list_records(tmp_path)
+
+
+def test_same_record_id_twice_keeps_the_first_and_quarantines_the_other(ecg_data, tmp_path):
+    from coreecg.data.pipeline import plan
+
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        for ext in (".hea", ".mat"):
+            shutil.copy(ecg_data / f"cinc2021/E07500{ext}", tmp_path / sub)
+    refs = get_source("cinc2021").list_records(tmp_path)
+    assert [r.record_id for r in refs] == ["E07500", "E07500"]
+    shards, dupes = plan(refs, shard_records=8)
+    assert [r["path"] for s in shards for r in s] == [str(tmp_path / "a/E07500")]
+    assert dupes == [{"record_id": "E07500", "path": str(tmp_path / "b/E07500"),
+                      "reason": f"duplicate record id, first seen at {tmp_path / 'a/E07500'}"}]
+
+
+# -------------------------------------------------------------------- patient ids
+
+
+@pytest.mark.parametrize("comment, patient", [
+    ("# Patient ID: 1234567", "1234567"),          # CODE-15% headers
+    ("#Patient: P-17", "P-17"),
+    ("# subject_id: 42", "42"),
+    ("#Subject: S9", "S9"),
+    ("# Patient ID: Unknown", None),
+    ("# Age: 40", None),
+])
+def test_patient_id_from_header_comments(ptbxl_copy, comment, patient):
+    hea = ptbxl_copy.with_suffix(".hea")
+    hea.write_text(hea.read_text() + comment + "\n")
+    src = get_source("wfdb")
+    (ref,) = src.list_records(ptbxl_copy.parent)
+    assert src.read(ref).patient_id == patient
+    for name in ("cinc2021", "cpsc2018"):                    # the CinC readers look too
+        hea.write_text(hea.read_text() + "# Dx: 426783006\n")
+        (ref,) = get_source(name).list_records(ptbxl_copy.parent)
+        assert get_source(name).read(ref).patient_id == patient, name
+

@@ -51,9 +51,13 @@ def test_cpsc_cinc2020_form(ecg_data, cpsc):
     assert len(refs) == 75 and all(r.extra["form"] == "cinc" for r in refs.values())
     # '#Dx: RBBB' / 'Normal' / 'PVC' / 'STD' and the one multi-label record '#Dx: AF,RBBB'.
     for rid, labels in {"A0001": ("RBBB",), "A0002": ("Normal",), "A0005": ("PVC",),
-                        "A0008": ("STD",), "A0043": ("AF", "RBBB")}.items():
+                        "A0008": ("STD",), "A0043": ("AF",)}.items():
         assert cpsc.read(refs[rid]).labels == labels
-    assert cpsc.multilabel and cpsc.class_names == CPSC_CLASSES
+    assert not cpsc.multilabel and cpsc.class_names == CPSC_CLASSES and cpsc.label_view == "first"
+    multi = get_source("cpsc2018", label_view="multi")
+    assert multi.multilabel and multi.read(refs["A0043"]).labels == ("AF", "RBBB")   # #Dx order
+    with pytest.raises(RecordError, match=r"not single-label: classes \[AF, RBBB\]"):
+        get_source("cpsc2018", label_view="single").read(refs["A0043"])
 
 
 def test_cpsc_abbreviation_and_snomed_forms_agree(ecg_data, cpsc):
@@ -105,8 +109,8 @@ def test_cpsc_original_reference_in_a_parent_folder(ecg_data, tmp_path, cpsc):
     (tmp_path / "REFERENCE.csv").write_text(
         "Recording,First_label,Second_label,Third_label\nA1986,5,2,\n")
     (ref,) = cpsc.list_records(tmp_path)
-    assert ref.extra == {"form": "original", "labels": ["RBBB", "AF"]}
-    assert cpsc.read(ref).labels == ("AF", "RBBB")                # multi-label, class order
+    assert ref.extra == {"form": "original", "labels": ["RBBB", "AF"], "unrecognised": []}
+    assert cpsc.read(ref).labels == ("RBBB",)                      # First_label
 
 
 def test_cpsc_cinc_bad_labels(ecg_data, tmp_path, cpsc):
@@ -121,6 +125,58 @@ def test_cpsc_cinc_bad_labels(ecg_data, tmp_path, cpsc):
     hea.write_text(hea.read_text().replace("#Dx: RBBB,XYZ", "#Rx: none"))
     with pytest.raises(RecordError, match="no #Dx labels"):
         cpsc.read(ref)
+
+
+@pytest.mark.parametrize("view, labels", [
+    ("first", ("RBBB",)), ("multi", ("RBBB", "AF")), ("single", None), ("none", ())])
+def test_cpsc_label_views_keep_the_primary_label_first(ecg_data, tmp_path, view, labels):
+    """REFERENCE.csv: First_label RBBB (5), Second_label AF (2). Class order would say AF."""
+    shutil.copy(ecg_data / "cpsc2018-original/A1986.mat", tmp_path / "A1986.mat")
+    shutil.copy(ecg_data / "cpsc2018-original/A1983.mat", tmp_path / "A1983.mat")
+    (tmp_path / "REFERENCE.csv").write_text(
+        "Recording,First_label,Second_label,Third_label\nA1986,5,2,\nA1983,1,,\n")
+    src = get_source("cpsc2018", label_view=view)
+    refs = _by_id(src.list_records(tmp_path))
+    if labels is None:
+        with pytest.raises(RecordError, match=r"not single-label: classes \[RBBB, AF\]"):
+            src.read(refs["A1986"])
+    else:
+        assert src.read(refs["A1986"]).labels == labels
+    assert src.read(refs["A1983"]).labels == (() if view == "none" else ("Normal",))
+    assert src.class_names == (() if view == "none" else CPSC_CLASSES) and src.multilabel == (view == "multi")
+
+
+def test_cpsc_records_without_a_cpsc_class_are_refused_and_their_codes_kept(ecg_data, tmp_path):
+    """CPSC-Extra records (CinC 2021 form) carry SNOMED codes outside the 9 classes: they were
+    written with label -1. A REFERENCE.csv row with no number 1-9 is refused the same way."""
+    cpsc = get_source("cpsc2018")
+    refs = _by_id(cpsc.list_records(ecg_data / "cinc2021-smoke/CPSC_CPSC-Extra"))
+    with pytest.raises(RecordError) as err:
+        cpsc.read(refs["Q0002"])                               # #Dx: 164861001
+    assert err.value.reason == "no label of the task: #Dx codes [164861001] map to none of the 9 classes"
+    assert err.value.unrecognised_codes == ["164861001"]
+    q10 = cpsc.read(refs["Q0010"])                             # 427172004 (PVC), 164865005
+    assert q10.labels == ("PVC",) and q10.meta["unrecognised_codes"] == ["164865005"]
+    assert cpsc.read(refs["A0003"]).labels == ("AF",)
+    assert get_source("cpsc2018", label_view="none").read(refs["Q0002"]).labels == ()
+    shutil.copy(ecg_data / "cpsc2018-original/A1980.mat", tmp_path / "A1980.mat")
+    (tmp_path / "REFERENCE.csv").write_text("Recording,First_label,Second_label,Third_label\nA1980,0,x,\n")
+    (ref,) = cpsc.list_records(tmp_path)
+    with pytest.raises(RecordError, match=r"no label of the task: REFERENCE.csv labels \[0, x\]") as err:
+        cpsc.read(ref)
+    assert err.value.unrecognised_codes == ["0", "x"]
+
+
+def test_cinc2021_reader_refuses_cinc2020_abbreviations_instead_of_empty_labels(ecg_data):
+    """CinC 2020 CPSC headers say '#Dx: AF,RBBB': no SNOMED code, so every record had no label."""
+    src = get_source("cinc2021")
+    refs = _by_id(src.list_records(ecg_data / "cpsc2018-cinc2020"))
+    with pytest.raises(RecordError) as err:
+        src.read(refs["A0043"])
+    assert err.value.reason.startswith("no label of the task: #Dx codes [AF, RBBB] map to none of the 26 classes")
+    assert "read those with the cpsc2018 source" in err.value.reason
+    assert err.value.unrecognised_codes == ["AF", "RBBB"]
+    assert get_source("cinc2021", class_map="none").read(refs["A0043"]).labels == ()   # unlabelled view
 
 
 # ---------------------------------------------------------------- CinC 2021 label maps
@@ -185,14 +241,17 @@ def test_cinc2021_smoke_subsets_and_labels(ecg_data):
                       "Chapman-Shaoxing": 10, "Ningbo": 10, "SPH": 10}
     expected = {
         "JS00001": ("AF", "RBBB", "TAb"),        # 164889003,59118001,164934002 (Chapman)
-        "JS45551": (),                           # 106068003 only: not scored
         "Q0001": ("STach",),                     # 164867002 (OldMI, unscored), 427084000
         "S0001": ("LQRSV", "NSR"),               # 251146004,426783006
     }
     for rid, labels in expected.items():
         rec = src.read(refs[rid])
         assert rec.labels == labels and rec.meta["subset"] == refs[rid].extra["subset"]
-    assert src.read(refs["JS45551"]).meta["unmapped_codes"] == ["106068003"]
+    with pytest.raises(RecordError) as err:      # 106068003 only: unscored, no label of the task
+        src.read(refs["JS45551"])
+    assert err.value.reason == "no label of the task: #Dx codes [106068003] map to none of the 26 classes"
+    assert err.value.unrecognised_codes == []    # the code is in the unscored table
+    assert get_source("cinc2021", class_map="frequent").read(refs["JS45551"]).meta["unmapped_codes"] == []
     ptb = src.read(refs["S0001"])                # PTB at 1000 Hz, 38.4 s
     assert ptb.fs == 1000 and ptb.signal.shape == (12, 38400) and ptb.meta["subset"] == "PTB"
     assert ptb.patient_id is None and ptb.meta["age"] == 81 and ptb.meta["sex"] == "Female"

@@ -43,7 +43,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import torch
 
 FORMAT_VERSION = 1
 SIGNAL_DTYPE = np.float16
@@ -163,6 +162,8 @@ def decode_signals(col: pa.Array | pa.ChunkedArray, shape: Iterable[int], dtype:
     if as_stored:
         return stored.astype(stored.dtype.newbyteorder("="), copy=True)
     if stored.dtype == np.float16:  # torch's float16 -> float32 cast is ~3x faster than numpy's
+        import torch  # here, not at module level: reading ECG files must not pull in torch
+
         return torch.from_numpy(stored.copy()).float().numpy()
     return stored.astype(np.float32)
 

@@ -18,6 +18,7 @@ import csv
 import dataclasses
 import hashlib
 import json
+import logging
 import re
 import subprocess
 import time
@@ -27,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-import coreecg
 from coreecg.config import DataConfig, PreprocessConfig
 from coreecg.data.corpus import (
     FORMAT_VERSION, MANIFEST, QUARANTINE, SIGNAL_DTYPE, sha256_file, windows_table,
@@ -37,11 +37,31 @@ from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources import get_source
 from coreecg.data.splits import SPLITS, assign_split, patient_key
+from coreecg.version import __version__
 
 STATE_DIR = "_state"
+# Bump when reading or preprocessing code changes what a shard holds for the same inputs and
+# settings (part of every shard key, so a resumed run rebuilds old shards). 2: filter padding,
+# CPSC2018 label views, "no label of the task" and header checks.
+DATA_REVISION = 2
+# The most unrecognised codes a warning names (all are in the manifest).
+_WARN_CODES = 10
+
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- one record
+
+
+def check_task_label(record: Record, class_names: tuple[str, ...]) -> None:
+    """RecordError when a corpus with a task gets a record with none of its classes.
+
+    Readers refuse such records themselves, naming their codes; this is the net for any
+    source that does not, so no record is stored with label -1 in a labelled corpus.
+    """
+    if class_names and not any(c in class_names for c in record.labels):
+        raise RecordError(record.path, f"no label of the task: labels [{', '.join(record.labels)}] are none "
+                                       f"of the {len(class_names)} classes")
 
 
 def record_rows(record: Record, windows: np.ndarray, class_names: tuple[str, ...],
@@ -100,6 +120,8 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
     quarantine: list[dict[str, str]] = []
     outside: Counter = Counter()
     notes: Counter = Counter()
+    unrecognised: Counter = Counter()   # diagnosis codes no table of the reader knows, per record read
+    fallbacks = 0                       # written records without a patient id
     t_read = t_prep = 0.0
     for r in refs:
         ref = RecordRef(**r)
@@ -107,8 +129,13 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
         try:
             record = source.read(ref)
             t1 = time.perf_counter()
+            unrecognised.update(record.meta.get("unrecognised_codes", ()))
+            for quirk in record.meta.get("header_quirks", ()):
+                notes[f"header corrected: {quirk.split(' (')[0]}"] += 1
+            check_task_label(record, class_names)
             windows = preprocess_record(record, cfg)
         except RecordError as e:
+            unrecognised.update(e.unrecognised_codes)
             quarantine.append({"record_id": ref.record_id, "path": e.path or ref.path, "reason": e.reason})
             continue
         except Exception as e:  # a reader bug or a file format it did not foresee: still quarantined
@@ -121,6 +148,7 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
             notes[f"dropped extra lead {lead}"] += 1
         new_rows, out_labels = record_rows(record, windows, class_names, ratios)
         outside.update(out_labels)
+        fallbacks += new_rows[0]["patient_id"] == patient_key(None, record.record_id)
         rows.extend(new_rows)
         signals.append(windows)
 
@@ -143,6 +171,7 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
     marker = {"shard": shard, "key": key, "files": files, "quarantine": quarantine,
               "records_in": len(refs), "records_written": len({r["record_id"] for r in rows}),
               "labels_outside_class_names": dict(outside), "notes": dict(notes),
+              "unrecognised_codes": dict(unrecognised), "patient_id_fallbacks": fallbacks,
               "seconds": {"read": t_read, "preprocess": t_prep, "write": time.perf_counter() - t0}}
     write_json(marker_path, marker)
     marker["skipped"] = False
@@ -174,7 +203,7 @@ def code_version() -> dict[str, Any]:
         sha = git.stdout.strip() if git.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         sha = None
-    return {"coreecg": coreecg.__version__, "git": sha}
+    return {"coreecg": __version__, "git": sha}
 
 
 def reason_kind(reason: str) -> str:
@@ -185,11 +214,13 @@ def reason_kind(reason: str) -> str:
 
 def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str | Path,
                  cfg: DataConfig | None = None, source_options: dict[str, Any] | None = None,
-                 refs: list[RecordRef] | None = None) -> dict[str, Any]:
+                 refs: list[RecordRef] | None = None, log_warnings: bool = True) -> dict[str, Any]:
     """Write (or resume) a corpus; returns the manifest plus run statistics under "run".
 
     Raises FileNotFoundError (missing input), ValueError (unknown source, no records).
     `refs` overrides the source's listing (tests use it to inject duplicates).
+    The manifest's "warnings" (unrecognised diagnosis codes, records without patient id) are
+    logged at the end of the run unless `log_warnings=False` (the job prints them itself).
     Needs a running Ray (`ray.init`); each shard is one Ray Data task.
     """
     import ray
@@ -203,8 +234,9 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     out.mkdir(parents=True, exist_ok=True)
     shards, dupes = plan(refs, cfg.shard_records)
     # Everything that changes a shard's bytes; a shard whose key differs is rebuilt on resume.
-    settings = {"format_version": FORMAT_VERSION, "coreecg": coreecg.__version__, "source": source.name,
-                "source_options": source_options or {},
+    settings = {"format_version": FORMAT_VERSION, "coreecg": __version__, "data_revision": DATA_REVISION,
+                "source": source.name, "source_options": source_options or {},
+                "label_view": getattr(source, "label_view", None),
                 "preprocess": dataclasses.asdict(cfg.preprocess), "split_ratios": list(cfg.split_ratios),
                 "class_names": list(source.class_names), "signal_dtype": np.dtype(SIGNAL_DTYPE).name}
     t0 = time.perf_counter()
@@ -221,6 +253,8 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     write_atomic(out / QUARANTINE, lambda tmp: _write_csv(tmp, quarantine))
     manifest = _manifest(source, input_dir, cfg, settings, markers, refs, quarantine)
     write_json(out / MANIFEST, manifest)
+    for message in manifest["warnings"] if log_warnings else ():  # after Ray Data's progress output
+        log.warning(message)
     stale = _remove_stale(out, {f["path"] for m in markers for f in m["files"]}, len(shards))
     seconds = Counter()
     for m in markers:
@@ -264,10 +298,14 @@ def _manifest(source: Any, input_dir: Any, cfg: DataConfig, settings: dict[str, 
                    for i, c in enumerate(source.class_names)} for s in SPLITS}
     outside: Counter = Counter()
     notes: Counter = Counter()
+    unrecognised: Counter = Counter()
     for m in markers:
         outside.update(m["labels_outside_class_names"])
         notes.update(m["notes"])
+        unrecognised.update(m["unrecognised_codes"])
     reasons = Counter(reason_kind(q["reason"]) for q in quarantine)
+    written = sum(m["records_written"] for m in markers)
+    fallbacks = sum(m["patient_id_fallbacks"] for m in markers)
     n_leads, n_samples = len(cfg.preprocess.leads), cfg.preprocess.window_samples
     return {
         "format": "coreecg-corpus", "format_version": FORMAT_VERSION,
@@ -278,13 +316,34 @@ def _manifest(source: Any, input_dir: Any, cfg: DataConfig, settings: dict[str, 
                    "leads": list(cfg.preprocess.leads), "sampling_rate": cfg.preprocess.sampling_rate},
         "preprocess": settings["preprocess"], "split_ratios": list(cfg.split_ratios),
         "shard_records": cfg.shard_records, "code_version": code_version(),
+        "label_view": settings["label_view"],
         "counts": {"records_listed": len(refs),
-                   "records_written": sum(m["records_written"] for m in markers),
+                   "records_written": written,
                    "records_quarantined": len(quarantine),
+                   "patient_id_fallbacks": fallbacks,
                    "quarantine_reasons": dict(reasons),
                    "windows": windows, "records": records, "patients": patients, "classes": classes,
                    "windows_total": sum(windows.values())},
         "labels_outside_class_names": dict(outside), "notes": dict(notes),
+        "unrecognised_codes": dict(unrecognised.most_common()),
+        "warnings": _warnings(source.name, written, fallbacks, unrecognised, outside),
         "shards": [{"path": f["path"], "split": f["split"], "rows": f["rows"], "sha256": f["sha256"]}
                    for f in files],
     }
+
+
+def _warnings(source: str, written: int, fallbacks: int, unrecognised: Counter, outside: Counter) -> list[str]:
+    """What a run's user must know although nothing failed: unknown codes, patient-id fallbacks."""
+    out = []
+    if unrecognised:
+        top = ", ".join(f"{code} x{n}" for code, n in unrecognised.most_common(_WARN_CODES))
+        more = f" and {len(unrecognised) - _WARN_CODES} more" if len(unrecognised) > _WARN_CODES else ""
+        out.append(f"{sum(unrecognised.values())} diagnosis code(s) not recognised by the {source} reader "
+                   f"({len(unrecognised)} distinct: {top}{more}); counts per code in manifest "
+                   f"'unrecognised_codes'")
+    if fallbacks:
+        out.append(f"{fallbacks} of {written} written record(s) have no patient id and count as their own "
+                   f"patient (record:<id>): records of one patient may sit in different splits")
+    if outside:
+        out.append(f"labels outside the class names: {dict(outside)}")
+    return out

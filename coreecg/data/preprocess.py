@@ -8,8 +8,12 @@ Order (each step vectorised over leads):
 4. filter      zero-phase Butterworth high-pass 0.65 Hz then low-pass 40 Hz (cascaded SOS,
                `sosfiltfilt`) at the NATIVE rate over the WHOLE record: one pair of filter edges
                per record instead of one per window, and the low-pass doubles as the
-               anti-alias filter before down-sampling
-5. resample    `resample_poly` to 250 Hz with exact rational factors up/down
+               anti-alias filter before down-sampling. The ends are mirror-padded by one
+               period of the high-pass cut-off (1.54 s at 0.65 Hz): scipy's default (27 odd-
+               extended samples) leaves the high-pass unsettled, up to 9.5 z-units of edge error
+               on real records (docs/data_pipeline.md, `bench/filter_edges.py`)
+5. resample    `resample_poly` to 250 Hz with exact rational factors up/down, the linear trend
+               between the ends removed around it (`padtype="line"`: no step at the edges)
 6. window      consecutive non-overlapping 10 s windows (2,500 samples), remainder dropped
 7. z-score     per window and lead over time; a flat window-lead becomes zeros, never NaN
 
@@ -17,6 +21,7 @@ The random 2,250-sample crop is a training-time augmentation and is not done her
 """
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from functools import lru_cache
 
@@ -26,6 +31,18 @@ from scipy import signal as sps
 from coreecg.config import PreprocessConfig
 from coreecg.data.leads import select_leads
 from coreecg.data.record import Record, RecordError
+
+# Edge handling, measured in docs/data_pipeline.md ("Filter edges"): mirror padding ("even")
+# settles the 0.65 Hz high-pass where odd (point-symmetric) padding extrapolates a slope into
+# a large excursion; one cut-off period of padding is where the gain levels off.
+FILTER_PADTYPE = "even"
+FILTER_PAD_PERIODS = 1.0          # pad length in periods of the high-pass cut-off
+RESAMPLE_PADTYPE = "line"
+
+
+def filter_padlen(fs: float, highpass_hz: float, n_samples: int) -> int:
+    """Samples of mirror padding at each end: one high-pass period, at most n_samples - 1."""
+    return max(0, min(int(round(FILTER_PAD_PERIODS * fs / highpass_hz)), n_samples - 1))
 
 
 @lru_cache(maxsize=32)
@@ -41,7 +58,9 @@ def bandpass(x: np.ndarray, fs: float, cfg: PreprocessConfig, path: str = "<arra
     if cfg.lowpass_hz >= fs / 2:
         raise RecordError(path, f"sampling rate {fs:g} Hz is too low for a {cfg.lowpass_hz:g} Hz low-pass")
     sos = bandpass_sos(float(fs), cfg.highpass_hz, cfg.lowpass_hz, cfg.filter_order)
-    return sps.sosfiltfilt(sos, np.asarray(x, dtype=np.float64), axis=-1)
+    x = np.asarray(x, dtype=np.float64)
+    return sps.sosfiltfilt(sos, x, axis=-1, padtype=FILTER_PADTYPE,
+                           padlen=filter_padlen(fs, cfg.highpass_hz, x.shape[-1]))
 
 
 def resample_factors(fs: float, target: int, max_denominator: int, path: str = "<array>") -> tuple[int, int]:
@@ -61,7 +80,7 @@ def resample(x: np.ndarray, up: int, down: int) -> np.ndarray:
     """Zero-phase polyphase resampling along the last axis; (..., n) -> (..., ceil(n*up/down))."""
     if up == down:
         return x
-    return sps.resample_poly(x, up, down, axis=-1)
+    return sps.resample_poly(x, up, down, axis=-1, padtype=RESAMPLE_PADTYPE)
 
 
 def windows(x: np.ndarray, n: int) -> np.ndarray:
@@ -107,7 +126,9 @@ def preprocess_record(record: Record, cfg: PreprocessConfig) -> np.ndarray:
     if dropped:
         record.meta["dropped_leads"] = list(dropped)
     if record.duration_s < cfg.min_duration_s:
-        raise RecordError(path, f"record is {record.duration_s:.2f} s, shorter than {cfg.min_duration_s:g} s")
+        n = sig.shape[1]  # seconds to 6 significant digits: 4,999 samples at 500 Hz are 9.998 s, not "10.00"
+        raise RecordError(path, f"record is {record.duration_s:.6g} s, shorter than {cfg.min_duration_s:g} s "
+                                f"({n} samples at {record.fs:g} Hz, needs {math.ceil(cfg.min_duration_s * record.fs)})")
     up, down = resample_factors(record.fs, cfg.sampling_rate, cfg.resample_max_denominator, path)
     x = resample(bandpass(sig, record.fs, cfg, path), up, down)
     w = windows(x, cfg.window_samples)

@@ -8,7 +8,7 @@ with a reason; the pipeline turns that into a quarantine row, never a silent dro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -16,12 +16,17 @@ from coreecg.config import STANDARD_LEADS  # noqa: F401  (re-exported: the canon
 
 
 class RecordError(Exception):
-    """A record that cannot be used; `reason` is a short, stable, human-readable cause."""
+    """A record that cannot be used; `reason` is a short, stable, human-readable cause.
 
-    def __init__(self, path: str, reason: str):
+    `unrecognised_codes`: diagnosis codes the reader did not know, for a record refused
+    because of its labels (the manifest counts them per code, written records or not).
+    """
+
+    def __init__(self, path: str, reason: str, unrecognised_codes: Sequence[str] = ()):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+        self.unrecognised_codes = list(unrecognised_codes)
 
 
 @dataclass(frozen=True)

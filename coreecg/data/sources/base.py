@@ -7,8 +7,9 @@ Anything that makes a record unusable is a `RecordError(path, reason)`, raised b
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Iterator, Protocol, runtime_checkable
 
 from coreecg.data.record import Record, RecordError, RecordRef
 
@@ -49,6 +50,56 @@ def no_records(source: str, root: Path, what: str) -> ValueError:
     return ValueError(f"{source}: no records under {root} ({what})")
 
 
+def walk(root: Path) -> Iterator[tuple[Path, list[str]]]:
+    """(folder, sorted file names) for `root` and every folder below it, in sorted order.
+
+    One pass over the tree for what several listings need (headers, data files, index files).
+    """
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        yield Path(folder), sorted(files)
+
+
+DATA_SUFFIXES = (".dat", ".mat")
+# Reason of a data file listed without a header; `read` raises it (the pipeline quarantines it).
+_LISTING_ERROR = "listing_error"
+
+
+def orphan_data_files(folder: Path, files: list[str], candidates: list[str] | None = None) -> list[Path]:
+    """WFDB data files in `folder` (`.dat`/`.mat`, or only `candidates`) that no header names.
+
+    A data file belongs to the header of the same stem, or to any header of the folder whose
+    signal lines name it (a record may keep its samples under another name). Only folders with
+    a data file whose stem has no header pay for reading the headers' text.
+    """
+    from coreecg.data.sources.wfdb_io import header_data_files
+
+    stems = {f[:-4] for f in files if f.endswith(".hea")}
+    names = candidates if candidates is not None else [f for f in files if f.endswith(DATA_SUFFIXES)]
+    lonely = [f for f in names if Path(f).stem not in stems]
+    if not lonely:
+        return []
+    named = set().union(*(header_data_files(folder / f"{s}.hea") for s in stems)) if stems else set()
+    return [folder / f for f in lonely if f not in named]
+
+
+def no_header_ref(source: str, record_id: str, data_file: Path, **extra) -> RecordRef:
+    """A ref for a data file without a header: listed, so that `read` quarantines it by name.
+
+    Its record id should keep the file's suffix ("A0001.mat"), so that it cannot clash with
+    (and be reported as a duplicate of) a record of the same stem.
+    """
+    reason = f"no header: {data_file.name} has no {data_file.stem}.hea and no header beside it names it"
+    return RecordRef(source, record_id, str(data_file), {**extra, _LISTING_ERROR: reason})
+
+
+def raise_listing_error(ref: RecordRef) -> None:
+    """RecordError for refs that listing found unusable (e.g. `no_header_ref`); else nothing."""
+    reason = ref.extra.get(_LISTING_ERROR)
+    if reason:
+        raise RecordError(ref.path, reason)
+
+
 def split_codes(text: str, sep: str = ",") -> list[str]:
     """'a, b,,c' -> ['a', 'b', 'c'] (header and csv label cells)."""
     return [t.strip() for t in str(text).split(sep) if t.strip()]
@@ -75,5 +126,18 @@ def map_labels(tokens: list[str], token_to_class: dict[str, str],
     return tuple(c for c in class_names if c in hit), unmapped
 
 
-__all__ = ["Source", "Record", "RecordRef", "RecordError", "require_root", "no_records",
-           "split_codes", "map_labels", "as_age"]
+def require_task_label(path: str, labels: tuple[str, ...], class_names: tuple[str, ...], codes: list[str],
+                       unrecognised: list[str], what: str = "diagnosis codes", hint: str = "") -> None:
+    """RecordError "no label of the task" when a labelled source's record has none of its classes.
+
+    In a corpus with a task (class names), such a record would be stored with no label (-1)
+    and read as a negative for every class; unlabelled views (no class names) keep it.
+    """
+    if class_names and not labels:
+        raise RecordError(path, f"no label of the task: {what} [{', '.join(codes)}] map to none of "
+                                f"the {len(class_names)} classes" + (f" ({hint})" if hint else ""),
+                          unrecognised_codes=unrecognised)
+
+
+__all__ = ["Source", "Record", "RecordRef", "RecordError", "require_root", "no_records", "walk",
+           "orphan_data_files", "no_header_ref", "raise_listing_error", "split_codes", "map_labels", "require_task_label", "as_age"]

@@ -5,8 +5,12 @@ The database a record comes from is not in the header; it follows from the recor
 (see `subset_of`), goes into `ref.extra["subset"]` and `record.meta["subset"]`, and
 `subsets=(...)` restricts listing to some of them. Labels are the classes of the chosen
 class map (`coreecg.data.sources.cinc2021_labels`); all raw codes stay in meta
-(`dx_codes`, `unmapped_codes`). Headers carry no patient ids: patient_id is None,
-except SPH whose metadata.csv has Patient_ID.
+(`dx_codes`, `unmapped_codes`: outside the class map; `unrecognised_codes`: in neither
+challenge table). With a class map, a record with none of its classes raises "no label of
+the task" (e.g. CinC 2020 CPSC headers whose #Dx holds abbreviations such as "AF"); use
+class_map="none" to keep every record unlabelled. The challenge headers carry no patient ids: patient_id comes
+from a header comment if one names it (`wfdb_io.PATIENT_FIELDS`), else None; SPH's
+metadata.csv has Patient_ID. A `.mat` without its header is listed and read as "no header".
 
 SPH: `ecg` dataset (12, N) float16 in mV, leads in the standard order I..V6 (SPH data
 descriptor, Liu et al. 2022), fs and N from metadata.csv; labels from its SNOMEDCTCode
@@ -21,9 +25,13 @@ from typing import Sequence
 import numpy as np
 
 from coreecg.data.record import STANDARD_LEADS, Record, RecordError, RecordRef
-from coreecg.data.sources.base import as_age, map_labels, no_records, require_root, split_codes
+from coreecg.data.sources.base import (
+    as_age, map_labels, no_header_ref, no_records, orphan_data_files, raise_listing_error, require_root,
+    require_task_label, split_codes, walk,
+)
+from coreecg.data.sources._cinc2021_dx_table import DX_ROWS
 from coreecg.data.sources.cinc2021_labels import ClassMap, build_class_map
-from coreecg.data.sources.wfdb_io import header_fields, read_wfdb
+from coreecg.data.sources.wfdb_io import header_fields, patient_from_comments, read_wfdb
 
 # Record-id prefix -> database, as released in the challenge (SPH before S).
 _PREFIXES: tuple[tuple[str, str], ...] = (
@@ -36,6 +44,8 @@ LAST_CHAPMAN_JS = 10646
 SUBSETS: tuple[str, ...] = ("CPSC", "CPSC-Extra", "StPetersburg", "PTB", "PTB-XL", "Georgia",
                             "Chapman-Shaoxing", "Ningbo", "SPH")
 _ID_RE = re.compile(r"^([A-Z]+)(\d+)$")
+# Every SNOMED-CT code of the two challenge tables: others are counted as unrecognised.
+KNOWN_CODES: frozenset[str] = frozenset(row.code for row in DX_ROWS)
 
 
 def subset_of(record_id: str) -> str:
@@ -79,26 +89,34 @@ class CinC2021Source:
         import pandas as pd
 
         root = require_root(root)
-        refs = [RecordRef(self.name, h.stem, str(h.with_suffix("")),
-                          {"format": "wfdb", "subset": subset_of(h.stem)})
-                for h in root.rglob("*.hea")]
-        for folder in sorted({p.parent for p in root.rglob("*.h5")}):
+        refs = []
+        for folder, files in walk(root):
+            refs += [RecordRef(self.name, f[:-4], str(folder / f[:-4]),
+                               {"format": "wfdb", "subset": subset_of(f[:-4])})
+                     for f in files if f.endswith(".hea")]
+            refs += [no_header_ref(self.name, d.name, d, format="wfdb", subset=subset_of(d.stem))
+                     for d in orphan_data_files(folder, files)]
+            h5s = [f for f in files if f.endswith(".h5")]
+            if not h5s:
+                continue
             meta_csv = folder / "metadata.csv"
             rows = {}
             if meta_csv.is_file():
                 table = pd.read_csv(meta_csv, dtype=str, keep_default_na=False)
                 rows = {Path(r["ECG_ID"]).stem: dict(r) for r in table.to_dict("records")}
-            for h5 in sorted(folder.glob("*.h5")):
-                refs.append(RecordRef(self.name, h5.stem, str(h5),
-                                      {"format": "sph", "subset": "SPH", "metadata": rows.get(h5.stem)}))
+            for f in h5s:
+                stem = f[:-3]
+                refs.append(RecordRef(self.name, stem, str(folder / f),
+                                      {"format": "sph", "subset": "SPH", "metadata": rows.get(stem)}))
         if self.subsets is not None:
             refs = [r for r in refs if r.extra["subset"] in self.subsets]
         if not refs:
-            raise no_records(self.name, root, "no .hea or SPH .h5 files"
+            raise no_records(self.name, root, "no .hea, .mat or SPH .h5 files"
                              + (f" of subsets {list(self.subsets)}" if self.subsets else ""))
         return sorted(refs, key=lambda r: r.path)
 
     def read(self, ref: RecordRef) -> Record:
+        raise_listing_error(ref)
         if ref.extra.get("format") == "sph":
             return self._read_sph(ref)
         sig = read_wfdb(ref.path)
@@ -106,8 +124,9 @@ class CinC2021Source:
         codes = split_codes(fields.get("dx", ""))
         if not codes and self.class_names:
             raise RecordError(ref.path, "no #Dx codes in header")
-        return self._record(ref, sig.signal, sig.fs, sig.lead_names, None, codes,
-                            {"age": as_age(fields.get("age")), "sex": fields.get("sex")})
+        return self._record(ref, sig.signal, sig.fs, sig.lead_names, patient_from_comments(sig.comments),
+                            codes, {"age": as_age(fields.get("age")), "sex": fields.get("sex"),
+                                    "header_quirks": sig.quirks})
 
     def _read_sph(self, ref: RecordRef) -> Record:
         row = ref.extra.get("metadata")
@@ -132,7 +151,16 @@ class CinC2021Source:
     def _record(self, ref: RecordRef, signal: np.ndarray, fs: float, leads: tuple[str, ...],
                 patient_id: str | None, codes: list[str], meta: dict) -> Record:
         labels, unmapped = map_labels(codes, self.class_map.code_to_class, self.class_names)
-        meta = {"subset": ref.extra["subset"], "dx_codes": codes, "unmapped_codes": unmapped, **meta}
+        unrecognised = [c for c in codes if c not in KNOWN_CODES]
+        what = "#Dx codes" if ref.extra.get("format") == "wfdb" else "SNOMEDCTCode codes"
+        hint = ""
+        if unrecognised:
+            hint = f"{', '.join(unrecognised)}: in neither challenge table"
+            if any(not c.isdigit() for c in unrecognised):
+                hint += "; CinC 2020 CPSC abbreviations? read those with the cpsc2018 source"
+        require_task_label(ref.path, labels, self.class_names, codes, unrecognised, what, hint)
+        meta = {"subset": ref.extra["subset"], "dx_codes": codes, "unmapped_codes": unmapped,
+                "unrecognised_codes": unrecognised, **meta}
         return Record(self.name, ref.record_id, signal, fs, leads, patient_id, labels, ref.path, meta)
 
 

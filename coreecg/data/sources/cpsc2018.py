@@ -1,4 +1,4 @@
-"""CPSC2018 (ICBEB2018): 9 rhythm/morphology classes, multi-label, 500 Hz, 6-60 s.
+"""CPSC2018 (ICBEB2018): 9 rhythm/morphology classes, 500 Hz, 6-60 s, 1-3 labels a record.
 
 Two on-disk forms, detected per folder (a folder with `.hea` files is CinC, otherwise
 its `.mat` files are the original release):
@@ -10,8 +10,21 @@ its `.mat` files are the original release):
     values x1000 as int16 with gain 1000/mV), leads in the standard order I..V6.
 (b) PhysioNet/CinC 2020/2021 form: WFDB `.hea` + `.mat`, `#Dx:` with the CPSC
     abbreviations (CinC 2020) or SNOMED-CT codes (CinC 2021), both mapped to the 9 classes.
+    A `.mat` (or `.dat`) without its header is listed and read as "no header".
 
-No patient ids exist in CPSC2018: patient_id is None.
+Labels keep the source's order, primary first: REFERENCE.csv's First, Second, Third_label,
+or the `#Dx` order of the CinC form (which has no First_label column; its order is taken as
+the primary-first order of REFERENCE.csv). `label_view`:
+- "first" (default; the paper's 9-class single-label task, as the challenge scored it):
+  the first label only.
+- "single": only records with exactly one label; others raise "not single-label".
+- "multi": every label, primary first.
+- "none": no labels (pretraining); no class names.
+In a view with labels, a record with none of the 9 classes (CPSC-Extra's SNOMED codes, a
+REFERENCE row with numbers outside 1-9) raises "no label of the task"; the codes go to
+`meta["unrecognised_codes"]` / `RecordError.unrecognised_codes` for the manifest's counts.
+
+No patient ids exist in CPSC2018: patient_id is None unless a header comment names one.
 """
 from __future__ import annotations
 
@@ -20,10 +33,14 @@ from pathlib import Path
 import numpy as np
 
 from coreecg.data.record import STANDARD_LEADS, Record, RecordError, RecordRef
-from coreecg.data.sources.base import as_age, map_labels, no_records, require_root, split_codes
-from coreecg.data.sources.wfdb_io import header_fields, read_wfdb
+from coreecg.data.sources.base import (
+    DATA_SUFFIXES, as_age, no_header_ref, no_records, orphan_data_files, raise_listing_error, require_root,
+    require_task_label, split_codes, walk,
+)
+from coreecg.data.sources.wfdb_io import header_fields, patient_from_comments, read_wfdb
 
 CLASS_NAMES: tuple[str, ...] = ("Normal", "AF", "I-AVB", "LBBB", "RBBB", "PAC", "PVC", "STD", "STE")
+LABEL_VIEWS = ("first", "single", "multi", "none")
 # REFERENCE.csv numbers 1-9 follow CLASS_NAMES.
 REFERENCE_CODES: dict[int, str] = {i + 1: name for i, name in enumerate(CLASS_NAMES)}
 
@@ -50,43 +67,69 @@ _MAX_MEDIAN_P2P_MV = 50.0
 
 
 class CPSC2018Source:
-    """Reader for both CPSC2018 forms; labels are names from CLASS_NAMES."""
+    """Reader for both CPSC2018 forms; labels are names from CLASS_NAMES, primary first."""
 
     name = "cpsc2018"
-    class_names = CLASS_NAMES
-    multilabel = True
+
+    def __init__(self, label_view: str = "first"):
+        if label_view not in LABEL_VIEWS:
+            raise ValueError(f"label_view must be one of {LABEL_VIEWS}, got {label_view!r}")
+        self.label_view = label_view
+        self.multilabel = label_view == "multi"
+        self.class_names: tuple[str, ...] = () if label_view == "none" else CLASS_NAMES
 
     def list_records(self, root: Path) -> list[RecordRef]:
         root = require_root(root)
         refs: list[RecordRef] = []
-        for folder in sorted({p.parent for p in root.rglob("*.mat")} | {p.parent for p in root.rglob("*.hea")}):
-            heas = sorted(folder.glob("*.hea"))
-            if heas:
-                refs += [RecordRef(self.name, h.stem, str(h.with_suffix("")), {"form": "cinc"})
-                         for h in heas]
+        for folder, files in walk(root):
+            if any(f.endswith(".hea") for f in files):
+                refs += [RecordRef(self.name, f[:-4], str(folder / f[:-4]), {"form": "cinc"})
+                         for f in files if f.endswith(".hea")]
+                refs += [no_header_ref(self.name, d.name, d, form="cinc")
+                         for d in orphan_data_files(folder, files)]
+                continue
+            mats = [f for f in files if f.endswith(".mat")]
+            # The original release is .mat only: a .dat here is a WFDB file without its header.
+            refs += [no_header_ref(self.name, d.name, d, form="cinc")
+                     for d in orphan_data_files(folder, files, [f for f in files if f.endswith(".dat")])]
+            if not mats:
                 continue
             reference = _reference_rows(folder, root)
-            for mat in sorted(folder.glob("*.mat")):
-                labels = reference.get(mat.stem)
-                refs.append(RecordRef(self.name, mat.stem, str(mat),
-                                      {"form": "original", "labels": labels}))
+            for f in mats:
+                row = reference.get(f[:-4])
+                refs.append(RecordRef(self.name, f[:-4], str(folder / f),
+                                      {"form": "original", "labels": None if row is None else row[0],
+                                       "unrecognised": None if row is None else row[1]}))
         if not refs:
-            raise no_records(self.name, root, "no .hea or .mat files")
+            raise no_records(self.name, root, f"no .hea or {'/'.join(DATA_SUFFIXES)} files")
         return sorted(refs, key=lambda r: r.path)
 
     def read(self, ref: RecordRef) -> Record:
+        raise_listing_error(ref)
         if ref.extra.get("form") == "original":
             return self._read_original(ref)
         return self._read_cinc(ref)
+
+    def view(self, path: str, labels: list[str], codes: list[str], unrecognised: list[str],
+             what: str) -> tuple[str, ...]:
+        """Labels (primary first) -> this view's labels, or RecordError if the view excludes the record."""
+        if self.label_view == "none":
+            return ()
+        require_task_label(path, tuple(labels), self.class_names, codes, unrecognised, what)
+        if self.label_view == "single" and len(labels) != 1:
+            raise RecordError(path, f"not single-label: classes [{', '.join(labels)}]")
+        return (labels[0],) if self.label_view == "first" else tuple(labels)
 
     def _read_original(self, ref: RecordRef) -> Record:
         labels = ref.extra.get("labels")
         if labels is None:
             raise RecordError(ref.path, f"no REFERENCE.csv row: {ref.record_id}")
+        unrecognised = ref.extra.get("unrecognised") or []
+        # Checked before the file is opened, like PTB-XL's views.
+        view = self.view(ref.path, labels, labels + unrecognised, unrecognised, "REFERENCE.csv labels")
         data, meta = _load_original_mat(ref.path)
-        return Record(self.name, ref.record_id, data, FS_ORIGINAL, STANDARD_LEADS, None,
-                      tuple(c for c in CLASS_NAMES if c in labels), ref.path,
-                      {"form": "original", **meta})
+        return Record(self.name, ref.record_id, data, FS_ORIGINAL, STANDARD_LEADS, None, view, ref.path,
+                      {"form": "original", "labels_all": labels, "unrecognised_codes": unrecognised, **meta})
 
     def _read_cinc(self, ref: RecordRef) -> Record:
         sig = read_wfdb(ref.path)
@@ -96,27 +139,38 @@ class CPSC2018Source:
             raise RecordError(ref.path, "no #Dx labels in header")
         unknown_abbr = [t for t in tokens if not t.isdigit() and t not in _TOKEN_TO_CLASS]
         if unknown_abbr:
-            raise RecordError(ref.path, f"unknown CPSC label(s) in #Dx: {unknown_abbr}")
-        labels, unmapped = map_labels(tokens, _TOKEN_TO_CLASS, CLASS_NAMES)
-        meta = {"form": "cinc", "dx": tokens, "unmapped_codes": unmapped,
-                "age": as_age(fields.get("age")), "sex": fields.get("sex")}
-        return Record(self.name, ref.record_id, sig.signal, sig.fs, sig.lead_names, None,
-                      labels, ref.path, meta)
+            raise RecordError(ref.path, f"unknown CPSC label(s) in #Dx: {unknown_abbr}",
+                              unrecognised_codes=unknown_abbr)
+        labels = list(dict.fromkeys(_TOKEN_TO_CLASS[t] for t in tokens if t in _TOKEN_TO_CLASS))
+        unrecognised = [t for t in tokens if t not in _TOKEN_TO_CLASS]
+        view = self.view(ref.path, labels, tokens, unrecognised, "#Dx codes")
+        meta = {"form": "cinc", "dx": tokens, "labels_all": labels, "unrecognised_codes": unrecognised,
+                "age": as_age(fields.get("age")), "sex": fields.get("sex"), "header_quirks": sig.quirks}
+        return Record(self.name, ref.record_id, sig.signal, sig.fs, sig.lead_names,
+                      patient_from_comments(sig.comments), view, ref.path, meta)
 
 
-def _reference_rows(folder: Path, root: Path) -> dict[str, list[str]]:
-    """Recording -> class names from the nearest REFERENCE.csv at or above `folder`."""
+def _reference_rows(folder: Path, root: Path) -> dict[str, tuple[list[str], list[str]]]:
+    """Recording -> (class names in column order, cells that are no class number 1-9) from the
+    nearest REFERENCE.csv at or above `folder`."""
     import pandas as pd
 
     for d in [folder, *folder.parents]:
         csv = d / "REFERENCE.csv"
         if csv.is_file():
-            table = pd.read_csv(csv, dtype=str)
-            label_cols = [c for c in table.columns if c.lower().endswith("_label")]
+            table = pd.read_csv(csv, dtype=str, keep_default_na=False)
+            label_cols = [c for c in table.columns if c.lower().endswith("_label")]  # First, Second, Third
             out = {}
-            for _, row in table.iterrows():
-                nums = [int(float(row[c])) for c in label_cols if isinstance(row[c], str) and row[c].strip()]
-                out[str(row["Recording"]).strip()] = [REFERENCE_CODES[n] for n in nums if n in REFERENCE_CODES]
+            for row in table.to_dict("records"):
+                labels, other = [], []
+                for cell in (str(row[c]).strip() for c in label_cols):
+                    if not cell:
+                        continue
+                    try:
+                        labels.append(REFERENCE_CODES[int(float(cell))])
+                    except (ValueError, KeyError):
+                        other.append(cell)
+                out[str(row["Recording"]).strip()] = (list(dict.fromkeys(labels)), other)
             return out
         if d == root:
             break

@@ -3,15 +3,49 @@
 Every `.hea` below the root is one record; all its signals are returned (the PTB
 Diagnostic records have 15: the 12 standard leads as i, ii, ..., v6 plus Frank vx, vy, vz),
 with names as the header spells them. Header comment lines go to meta["comments"]
-verbatim (PTB Diagnostic keeps its free-text diagnosis there). patient_id is None.
+verbatim (PTB Diagnostic keeps its free-text diagnosis there). patient_id comes from the
+header comments (`wfdb_io.PATIENT_FIELDS`: "# Patient ID: ...", "#Patient:", "#Subject:", ...),
+else None (the pipeline then uses `record:<id>` and counts it).
+
+A data file (`.dat`/`.mat`) that no header names is listed too, and `read` raises
+"no header" for it. A folder of a database with its own reader (PTB-XL, MIMIC-IV-ECG, the
+CPSC2018 release) is refused at listing, naming that reader: read generically it would
+lose labels or patients, and PTB-XL's records100/ and records500/ would become two
+records of each ECG.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from coreecg.data.record import Record, RecordRef
-from coreecg.data.sources.base import no_records, require_root
-from coreecg.data.sources.wfdb_io import read_wfdb
+from coreecg.data.sources.base import (
+    DATA_SUFFIXES, no_header_ref, no_records, orphan_data_files, raise_listing_error, require_root, walk,
+)
+from coreecg.data.sources.wfdb_io import patient_from_comments, read_wfdb
+
+# Index files that identify a database with a reader of its own -> (source, what is lost).
+KNOWN_LAYOUTS: dict[str, tuple[str, str]] = {
+    "ptbxl_database.csv": ("ptbxl", "records100/ and records500/ would be two records of each ECG, "
+                                    "and labels and patient ids would be lost"),
+    "record_list.csv": ("mimic-iv-ecg", "subject ids (patients) would be lost"),
+    "REFERENCE.csv": ("cpsc2018", "its labels would be lost"),
+}
+
+
+def known_layout(path: Path) -> str | None:
+    """The source whose index file `path` is, or None (checks the csv header where the name is generic)."""
+    if path.name not in KNOWN_LAYOUTS:
+        return None
+    source = KNOWN_LAYOUTS[path.name][0]
+    if source == "ptbxl":
+        return source
+    try:
+        with open(path, errors="replace") as f:
+            first = f.readline()
+    except OSError:
+        return None
+    wanted = {"mimic-iv-ecg": ("subject_id", "study_id"), "cpsc2018": ("First_label",)}[source]
+    return source if all(w in first for w in wanted) else None
 
 
 class WfdbFolderSource:
@@ -23,15 +57,26 @@ class WfdbFolderSource:
 
     def list_records(self, root: Path) -> list[RecordRef]:
         root = require_root(root)
-        refs = [RecordRef(self.name, str(h.relative_to(root).with_suffix("")),
-                          str(h.with_suffix("")), {})
-                for h in sorted(root.rglob("*.hea"))]
+        refs = []
+        for folder, files in walk(root):
+            for f in files:
+                source = known_layout(folder / f)
+                if source is not None:
+                    raise ValueError(
+                        f"wfdb: {folder / f} marks a {source} folder: read it with --source {source} "
+                        f"(get_source({source!r})); with the generic reader {KNOWN_LAYOUTS[f][1]}")
+            refs += [RecordRef(self.name, str((folder / f[:-4]).relative_to(root)), str(folder / f[:-4]), {})
+                     for f in files if f.endswith(".hea")]
+            # A headerless data file's id keeps its suffix: no clash with a record of that stem.
+            refs += [no_header_ref(self.name, str(d.relative_to(root)), d)
+                     for d in orphan_data_files(folder, files)]
         if not refs:
-            raise no_records(self.name, root, "no .hea files")
-        return refs
+            raise no_records(self.name, root, f"no .hea or {'/'.join(DATA_SUFFIXES)} files")
+        return sorted(refs, key=lambda r: r.path)
 
     def read(self, ref: RecordRef) -> Record:
+        raise_listing_error(ref)
         sig = read_wfdb(ref.path)
-        meta = {"comments": sig.comments, "units": list(sig.units)}
-        return Record(self.name, ref.record_id, sig.signal, sig.fs, sig.lead_names, None, (),
-                      ref.path, meta)
+        meta = {"comments": sig.comments, "units": list(sig.units), "header_quirks": sig.quirks}
+        return Record(self.name, ref.record_id, sig.signal, sig.fs, sig.lead_names,
+                      patient_from_comments(sig.comments), (), ref.path, meta)

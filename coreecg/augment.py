@@ -52,10 +52,15 @@ class FrequencyDynamicAugmentation(nn.Module):
     """
 
     def __init__(self, n_leads: int, n_samples: int, eps: float = 1e-3, init_std: float = 0.1,
-                 learnable: bool = True):
+                 learnable: bool = True, band: tuple[float, float] | None = None, fs: float = 250.0):
+        """band=(lo_hz, hi_hz): W starts at +1 inside the band and -1 outside (plus the noise),
+        so the band's bins start as the important half; None: noise only."""
         super().__init__()
         self.eps = eps
         w = torch.randn(n_leads, n_samples // 2 + 1) * init_std
+        if band is not None:
+            freq = torch.arange(n_samples // 2 + 1) * fs / n_samples
+            w += torch.where((freq >= band[0]) & (freq <= band[1]), 1.0, -1.0)
         if learnable:
             self.weight = nn.Parameter(w)
         else:

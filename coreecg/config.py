@@ -198,6 +198,11 @@ class AugmentConfig:
     learnable: bool = True            # False: W stays at its initial value
     eps: float = 1e-3
     init_std: float = 0.1             # W ~ N(0, init_std): breaks the A = 0.5 tie at step 0
+    # W's starting map (paper: silent). random: N(0, init_std) alone, so the perturbed half of
+    # each lead's bins is a random half, ECG band included; band: +1 inside the preprocessing
+    # pass-band (data.preprocess.highpass_hz..lowpass_hz), -1 outside, plus the same noise:
+    # the paper's premise that the 0.65-40 Hz band carries the ECG. See docs/decisions.md.
+    init: Literal["random", "band"] = "band"
 
 
 @dataclass

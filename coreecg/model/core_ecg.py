@@ -50,7 +50,10 @@ class CoReECG(nn.Module):
             self.teacher_projection = copy.deepcopy(self.projection).requires_grad_(False)
             a = config.augment
             if a.fda:
-                self.fda = FrequencyDynamicAugmentation(m.n_leads, m.input_samples, a.eps, a.init_std, a.learnable)
+                pre = config.data.preprocess
+                band = (pre.highpass_hz, pre.lowpass_hz) if a.init == "band" else None
+                self.fda = FrequencyDynamicAugmentation(m.n_leads, m.input_samples, a.eps, a.init_std, a.learnable,
+                                                        band=band, fs=pre.sampling_rate)
 
     # ------------------------------------------------------------------ teacher
 

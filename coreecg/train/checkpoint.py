@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from coreecg import __version__
+from coreecg.version import __version__
 from coreecg.config import Config, ConfigError, config_from_dict
 from coreecg.model.encoder import Encoder
 

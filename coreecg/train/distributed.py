@@ -24,7 +24,7 @@ from coreecg.train.checkpoint import (
     CheckpointError, changed_keys, check_compatible, load_checkpoint, save_checkpoint,
 )
 from coreecg.train.ingest import epoch_batches, train_windows, training_dataset
-from coreecg.train.loop import CHECKPOINT_FILE, WorkerContext, checkpoint_dirs, pretrain_worker
+from coreecg.train.loop import CHECKPOINT_FILE, WorkerContext, checkpoint_dirs, pretrain_worker, step_of
 
 FIGURE_WINDOWS = 2
 
@@ -157,6 +157,7 @@ def _ray_worker(loop_config: dict[str, Any]) -> None:
         torch.set_num_threads(max(1, cfg.train.cpus_per_worker))
     shard = ray.train.get_dataset_shard("train")
     per_worker = cfg.optim.batch_size // world
+    run_dir = Path(loop_config["run_dir"])
     probe = figures = None
     if rank == 0:
         probe, figures = _rank0_eval_data(cfg, loop_config)
@@ -171,7 +172,13 @@ def _ray_worker(loop_config: dict[str, Any]) -> None:
             ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp), checkpoint_dir_name=name)
 
     def latest() -> tuple[dict, Path] | None:
+        # Ray's snapshot of its checkpoints is written after a checkpoint folder lands, so a
+        # driver killed in between leaves a newer folder than Ray knows of: take the newer.
         ckpt = ray.train.get_checkpoint()
+        on_disk = checkpoint_dirs(run_dir)
+        if on_disk and (ckpt is None or step_of(on_disk[-1]) > step_of(Path(ckpt.path))):
+            path = on_disk[-1] / CHECKPOINT_FILE
+            return load_checkpoint(path, device)[0], path
         if ckpt is None:
             return None
         with ckpt.as_directory() as d:
@@ -185,7 +192,7 @@ def _ray_worker(loop_config: dict[str, Any]) -> None:
 
     ctx = WorkerContext(
         rank=rank, world_size=world, device=device, steps_per_epoch=loop_config["steps_per_epoch"],
-        run_dir=Path(loop_config["run_dir"]),
+        run_dir=run_dir,
         epoch_batches=lambda epoch: epoch_batches(shard, per_worker, epoch, cfg.train.seed, rank,
                                                   cfg.data.shuffle_buffer, device),
         report=report, latest=latest, wrap=wrap, probe=probe, figure_windows=figures, quiet=True)

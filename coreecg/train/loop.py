@@ -258,9 +258,15 @@ def progress_line(s: dict[str, float], epochs: int) -> str:
 # ---------------------------------------------------------------------------- plain (no Ray)
 
 
+def step_of(checkpoint_dir: Path) -> int:
+    """The step a `checkpoint_step<N>` folder was written at."""
+    return int(Path(checkpoint_dir).name.rsplit("step", 1)[-1])
+
+
 def checkpoint_dirs(run_dir: Path) -> list[Path]:
     """The run's checkpoint folders, oldest first (names carry the zero-padded step)."""
-    return sorted(p for p in Path(run_dir).glob("checkpoint_*") if (p / CHECKPOINT_FILE).is_file())
+    return sorted((p for p in Path(run_dir).glob("checkpoint_step*") if (p / CHECKPOINT_FILE).is_file()),
+                  key=step_of)
 
 
 def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | None = None,

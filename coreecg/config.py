@@ -131,15 +131,21 @@ class DataConfig:
     # it has labels (the synthetic corpus does), else no probe.
     probe_corpus: str = ""
     probe_max_windows: int = 1000     # per probe split (train, val): bounds the probe's cost
+    # The probe fits on few labels: the mean over `probe_subsets` disjoint subsets of
+    # `probe_labels_per_class` train windows per class (0: the whole probe train split). With
+    # every label, random encoder features already saturate (docs/decisions.md).
+    probe_labels_per_class: int = 10
+    probe_subsets: int = 5
 
     def __post_init__(self) -> None:
         if min(self.split_ratios) < 0 or abs(sum(self.split_ratios) - 1.0) > 1e-6:
             raise ConfigError(f"data.split_ratios={self.split_ratios} must be >= 0 and sum to 1")
         if self.shard_records < 1:
             raise ConfigError(f"data.shard_records={self.shard_records} must be >= 1")
-        if self.shuffle_buffer < 0 or self.probe_max_windows < 2 or self.cache_in_memory_gb < 0:
-            raise ConfigError("data.shuffle_buffer and data.cache_in_memory_gb must be >= 0, "
-                              "data.probe_max_windows >= 2")
+        if self.shuffle_buffer < 0 or self.probe_max_windows < 2 or self.cache_in_memory_gb < 0 \
+                or self.probe_labels_per_class < 0 or self.probe_subsets < 1:
+            raise ConfigError("data.shuffle_buffer, data.cache_in_memory_gb and data.probe_labels_per_class "
+                              "must be >= 0, data.probe_max_windows >= 2, data.probe_subsets >= 1")
 
 
 @dataclass

@@ -224,7 +224,8 @@ def load_checkpoint_config(payload: dict, path: Path) -> Config:
 def _probe(core: CoReECG, ctx: WorkerContext) -> dict[str, float]:
     from coreecg.eval.probe import run_probe
 
-    return run_probe(core.encoder, ctx.probe, core.config.data.crop_samples, ctx.device)
+    d = core.config.data
+    return run_probe(core.encoder, ctx.probe, d.crop_samples, ctx.device, d.probe_labels_per_class, d.probe_subsets)
 
 
 def _evaluate(core: CoReECG, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int) -> dict[str, float]:

@@ -48,9 +48,11 @@ def bare_step_rate(cfg, windows: np.ndarray, steps: int, warmup: int, threads: i
     step = PretrainStep(model, cfg, Schedule(1000, 1, 0))
     gen = torch.Generator().manual_seed(0)
     data = torch.from_numpy(windows)
-    batches = memory_epoch_batches(data, cfg.optim.batch_size, 0, 0, torch.device("cpu"))
+    per_epoch = len(data) // cfg.optim.batch_size
     times = []
     for i in range(warmup + steps):
+        if i % per_epoch == 0:
+            batches = memory_epoch_batches(data, cfg.optim.batch_size, i // per_epoch, 0, torch.device("cpu"))
         signal, uid = next(batches)
         x = to_model_input(signal, uid, 0, 0, cfg.data.crop_samples)
         t = time.perf_counter()
@@ -143,6 +145,7 @@ def main() -> None:
     ingest = ingest_rates(corpus, args.batch, epochs=2)
     out["corpus_windows_train"] = ingest["windows"]
     ray_rate, per_epoch = ray_path_rate(cfg)
+    print(json.dumps({"ray_train_samples_per_s_per_epoch": per_epoch}), file=sys.stderr, flush=True)
     from coreecg.data.corpus import read_corpus_numpy
     windows = read_corpus_numpy(corpus, "train", columns=["signal"])["signal"][: 4 * args.batch]
     bare = bare_step_rate(cfg, windows, args.steps, warmup=1, threads=threads)

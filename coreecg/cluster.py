@@ -25,5 +25,7 @@ def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
         return
     except (ConnectionError, RuntimeError, ValueError):
         pass
+    # Ray Data logs two INFO lines per execution (every epoch) from its coordinator actors.
     ray.init(num_cpus=max(os.cpu_count() or 1, worker_cpus + reserve_for_data),
-             include_dashboard=True, dashboard_host="127.0.0.1")
+             include_dashboard=True, dashboard_host="127.0.0.1",
+             runtime_env={"env_vars": {"RAY_DATA_LOG_LEVEL": os.environ.get("RAY_DATA_LOG_LEVEL", "WARNING")}})

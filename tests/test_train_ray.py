@@ -181,3 +181,18 @@ def test_a_killed_worker_is_replaced_and_training_resumes(ray_session, tmp_path)
     assert resumes and resumes[0]["step"] >= 3                       # from the checkpoint, not from 0
     epochs = [x for x in lines if x.get("kind") == "epoch"]
     assert epochs[-1]["epoch"] == 5 and out["result"].metrics["step"] == epochs[-1]["step"]
+
+
+def test_synthetic_corpus_is_built_once_and_reused(ray_session, tmp_path, monkeypatch):
+    from coreecg.train import distributed
+
+    cfg = load_config(overrides=["data.synthetic_records=24", f"data.cache_dir={tmp_path}"])
+    first = distributed.synthetic_corpus(cfg)
+    assert (first / "manifest.json").is_file() and first.parent == tmp_path.resolve()
+    monkeypatch.setattr("coreecg.data.pipeline.build_corpus",
+                        lambda *a, **k: pytest.fail("an up-to-date cache must not be rebuilt"))
+    assert distributed.synthetic_corpus(cfg) == first
+    other = load_config(overrides=["data.synthetic_records=24", f"data.cache_dir={tmp_path}",
+                                   "data.preprocess.lowpass_hz=35"])
+    with pytest.raises(pytest.fail.Exception):      # another preprocessing: rebuilt, not reused
+        distributed.synthetic_corpus(other)

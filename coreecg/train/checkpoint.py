@@ -51,19 +51,25 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module | dict, config: Con
     return path
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[dict, Config]:
-    """-> (payload, config). Only tensors and plain containers are unpickled (weights_only).
-
-    CheckpointError naming the file when it is missing, fails its sha256 sidecar, cannot be
-    unpickled (truncated), or is not a coreecg checkpoint.
-    """
+def verify_checkpoint(path: str | Path) -> Path:
+    """CheckpointError naming the file if it is missing or differs from its sha256 sidecar."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint file not found")
     sidecar = Path(f"{path}.sha256")
     if sidecar.is_file() and sidecar.read_text().strip() != _sha256(path):
         raise CheckpointError(f"{path}: corrupted checkpoint (sha256 differs from {sidecar.name}); "
-                              "delete it to fall back to an earlier one")
+                              "delete its folder to fall back to an earlier checkpoint")
+    return path
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[dict, Config]:
+    """-> (payload, config). Only tensors and plain containers are unpickled (weights_only).
+
+    CheckpointError naming the file when it is missing, fails its sha256 sidecar, cannot be
+    unpickled (truncated), or is not a coreecg checkpoint.
+    """
+    path = verify_checkpoint(path)
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises several types for truncated zips and bad pickles

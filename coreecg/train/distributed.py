@@ -11,6 +11,8 @@ that dies is replaced up to `train.max_failures` times and resumes the same way.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import tempfile
 from dataclasses import dataclass
@@ -19,9 +21,9 @@ from typing import Any
 
 import torch
 
-from coreecg.config import Config, config_from_dict, load_config
+from coreecg.config import Config, ConfigError, config_from_dict, load_config
 from coreecg.train.checkpoint import (
-    CheckpointError, changed_keys, check_compatible, load_checkpoint, save_checkpoint,
+    CheckpointError, changed_keys, check_compatible, load_checkpoint, save_checkpoint, verify_checkpoint,
 )
 from coreecg.train.ingest import epoch_batches, train_windows, training_dataset
 from coreecg.train.loop import CHECKPOINT_FILE, WorkerContext, checkpoint_dirs, pretrain_worker, step_of
@@ -65,17 +67,14 @@ def synthetic_corpus(config: Config) -> Path:
     (a re-run skips finished shards, so this is cheap once built)."""
     from coreecg.data.pipeline import build_corpus
 
-    import dataclasses
-    import json
-
     d = config.data
     path = (Path(d.cache_dir) / f"synthetic-n{d.synthetic_records}-seed{d.sources.synthetic_seed}").resolve()
     options = d.sources.for_source("synthetic", d.synthetic_records)
     manifest = path / "manifest.json"
     if manifest.is_file():
         m = json.loads(manifest.read_text())
-        if (m.get("source_options"), m.get("preprocess"), m.get("split_ratios"), m.get("shard_records")) == \
-                (options, dataclasses.asdict(d.preprocess), list(d.split_ratios), d.shard_records):
+        wanted = json.loads(json.dumps([options, dataclasses.asdict(d.preprocess), d.split_ratios, d.shard_records]))
+        if [m.get("source_options"), m.get("preprocess"), m.get("split_ratios"), m.get("shard_records")] == wanted:
             return path
     print(f"building the embedded synthetic corpus ({d.synthetic_records} records) at {path}")
     build_corpus("synthetic", None, path, d, source_options=options)
@@ -108,24 +107,19 @@ def preflight(run_dir: Path, config: Config) -> list[str]:
     notes: list[str] = []
     saved_yaml = run_dir / "config.yaml"
     if saved_yaml.is_file():
-        saved = load_config(saved_yaml)
+        try:
+            saved = load_config(saved_yaml)
+        except ConfigError as e:
+            raise CheckpointError(f"{saved_yaml}: the run folder's config is not valid here: {e}") from e
         check_compatible(saved_yaml, saved, config)
         notes = changed_keys(saved, config)
     dirs = checkpoint_dirs(run_dir)
     for d in dirs[:-1]:
-        _verify_sidecar(d / CHECKPOINT_FILE)
+        verify_checkpoint(d / CHECKPOINT_FILE)
     if dirs:
-        payload, saved = load_checkpoint(dirs[-1] / CHECKPOINT_FILE)
+        _, saved = load_checkpoint(dirs[-1] / CHECKPOINT_FILE)
         check_compatible(dirs[-1] / CHECKPOINT_FILE, saved, config)
     return notes
-
-
-def _verify_sidecar(path: Path) -> None:
-    from coreecg.train.checkpoint import _sha256
-
-    sidecar = Path(f"{path}.sha256")
-    if sidecar.is_file() and sidecar.read_text().strip() != _sha256(path):
-        raise CheckpointError(f"{path}: corrupted checkpoint (sha256 differs from {sidecar.name})")
 
 
 # ---------------------------------------------------------------------------- the worker
@@ -137,7 +131,6 @@ def _ray_worker(loop_config: dict[str, Any]) -> None:
     import ray.train.torch
     from ray.train import Checkpoint
 
-    import logging
     import warnings
 
     # Ray hands read-only Arrow buffers to torch; the batch is never written in place.

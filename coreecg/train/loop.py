@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -59,7 +59,6 @@ class WorkerContext:
     probe: Any = None                               # coreecg.eval.probe.ProbeData, rank 0 only
     figure_windows: torch.Tensor | None = None      # (W, C, crop) fixed val windows, rank 0 only
     quiet: bool = False
-    extra_state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_main(self) -> bool:

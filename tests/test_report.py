@@ -38,10 +38,11 @@ def runs(tmp_path) -> list[Path]:
         make_run(r, "core0", seed=0, acc=0.81, f1=0.70, auroc=0.9419),
         make_run(r, "core1", seed=1, acc=0.82, f1=0.68, auroc=0.9419),
         make_run(r, "core2", seed=2, acc=0.80, f1=None, auroc=0.9419),
-        make_run(r, "core3", seed=3, acc=0.80, f1=float("nan"), auroc=None, mode="linear"),  # in no table
+
         make_run(r, "stmem", method="ST-MEM", seed=0, acc=0.809, f1=0.634, auroc=0.9421),  # AUROC ties at 94.2
         make_run(r, "sup", method="Supervised", mode="scratch", acc=0.714, f1=0.602, auroc=0.896),
         make_run(r, "core_icbeb", dataset="icbeb2018", acc=0.869, f1=0.84, auroc=0.979),
+        make_run(r, "core_icbeb1", dataset="cpsc2018", seed=1, acc=0.869, f1=float("nan"), auroc=0.979),
         make_run(r, "core_6a", leads="6", seed=0, acc=0.77), make_run(r, "core_6b", leads=6, seed=1, acc=0.772),
         make_run(r, "stmem_6", method="ST-MEM", leads="6", acc=0.768),
         make_run(r, "core_1", leads="1", acc=0.695),
@@ -83,9 +84,10 @@ def test_comparison_table(runs, tmp_path):
     # equal printed values are both best
     assert md["CoRe-ECG"]["PTB-XL AUROC"] == "**94.2 ± 0.0**" and md["ST-MEM"]["PTB-XL AUROC"] == "**94.2**"
     assert md["Supervised"]["PTB-XL AUROC"] == "89.6"
-    assert md["ST-MEM"]["ICBEB2018 ACC"] == "–" and md["CoRe-ECG"]["ICBEB2018 ACC"] == "**86.9**"
+    assert md["ST-MEM"]["ICBEB2018 ACC"] == "–" and md["CoRe-ECG"]["ICBEB2018 ACC"] == "**86.9 ± 0.0**"
     text = (out / "comparison.md").read_text()
-    assert "| CoRe-ECG | 3/2/3 | 1 |" in text and "| ST-MEM | 1 | – |" in text   # runs per cell
+    assert md["CoRe-ECG"]["ICBEB2018 F1"] == "**84.0**"            # NaN read as undefined; cpsc2018 alias
+    assert "| CoRe-ECG | 3/2/3 | 2/1/2 |" in text and "| ST-MEM | 1 | – |" in text   # runs per cell
 
     rows = read_csv(out / "comparison.csv")
     assert rows["CoRe-ECG"]["PTB-XL ACC"] == "81.0 ± 1.0" and rows["CoRe-ECG"]["PTB-XL ACC n"] == "3"

@@ -1,12 +1,25 @@
 """Classification metrics on top of scikit-learn, with classes that cannot be scored made explicit.
 
-A class with no positive (or no negative) in the evaluated set has no AUROC: it is listed
-and left out of the macro mean, never averaged in as 0 or 0.5.
+The paper's definitions (docs/evaluation.md): single-label ACC is per-sample argmax accuracy;
+multi-label ACC is per-label accuracy at the 0.5 threshold, micro over all (sample, label)
+decisions; F1 is macro one-vs-rest F1 at the fixed 0.5 threshold (`probs >= 0.5` is positive);
+AUROC is macro one-vs-rest AUROC.
+
+Left-out classes. A class with no positive (or no negative) in the evaluated set has no AUROC; a
+class with no positive has no recall, so no F1 that measures the class (with no predicted
+positive either, F1 is 0/0). Such classes are listed and left out of the macro means, never
+averaged in as 0 or 0.5. ACC keeps every class (its negatives are real decisions).
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
-from sklearn.metrics import roc_auc_score
+import pandas as pd
+from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
+
+THRESHOLD = 0.5
+BOOTSTRAP_CHUNK = 250   # resamples scored together: bounds the (chunk, n) weight matrix
 
 
 def per_class_auroc(y: np.ndarray, scores: np.ndarray) -> np.ndarray:
@@ -24,3 +37,176 @@ def macro_auroc(y: np.ndarray, scores: np.ndarray) -> tuple[float, list[int]]:
     per = per_class_auroc(y, scores)
     skipped = [int(k) for k in np.flatnonzero(np.isnan(per))]
     return (float(np.nanmean(per)) if len(skipped) < len(per) else float("nan")), skipped
+
+
+def aggregate_by_record(record_ids: Sequence[str], scores: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Mean over each record's windows, so a record with several windows counts once.
+
+    record_ids: (n,) one per window; scores: (n,) or (n, K). -> (record ids (m,) in first-seen
+    order, mean scores (m,) or (m, K)). Multi-hot labels aggregate the same way (they are equal
+    over a record's windows, so the mean is the record's label row).
+    """
+    scores = np.asarray(scores, dtype=float)
+    if len(record_ids) != len(scores):
+        raise ValueError(f"{len(record_ids)} record ids for {len(scores)} score rows")
+    table = pd.DataFrame(scores.reshape(len(scores), -1))
+    means = table.groupby(np.asarray(record_ids), sort=False).mean()
+    return list(means.index), means.to_numpy().reshape((len(means),) + scores.shape[1:])
+
+
+def _checked(y, probs, multilabel: bool, class_names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """y as bool (n, K), probs as float (n, K); ValueError on shapes, non-binary or non-one-hot y."""
+    y, probs = np.asarray(y), np.asarray(probs, dtype=float)
+    if y.ndim != 2 or y.shape != probs.shape or y.shape[1] != len(class_names) or not len(y):
+        raise ValueError(f"need y and probs of one shape (n > 0, {len(class_names)} classes); "
+                         f"got {y.shape} and {probs.shape}")
+    if not np.isin(y, (0, 1)).all():
+        raise ValueError("y must be multi-hot {0, 1}")
+    if not multilabel and not (y.sum(1) == 1).all():
+        raise ValueError("single-label y must have exactly one positive per row")
+    return y.astype(bool), probs
+
+
+def _json_float(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
+
+
+def classification_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
+                           class_names: Sequence[str]) -> dict:
+    """ACC, F1 and AUROC as the paper defines them, with scikit-learn.
+
+    y: (n, K) multi-hot {0, 1} (one-hot when single-label); probs: (n, K) probabilities (softmax
+    for single-label, sigmoid for multi-label). Returns a JSON-ready dict: acc, f1, auroc (and
+    f1_argmax, macro F1 of argmax decisions, for single-label), each None when no class can be
+    scored; per_class {name: {auroc, f1, positives}}; classes_left_out {auroc: [...], f1: [...]};
+    n; auroc_kind; threshold.
+    """
+    y, probs = _checked(y, probs, multilabel, class_names)
+    positives = y.sum(0)
+    f1_scored = positives > 0
+    pred = probs >= THRESHOLD
+    auroc = per_class_auroc(y, probs)
+    f1 = np.full(len(class_names), np.nan)
+    for k in np.flatnonzero(f1_scored):
+        f1[k] = f1_score(y[:, k], pred[:, k], zero_division=0.0)
+    out = {"n": len(y)}
+    if multilabel:
+        out["acc"] = float(accuracy_score(y.ravel(), pred.ravel()))
+    else:
+        true, argmax = y.argmax(1), probs.argmax(1)
+        out["acc"] = float(accuracy_score(true, argmax))
+        out["f1_argmax"] = (float(f1_score(true, argmax, labels=np.flatnonzero(f1_scored), average="macro",
+                                           zero_division=0.0)) if f1_scored.any() else None)
+    out["f1"] = _json_float(np.nanmean(f1)) if f1_scored.any() else None
+    out["auroc"] = _json_float(np.nanmean(auroc)) if (~np.isnan(auroc)).any() else None
+    out["per_class"] = {name: {"auroc": _json_float(auroc[k]), "f1": _json_float(f1[k]),
+                               "positives": int(positives[k])} for k, name in enumerate(class_names)}
+    out["classes_left_out"] = {"auroc": [class_names[k] for k in np.flatnonzero(np.isnan(auroc))],
+                               "f1": [class_names[k] for k in np.flatnonzero(~f1_scored)]}
+    out["auroc_kind"] = "one-vs-rest"
+    out["threshold"] = THRESHOLD
+    return out
+
+
+def patient_resample_weights(patient_ids: Sequence, n_resamples: int,
+                             rng: np.random.Generator) -> np.ndarray:
+    """Row multiplicities of `n_resamples` bootstrap resamples of PATIENTS: (n,) ids -> (B, n).
+
+    Each resample draws as many patients as there are, with replacement; every row of a patient
+    gets the number of times that patient was drawn (all its rows move together).
+    """
+    _, patient = np.unique(np.asarray(patient_ids), return_inverse=True)
+    n_patients = patient.max() + 1
+    # times each patient is drawn in n_patients draws with replacement: (B, n_patients)
+    counts = rng.multinomial(n_patients, np.full(n_patients, 1 / n_patients), size=n_resamples)
+    return counts[:, patient.ravel()].astype(float)
+
+
+def _weighted_macro_f1(y: np.ndarray, pred: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Macro F1 of weighted copies: y, pred (n, K) bool; w (B, n) -> (B,), over the classes with a
+    positive in the unweighted set; NaN where one of them has no positive in a copy."""
+    cls = y.any(0)
+    if not cls.any():
+        return np.full(len(w), np.nan)
+    y, pred = y[:, cls], pred[:, cls]
+    tp, fp, fn = w @ (y & pred), w @ (~y & pred), w @ (y & ~pred)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f1 = np.where(tp + fn > 0, 2 * tp / (2 * tp + fp + fn), np.nan)
+    return f1.mean(1)
+
+
+def _weighted_auroc(y: np.ndarray, score: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """AUROC of one class in weighted copies: y (n,) bool, score (n,), w (B, n) -> (B,), NaN where a
+    copy has no positive or no negative. The Mann-Whitney form: P(score_pos > score_neg) + half
+    the ties, each pair weighted by its rows' multiplicities (what roc_auc_score gives on the
+    materialised copy; scikit-learn per resample costs 3 ms per class, ~80 s for Ningbo)."""
+    order = np.argsort(score, kind="stable")
+    s, y = score[order], y[order]
+    tie_starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    w = w[:, order]
+    pos = np.add.reduceat(w * y, tie_starts, axis=1)      # (B, groups of equal score)
+    neg = np.add.reduceat(w * ~y, tie_starts, axis=1)
+    below = np.cumsum(neg, axis=1) - neg                   # negative weight strictly below each group
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (pos * (below + 0.5 * neg)).sum(1) / (pos.sum(1) * neg.sum(1))
+
+
+def resample_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
+                     weights: np.ndarray) -> dict[str, np.ndarray]:
+    """The headline metrics of B weighted copies of the evaluated set, vectorised.
+
+    y: (n, K) bool; probs: (n, K); weights: (B, n) row multiplicities. Copy b is the set with row
+    i repeated weights[b, i] times; its acc/f1/f1_argmax/auroc are what classification_metrics
+    gives on it (tests check this), over the classes scored on the unweighted set: a copy in
+    which one of those cannot be scored gets NaN for that metric (a different class set would
+    be a different quantity). -> {metric: (B,)}.
+    """
+    y, w = np.asarray(y, dtype=bool), np.asarray(weights, dtype=float)
+    pred = probs >= THRESHOLD
+    out = {}
+    if multilabel:
+        out["acc"] = w @ (pred == y).mean(1) / w.sum(1)
+    else:
+        argmax = probs.argmax(1)
+        out["acc"] = w @ (argmax == y.argmax(1)) / w.sum(1)
+        out["f1_argmax"] = _weighted_macro_f1(y, np.eye(y.shape[1], dtype=bool)[argmax], w)
+    out["f1"] = _weighted_macro_f1(y, pred, w)
+    scored = [k for k in range(y.shape[1]) if 0 < y[:, k].sum() < len(y)]
+    out["auroc"] = (np.mean([_weighted_auroc(y[:, k], probs[:, k], w) for k in scored], axis=0)
+                    if scored else np.full(len(w), np.nan))
+    return out
+
+
+def bootstrap_ci(y: np.ndarray, probs: np.ndarray, patient_ids: Sequence, multilabel: bool,
+                 class_names: Sequence[str], n_resamples: int = 1000, seed: int = 0,
+                 level: float = 0.95) -> dict[str, dict]:
+    """Percentile bootstrap intervals of acc, f1, f1_argmax (single-label) and auroc, resampling
+    patients (all rows of a drawn patient move together; one drawn twice counts twice).
+
+    y, probs: (n, K) as for classification_metrics, one row per record; patient_ids: (n,).
+    -> {metric: {"low", "high", "undefined_resamples"}}: resamples where the metric is undefined
+    (a class scored on the full set has no positive, or for AUROC no negative) are skipped and
+    counted; low/high are None when every resample is. Deterministic for a seed (numpy Generator).
+    Time: 1,000 resamples of 3,000 records from 1,500 patients take about 1.1 s single-label
+    (9 classes) and 2.6 s multi-label (25 classes) on one CPU thread (`OMP_NUM_THREADS=1 python
+    bench/bootstrap_ci.py`); scikit-learn per resample would take ~80 s for the multi-label case.
+    """
+    y, probs = _checked(y, probs, multilabel, class_names)
+    if len(patient_ids) != len(y):
+        raise ValueError(f"{len(patient_ids)} patient ids for {len(y)} rows")
+    if n_resamples < 1 or not 0 < level < 1:
+        raise ValueError(f"need n_resamples >= 1 and 0 < level < 1, got {n_resamples} and {level}")
+    rng = np.random.default_rng(seed)
+    chunks = []
+    for start in range(0, n_resamples, BOOTSTRAP_CHUNK):
+        w = patient_resample_weights(patient_ids, min(BOOTSTRAP_CHUNK, n_resamples - start), rng)
+        chunks.append(resample_metrics(y, probs, multilabel, w))
+    out = {}
+    for metric in chunks[0]:
+        values = np.concatenate([c[metric] for c in chunks])
+        ok = values[~np.isnan(values)]
+        low, high = None, None
+        if len(ok):
+            low, high = (float(q) for q in np.quantile(ok, [(1 - level) / 2, (1 + level) / 2]))
+        out[metric] = {"low": low, "high": high, "undefined_resamples": int(len(values) - len(ok))}
+    return out

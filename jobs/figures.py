@@ -1,0 +1,69 @@
+"""Figures from saved runs.
+
+    python jobs/figures.py reconstruction --checkpoint runs/quickstart/checkpoint_step000000294/checkpoint.pt \
+        --corpus corpora/ptbxl --output recon.png [--split val] [--windows 2] [--seed 0]
+
+`reconstruction`: the paper's reconstruction figure (original vs the Time Decoder's output on
+masked patches, masked patches shaded, dropped ones hatched) for fixed windows of a corpus
+split, with the same plotting code as the in-loop figure (`coreecg.eval.figures`). Needs a
+full pretraining checkpoint (`checkpoint_step*/checkpoint.pt`); `encoder.pt` holds only the
+encoder. Exit codes: 0 written, 2 bad arguments or input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def reconstruction(args: argparse.Namespace) -> Path:
+    import torch
+
+    from coreecg.eval.figures import reconstruction_figure, save_figure
+    from coreecg.eval.probe import center_crop, read_spread
+    from coreecg.model import CoReECG
+    from coreecg.train.checkpoint import CheckpointError, load_checkpoint
+
+    payload, config = load_checkpoint(args.checkpoint)
+    if not any(k.startswith("time_decoder.") for k in payload["model"]):
+        raise CheckpointError(f"{args.checkpoint}: holds no Time Decoder weights (encoder.pt keeps only the "
+                              "encoder); pass a run's checkpoint_step*/checkpoint.pt")
+    model = CoReECG(config)
+    model.load_state_dict(payload["model"])
+    windows = read_spread(args.corpus, args.split, args.windows, labelled_only=False)["signal"]
+    if len(windows) == 0:
+        raise ValueError(f"corpus {args.corpus} has no {args.split!r} windows")
+    x = center_crop(torch.from_numpy(windows), config.model.input_samples)
+    step = payload.get("trainer", {}).get("step", "?")
+    fig = reconstruction_figure(model, x, seed=args.seed,
+                                title=f"{Path(args.checkpoint).parent.name} (step {step}), {args.split} windows: "
+                                      "original (blue), reconstruction of masked patches (red); "
+                                      "grey: masked, hatched: dropped")
+    return save_figure(fig, args.output)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="figure", required=True)
+    r = sub.add_parser("reconstruction", help="original vs reconstructed signal of fixed windows")
+    r.add_argument("--checkpoint", required=True, help="a pretraining checkpoint.pt")
+    r.add_argument("--corpus", required=True, help="a corpus folder (jobs/preprocess.py output)")
+    r.add_argument("--output", required=True, help="PNG file to write")
+    r.add_argument("--split", default="val", choices=["train", "val", "test"])
+    r.add_argument("--windows", type=int, default=2, help="windows shown, evenly spaced over the split")
+    r.add_argument("--seed", type=int, default=0, help="seed of the masks shown")
+    args = p.parse_args(argv)
+    from coreecg.data.corpus import CorpusError
+    from coreecg.train.checkpoint import CheckpointError
+
+    try:
+        path = reconstruction(args)
+    except (CheckpointError, CorpusError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""jobs/figures.py reconstruction: the in-loop figure's code for any saved checkpoint."""
+import subprocess
+import sys
+from pathlib import Path
+
+from coreecg.data.corpus import read_corpus_numpy
+from coreecg.train.distributed import synthetic_corpus
+from coreecg.train.loop import CHECKPOINT_FILE, checkpoint_dirs, pretrain_local
+from tests.helpers import tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_reconstruction_figure_from_a_checkpoint(ray_session, tmp_path):
+    cfg = tiny_config("data.synthetic_records=30", f"data.cache_dir={tmp_path}", "optim.batch_size=8",
+                      "optim.epochs=1", "train.eval_every_epochs=0")
+    corpus = synthetic_corpus(cfg)
+    pretrain_local(cfg, read_corpus_numpy(corpus, "train", columns=["signal"])["signal"], tmp_path / "run")
+    ckpt = checkpoint_dirs(tmp_path / "run")[-1] / CHECKPOINT_FILE
+    job = [sys.executable, "jobs/figures.py", "reconstruction", "--corpus", str(corpus)]
+
+    out = tmp_path / "recon.png"
+    done = subprocess.run([*job, "--checkpoint", str(ckpt), "--output", str(out), "--split", "train"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+    encoder_only = subprocess.run([*job, "--checkpoint", str(tmp_path / "run" / "encoder.pt"),
+                                   "--output", str(tmp_path / "x.png")],
+                                  cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert encoder_only.returncode == 2 and "no Time Decoder weights" in encoder_only.stderr
+    assert not (tmp_path / "x.png").exists()

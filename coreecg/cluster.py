@@ -24,7 +24,7 @@ def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
         ray.init(address="auto")          # a `ray start --head` already running here
         return
     except (ConnectionError, RuntimeError, ValueError):
-        pass
+        pass                              # none running: start a local one below
     # Ray Data logs two INFO lines per execution (every epoch) from its coordinator actors.
     ray.init(num_cpus=max(os.cpu_count() or 1, worker_cpus + reserve_for_data),
              include_dashboard=True, dashboard_host="127.0.0.1",

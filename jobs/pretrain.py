@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     print(f"run folder:   {run}")
     print(f"  config:     {run / 'config.yaml'}")
     print(f"  metrics:    {run / 'metrics.jsonl'}")
-    print(f"  tensorboard: tensorboard --logdir {run / 'tensorboard'}")
+    print(f"  tensorboard: {run / 'tensorboard'}  (view: pip install tensorboard; tensorboard --logdir ...)")
     print(f"  figures:    {run / 'figures'}")
     print(f"  checkpoint: {result.checkpoint}")
     print(f"  encoder:    {result.encoder}  (coreecg.load_encoder reads it)")

@@ -13,7 +13,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -86,8 +85,7 @@ def test_corrupted_and_foreign_checkpoints_stop_before_training(finished_run, tm
     cfg, result = finished_run
     run = tmp_path / "mimic"
     shutil.copytree(result.run_dir, run)
-    cfg = load_config(overrides=[f"{k}={v}" for k, v in [("train.storage_path", tmp_path)]] + [
-        *TINY, "optim.batch_size=8", "train.name=mimic"])
+    cfg = load_config(overrides=[*TINY, "optim.batch_size=8", f"train.storage_path={tmp_path}", "train.name=mimic"])
     latest = checkpoint_dirs(run)[-1] / CHECKPOINT_FILE
     blob = bytearray(latest.read_bytes())
     blob[len(blob) // 2] ^= 0xFF

@@ -164,19 +164,19 @@ def _ray_worker(loop_config: dict[str, Any]) -> None:
             save_checkpoint(Path(tmp) / CHECKPOINT_FILE, payload.pop("model"), cfg, **payload)
             ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp), checkpoint_dir_name=name)
 
-    def latest() -> tuple[dict, Path] | None:
+    def latest() -> tuple[dict, Config, Path] | None:
         # Ray's snapshot of its checkpoints is written after a checkpoint folder lands, so a
         # driver killed in between leaves a newer folder than Ray knows of: take the newer.
         ckpt = ray.train.get_checkpoint()
         on_disk = checkpoint_dirs(run_dir)
         if on_disk and (ckpt is None or step_of(on_disk[-1]) > step_of(Path(ckpt.path))):
             path = on_disk[-1] / CHECKPOINT_FILE
-            return load_checkpoint(path, device)[0], path
+            return (*load_checkpoint(path, device), path)
         if ckpt is None:
             return None
         with ckpt.as_directory() as d:
-            payload, _ = load_checkpoint(Path(d) / CHECKPOINT_FILE, device)
-        return payload, Path(ckpt.path) / CHECKPOINT_FILE
+            payload, saved = load_checkpoint(Path(d) / CHECKPOINT_FILE, device)
+        return payload, saved, Path(ckpt.path) / CHECKPOINT_FILE
 
     def wrap(model: torch.nn.Module) -> torch.nn.Module:
         # Buffers (positions, a fixed FDA map) are constants: no per-step broadcast.
@@ -194,21 +194,17 @@ def _ray_worker(loop_config: dict[str, Any]) -> None:
 
 def _rank0_eval_data(cfg: Config, loop_config: dict[str, Any]):
     """The probe's windows and the figure's fixed validation windows (rank 0 only)."""
+    from coreecg.data.corpus import load_manifest
     from coreecg.eval.probe import center_crop, load_probe_data, read_spread
 
     probe = load_probe_data(loop_config["probe_corpus"], cfg.data.probe_max_windows) \
         if loop_config["probe_corpus"] else None
+    # The figure shows validation windows; a corpus without a val split shows train windows.
     corpus = loop_config["corpus"]
-    figures = None
-    for split in ("val", "train"):
-        try:
-            windows = read_spread(corpus, split, FIGURE_WINDOWS, labelled_only=False)["signal"]
-        except ValueError:
-            continue
-        if len(windows):
-            figures = center_crop(torch.from_numpy(windows), cfg.data.crop_samples)
-            break
-    return probe, figures
+    splits = {s["split"] for s in load_manifest(corpus)["shards"]}
+    split = "val" if "val" in splits else "train"
+    windows = read_spread(corpus, split, FIGURE_WINDOWS, labelled_only=False)["signal"]
+    return probe, center_crop(torch.from_numpy(windows), cfg.data.crop_samples)
 
 
 # ---------------------------------------------------------------------------- the driver

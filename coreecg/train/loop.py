@@ -21,9 +21,7 @@ import torch
 
 from coreecg.config import Config
 from coreecg.model import CoReECG
-from coreecg.train.checkpoint import (
-    CheckpointError, check_compatible, export_encoder, load_checkpoint, save_checkpoint,
-)
+from coreecg.train.checkpoint import check_compatible, export_encoder, load_checkpoint, save_checkpoint
 from coreecg.train.ingest import memory_epoch_batches, seed_for, to_model_input
 from coreecg.train.step import PretrainStep, Schedule
 
@@ -44,7 +42,7 @@ class WorkerContext:
         yields at least `steps_per_epoch` batches.
     report(metrics, checkpoint) persists metrics and, when `checkpoint` (a payload dict, rank 0
         only) is given, a checkpoint; under Ray every rank must call it (a barrier).
-    latest() -> (payload, path) of the checkpoint to resume from, or None.
+    latest() -> (payload, its config, path) of the checkpoint to resume from, or None.
     """
 
     rank: int
@@ -54,7 +52,7 @@ class WorkerContext:
     run_dir: Path
     epoch_batches: Callable[[int], Iterable[tuple[torch.Tensor, torch.Tensor]]]
     report: Callable[[dict[str, float], dict[str, Any] | None], None]
-    latest: Callable[[], tuple[dict, Path] | None]
+    latest: Callable[[], tuple[dict, Config, Path] | None]
     wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m
     probe: Any = None                               # coreecg.eval.probe.ProbeData, rank 0 only
     figure_windows: torch.Tensor | None = None      # (W, C, crop) fixed val windows, rank 0 only
@@ -133,8 +131,8 @@ def pretrain_worker(config: Config, ctx: WorkerContext) -> dict[str, float]:
     epoch, done_in_epoch, state = 0, 0, {}
     resumed = ctx.latest()
     if resumed is not None:
-        payload, path = resumed
-        check_compatible(path, load_checkpoint_config(payload, path), cfg)
+        payload, saved, path = resumed
+        check_compatible(path, saved, cfg)
         core.load_state_dict(payload["model"])
         step.load_state_dict(payload["trainer"])
         epoch, done_in_epoch, state = int(payload["epoch"]), int(payload["batches_done"]), dict(payload["state"])
@@ -211,15 +209,6 @@ def pretrain_worker(config: Config, ctx: WorkerContext) -> dict[str, float]:
     return summary
 
 
-def load_checkpoint_config(payload: dict, path: Path) -> Config:
-    from coreecg.config import ConfigError, config_from_dict
-
-    try:
-        return config_from_dict(payload["config"])
-    except (ConfigError, KeyError) as e:
-        raise CheckpointError(f"{path}: stored config unreadable: {e}") from e
-
-
 def _probe(core: CoReECG, ctx: WorkerContext) -> dict[str, float]:
     from coreecg.eval.probe import run_probe
 
@@ -293,12 +282,12 @@ def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | No
                 f.unlink()
             old.rmdir()
 
-    def latest() -> tuple[dict, Path] | None:
+    def latest() -> tuple[dict, Config, Path] | None:
         dirs = checkpoint_dirs(run_dir)
         if not dirs:
             return None
         path = dirs[-1] / CHECKPOINT_FILE
-        return load_checkpoint(path, device)[0], path
+        return (*load_checkpoint(path, device), path)
 
     ctx = WorkerContext(
         rank=0, world_size=1, device=device, steps_per_epoch=len(data) // bs, run_dir=run_dir,

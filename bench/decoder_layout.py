@@ -64,7 +64,7 @@ def main() -> None:
     from coreecg.data.corpus import read_corpus_numpy
     from coreecg.eval.probe import load_probe_data
     from coreecg.train.distributed import synthetic_corpus
-    from coreecg.train.loop import pretrain_local
+    from coreecg.train.pretraining import pretrain_local
 
     tmp = Path(tempfile.mkdtemp(prefix="coreecg-layout-"))
     base = load_config(args.config, ["train.num_workers=1", "train.checkpoint_every_steps=0", *args.set])

@@ -235,12 +235,44 @@ class OptimConfig:
 
 @dataclass
 class FinetuneConfig:
-    """Downstream: pretrained encoder + linear head (paper: lr 8e-5, no warm-up)."""
+    """Downstream: encoder + a fresh linear head on mean-pooled tokens (paper: Training and
+    Inference; 80 epochs, lr 8e-5, no warm-up, the rest as in pretraining: AdamW with weight
+    decay 0.01, batch 256, cosine schedule; `optim.betas`, `optim.min_lr` and `optim.grad_clip`
+    apply to both). docs/evaluation.md.
 
-    mode: Literal["full", "linear"] = "full"
+    mode: finetune (everything trains), linear (frozen encoder, head only), scratch (randomly
+    initialised encoder, the paper's "Supervised" row; the architecture is `model`).
+    """
+
+    mode: Literal["finetune", "linear", "scratch"] = "finetune"
+    encoder: str = ""                 # encoder.pt or a pretraining checkpoint; empty for scratch
+    leads: tuple[str, ...] = STANDARD_LEADS   # only these leads' tokens are fed (no zero-filling)
+    train_fraction: float = 1.0       # stratified, seeded subset of the training split's patients
     lr: float = 8e-5
     warmup_epochs: float = 0.0
     epochs: int = 80
+    batch_size: int = 256             # global, over train.num_workers
+    weight_decay: float = 0.01
+    eval_crops: int = 3               # evenly spaced crops per window; their logits are averaged
+    eval_batch_size: int = 128
+    bootstrap_resamples: int = 1000   # patient-level bootstrap of every test metric
+    tsne_max_points: int = 2000
+    # Names in the report tables: method "" = the encoder's train.variant ("Supervised" for
+    # scratch); dataset "" = from the corpus manifest (ptbxl, cpsc2018, ningbo, ...).
+    method: str = ""
+    dataset: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.leads or len(set(self.leads)) != len(self.leads) or not set(self.leads) <= set(STANDARD_LEADS):
+            unknown = [x for x in self.leads if x not in STANDARD_LEADS]
+            raise ConfigError(f"finetune.leads={list(self.leads)} must be distinct names from {list(STANDARD_LEADS)}"
+                              + (f"; unknown: {unknown}" if unknown else ""))
+        if not 0.0 < self.train_fraction <= 1.0:
+            raise ConfigError(f"finetune.train_fraction={self.train_fraction} must lie in (0, 1]")
+        if self.epochs < 1 or self.batch_size < 1 or self.eval_crops < 1 or self.eval_batch_size < 1 \
+                or self.bootstrap_resamples < 0 or self.tsne_max_points < 0:
+            raise ConfigError("finetune.epochs, batch_size, eval_crops, eval_batch_size must be >= 1; "
+                              "bootstrap_resamples and tsne_max_points >= 0")
 
 
 @dataclass
@@ -262,6 +294,9 @@ class TrainConfig:
     eval_every_epochs: int = 1        # probe + reconstruction figure; 0 disables
     storage_path: str = "runs"        # on a multi-node cluster: a shared filesystem path
     name: str = "pretrain"
+    # The method name under which downstream tables list encoders from this run (ablation
+    # variants set their own).
+    variant: str = "CoRe-ECG"
 
     def __post_init__(self) -> None:
         if self.num_workers < 1 or self.cpus_per_worker < 1:
@@ -324,6 +359,9 @@ class Config:
             raise ConfigError(f"data.crop_samples={self.data.crop_samples} must equal model.input_samples={m.input_samples}")
         if self.data.crop_samples > self.data.preprocess.window_samples:
             raise ConfigError("data.crop_samples exceeds the stored window length")
+        if self.finetune.batch_size % self.train.num_workers:
+            raise ConfigError(f"finetune.batch_size={self.finetune.batch_size} (the global batch) is not divisible "
+                              f"by train.num_workers={self.train.num_workers}")
         if self.optim.batch_size % self.train.num_workers:
             raise ConfigError(f"optim.batch_size={self.optim.batch_size} (the global batch) is not divisible "
                               f"by train.num_workers={self.train.num_workers}")
@@ -354,6 +392,9 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
 
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Rebuild a config saved with `to_dict` (checkpoints, run folders)."""
+    ft = data.get("finetune")
+    if isinstance(ft, dict) and ft.get("mode") == "full":   # coreecg <= 0.1.0 called finetune "full"
+        data = {**data, "finetune": {**ft, "mode": "finetune"}}
     return _merge(Config(), data, prefix="").validate()
 
 

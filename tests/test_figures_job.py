@@ -5,7 +5,8 @@ from pathlib import Path
 
 from coreecg.data.corpus import read_corpus_numpy
 from coreecg.train.distributed import synthetic_corpus
-from coreecg.train.loop import CHECKPOINT_FILE, checkpoint_dirs, pretrain_local
+from coreecg.train.loop import CHECKPOINT_FILE, checkpoint_dirs
+from coreecg.train.pretraining import pretrain_local
 from tests.helpers import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]

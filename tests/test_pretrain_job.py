@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from coreecg.train import loop
+from coreecg.train.pretraining import pretrain_local
 from coreecg.train.checkpoint import CheckpointError, load_checkpoint
 from tests.helpers import tiny_config
 
@@ -28,7 +29,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, monkeypatch):
     cfg = tiny_config("optim.batch_size=8", "optim.epochs=3", "optim.warmup_epochs=1",
                       "train.checkpoint_every_steps=3", "train.eval_every_epochs=0")
     windows = np.random.default_rng(0).standard_normal((16, 12, 2500)).astype(np.float32)
-    loop.pretrain_local(cfg, windows, tmp_path / "a")
+    pretrain_local(cfg, windows, tmp_path / "a")
 
     real_save = loop.save_checkpoint
     calls = {"n": 0}
@@ -41,10 +42,10 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(loop, "save_checkpoint", crash_after_second)
     with pytest.raises(KeyboardInterrupt):
-        loop.pretrain_local(cfg, windows, tmp_path / "b")
+        pretrain_local(cfg, windows, tmp_path / "b")
     assert _latest(tmp_path / "b")["trainer"]["step"] == 3
     monkeypatch.setattr(loop, "save_checkpoint", real_save)
-    loop.pretrain_local(cfg, windows, tmp_path / "b")
+    pretrain_local(cfg, windows, tmp_path / "b")
 
     a, b = _latest(tmp_path / "a"), _latest(tmp_path / "b")
     assert a["trainer"]["step"] == b["trainer"]["step"] == 6 and a["epoch"] == b["epoch"] == 2
@@ -60,7 +61,7 @@ def test_mid_epoch_resume_skips_the_done_batches(tmp_path, monkeypatch):
     cfg = tiny_config("optim.batch_size=4", "optim.epochs=1", "train.checkpoint_every_steps=2",
                       "train.eval_every_epochs=0")
     windows = np.random.default_rng(1).standard_normal((16, 12, 2500)).astype(np.float32)
-    loop.pretrain_local(cfg, windows, tmp_path / "a")
+    pretrain_local(cfg, windows, tmp_path / "a")
     real_save = loop.save_checkpoint
 
     def crash(*a, **k):
@@ -69,10 +70,10 @@ def test_mid_epoch_resume_skips_the_done_batches(tmp_path, monkeypatch):
 
     monkeypatch.setattr(loop, "save_checkpoint", crash)
     with pytest.raises(KeyboardInterrupt):
-        loop.pretrain_local(cfg, windows, tmp_path / "b")
+        pretrain_local(cfg, windows, tmp_path / "b")
     assert _latest(tmp_path / "b")["batches_done"] == 2
     monkeypatch.setattr(loop, "save_checkpoint", real_save)
-    loop.pretrain_local(cfg, windows, tmp_path / "b")
+    pretrain_local(cfg, windows, tmp_path / "b")
     a, b = _latest(tmp_path / "a"), _latest(tmp_path / "b")
     assert a["trainer"]["step"] == b["trainer"]["step"] == 4
     for key, value in a["model"].items():
@@ -81,11 +82,11 @@ def test_mid_epoch_resume_skips_the_done_batches(tmp_path, monkeypatch):
 
 def test_resume_refuses_a_different_model(tmp_path):
     windows = np.zeros((8, 12, 2500), dtype=np.float32)
-    loop.pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=1", "train.eval_every_epochs=0"),
+    pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=1", "train.eval_every_epochs=0"),
                         windows, tmp_path)
     with pytest.raises(CheckpointError, match=r"checkpoint\.pt.*model\.depth"):
-        loop.pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "model.depth=3"), windows, tmp_path)
+        pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "model.depth=3"), windows, tmp_path)
     # a longer schedule on the same model is a legitimate resume
-    summary = loop.pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "train.eval_every_epochs=0"),
+    summary = pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "train.eval_every_epochs=0"),
                                   windows, tmp_path)
     assert summary["epoch"] == 1 and summary["step"] == 2

@@ -1,4 +1,5 @@
-"""Pretraining on Ray Train: a TorchTrainer whose workers run `pretrain_worker` on Ray Data shards.
+"""Training on Ray Train: a TorchTrainer whose workers run the shared loop (`train_worker`) on Ray
+Data shards, for pretraining (here) and fine-tuning (`coreecg.train.finetuning`).
 
     from coreecg.train.distributed import pretrain
     result = pretrain(load_config("configs/quickstart.yaml"))   # -> run folder, metrics, encoder
@@ -26,7 +27,7 @@ from coreecg.train.checkpoint import (
     CheckpointError, changed_keys, check_compatible, load_checkpoint, save_checkpoint, verify_checkpoint,
 )
 from coreecg.train.ingest import epoch_batches, train_windows, training_dataset
-from coreecg.train.loop import CHECKPOINT_FILE, WorkerContext, checkpoint_dirs, pretrain_worker, step_of
+from coreecg.train.loop import CHECKPOINT_FILE, WorkerContext, checkpoint_dirs, step_of, train_worker
 
 FIGURE_WINDOWS = 2
 
@@ -126,7 +127,8 @@ def preflight(run_dir: Path, config: Config) -> list[str]:
 
 
 def _ray_worker(loop_config: dict[str, Any]) -> None:
-    """train_loop_per_worker: the shared loop with Ray's data, DDP and reporting."""
+    """train_loop_per_worker: the shared loop with Ray's data, DDP and reporting; the task
+    (loop_config["task"]: pretrain | finetune) is built here, on the worker."""
     import ray.train
     import ray.train.torch
     from ray.train import Checkpoint
@@ -149,11 +151,9 @@ def _ray_worker(loop_config: dict[str, Any]) -> None:
     if device.type == "cpu":
         torch.set_num_threads(max(1, cfg.train.cpus_per_worker))
     shard = ray.train.get_dataset_shard("train")
-    per_worker = cfg.optim.batch_size // world
+    task = _make_task(cfg, loop_config, rank, device)
+    per_worker = task.global_batch // world
     run_dir = Path(loop_config["run_dir"])
-    probe = figures = None
-    if rank == 0:
-        probe, figures = _rank0_eval_data(cfg, loop_config)
 
     def report(metrics: dict[str, float], payload: dict[str, Any] | None) -> None:
         name = f"checkpoint_step{int(metrics['step']):09d}"
@@ -188,8 +188,19 @@ def _ray_worker(loop_config: dict[str, Any]) -> None:
         run_dir=run_dir,
         epoch_batches=lambda epoch: epoch_batches(shard, per_worker, epoch, cfg.train.seed, rank,
                                                   cfg.data.shuffle_buffer, device),
-        report=report, latest=latest, wrap=wrap, probe=probe, figure_windows=figures, quiet=True)
-    pretrain_worker(cfg, ctx)
+        report=report, latest=latest, wrap=wrap, quiet=True)
+    train_worker(task, cfg, ctx)
+
+
+def _make_task(cfg: Config, loop_config: dict[str, Any], rank: int, device: torch.device):
+    if loop_config["task"] == "finetune":
+        from coreecg.train.finetuning import FinetuneTask
+
+        return FinetuneTask(cfg, loop_config["spec"], rank, device)
+    from coreecg.train.pretraining import PretrainTask
+
+    probe, figures = _rank0_eval_data(cfg, loop_config) if rank == 0 else (None, None)
+    return PretrainTask(cfg, probe, figures)
 
 
 def _rank0_eval_data(cfg: Config, loop_config: dict[str, Any]):
@@ -210,47 +221,39 @@ def _rank0_eval_data(cfg: Config, loop_config: dict[str, Any]):
 # ---------------------------------------------------------------------------- the driver
 
 
-def build_trainer(config: Config, *, quiet: bool = False, callbacks: list | None = None):
-    """Everything up to `fit()`: corpus, dataset, pre-flight, the TorchTrainer.
-
-    -> (trainer, run_dir). Tune trials call this and `fit()` themselves.
-    """
-    import ray.train
-    from ray.train.torch import TorchTrainer
+def start_ray(config: Config) -> None:
+    """Connect to (or start) the cluster with CPUs for the workers plus Ray Data's own, and quiet
+    Ray Data's per-epoch progress output (the context propagates to the Train workers)."""
+    from ray.data import DataContext
 
     from coreecg.cluster import init_ray
 
-    from ray.data import DataContext
-
     t = config.train
     init_ray(t.num_workers * t.cpus_per_worker)
-    ctx = DataContext.get_current()          # propagated to the Train workers
+    ctx = DataContext.get_current()
     ctx.enable_progress_bars = ctx.enable_operator_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)   # per-execution INFO lines, every epoch
-    corpus = training_corpus(config)
-    n = train_windows(corpus)
-    per_worker = config.optim.batch_size // t.num_workers
-    steps_per_epoch = (n // t.num_workers) // per_worker
-    if steps_per_epoch == 0:
-        raise ValueError(f"{corpus}: {n} training windows give no full batch of {config.optim.batch_size} "
-                         f"over {t.num_workers} workers; lower optim.batch_size")
-    probe = probe_corpus(config, corpus)
-    run_dir = t.run_dir
-    notes = preflight(run_dir, config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config.to_yaml(run_dir / "config.yaml")
-    if not quiet:
-        print(f"run folder: {run_dir}")
-        print(f"corpus: {corpus} ({n} training windows, {steps_per_epoch} steps/epoch of "
-              f"{config.optim.batch_size} over {t.num_workers} worker(s))")
-        print(f"probe: {probe if probe else 'none (the training corpus has no labels; set data.probe_corpus)'}")
-        if notes:
-            print(f"resuming with changed settings: {', '.join(notes)}")
-    trainer = TorchTrainer(
+
+
+def steps_per_epoch(corpus: Path, n_windows: int, global_batch: int, num_workers: int, key: str) -> int:
+    """Full batches per epoch on every rank (ValueError when there is not even one)."""
+    steps = (n_windows // num_workers) // (global_batch // num_workers)
+    if steps == 0:
+        raise ValueError(f"{corpus}: {n_windows} training windows give no full batch of {global_batch} "
+                         f"over {num_workers} workers; lower {key}")
+    return steps
+
+
+def make_trainer(config: Config, loop_config: dict[str, Any], dataset, epochs: int, *, quiet: bool,
+                 callbacks: list | None):
+    """The TorchTrainer of a run folder (`train.run_dir`): workers, failures, checkpoints, logging."""
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    t, run_dir = config.train, config.train.run_dir
+    return TorchTrainer(
         _ray_worker,
-        train_loop_config={"config": config.to_dict(), "steps_per_epoch": steps_per_epoch,
-                           "run_dir": str(run_dir), "corpus": str(corpus),
-                           "probe_corpus": str(probe) if probe else ""},
+        train_loop_config={"config": config.to_dict(), "run_dir": str(run_dir), **loop_config},
         scaling_config=ray.train.ScalingConfig(num_workers=t.num_workers, use_gpu=t.use_gpu,
                                                resources_per_worker={"CPU": t.cpus_per_worker}),
         run_config=ray.train.RunConfig(
@@ -258,10 +261,37 @@ def build_trainer(config: Config, *, quiet: bool = False, callbacks: list | None
             failure_config=ray.train.FailureConfig(max_failures=t.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=t.keep_checkpoints),
             logging_config=ray.train.LoggingConfig(log_level="WARNING"),
-            callbacks=[*(callbacks or []), *([] if quiet else [_progress_callback(config.optim.epochs)])]),
-        datasets={"train": training_dataset(corpus, t.seed, config.data.cache_in_memory_gb)},
+            callbacks=[*(callbacks or []), *([] if quiet else [_progress_callback(epochs)])]),
+        datasets={"train": dataset},
     )
-    return trainer, run_dir
+
+
+def build_trainer(config: Config, *, quiet: bool = False, callbacks: list | None = None):
+    """Everything up to `fit()` of a pretraining: corpus, dataset, pre-flight, the TorchTrainer.
+
+    -> (trainer, run_dir). Tune trials call this and `fit()` themselves.
+    """
+    t = config.train
+    start_ray(config)
+    corpus = training_corpus(config)
+    n = train_windows(corpus)
+    spe = steps_per_epoch(corpus, n, config.optim.batch_size, t.num_workers, "optim.batch_size")
+    probe = probe_corpus(config, corpus)
+    run_dir = t.run_dir
+    notes = preflight(run_dir, config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config.to_yaml(run_dir / "config.yaml")
+    if not quiet:
+        print(f"run folder: {run_dir}")
+        print(f"corpus: {corpus} ({n} training windows, {spe} steps/epoch of "
+              f"{config.optim.batch_size} over {t.num_workers} worker(s))")
+        print(f"probe: {probe if probe else 'none (the training corpus has no labels; set data.probe_corpus)'}")
+        if notes:
+            print(f"resuming with changed settings: {', '.join(notes)}")
+    loop_config = {"task": "pretrain", "steps_per_epoch": spe, "corpus": str(corpus),
+                   "probe_corpus": str(probe) if probe else ""}
+    dataset = training_dataset(corpus, t.seed, config.data.cache_in_memory_gb)
+    return make_trainer(config, loop_config, dataset, config.optim.epochs, quiet=quiet, callbacks=callbacks), run_dir
 
 
 def pretrain(config: Config, *, quiet: bool = False) -> PretrainResult:

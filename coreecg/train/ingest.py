@@ -71,12 +71,18 @@ def to_model_input(signal: torch.Tensor, uid: torch.Tensor, seed: int, epoch: in
 # ---------------------------------------------------------------------------- Ray Data
 
 
-def _read_shard(batch: dict[str, np.ndarray], shape: tuple[int, ...], dtype: str) -> dict[str, np.ndarray]:
-    """map_batches fn: one shard file -> {"signal": (n, C, T) stored dtype, "uid": (n,) int64}."""
+def _read_shard(batch: dict[str, np.ndarray], shape: tuple[int, ...], dtype: str,
+                keep: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """map_batches fn: one shard file -> {"signal": (n, C, T) stored dtype, "uid": (n,) int64},
+    only the rows whose uid is True in `keep` (the split's (N,) bool mask) when given."""
     path, first_uid = str(batch["path"][0]), int(batch["first_uid"][0])
     table = pq.read_table(path, columns=["signal"])
+    uid = np.arange(first_uid, first_uid + table.num_rows, dtype=np.int64)
+    if keep is not None:
+        rows = np.flatnonzero(keep[uid])
+        table, uid = table.take(rows), uid[rows]
     signal = decode_signals(table.column("signal"), shape, dtype, as_stored=True)
-    return {"signal": signal, "uid": np.arange(first_uid, first_uid + len(signal), dtype=np.int64)}
+    return {"signal": signal, "uid": uid}
 
 
 def train_windows(corpus: str | Path, split: str = "train") -> int:
@@ -84,11 +90,30 @@ def train_windows(corpus: str | Path, split: str = "train") -> int:
     return sum(s["rows"] for s in load_manifest(corpus)["shards"] if s["split"] == split)
 
 
-def training_dataset(corpus: str | Path, seed: int, cache_in_memory_gb: float = 2.0, split: str = "train"):
+def split_uids(corpus: str | Path, split: str = "train") -> dict[str, np.ndarray]:
+    """The split's row metadata in uid order (uid = row index over the split's files in manifest
+    order, as `training_dataset` numbers them), without reading signals: {"record_id": (N,),
+    "patient_id": (N,), "label": (N,) first class or -1, "multihot": (N, K) float32}."""
+    import pyarrow as pa
+
+    from coreecg.data.corpus import decode_labels
+
+    manifest = load_manifest(corpus)
+    table = pa.concat_tables(pq.read_table(f, columns=["record_id", "patient_id", "labels"])
+                             for f in split_files(corpus, split, manifest))
+    label, multihot = decode_labels(table.column("labels"), len(manifest["class_names"]))
+    return {"record_id": table.column("record_id").to_numpy(zero_copy_only=False),
+            "patient_id": table.column("patient_id").to_numpy(zero_copy_only=False),
+            "label": label, "multihot": multihot}
+
+
+def training_dataset(corpus: str | Path, seed: int, cache_in_memory_gb: float = 2.0, split: str = "train",
+                     keep: np.ndarray | None = None):
     """The split's windows as a Ray Dataset of {"signal": (C, T) float16, "uid": int64}.
 
     One block per shard file, in an order shuffled once with `seed`. A split smaller than
     `cache_in_memory_gb` is materialised in the object store, so epochs re-read no Parquet.
+    keep: (N,) bool over the split's uids (e.g. a label-efficiency subset); None keeps all.
     """
     import ray.data
 
@@ -97,11 +122,19 @@ def training_dataset(corpus: str | Path, seed: int, cache_in_memory_gb: float = 
     rows = [s["rows"] for s in manifest["shards"] if s["split"] == split]
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(int)
     items = [{"path": str(f), "first_uid": int(u)} for f, u in zip(files, starts)]
+    kept_rows = list(rows)
+    if keep is not None:
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (sum(rows),):
+            raise ValueError(f"{corpus}: keep mask of shape {keep.shape} for {sum(rows)} {split} windows")
+        kept_rows = [int(keep[u:u + r].sum()) for u, r in zip(starts, rows)]
+        items = [it for it, r in zip(items, kept_rows) if r]     # files with no kept row: not read
     order = np.random.default_rng(seed_for("file-order", seed)).permutation(len(items))
     ds = ray.data.from_items([items[i] for i in order], override_num_blocks=len(items))
     ds = ds.map_batches(_read_shard, batch_size=1,
-                        fn_kwargs={"shape": tuple(manifest["signal"]["shape"]), "dtype": manifest["signal"]["dtype"]})
-    nbytes = sum(rows) * int(np.prod(manifest["signal"]["shape"])) * np.dtype(manifest["signal"]["dtype"]).itemsize
+                        fn_kwargs={"shape": tuple(manifest["signal"]["shape"]), "dtype": manifest["signal"]["dtype"],
+                                   "keep": keep})
+    nbytes = sum(kept_rows) * int(np.prod(manifest["signal"]["shape"])) * np.dtype(manifest["signal"]["dtype"]).itemsize
     if nbytes < cache_in_memory_gb * 2**30:
         ds = ds.materialize()
     return ds

@@ -1,11 +1,13 @@
-"""The one pretraining loop. `pretrain_worker` runs on every data-parallel worker; what differs
-between a Ray Train worker and the plain no-Ray reference is only a `WorkerContext`: where
+"""The one training loop. `train_worker` runs on every data-parallel worker for every task
+(pretraining, fine-tuning); a `Task` supplies the model, the step, the batch -> step inputs
+mapping and the rank-0 evaluation, and a `WorkerContext` supplies the environment: where
 batches come from, how the model is wrapped (DDP or not), and how metrics and checkpoints are
 persisted (`ray.train.report` or files in the run folder). Tune trials reuse it unchanged.
 
 Per epoch: steps (log every `train.log_every`, checkpoint every `train.checkpoint_every_steps`),
-then on rank 0 the probe and the reconstruction figure every `train.eval_every_epochs`, then
-one report with a checkpoint (a barrier on all ranks under Ray).
+then on rank 0 the task's evaluation when it asks for one, then one report with a checkpoint
+(a barrier on all ranks under Ray). After the last epoch, rank 0 runs the task's `finish`
+(pretraining: export encoder.pt; fine-tuning: test metrics with the selected weights).
 """
 from __future__ import annotations
 
@@ -14,16 +16,15 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 import torch
 
 from coreecg.config import Config
-from coreecg.model import CoReECG
-from coreecg.train.checkpoint import check_compatible, export_encoder, load_checkpoint, save_checkpoint
-from coreecg.train.ingest import memory_epoch_batches, seed_for, to_model_input
-from coreecg.train.step import PretrainStep, Schedule
+from coreecg.train.checkpoint import CheckpointError, check_compatible, load_checkpoint, save_checkpoint
+from coreecg.train.ingest import memory_epoch_batches, seed_for
+from coreecg.train.step import TrainStep
 
 CHECKPOINT_FILE = "checkpoint.pt"
 
@@ -36,7 +37,7 @@ def resolve_device(name: str) -> torch.device:
 
 @dataclass
 class WorkerContext:
-    """What a worker's environment provides to `pretrain_worker`.
+    """What a worker's environment provides to `train_worker`.
 
     epoch_batches(epoch) -> iterable of (signal (b, C, T_stored) on device, uid (b,)); every rank
         yields at least `steps_per_epoch` batches.
@@ -54,8 +55,6 @@ class WorkerContext:
     report: Callable[[dict[str, float], dict[str, Any] | None], None]
     latest: Callable[[], tuple[dict, Config, Path] | None]
     wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m
-    probe: Any = None                               # coreecg.eval.probe.ProbeData, rank 0 only
-    figure_windows: torch.Tensor | None = None      # (W, C, crop) fixed val windows, rank 0 only
     quiet: bool = False
 
     @property
@@ -114,16 +113,44 @@ def _mean_over_ranks(sums: dict[str, torch.Tensor], count: int, world_size: int)
     return dict(zip(keys, vec.tolist()))
 
 
-def pretrain_worker(config: Config, ctx: WorkerContext) -> dict[str, float]:
-    """Pretrain from the latest checkpoint (or from scratch) to config.optim.epochs.
+class Task(Protocol):
+    """What a training task supplies to `train_worker` (coreecg.train.pretraining.PretrainTask,
+    coreecg.train.finetuning.FinetuneTask).
 
-    Returns the last epoch's metrics (rank 0's view; probe metrics only on rank 0).
+    name: the checkpoint payload's "task" and the TensorBoard prefix of step scalars.
+    epochs, global_batch: the run's length and its batch over all ranks.
+    build(ctx) -> (core, step): the bare model on ctx.device and its TrainStep (which holds the
+        wrapped model); called after seeding, so every rank builds identical weights.
+    inputs(signal, uid, epoch, generator) -> (args, kwargs) of one step, from a stored batch.
+    start(core, ctx, writer) -> state entries of a fresh run (rank 0; e.g. the probe at init).
+    should_evaluate(epoch) -> whether rank 0 evaluates after this epoch.
+    evaluate(core, ctx, writer, epoch, step, state) -> epoch metrics (rank 0; may update state).
+    finish(core, ctx, writer, summary, state): rank 0, once the last epoch is done.
+    """
+
+    name: str
+    epochs: int
+    global_batch: int
+
+    def build(self, ctx: "WorkerContext") -> tuple[torch.nn.Module, TrainStep]: ...
+    def inputs(self, signal: torch.Tensor, uid: torch.Tensor, epoch: int,
+               generator: torch.Generator) -> tuple[tuple, dict]: ...
+    def start(self, core: torch.nn.Module, ctx: "WorkerContext", writer: "RunWriter") -> dict[str, Any]: ...
+    def should_evaluate(self, epoch: int) -> bool: ...
+    def evaluate(self, core: torch.nn.Module, ctx: "WorkerContext", writer: "RunWriter", epoch: int, step: int,
+                 state: dict[str, Any]) -> dict[str, float]: ...
+    def finish(self, core: torch.nn.Module, ctx: "WorkerContext", writer: "RunWriter", summary: dict[str, float],
+               state: dict[str, Any]) -> None: ...
+
+
+def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, float]:
+    """Train `task` from the latest checkpoint (or from scratch) to task.epochs, then finish.
+
+    Returns the last epoch's metrics (rank 0's view; evaluation metrics only on rank 0).
     """
     cfg, spe = config, ctx.steps_per_epoch
     torch.manual_seed(seed_for("init", cfg.train.seed))        # identical init on every rank
-    core = CoReECG(cfg).to(ctx.device)
-    model = ctx.wrap(core)
-    step = PretrainStep(model, cfg, Schedule(spe, cfg.optim.epochs, cfg.optim.warmup_epochs), core=core)
+    core, step = task.build(ctx)
     step_gen = torch.Generator(ctx.device)
     writer = RunWriter(ctx.run_dir, ctx.is_main)
     say = print if ctx.is_main and not ctx.quiet else (lambda *a, **k: None)
@@ -132,6 +159,9 @@ def pretrain_worker(config: Config, ctx: WorkerContext) -> dict[str, float]:
     resumed = ctx.latest()
     if resumed is not None:
         payload, saved, path = resumed
+        if payload.get("task", "pretrain") != task.name:
+            raise CheckpointError(f"{path}: a {payload.get('task', 'pretrain')} checkpoint, not {task.name}; "
+                                  "use another run folder")
         check_compatible(path, saved, cfg)
         core.load_state_dict(payload["model"])
         step.load_state_dict(payload["trainer"])
@@ -145,22 +175,18 @@ def pretrain_worker(config: Config, ctx: WorkerContext) -> dict[str, float]:
         say(f"resumed from {path}: step {step.step}, epoch {epoch}, {done_in_epoch} batches into it")
     else:
         torch.manual_seed(seed_for("torch", cfg.train.seed, ctx.rank))
-        if ctx.is_main and ctx.probe is not None and cfg.train.eval_every_epochs:
-            state["probe_auroc_init"] = _probe(core, ctx)["probe_auroc"]
-            writer.line({"event": "probe_init", "step": 0, "epoch": 0, "probe_auroc": state["probe_auroc_init"]})
-            say(f"probe_auroc of the randomly initialised encoder: {state['probe_auroc_init']:.4f}")
+        if ctx.is_main:
+            state.update(task.start(core, ctx, writer))
 
     def payload_now(batches_done: int, metrics: dict[str, float]) -> dict[str, Any] | None:
         if not ctx.is_main:
             return None
-        return {"model": core.state_dict(), "trainer": step.state_dict(), "epoch": epoch,
+        return {"model": core.state_dict(), "trainer": step.state_dict(), "task": task.name, "epoch": epoch,
                 "batches_done": batches_done, "state": state, "metrics": metrics,
                 "torch_rng": torch.get_rng_state()}
 
     summary: dict[str, float] = {}
-    crop, seed = cfg.data.crop_samples, cfg.train.seed
-    global_batch = cfg.optim.batch_size
-    while epoch < cfg.optim.epochs:
+    while epoch < task.epochs:
         t_epoch = t_log = time.perf_counter()
         sums: dict[str, torch.Tensor] = {}
         count, log_steps = 0, 0
@@ -173,17 +199,18 @@ def pretrain_worker(config: Config, ctx: WorkerContext) -> dict[str, float]:
                                    "every rank must get the same number of full batches") from None
             if i < done_in_epoch:   # resumed mid-epoch: this epoch's first batches are done
                 continue
-            step_gen.manual_seed(seed_for("step", seed, ctx.rank, step.step))
-            metrics = step(to_model_input(signal, uid, seed, epoch, crop), generator=step_gen)
+            step_gen.manual_seed(seed_for("step", cfg.train.seed, ctx.rank, step.step))
+            args, kwargs = task.inputs(signal, uid, epoch, step_gen)
+            metrics = {k: v for k, v in step(*args, **kwargs).items() if v.ndim == 0}
             for k, v in metrics.items():     # summed on the device: no host sync per step
                 sums[k] = sums.get(k, 0) + v.detach().float()
             count, log_steps = count + 1, log_steps + 1
             if step.step % cfg.train.log_every == 0 and ctx.is_main:
                 now = time.perf_counter()
                 values = _floats(metrics)
-                values["samples_per_s"] = log_steps * global_batch / (now - t_log)
+                values["samples_per_s"] = log_steps * task.global_batch / (now - t_log)
                 t_log, log_steps = now, 0
-                writer.scalars("pretrain", values, step.step)
+                writer.scalars(task.name, values, step.step)
                 writer.line({"kind": "step", "step": step.step, "epoch": epoch, **values})
             every = cfg.train.checkpoint_every_steps
             if every and step.step % every == 0 and i + 1 < spe:
@@ -192,51 +219,26 @@ def pretrain_worker(config: Config, ctx: WorkerContext) -> dict[str, float]:
         seconds = time.perf_counter() - t_epoch
         summary = _mean_over_ranks(sums, count, ctx.world_size) if sums else {}
         summary.update(epoch=epoch, step=step.step, seconds=seconds,
-                       samples_per_s=count * global_batch / seconds if count else 0.0)
-        every = cfg.train.eval_every_epochs
-        if ctx.is_main and every and ((epoch + 1) % every == 0 or epoch + 1 == cfg.optim.epochs):
-            summary.update(_evaluate(core, ctx, writer, epoch, step.step))
+                       samples_per_s=count * task.global_batch / seconds if count else 0.0)
+        if ctx.is_main and task.should_evaluate(epoch):
+            summary.update(task.evaluate(core, ctx, writer, epoch, step.step, state))
         summary.update({k: v for k, v in state.items() if isinstance(v, float)})
         writer.line({"kind": "epoch", **summary})
         writer.scalars("epoch", {k: v for k, v in summary.items() if k not in ("epoch", "step")}, step.step)
-        say(progress_line(summary, cfg.optim.epochs))
+        say(progress_line(summary, task.epochs))
         ctx.report(summary, payload_now(spe, summary))
         epoch += 1
     if ctx.is_main:
-        path = export_encoder(ctx.run_dir / "encoder.pt", core, cfg, step=step.step, metrics=summary)
-        say(f"encoder exported: {path}")
+        task.finish(core, ctx, writer, summary, state)
     writer.close()
     return summary
-
-
-def _probe(core: CoReECG, ctx: WorkerContext) -> dict[str, float]:
-    from coreecg.eval.probe import run_probe
-
-    d = core.config.data
-    return run_probe(core.encoder, ctx.probe, d.crop_samples, ctx.device, d.probe_labels_per_class, d.probe_subsets)
-
-
-def _evaluate(core: CoReECG, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int) -> dict[str, float]:
-    """Rank 0: the representation probe and the reconstruction figure."""
-    out: dict[str, float] = {}
-    if ctx.probe is not None:
-        t0 = time.perf_counter()
-        out.update(_probe(core, ctx))
-        out["probe_seconds"] = time.perf_counter() - t0
-    if ctx.figure_windows is not None and core.time_decoder is not None:
-        from coreecg.eval.figures import reconstruction_figure
-
-        fig = reconstruction_figure(core, ctx.figure_windows, seed=core.config.train.seed,
-                                    title=f"epoch {epoch}, step {step}: original (blue), reconstruction of "
-                                          "masked patches (red); grey: masked, hatched: dropped")
-        writer.figure(fig, "reconstruction", epoch, step)
-    return out
 
 
 def progress_line(s: dict[str, float], epochs: int) -> str:
     parts = [f"epoch {int(s['epoch']) + 1}/{epochs}", f"step {int(s['step'])}"]
     for key, label in (("loss", "loss"), ("loss_rec", "rec"), ("loss_con", "con"), ("probe_auroc", "probe_auroc"),
-                       ("probe_auroc_init", "at init")):
+                       ("probe_auroc_init", "at init"), ("val_auroc", "val_auroc"), ("val_acc", "val_acc"),
+                       ("best_val_auroc", "best")):
         if isinstance(s.get(key), float) and not math.isnan(s[key]):
             parts.append(f"{label} {s[key]:.4f}")
     parts.append(f"{s['samples_per_s']:.1f} samples/s")
@@ -258,17 +260,17 @@ def checkpoint_dirs(run_dir: Path) -> list[Path]:
                   key=step_of)
 
 
-def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | None = None,
-                   probe=None, quiet: bool = True) -> dict[str, float]:
-    """The no-Ray reference: one process, in-memory windows (n, C, T_stored) float32/16, the
-    same loop. Checkpoints go to run_dir/checkpoint_step<N>/ (the last
+def run_local(task: Task, config: Config, windows: np.ndarray, run_dir: str | Path | None = None,
+              quiet: bool = True) -> dict[str, float]:
+    """The no-Ray reference: one process, in-memory train windows (n, C, T_stored) float32/16 whose
+    row index is the uid, the same loop. Checkpoints go to run_dir/checkpoint_step<N>/ (the last
     `train.keep_checkpoints` kept); re-running with the same run_dir resumes."""
     run_dir = Path(run_dir) if run_dir is not None else config.train.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     config.to_yaml(run_dir / "config.yaml")
     device = resolve_device(config.train.device)
     data = torch.from_numpy(np.ascontiguousarray(windows))
-    bs = config.optim.batch_size
+    bs = task.global_batch
     if len(data) < bs:
         raise ValueError(f"{len(data)} windows are fewer than one batch of {bs}")
 
@@ -292,5 +294,5 @@ def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | No
     ctx = WorkerContext(
         rank=0, world_size=1, device=device, steps_per_epoch=len(data) // bs, run_dir=run_dir,
         epoch_batches=lambda epoch: memory_epoch_batches(data, bs, epoch, config.train.seed, device),
-        report=report, latest=latest, probe=probe, quiet=quiet)
-    return pretrain_worker(config, ctx)
+        report=report, latest=latest, quiet=quiet)
+    return train_worker(task, config, ctx)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from coreecg.config import Config
-from coreecg.train.optim import build_optimizer, cosine_lr, ema_momentum
+from coreecg.train.optim import build_optimizer, cosine_lr, ema_momentum, param_groups
 
 
 @dataclass
@@ -35,42 +35,50 @@ def autocast(precision: str, device: torch.device):
     return contextlib.nullcontext()
 
 
-class PretrainStep:
-    """forward -> backward -> (clip) -> AdamW step -> EMA teacher update, with scheduled lr/momentum.
+class TrainStep:
+    """forward -> backward -> (clip) -> AdamW step -> (EMA teacher update), with a per-iteration
+    cosine lr (and, for pretraining, the EMA momentum schedule). Pretraining and fine-tuning
+    share it; the model's forward returns a dict with "loss" (plus anything to log).
 
-    `model` may be wrapped (e.g. DistributedDataParallel); `core` is the bare CoReECG whose
-    teacher gets the EMA update.
+    `model` may be wrapped (e.g. DistributedDataParallel); `core` is the bare module whose
+    teacher (if `ema` is given) gets the EMA update.
     """
 
-    def __init__(self, model: nn.Module, config: Config, schedule: Schedule, core: nn.Module | None = None):
-        self.model, self.config, self.schedule = model, config, schedule
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Schedule, *, lr: float,
+                 min_lr: float, grad_clip: float, precision: str, ema: tuple[float, float] | None = None,
+                 core: nn.Module | None = None):
+        self.model, self.optimizer, self.schedule = model, optimizer, schedule
         self.core = core if core is not None else model
-        self.optimizer = build_optimizer(self.core, config.optim)
+        self.lr, self.min_lr, self.grad_clip, self.precision, self.ema = lr, min_lr, grad_clip, precision, ema
         self.step = 0
 
-    def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-        """x: (B, C, T) on the model's device. Returns the loss dict plus lr, momentum, grad_norm."""
-        o, s = self.config.optim, self.schedule
-        lr = cosine_lr(self.step, s.total_steps, s.warmup_steps, o.lr, o.min_lr)
+    def __call__(self, *inputs: torch.Tensor, **kwargs) -> dict[str, torch.Tensor]:
+        """inputs: the model's (e.g. x (B, C, T) on the model's device). Returns the model's
+        output dict (loss detached) plus lr, grad_norm (and ema_momentum)."""
+        s = self.schedule
+        lr = cosine_lr(self.step, s.total_steps, s.warmup_steps, self.lr, self.min_lr)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.model.train()
-        with autocast(self.config.train.precision, x.device):
-            out = self.model(x, generator=generator)
+        x = inputs[0]
+        with autocast(self.precision, x.device):
+            out = self.model(*inputs, **kwargs)
         self.optimizer.zero_grad(set_to_none=True)
         out["loss"].backward()
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        if o.grad_clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, o.grad_clip)
+        if self.grad_clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
         else:
             grads = [p.grad for p in params if p.grad is not None]
             grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads else torch.zeros(())
         self.optimizer.step()
-        m = ema_momentum(self.step, s.total_steps, o.ema_momentum, o.ema_momentum_end)
-        self.core.update_teacher(m)
-        self.step += 1
         out["loss"] = out["loss"].detach()
-        out.update(lr=torch.tensor(lr), ema_momentum=torch.tensor(m), grad_norm=grad_norm.detach())
+        out.update(lr=torch.tensor(lr), grad_norm=grad_norm.detach())
+        if self.ema is not None:
+            m = ema_momentum(self.step, s.total_steps, *self.ema)
+            self.core.update_teacher(m)
+            out["ema_momentum"] = torch.tensor(m)
+        self.step += 1
         return out
 
     def state_dict(self) -> dict:
@@ -79,3 +87,28 @@ class PretrainStep:
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
+
+
+class PretrainStep(TrainStep):
+    """The CoRe-ECG pretraining step: AdamW over the student (optim section), EMA teacher."""
+
+    def __init__(self, model: nn.Module, config: Config, schedule: Schedule, core: nn.Module | None = None):
+        core = core if core is not None else model
+        o = config.optim
+        super().__init__(model, build_optimizer(core, o), schedule, lr=o.lr, min_lr=o.min_lr,
+                         grad_clip=o.grad_clip, precision=config.train.precision,
+                         ema=(o.ema_momentum, o.ema_momentum_end), core=core)
+        self.config = config
+
+
+class FinetuneStep(TrainStep):
+    """The downstream step: AdamW (finetune lr and weight decay; optim betas, min_lr, clip) over
+    whatever requires grad (the head alone in linear mode), no EMA."""
+
+    def __init__(self, model: nn.Module, config: Config, schedule: Schedule, core: nn.Module | None = None):
+        core = core if core is not None else model
+        f, o = config.finetune, config.optim
+        optimizer = torch.optim.AdamW(param_groups(core, f.weight_decay), lr=f.lr, betas=o.betas)
+        super().__init__(model, optimizer, schedule, lr=f.lr, min_lr=o.min_lr, grad_clip=o.grad_clip,
+                         precision=config.train.precision, core=core)
+        self.config = config

@@ -1,0 +1,158 @@
+"""Downstream evaluation of a `Classifier` on a corpus split: the crop rule, window -> record
+aggregation, the paper's metrics with patient-bootstrap CIs, and predictions.csv.
+
+The crop rule (one rule for every method and mode): a stored window has T samples and the model
+takes `crop`; each window is scored by the mean of the logits of `n` evenly spaced crops (offsets
+round(linspace(0, T - crop, n)); n = 1 is the centre crop), turned into probabilities (softmax
+for single-label, sigmoid for multi-label). A record's probabilities are the mean over its
+windows, so a record with several windows (ICBEB2018, Ningbo) counts once.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import torch
+
+from coreecg.data.corpus import decode_labels, decode_signals, load_manifest, split_files
+from coreecg.eval.metrics import aggregate_by_record, bootstrap_ci, classification_metrics
+
+
+def eval_offsets(stored: int, crop: int, n: int) -> list[int]:
+    """Start offsets of the evaluation crops of a `stored`-sample window."""
+    if crop > stored:
+        raise ValueError(f"cannot crop {crop} samples from windows of {stored}")
+    if n == 1:
+        return [(stored - crop) // 2]
+    return [int(v) for v in np.round(np.linspace(0, stored - crop, n))]
+
+
+def crop_rule(stored: int, crop: int, n: int) -> str:
+    """The rule in words, as metrics.json records it."""
+    return (f"mean of the logits of {n} evenly spaced {crop}-sample crops of each {stored}-sample window "
+            f"(offsets {eval_offsets(stored, crop, n)}); softmax (single-label) or sigmoid (multi-label) of "
+            "that mean; a record's probabilities are the mean over its windows")
+
+
+@dataclass
+class EvalSplit:
+    """One split's labelled windows: signal (n, C, T) stored dtype (float16), record_id, patient_id
+    (n,), multihot (n, K) float32; `unlabelled` windows were skipped."""
+
+    name: str
+    signal: np.ndarray
+    record_id: np.ndarray
+    patient_id: np.ndarray
+    multihot: np.ndarray
+    unlabelled: int
+
+
+def load_split(corpus: str | Path, split: str) -> EvalSplit:
+    """A split's labelled windows, kept in the stored dtype (half the memory of float32)."""
+    manifest = load_manifest(corpus)
+    shape, dtype = tuple(manifest["signal"]["shape"]), manifest["signal"]["dtype"]
+    table = pa.concat_tables(pq.read_table(f, columns=["record_id", "patient_id", "labels", "signal"])
+                             for f in split_files(corpus, split, manifest))
+    labelled = pc.greater(pc.list_value_length(table["labels"]), 0)
+    n_all = table.num_rows
+    table = table.filter(labelled)
+    _, multihot = decode_labels(table.column("labels"), len(manifest["class_names"]))
+    return EvalSplit(split, decode_signals(table.column("signal"), shape, dtype, as_stored=True),
+                     table.column("record_id").to_numpy(zero_copy_only=False),
+                     table.column("patient_id").to_numpy(zero_copy_only=False), multihot, n_all - table.num_rows)
+
+
+@torch.no_grad()
+def predict(model: torch.nn.Module, signal: np.ndarray, lead_rows: Sequence[int], crop: int, n_crops: int,
+            device: torch.device, batch_size: int = 128, precision: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+    """Window probabilities and features of a `Classifier` under the crop rule.
+
+    signal: (n, C_stored, T) -> (probs (n, K) float64, features (n, D) float32: the mean over
+    crops of the pooled features, for t-SNE). The crops of a batch go through the model together.
+    """
+    from coreecg.train.step import autocast
+
+    offsets = eval_offsets(signal.shape[-1], crop, n_crops)
+    rows = torch.as_tensor(list(lead_rows))
+    was_training = model.training
+    model.eval()
+    probs, feats = [], []
+    for i in range(0, len(signal), batch_size):
+        x = torch.from_numpy(signal[i:i + batch_size]).to(device)[:, rows.to(device)].float()
+        b = len(x)
+        views = torch.cat([x[..., o:o + crop] for o in offsets])             # (n_crops * b, C, crop)
+        with autocast(precision, device):
+            f = model.features(views)
+            logits = model.head(f)
+        logits = logits.float().view(len(offsets), b, -1).mean(0)
+        probs.append(model.probabilities(logits).double().cpu())
+        feats.append(f.float().view(len(offsets), b, -1).mean(0).cpu())
+    model.train(was_training)
+    return torch.cat(probs).numpy(), torch.cat(feats).numpy()
+
+
+@dataclass
+class RecordScores:
+    """Record-level view of a split: ids (m,), patient ids (m,), y (m, K) {0, 1}, probs (m, K),
+    features (m, D) (mean over the record's windows)."""
+
+    record_id: list[str]
+    patient_id: np.ndarray
+    y: np.ndarray
+    probs: np.ndarray
+    features: np.ndarray
+
+
+def to_records(split: EvalSplit, probs: np.ndarray, features: np.ndarray) -> RecordScores:
+    """Mean over each record's windows (labels are equal over a record's windows)."""
+    ids, p = aggregate_by_record(split.record_id, probs)
+    _, y = aggregate_by_record(split.record_id, split.multihot)
+    _, f = aggregate_by_record(split.record_id, features)
+    first = {r: i for i, r in reversed(list(enumerate(split.record_id)))}
+    patients = np.asarray([split.patient_id[first[r]] for r in ids])
+    return RecordScores(ids, patients, (y > 0.5).astype(np.int64), p, f.astype(np.float32))
+
+
+def score(records: RecordScores, multilabel: bool, class_names: Sequence[str], n_resamples: int = 0,
+          seed: int = 0) -> dict:
+    """classification_metrics (+ "ci": patient-bootstrap 95 % intervals when n_resamples > 0)."""
+    out = classification_metrics(records.y, records.probs, multilabel, class_names)
+    out["patients"] = int(len(np.unique(records.patient_id)))
+    if n_resamples:
+        out["ci"] = bootstrap_ci(records.y, records.probs, records.patient_id, multilabel, class_names,
+                                 n_resamples=n_resamples, seed=seed)
+    return out
+
+
+def write_predictions(path: str | Path, records: RecordScores, class_names: Sequence[str]) -> Path:
+    """One row per record: record_id, patient_id, labels (true class names joined by "|"), then
+    p_<class> per class: enough to recompute every metric."""
+    path = Path(path)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["record_id", "patient_id", "labels", *(f"p_{c}" for c in class_names)])
+        for rid, pid, y, p in zip(records.record_id, records.patient_id, records.y, records.probs):
+            w.writerow([rid, pid, "|".join(c for c, v in zip(class_names, y) if v),
+                        *(f"{v:.8g}" for v in p)])
+    return path
+
+
+def read_predictions(path: str | Path, class_names: Sequence[str]) -> RecordScores:
+    """predictions.csv -> RecordScores (features empty): to recompute metrics from the file."""
+    import pandas as pd
+
+    table = pd.read_csv(path, dtype={"record_id": str, "patient_id": str, "labels": str}, keep_default_na=False)
+    y = np.zeros((len(table), len(class_names)), dtype=np.int64)
+    index = {c: k for k, c in enumerate(class_names)}
+    for i, labels in enumerate(table["labels"]):
+        for c in filter(None, labels.split("|")):
+            y[i, index[c]] = 1
+    probs = table[[f"p_{c}" for c in class_names]].to_numpy(dtype=float)
+    return RecordScores(list(table["record_id"]), table["patient_id"].to_numpy(), y, probs,
+                        np.zeros((len(table), 0), np.float32))

@@ -1,0 +1,374 @@
+"""Downstream fine-tuning, linear probing and the supervised-from-scratch baseline, on the shared
+loop (`coreecg.train.loop.train_worker`) and the same Ray Train plumbing as pretraining.
+
+    from coreecg.train.finetuning import finetune
+    result = finetune(load_config(overrides=["data.corpus=corpora/ptbxl",
+                                             "finetune.encoder=runs/pretrain/encoder.pt"]))
+
+The task is the corpus's own (manifest: class names, single- or multi-label). Model selection:
+the epoch with the best validation macro AUROC (its weights saved as best.pt); the test split is
+scored once, after training, with those weights. Outputs in `train.run_dir`: config.yaml,
+metrics.jsonl, tensorboard/, checkpoint_step*/ (resume), best.pt, metrics.json (contract in
+coreecg.eval.report), predictions.csv, train_subset.csv, figures/tsne.png. docs/evaluation.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from coreecg.config import STANDARD_LEADS, Config, ModelConfig, load_config
+from coreecg.data.corpus import load_manifest, write_json
+from coreecg.train.checkpoint import CheckpointError, load_checkpoint, load_encoder, save_checkpoint
+from coreecg.train.ingest import split_uids, to_model_input
+from coreecg.train.loop import RunWriter, WorkerContext
+from coreecg.train.step import FinetuneStep, Schedule
+
+BEST_FILE = "best.pt"
+LEAD_SETS = {"12": STANDARD_LEADS, "6": STANDARD_LEADS[:6], "1": STANDARD_LEADS[:1]}
+
+
+class FinetuneError(ValueError):
+    """Input that cannot be fine-tuned on (named, before any training)."""
+
+
+def parse_leads(text: str) -> tuple[str, ...]:
+    """--leads: 12 | 6 (I, II, III, aVR, aVL, aVF) | 1 (I) | a comma list of lead names."""
+    if text.strip() in LEAD_SETS:
+        return LEAD_SETS[text.strip()]
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    by_lower = {x.lower(): x for x in STANDARD_LEADS}
+    unknown = [x for x in names if x.lower() not in by_lower]
+    if unknown or not names:
+        raise FinetuneError(f"--leads {text!r}: unknown lead name(s) {unknown}; give 12, 6, 1 or names from "
+                            f"{', '.join(STANDARD_LEADS)}")
+    return tuple(by_lower[x.lower()] for x in names)
+
+
+def leads_label(leads: tuple[str, ...]) -> str:
+    """"12" / "6" / "1" for the paper's lead sets, else the names joined by commas."""
+    for label, names in LEAD_SETS.items():
+        if tuple(leads) == names:
+            return label
+    return ",".join(leads)
+
+
+def config_hash(config: Config) -> str:
+    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def dataset_name(manifest: dict) -> str:
+    """The report's dataset key from a corpus manifest (cinc2021 restricted to Ningbo -> ningbo)."""
+    source = manifest["source"]
+    subsets = (manifest.get("source_options") or {}).get("subsets") or []
+    if source == "cinc2021" and len(subsets) == 1:
+        return str(subsets[0]).lower()
+    return source
+
+
+# ---------------------------------------------------------------------------- the task
+
+
+class FinetuneTask:
+    """spec (from `prepare`): corpus, encoder ("" for scratch), lead_rows, class_names, multilabel,
+    meta (metrics.json fields fixed before training)."""
+
+    name = "finetune"
+
+    def __init__(self, config: Config, spec: dict[str, Any], rank: int, device: torch.device):
+        self.config, self.spec, self.rank, self.device = config, spec, rank, device
+        f = config.finetune
+        self.epochs, self.global_batch = f.epochs, f.batch_size
+        self.class_names, self.multilabel = list(spec["class_names"]), bool(spec["multilabel"])
+        self.lead_rows = list(spec["lead_rows"])
+        n_stored = int(spec["stored_leads"])
+        self._rows = None if self.lead_rows == list(range(n_stored)) else torch.tensor(self.lead_rows, device=device)
+        # Targets by uid: the train split's labels are tiny next to its signals.
+        self.targets = torch.from_numpy(split_uids(spec["corpus"], "train")["multihot"]).to(device)
+        self._splits: dict[str, Any] = {}
+
+    def build(self, ctx: WorkerContext):
+        from coreecg.model.classifier import Classifier
+        from coreecg.model.encoder import Encoder
+
+        cfg, f = self.config, self.config.finetune
+        encoder = load_encoder(self.spec["encoder"]) if self.spec["encoder"] else Encoder.from_config(cfg.model)
+        model = Classifier(encoder, len(self.class_names), f.leads, self.multilabel,
+                           frozen_encoder=f.mode == "linear").to(ctx.device)
+        schedule = Schedule(ctx.steps_per_epoch, f.epochs, f.warmup_epochs)
+        return model, FinetuneStep(ctx.wrap(model), cfg, schedule, core=model)
+
+    def inputs(self, signal: torch.Tensor, uid: torch.Tensor, epoch: int, generator: torch.Generator):
+        if self._rows is not None:
+            signal = signal[:, self._rows]                 # only the asked leads' tokens are fed
+        x = to_model_input(signal, uid, self.config.train.seed, epoch, self.config.data.crop_samples)
+        return (x, self.targets[uid]), {}
+
+    def start(self, core, ctx: WorkerContext, writer: RunWriter) -> dict[str, Any]:
+        return {}
+
+    def should_evaluate(self, epoch: int) -> bool:
+        every = self.config.train.eval_every_epochs or self.epochs   # selection needs at least one
+        return (epoch + 1) % every == 0 or epoch + 1 == self.epochs
+
+    def _split(self, name: str):
+        from coreecg.eval.downstream import load_split
+
+        if name not in self._splits:
+            self._splits[name] = load_split(self.spec["corpus"], name)
+        return self._splits[name]
+
+    def _records(self, core, split: str):
+        from coreecg.eval.downstream import predict, to_records
+
+        f, data = self.config.finetune, self._split(split)
+        probs, feats = predict(core, data.signal, self.lead_rows, self.config.data.crop_samples, f.eval_crops,
+                               self.device, f.eval_batch_size, self.config.train.precision)
+        return to_records(data, probs, feats)
+
+    def evaluate(self, core, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int,
+                 state: dict[str, Any]) -> dict[str, float]:
+        """Validation metrics; on a new best macro AUROC (or at the first evaluation), best.pt."""
+        from coreecg.eval.downstream import score
+
+        t0 = time.perf_counter()
+        m = score(self._records(core, "val"), self.multilabel, self.class_names)
+        nan = float("nan")
+        out = {"val_auroc": m["auroc"] if m["auroc"] is not None else nan, "val_acc": m["acc"],
+               "val_f1": m["f1"] if m["f1"] is not None else nan}
+        best = state.get("best_val_auroc")
+        improved = best is None or (not math.isnan(out["val_auroc"])
+                                    and (math.isnan(best) or out["val_auroc"] > best))
+        if improved:
+            save_checkpoint(ctx.run_dir / BEST_FILE, core.state_dict(), self.config, task=self.name, epoch=epoch,
+                            step=step, val=out)
+            state.update(best_val_auroc=out["val_auroc"], best_epoch=epoch, best_step=step)
+        out["val_seconds"] = time.perf_counter() - t0
+        return out
+
+    def finish(self, core, ctx: WorkerContext, writer: RunWriter, summary: dict[str, float],
+               state: dict[str, Any]) -> None:
+        """Test metrics, once, with the selected weights; metrics.json, predictions.csv, t-SNE."""
+        from coreecg.eval.downstream import crop_rule, score, write_predictions
+        from coreecg.eval.figures import tsne_figure
+
+        cfg, f = self.config, self.config.finetune
+        payload, _ = load_checkpoint(ctx.run_dir / BEST_FILE, self.device)
+        core.load_state_dict(payload["model"])
+        seed, n_boot = cfg.train.seed, f.bootstrap_resamples
+        val, test = self._records(core, "val"), self._records(core, "test")
+        metrics = {
+            **self.spec["meta"],
+            "selection": {"metric": "validation macro AUROC (one-vs-rest)", "best_epoch": int(payload["epoch"]),
+                          "best_step": int(payload["step"]), "val_auroc": payload["val"]["val_auroc"],
+                          "epochs": self.epochs, "steps": int(summary.get("step", 0))},
+            "test": score(test, self.multilabel, self.class_names, n_boot, seed),
+            "val": score(val, self.multilabel, self.class_names, n_boot, seed),
+            "crop_rule": crop_rule(int(self.spec["stored_samples"]), cfg.data.crop_samples, f.eval_crops),
+            "aggregation": "record = mean of its windows' probabilities; CIs resample patients",
+            "bootstrap_resamples": n_boot,
+            "unlabelled_windows_skipped": {s: int(self._split(s).unlabelled) for s in ("val", "test")},
+        }
+        metrics["counts"]["val_windows"] = int(len(self._split("val").record_id))
+        metrics["counts"]["test_windows"] = int(len(self._split("test").record_id))
+        write_json(ctx.run_dir / "metrics.json", _json_ready(metrics))
+        write_predictions(ctx.run_dir / "predictions.csv", test, self.class_names)
+        if f.tsne_max_points and len(test.record_id) >= 5:
+            fig = tsne_figure(test.features, test.y, self.class_names, self.multilabel, seed=seed,
+                              max_points=f.tsne_max_points,
+                              title=f"{metrics['method']} ({f.mode}) on {metrics['dataset']} test records")
+            writer.figure(fig, "tsne", int(payload["epoch"]), int(payload["step"]))
+            (ctx.run_dir / "figures" / f"tsne_epoch{int(payload['epoch'])}.png").replace(
+                ctx.run_dir / "figures" / "tsne.png")
+        writer.line({"event": "test", **{k: metrics["test"][k] for k in ("acc", "f1", "auroc")}})
+        writer.scalars("test", {k: metrics["test"][k] for k in ("acc", "f1", "auroc")
+                                if metrics["test"][k] is not None}, int(summary.get("step", 0)))
+
+
+def _json_ready(obj: Any) -> Any:
+    """NaN -> None (JSON has no NaN), numpy scalars -> Python."""
+    if isinstance(obj, dict):
+        return {k: _json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_ready(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        return None if math.isnan(obj) else float(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
+
+
+# ---------------------------------------------------------------------------- the driver
+
+
+@dataclass
+class Prepared:
+    config: Config                 # the run's config: model from the encoder checkpoint
+    spec: dict[str, Any]           # FinetuneTask's spec
+    keep: np.ndarray               # (N,) bool over the train split's uids
+
+
+def prepare(config: Config) -> Prepared:
+    """Every check that can fail before training, and the run's fixed facts.
+
+    FinetuneError / CheckpointError / SubsetError (ValueErrors naming the file or key) for: a
+    corpus without labels or without labelled val/test windows, a lead it does not store, an
+    encoder checkpoint that is unreadable, holds no encoder, or has another shape than asked,
+    a scratch run given an encoder (or a fine-tune given none), a fraction that empties a class.
+    """
+    from coreecg.data.subsets import stratified_patient_subset, subset_summary
+    from coreecg.train.distributed import training_corpus
+
+    f = config.finetune
+    corpus = training_corpus(config)
+    manifest = load_manifest(corpus)
+    names = list(manifest["class_names"])
+    if not names:
+        raise FinetuneError(f"{corpus}: the corpus has no labels (class_names is empty); fine-tuning needs a "
+                            "labelled corpus (build it with a label view)")
+    stored = list(manifest["signal"]["leads"])
+    missing = [x for x in f.leads if x not in stored]
+    if missing:
+        raise FinetuneError(f"{corpus}: finetune.leads {missing} are not stored in this corpus (it has {stored})")
+
+    encoder_hash, method = None, f.method or "Supervised"
+    if f.mode == "scratch":
+        if f.encoder:
+            raise FinetuneError(f"finetune.mode=scratch trains a randomly initialised encoder; drop the encoder "
+                                f"({f.encoder}) or use mode finetune/linear")
+    else:
+        if not f.encoder:
+            raise FinetuneError(f"finetune.mode={f.mode} needs an encoder checkpoint (--encoder PATH); "
+                                "use --mode scratch for the supervised baseline")
+        path = Path(f.encoder).expanduser().resolve()
+        _, saved = load_checkpoint(path)
+        if config.model != ModelConfig() and config.model != saved.model:
+            diff = [f"model.{k.name}: {getattr(saved.model, k.name)} in the checkpoint, {getattr(config.model, k.name)} "
+                    "asked" for k in dataclasses.fields(ModelConfig)
+                    if getattr(saved.model, k.name) != getattr(config.model, k.name)]
+            raise CheckpointError(f"{path}: an encoder of another shape than the config asks for ({'; '.join(diff[:4])})")
+        load_encoder(path)      # its weights must match its own config (CheckpointError otherwise)
+        config = dataclasses.replace(
+            config, model=saved.model, data=dataclasses.replace(config.data, crop_samples=saved.model.input_samples),
+            finetune=dataclasses.replace(f, encoder=str(path))).validate()
+        f = config.finetune
+        encoder_hash, method = config_hash(saved), f.method or saved.train.variant
+    stored_samples = int(manifest["signal"]["shape"][-1])
+    if config.data.crop_samples > stored_samples:
+        raise FinetuneError(f"{corpus}: windows of {stored_samples} samples are shorter than the model's input "
+                            f"({config.data.crop_samples})")
+
+    train = split_uids(corpus, "train")
+    labelled = train["multihot"].any(axis=1)
+    if not labelled.any():
+        raise FinetuneError(f"{corpus}: no labelled windows in the train split")
+    for split in ("val", "test"):
+        if not split_uids(corpus, split)["multihot"].any(axis=1).any():
+            raise FinetuneError(f"{corpus}: no labelled windows in the {split} split "
+                                f"({'model selection' if split == 'val' else 'the final metrics'} needs them)")
+    keep = np.zeros(len(labelled), dtype=bool)
+    keep[labelled] = stratified_patient_subset(train["patient_id"][labelled], train["multihot"][labelled],
+                                               f.train_fraction, config.train.seed, names)
+    counts = train["multihot"][keep].sum(axis=0)
+    meta = {
+        "method": method, "dataset": f.dataset or dataset_name(manifest), "mode": f.mode,
+        "leads": leads_label(f.leads), "lead_names": list(f.leads), "train_fraction": f.train_fraction,
+        "seed": config.train.seed, "multilabel": bool(manifest["multilabel"]), "class_names": names,
+        "corpus": str(corpus), "encoder": f.encoder or None, "encoder_config_hash": encoder_hash,
+        "config_hash": config_hash(config),
+        "classes_absent_from_train": [c for c, n in zip(names, counts) if n == 0],
+        "train_subset": subset_summary(train["patient_id"][labelled], train["multihot"][labelled],
+                                       keep[labelled], names),
+        "counts": {"train_windows": int(keep.sum()), "train_unlabelled_windows_skipped": int((~labelled).sum())},
+    }
+    spec = {"corpus": str(corpus), "encoder": f.encoder, "lead_rows": [stored.index(x) for x in f.leads],
+            "stored_leads": len(stored), "stored_samples": stored_samples, "class_names": names,
+            "multilabel": bool(manifest["multilabel"]), "meta": meta}
+    return Prepared(config, spec, keep)
+
+
+def _check_run_folder(run_dir: Path, config: Config) -> None:
+    """A run folder is one fine-tuning: the same corpus, encoder, mode, leads, fraction and seed."""
+    saved_yaml = run_dir / "config.yaml"
+    if not saved_yaml.is_file():
+        return
+    saved = load_config(saved_yaml)
+    keys = [("data", "corpus"), ("finetune", "encoder"), ("finetune", "mode"), ("finetune", "leads"),
+            ("finetune", "train_fraction"), ("train", "seed")]
+    diffs = [f"{a}.{b}: {getattr(getattr(saved, a), b)!r} -> {getattr(getattr(config, a), b)!r}"
+             for a, b in keys if getattr(getattr(saved, a), b) != getattr(getattr(config, a), b)]
+    if diffs:
+        raise CheckpointError(f"{run_dir}: holds a run with other settings ({'; '.join(diffs)}); "
+                              "use another --output")
+
+
+@dataclass
+class FinetuneResult:
+    run_dir: Path
+    metrics: dict[str, Any]         # metrics.json
+    best: Path
+
+
+def build_finetune_trainer(config: Config, *, quiet: bool = False, callbacks: list | None = None):
+    """Checks, the train subset, and the TorchTrainer -> (trainer, run_dir, prepared).
+    Tune trials call this and `fit()` themselves."""
+    from coreecg.train.distributed import make_trainer, preflight, start_ray, steps_per_epoch
+    from coreecg.train.ingest import training_dataset
+
+    prep = prepare(config)
+    cfg, f, t = prep.config, prep.config.finetune, prep.config.train
+    run_dir = t.run_dir
+    _check_run_folder(run_dir, cfg)
+    start_ray(cfg)
+    corpus = Path(prep.spec["corpus"])
+    n = int(prep.keep.sum())
+    spe = steps_per_epoch(corpus, n, f.batch_size, t.num_workers, "finetune.batch_size")
+    notes = preflight(run_dir, cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg.to_yaml(run_dir / "config.yaml")
+    train = split_uids(corpus, "train")
+    kept = sorted(set(train["patient_id"][prep.keep]))
+    (run_dir / "train_subset.csv").write_text("patient_id\n" + "".join(f"{p}\n" for p in kept))
+    meta = prep.spec["meta"]
+    if not quiet:
+        print(f"run folder: {run_dir}")
+        print(f"task: {meta['dataset']} ({len(meta['class_names'])} classes, "
+              f"{'multi' if meta['multilabel'] else 'single'}-label), mode {f.mode}, leads {meta['leads']}, "
+              f"method {meta['method']}")
+        print(f"train: {n} windows of {len(kept)} patients (fraction {f.train_fraction}), {spe} steps/epoch of "
+              f"{f.batch_size} over {t.num_workers} worker(s)")
+        if meta["classes_absent_from_train"]:
+            print(f"warning: no training window of {meta['classes_absent_from_train']}")
+        if notes:
+            print(f"resuming with changed settings: {', '.join(notes)}")
+    loop_config = {"task": "finetune", "steps_per_epoch": spe, "spec": prep.spec}
+    dataset = training_dataset(corpus, t.seed, cfg.data.cache_in_memory_gb, keep=prep.keep)
+    trainer = make_trainer(cfg, loop_config, dataset, f.epochs, quiet=quiet, callbacks=callbacks)
+    return trainer, run_dir, prep
+
+
+def finetune(config: Config, *, quiet: bool = False) -> FinetuneResult:
+    """Run (or resume) one fine-tuning; a finished run folder with the same config is returned as is."""
+    run_dir = config.train.run_dir
+    done = run_dir / "metrics.json"
+    if done.is_file() and (run_dir / "config.yaml").is_file():
+        prep = prepare(config)
+        if load_config(run_dir / "config.yaml") == prep.config:
+            if not quiet:
+                print(f"{run_dir}: already finished (metrics.json); nothing to do")
+            return FinetuneResult(run_dir, json.loads(done.read_text()), run_dir / BEST_FILE)
+    trainer, run_dir, _ = build_finetune_trainer(config, quiet=quiet)
+    for stale in ("metrics.json", "predictions.csv"):   # a finished run resumed with more epochs
+        (run_dir / stale).unlink(missing_ok=True)
+    trainer.fit()
+    if not done.is_file():
+        raise RuntimeError(f"{run_dir}: training ended without metrics.json")
+    return FinetuneResult(run_dir, json.loads(done.read_text()), run_dir / BEST_FILE)

@@ -1,0 +1,96 @@
+"""The pretraining task for the shared loop (`coreecg.train.loop.train_worker`): CoRe-ECG and its
+step, random 2,250-sample crops, the representation probe and the reconstruction figure each
+eval epoch, and `encoder.pt` at the end."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from coreecg.config import Config
+from coreecg.model import CoReECG
+from coreecg.train.checkpoint import export_encoder
+from coreecg.train.ingest import to_model_input
+from coreecg.train.loop import RunWriter, WorkerContext, run_local, train_worker
+from coreecg.train.step import PretrainStep, Schedule
+
+
+class PretrainTask:
+    """probe: coreecg.eval.probe.ProbeData (rank 0; None: no probe); figure_windows: (W, C, crop)
+    fixed validation windows for the reconstruction figure (rank 0; None: no figure)."""
+
+    name = "pretrain"
+
+    def __init__(self, config: Config, probe: Any = None, figure_windows: torch.Tensor | None = None):
+        self.config, self.probe, self.figure_windows = config, probe, figure_windows
+        self.epochs, self.global_batch = config.optim.epochs, config.optim.batch_size
+
+    def build(self, ctx: WorkerContext) -> tuple[CoReECG, PretrainStep]:
+        cfg = self.config
+        core = CoReECG(cfg).to(ctx.device)
+        schedule = Schedule(ctx.steps_per_epoch, cfg.optim.epochs, cfg.optim.warmup_epochs)
+        return core, PretrainStep(ctx.wrap(core), cfg, schedule, core=core)
+
+    def inputs(self, signal: torch.Tensor, uid: torch.Tensor, epoch: int,
+               generator: torch.Generator) -> tuple[tuple, dict]:
+        x = to_model_input(signal, uid, self.config.train.seed, epoch, self.config.data.crop_samples)
+        return (x,), {"generator": generator}
+
+    def start(self, core: CoReECG, ctx: WorkerContext, writer: RunWriter) -> dict[str, Any]:
+        if self.probe is None or not self.config.train.eval_every_epochs:
+            return {}
+        auroc = self._probe(core, ctx)["probe_auroc"]
+        writer.line({"event": "probe_init", "step": 0, "epoch": 0, "probe_auroc": auroc})
+        if not ctx.quiet:
+            print(f"probe_auroc of the randomly initialised encoder: {auroc:.4f}")
+        return {"probe_auroc_init": auroc}
+
+    def should_evaluate(self, epoch: int) -> bool:
+        every = self.config.train.eval_every_epochs
+        return bool(every) and ((epoch + 1) % every == 0 or epoch + 1 == self.epochs)
+
+    def _probe(self, core: CoReECG, ctx: WorkerContext) -> dict[str, float]:
+        from coreecg.eval.probe import run_probe
+
+        d = self.config.data
+        return run_probe(core.encoder, self.probe, d.crop_samples, ctx.device, d.probe_labels_per_class,
+                         d.probe_subsets)
+
+    def evaluate(self, core: CoReECG, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int,
+                 state: dict[str, Any]) -> dict[str, float]:
+        """The representation probe and the reconstruction figure."""
+        out: dict[str, float] = {}
+        if self.probe is not None:
+            t0 = time.perf_counter()
+            out.update(self._probe(core, ctx))
+            out["probe_seconds"] = time.perf_counter() - t0
+        if self.figure_windows is not None and core.time_decoder is not None:
+            from coreecg.eval.figures import reconstruction_figure
+
+            fig = reconstruction_figure(core, self.figure_windows, seed=self.config.train.seed,
+                                        title=f"epoch {epoch}, step {step}: original (blue), reconstruction of "
+                                              "masked patches (red); grey: masked, hatched: dropped")
+            writer.figure(fig, "reconstruction", epoch, step)
+        return out
+
+    def finish(self, core: CoReECG, ctx: WorkerContext, writer: RunWriter, summary: dict[str, float],
+               state: dict[str, Any]) -> None:
+        path = export_encoder(ctx.run_dir / "encoder.pt", core, self.config,
+                              step=int(summary.get("step", 0)), metrics=summary)
+        if not ctx.quiet:
+            print(f"encoder exported: {path}")
+
+
+def pretrain_worker(config: Config, ctx: WorkerContext, probe: Any = None,
+                    figure_windows: torch.Tensor | None = None) -> dict[str, float]:
+    """Pretrain from the latest checkpoint (or from scratch) to config.optim.epochs."""
+    return train_worker(PretrainTask(config, probe, figure_windows), config, ctx)
+
+
+def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | None = None,
+                   probe: Any = None, quiet: bool = True) -> dict[str, float]:
+    """The no-Ray reference pretraining on in-memory windows (n, C, T_stored); see `run_local`."""
+    return run_local(PretrainTask(config, probe), config, windows, run_dir, quiet)

@@ -14,7 +14,7 @@ from coreecg.config import Config
 from coreecg.model import CoReECG
 from coreecg.train.checkpoint import export_encoder
 from coreecg.train.ingest import to_model_input
-from coreecg.train.loop import RunWriter, WorkerContext, run_local, train_worker
+from coreecg.train.loop import RunWriter, WorkerContext, run_local
 from coreecg.train.step import PretrainStep, Schedule
 
 
@@ -82,12 +82,6 @@ class PretrainTask:
                               step=int(summary.get("step", 0)), metrics=summary)
         if not ctx.quiet:
             print(f"encoder exported: {path}")
-
-
-def pretrain_worker(config: Config, ctx: WorkerContext, probe: Any = None,
-                    figure_windows: torch.Tensor | None = None) -> dict[str, float]:
-    """Pretrain from the latest checkpoint (or from scratch) to config.optim.epochs."""
-    return train_worker(PretrainTask(config, probe, figure_windows), config, ctx)
 
 
 def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | None = None,

@@ -1,31 +1,60 @@
-"""Every shipped search space and ablation names real config keys with valid values."""
+"""Every shipped search space and ablation names real config keys with valid values, and a bad
+space is refused with the file and the key named."""
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from coreecg.config import load_config
 from coreecg.model import CoReECG
+from coreecg.tune.spaces import SCRATCH, SpaceError, load_space, overrides_for
 from tests.helpers import TINY
 
 SPACES = Path(__file__).resolve().parents[1] / "tune_spaces"
 
 
-def test_search_space_keys_and_bounds_are_valid():
-    space = yaml.safe_load((SPACES / "mask_rates.yaml").read_text())
-    assert {"masking.p_time", "masking.p_lead", "masking.k", "loss.tau"} <= set(space)
-    for key, dist in space.items():
-        assert dist["type"] in {"uniform", "loguniform", "int", "choice"}
-        values = dist["values"] if dist["type"] == "choice" else [dist["low"], dist["high"]]
-        for v in values:                     # both ends of every range make a valid config
-            load_config(overrides=[f"{key}={v}"])
+def test_shipped_spaces_are_valid():
+    grid = load_space(SPACES / "mask_rates.yaml")
+    assert grid.grid == {"masking.p_time": [0.3, 0.4, 0.5, 0.6, 0.8], "masking.p_lead": [0.0, 0.1, 0.2, 0.3, 0.4]}
+    core = load_space(SPACES / "core.yaml")
+    assert set(core.params) == {"masking.p_time", "masking.p_lead", "masking.k", "loss.tau", "loss.alpha", "loss.beta"}
+    abl = load_space(SPACES / "ablations.yaml")
+    assert abl.variants["Supervised"] == SCRATCH and abl.variants["CoRe-ECG"] == []
+    assert set(abl.tables) == {"paradigm", "masking", "stdm_fda"}
 
 
-@pytest.mark.parametrize("name", list(yaml.safe_load((SPACES / "ablations.yaml").read_text())))
-def test_ablation_configs_build_and_run(name):
-    import torch
+@pytest.mark.parametrize("text, match", [
+    ("grid: {masking.p_tyme: [0.3]}", "masking.p_tyme"),
+    ("grid: {masking.p_time: [0.3, 1.5]}", r"masking.p_time=1.5.*\[0, 1\]"),
+    ("params: {loss.tau: {type: loguniform, low: 0.0, high: 0.5}}", "loss.tau: loguniform needs low > 0"),
+    ("params: {masking.k: {type: int, low: 2, high: 12}}", r"masking.k=12"),
+    ("params: {masking.k: {type: normal, low: 2, high: 3}}", "masking.k needs type"),
+    ("variants: {bad: [loss.alpha=0, loss.beta=0]}", "variant 'bad'.*not both 0"),
+    ("variants: {a: []}\ntables: {t: [a, b]}", r"unknown variants \['b'\]"),
+    ("sweep: {}", "top-level keys"),
+])
+def test_bad_spaces_name_file_and_key(tmp_path, text, match):
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    with pytest.raises(SpaceError, match=match) as e:
+        load_space(path)
+    assert str(path) in str(e.value)
 
-    overrides = yaml.safe_load((SPACES / "ablations.yaml").read_text())[name]
+
+def test_overrides_print_values_as_written():
+    assert overrides_for({"masking.p_time": 0.1 + 0.2, "masking.k": 4, "augment.fda": False}) == \
+        ["masking.p_time=0.3", "masking.k=4", "augment.fda=false"]
+
+
+@pytest.mark.parametrize("name", [n for n, v in yaml.safe_load((SPACES / "ablations.yaml").read_text())["variants"].items()
+                                  if v != SCRATCH])
+def test_ablation_variants_build_the_intended_model(name):
+    overrides = load_space(SPACES / "ablations.yaml").variants[name]
     cfg = load_config(overrides=[*TINY, *overrides])
-    out = CoReECG(cfg)(torch.randn(2, 12, 2250))
+    model = CoReECG(cfg)
+    out = model(torch.randn(2, 12, 2250))
     assert torch.isfinite(out["loss"])
+    assert (model.time_decoder is None) == (cfg.loss.alpha == 0) and ("loss_rec" in out) == (cfg.loss.alpha > 0)
+    assert (model.teacher_encoder is None) == (cfg.loss.beta == 0) and ("loss_con" in out) == (cfg.loss.beta > 0)
+    assert (model.fda is None) == (cfg.loss.beta == 0 or not cfg.augment.fda)

@@ -239,7 +239,7 @@ def write_all_runs_csv(runs: Sequence[Run], tables: Sequence[Table], path: Path)
             rec = run.record
             row = {"run_dir": str(run.path), **{k: getattr(run, k) for k in RUN_FIELDS},
                    "multilabel": rec.get("multilabel"),
-                   "tables": ";".join(t.spec.name for t in tables if _variant(t.spec, run)),
+                   "tables": ";".join(t.spec.name for t in tables if _variant(t.spec, run) and run.method in t.cells),
                    **{k: rec.get(k) for k in ("encoder", "encoder_config_hash", "crop_rule")}}
             for split in ("test", "val"):
                 metrics = rec.get(split) or {}
@@ -250,13 +250,26 @@ def write_all_runs_csv(runs: Sequence[Run], tables: Sequence[Table], path: Path)
             w.writerow(row)
 
 
-def write_report(run_dirs: Sequence[str | Path], output: str | Path) -> list[Path]:
+def method_table(name: str, title: str, methods: Sequence[str], runs: Sequence[Run]) -> Table:
+    """A comparison-style table (12 leads, all training data) of the named methods, in that order
+    (the paper's ablation tables: one row per variant; a variant with no run is a row of –)."""
+    spec = TableSpec(name, title, TABLES[0].variants)
+    full = build_table(spec, [r for r in runs if r.method in methods])
+    empty = [[] for _ in full.columns]
+    return Table(spec, full.columns, {m: full.cells.get(m, empty) for m in methods})
+
+
+def write_report(run_dirs: Sequence[str | Path], output: str | Path,
+                 method_tables: dict[str, Sequence[str]] | None = None) -> list[Path]:
     """Read every run folder, write comparison / lead_reduction / train_fraction (.md, .csv) and
-    all_runs.csv into `output`; -> the files written. RunError on an unreadable folder."""
+    all_runs.csv into `output`, plus one table per `method_tables` entry (name -> methods, e.g.
+    the ablation tables); -> the files written. RunError on an unreadable folder."""
     if not run_dirs:
         raise RunError("no run folders given")
     runs = [load_run(d) for d in run_dirs]
     tables = [build_table(spec, runs) for spec in TABLES]
+    tables += [method_table(f"ablation_{name}", f"Ablation: {name} (12 leads, all training data)", methods, runs)
+               for name, methods in (method_tables or {}).items()]
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     written = []

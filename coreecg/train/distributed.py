@@ -131,8 +131,21 @@ def _ray_worker(loop_config: dict[str, Any]) -> None:
     (loop_config["task"]: pretrain | finetune) is built here, on the worker."""
     import ray.train
     import ray.train.torch
-    from ray.train import Checkpoint
 
+    _quiet_worker_logs()
+    rc = ray.train.get_context()
+    device = ray.train.torch.get_device()
+
+    def wrap(model: torch.nn.Module) -> torch.nn.Module:
+        # Buffers (positions, a fixed FDA map) are constants: no per-step broadcast.
+        return ray.train.torch.prepare_model(model, move_to_device=False,
+                                             parallel_strategy_kwargs={"forward_sync_buffers": False})
+
+    run_task(loop_config, ray.train.get_dataset_shard("train"), rc.get_world_rank(), rc.get_world_size(),
+             device, report_fn=ray.train.report, get_checkpoint=ray.train.get_checkpoint, wrap=wrap)
+
+
+def _quiet_worker_logs() -> None:
     import warnings
 
     # Ray hands read-only Arrow buffers to torch; the batch is never written in place.
@@ -144,32 +157,42 @@ def _ray_worker(loop_config: dict[str, Any]) -> None:
         logging.getLogger(_train_context.__file__).setLevel(logging.WARNING)
     except ImportError:
         pass
+
+
+def run_task(loop_config: dict[str, Any], shard, rank: int, world: int, device: torch.device, *,
+             report_fn, get_checkpoint, wrap=lambda m: m) -> dict[str, float]:
+    """One worker of a run: the task from loop_config on a Ray Data shard (or a whole-dataset
+    iterator), reporting through `report_fn(metrics, checkpoint=..., [checkpoint_dir_name=...])`
+    and resuming from `get_checkpoint()`: ray.train's inside a TorchTrainer, ray.tune's inside
+    a single-process Tune trial (coreecg.tune.trial)."""
+    import inspect
+
+    from ray.train import Checkpoint
+
     cfg = config_from_dict(loop_config["config"])
-    rc = ray.train.get_context()
-    rank, world = rc.get_world_rank(), rc.get_world_size()
-    device = ray.train.torch.get_device()
     if device.type == "cpu":
         torch.set_num_threads(max(1, cfg.train.cpus_per_worker))
-    shard = ray.train.get_dataset_shard("train")
     task = _make_task(cfg, loop_config, rank, device)
     per_worker = task.global_batch // world
     run_dir = Path(loop_config["run_dir"])
+    named = "checkpoint_dir_name" in inspect.signature(report_fn).parameters
 
     def report(metrics: dict[str, float], payload: dict[str, Any] | None) -> None:
-        name = f"checkpoint_step{int(metrics['step']):09d}"
+        name = {"checkpoint_dir_name": f"checkpoint_step{int(metrics['step']):09d}"} if named else {}
         if payload is None:
-            ray.train.report(metrics, checkpoint_dir_name=name)
+            report_fn(metrics, **name)
             return
         with tempfile.TemporaryDirectory() as tmp:
             save_checkpoint(Path(tmp) / CHECKPOINT_FILE, payload.pop("model"), cfg, **payload)
-            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp), checkpoint_dir_name=name)
+            report_fn(metrics, checkpoint=Checkpoint.from_directory(tmp), **name)
 
     def latest() -> tuple[dict, Config, Path] | None:
         # Ray's snapshot of its checkpoints is written after a checkpoint folder lands, so a
         # driver killed in between leaves a newer folder than Ray knows of: take the newer.
-        ckpt = ray.train.get_checkpoint()
+        ckpt = get_checkpoint()
         on_disk = checkpoint_dirs(run_dir)
-        if on_disk and (ckpt is None or step_of(on_disk[-1]) > step_of(Path(ckpt.path))):
+        ckpt_step = _checkpoint_step(ckpt) if ckpt is not None else -1
+        if on_disk and step_of(on_disk[-1]) > ckpt_step:
             path = on_disk[-1] / CHECKPOINT_FILE
             return (*load_checkpoint(path, device), path)
         if ckpt is None:
@@ -178,18 +201,23 @@ def _ray_worker(loop_config: dict[str, Any]) -> None:
             payload, saved = load_checkpoint(Path(d) / CHECKPOINT_FILE, device)
         return payload, saved, Path(ckpt.path) / CHECKPOINT_FILE
 
-    def wrap(model: torch.nn.Module) -> torch.nn.Module:
-        # Buffers (positions, a fixed FDA map) are constants: no per-step broadcast.
-        return ray.train.torch.prepare_model(model, move_to_device=False,
-                                             parallel_strategy_kwargs={"forward_sync_buffers": False})
-
     ctx = WorkerContext(
         rank=rank, world_size=world, device=device, steps_per_epoch=loop_config["steps_per_epoch"],
         run_dir=run_dir,
         epoch_batches=lambda epoch: epoch_batches(shard, per_worker, epoch, cfg.train.seed, rank,
                                                   cfg.data.shuffle_buffer, device),
         report=report, latest=latest, wrap=wrap, quiet=True)
-    train_worker(task, cfg, ctx)
+    return train_worker(task, cfg, ctx)
+
+
+def _checkpoint_step(ckpt) -> int:
+    """The step of a Ray checkpoint: from its folder name (checkpoint_step<N>) or its payload."""
+    try:
+        return step_of(Path(ckpt.path))
+    except ValueError:
+        with ckpt.as_directory() as d:
+            payload, _ = load_checkpoint(Path(d) / CHECKPOINT_FILE)
+        return int(payload["trainer"]["step"])
 
 
 def _make_task(cfg: Config, loop_config: dict[str, Any], rank: int, device: torch.device):

@@ -1,0 +1,1 @@
+"""Sweeps and ablations on Ray Tune: search spaces, the trial trainable, results and plots."""

@@ -1,0 +1,92 @@
+"""Sweep plots: the mask-rate heatmap and Optuna's parameter importances."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def heatmap_grid(rows: Sequence[dict], x: str, y: str, key: str = "probe_auroc"):
+    """-> (x values, y values, mean (len(y), len(x)) with NaN where no trial finished, counts)."""
+    xs = sorted({r[x] for r in rows if r[x] is not None})
+    ys = sorted({r[y] for r in rows if r[y] is not None})
+    total, count = np.zeros((len(ys), len(xs))), np.zeros((len(ys), len(xs)), dtype=int)
+    for r in rows:
+        if r["status"] != "error" and _finite(r[key]):
+            i, j = ys.index(r[y]), xs.index(r[x])
+            total[i, j] += r[key]
+            count[i, j] += 1
+    with np.errstate(invalid="ignore"):
+        return xs, ys, np.where(count > 0, total / np.maximum(count, 1), np.nan), count
+
+
+def heatmap(rows: Sequence[dict], x: str, y: str, path: Path, key: str = "probe_auroc") -> Path:
+    """Mean `key` over seeds per (x, y) cell, annotated (value and run count), the best cell boxed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    xs, ys, mean, count = heatmap_grid(rows, x, y, key)
+    fig, ax = plt.subplots(figsize=(1.2 * len(xs) + 2.5, 0.9 * len(ys) + 1.8), constrained_layout=True)
+    im = ax.imshow(np.ma.masked_invalid(mean), origin="lower", cmap="viridis", aspect="auto")
+    fig.colorbar(im, ax=ax, label=f"mean {key}")
+    ax.set_xticks(range(len(xs)), [f"{v:g}" for v in xs])
+    ax.set_yticks(range(len(ys)), [f"{v:g}" for v in ys])
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    finite = np.isfinite(mean)
+    lo, hi = (np.nanmin(mean), np.nanmax(mean)) if finite.any() else (0, 1)
+    for i in range(len(ys)):
+        for j in range(len(xs)):
+            text = "–" if not finite[i, j] else f"{mean[i, j]:.3f}\nn={count[i, j]}"
+            light = finite[i, j] and mean[i, j] < lo + 0.5 * (hi - lo)
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if light else "black")
+    if finite.any():
+        i, j = np.unravel_index(np.nanargmax(mean), mean.shape)
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
+        ax.set_title(f"{key} by {x} x {y}: best {mean[i, j]:.3f} at {x}={xs[j]:g}, {y}={ys[i]:g} (red)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def importance_plot(rows: Sequence[dict], distributions: dict, path: Path, key: str = "probe_auroc") -> Path:
+    """Optuna's parameter importances (fANOVA) of `key` over the finished trials, as a bar chart;
+    with fewer than 2 scored trials (importances undefined) a parallel-coordinates plot instead."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optuna
+    import warnings
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    for r in rows:
+        if r["status"] != "error" and _finite(r[key]) and all(r.get(k) is not None for k in distributions):
+            study.add_trial(optuna.trial.create_trial(params={k: r[k] for k in distributions},
+                                                      distributions=distributions, value=float(r[key])))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")    # Optuna marks its matplotlib plots experimental
+        scored = len(study.trials)
+        values = {t.value for t in study.trials}
+        if scored >= 2 and len(values) > 1:
+            ax = optuna.visualization.matplotlib.plot_param_importances(study)
+        else:
+            ax = optuna.visualization.matplotlib.plot_parallel_coordinate(study)
+    fig = ax.figure
+    fig.set_size_inches(8, 4.5)
+    ax.set_title(f"{ax.get_title()} ({scored} scored trials, objective: {key})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path

@@ -1,0 +1,147 @@
+"""Running a sweep on Ray Tune (one cluster for all its trials) and collecting its results.
+
+    results = run_sweep(SweepSettings(output=Path("sweeps/mask"), config_file="configs/sweep.yaml"),
+                        param_space={"masking.p_time": tune.grid_search([...]), ...})
+
+Layout of a sweep folder (`--output`):
+    tune/            Ray Tune's experiment (state, per-trial results): what --resume restores
+    trials/<id>/     each trial's pretraining run folder: config.yaml, metrics.jsonl, tensorboard/,
+                     checkpoints (multi-worker trials), encoder.pt, done.json
+    results.csv      one row per trial (parameters, seed, final/best probe_auroc, steps, wall time,
+                     status, error)
+and the sweep's plots and tables (written by jobs/).
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coreecg.config import load_config
+from coreecg.tune.trial import pretrain_trial
+
+EXPERIMENT = "tune"
+METRIC = "probe_auroc"
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start (its folder, its options); the message says why."""
+
+
+@dataclass
+class SweepSettings:
+    output: Path
+    config_file: str | None
+    base: list[str] = field(default_factory=list)
+    concurrency: int = 0                     # 0: as many as the cluster's CPUs allow (at least 1)
+    gpus_per_trial: float = 0.0              # single-worker trials: a fraction of a GPU is fine
+    resume: bool = False
+    variants: dict[str, list[str]] = field(default_factory=dict)
+
+
+def trial_resources(settings: SweepSettings) -> dict[str, float]:
+    cfg = load_config(settings.config_file, settings.base)
+    if cfg.train.num_workers == 1:
+        return {"cpu": cfg.train.cpus_per_worker, "gpu": settings.gpus_per_trial}
+    # Train-in-Tune: the trial only drives its TorchTrainer, whose workers hold the resources
+    # (Train's placement groups are invisible to Tune: concurrency is the limit).
+    return {"cpu": 0}
+
+
+def _concurrency(settings: SweepSettings, per_trial_cpus: float) -> int:
+    import ray
+
+    if settings.concurrency:
+        return settings.concurrency
+    cfg = load_config(settings.config_file, settings.base)
+    cpus = ray.cluster_resources().get("CPU", 1)
+    per_trial = per_trial_cpus or cfg.train.num_workers * cfg.train.cpus_per_worker
+    return max(1, int((cpus - 1) // per_trial))   # one CPU stays free for Ray Data
+
+
+def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_alg=None, scheduler=None,
+              num_samples: int = 1, quiet: bool = False):
+    """Fit (or, with settings.resume, restore and continue) the sweep -> Tune's ResultGrid."""
+    from ray import tune
+
+    from coreecg.cluster import init_ray
+
+    out = settings.output.resolve()
+    experiment = out / EXPERIMENT
+    resources = trial_resources(settings)
+    cfg = load_config(settings.config_file, settings.base)
+    init_ray(int(max(1, settings.concurrency) * max(resources["cpu"], cfg.train.num_workers * cfg.train.cpus_per_worker)))
+    trainable = tune.with_resources(pretrain_trial, resources)
+    if settings.resume:
+        if not tune.Tuner.can_restore(str(experiment)):
+            raise SweepError(f"{experiment}: no sweep to resume here (run without --resume to start one)")
+        if not quiet:
+            print(f"resuming the sweep in {experiment}: finished trials are kept, unfinished ones continue")
+        tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True,
+                                   resume_errored=False, restart_errored=False)
+        return tuner.fit()
+    if experiment.exists():
+        raise SweepError(f"{experiment} exists: pass --resume to continue that sweep, or another --output")
+    out.mkdir(parents=True, exist_ok=True)
+    space = {**param_space, "sweep": {"config_file": settings.config_file, "base": list(settings.base),
+                                      "storage": str(out / "trials"), "variants": settings.variants}}
+    tuner = tune.Tuner(
+        trainable, param_space=space,
+        tune_config=tune.TuneConfig(metric=METRIC, mode="max", search_alg=search_alg, scheduler=scheduler,
+                                    num_samples=num_samples,
+                                    max_concurrent_trials=_concurrency(settings, resources["cpu"]),
+                                    trial_dirname_creator=lambda t: t.trial_id),
+        run_config=tune.RunConfig(name=EXPERIMENT, storage_path=str(out),
+                                  failure_config=tune.FailureConfig(max_failures=0),
+                                  verbose=0 if quiet else 1),
+    )
+    return tuner.fit()
+
+
+# ---------------------------------------------------------------------------- results
+
+
+def _status(result, epochs: int) -> str:
+    if result.error is not None:
+        return "error"
+    done = int((result.metrics or {}).get("epoch", -1)) + 1
+    return "completed" if done >= epochs else "stopped_early"
+
+
+def result_rows(grid, params: list[str], settings: SweepSettings) -> list[dict[str, Any]]:
+    """One row per trial: trial_id, status, the parameters, seed, probe_auroc (final, best, at
+    init), steps, epochs, wall seconds, run folder, error."""
+    cfg = load_config(settings.config_file, settings.base)
+    rows = []
+    for result in grid:
+        conf, m = result.config or {}, result.metrics or {}
+        trial_id = m.get("trial_id") or Path(result.path).name
+        history = result.metrics_dataframe
+        best = float(history[METRIC].max()) if history is not None and METRIC in history else math.nan
+        rows.append({
+            "trial_id": trial_id, "status": _status(result, cfg.optim.epochs),
+            **{p: conf.get(p) for p in params},
+            "seed": conf.get("train.seed", cfg.train.seed),
+            "probe_auroc": m.get(METRIC, math.nan), "probe_auroc_best": best,
+            "probe_auroc_init": m.get("probe_auroc_init", math.nan),
+            "steps": m.get("step"), "epochs": int(m["epoch"]) + 1 if "epoch" in m else 0,
+            "wall_s": m.get("time_total_s"),
+            "run_dir": str(settings.output.resolve() / "trials" / trial_id),
+            "error": "" if result.error is None else f"{type(result.error).__name__}: {result.error}"[:2000],
+        })
+    return sorted(rows, key=lambda r: r["trial_id"])
+
+
+def write_results(rows: list[dict[str, Any]], path: Path) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]) if rows else ["trial_id"])
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def best_row(rows: list[dict[str, Any]], key: str = "probe_auroc") -> dict[str, Any] | None:
+    scored = [r for r in rows if isinstance(r[key], float) and not math.isnan(r[key])]
+    return max(scored, key=lambda r: r[key]) if scored else None

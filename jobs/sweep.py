@@ -1,0 +1,69 @@
+"""Search the pretraining hyperparameters with Optuna (TPE) + ASHA on Ray Tune, judged by the
+representation probe (probe_auroc), which (unlike the loss) compares across masking settings.
+
+    python jobs/sweep.py                                            # tune_spaces/core.yaml, 8 trials, this machine
+    python jobs/sweep.py --space tune_spaces/core.yaml --num-samples 64 --output sweeps/core
+    python jobs/sweep.py --output sweeps/core --resume              # continue after a crash
+
+ASHA stops weak trials after any epoch (grace period 1 epoch, reduction factor 2); a stopped
+trial reaches Optuna with its last probe_auroc. Sampling is seeded (--seed). Writes into
+--output: results.csv, importance.png (Optuna's fANOVA parameter importances), best_config.yaml
+(the best trial's full config: `python jobs/pretrain.py --config best_config.yaml` runs it as
+is), tune/ and trials/<id>/. Exit codes: 0 done, 2 bad arguments, space or config.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _sweep_cli import fail, settings, sweep_parser  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = sweep_parser(__doc__.splitlines()[0], "core.yaml", "sweeps/core")
+    parser.add_argument("--num-samples", type=int, default=8, help="trials to sample")
+    parser.add_argument("--seed", type=int, default=0, help="Optuna's sampler seed")
+    args = parser.parse_args(argv)
+    s = settings(args, parser)
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    from coreecg.config import load_config
+    from coreecg.tune.plots import importance_plot
+    from coreecg.tune.spaces import SpaceError, load_space, optuna_space, trial_config
+    from coreecg.tune.sweep import METRIC, SweepError, best_row, result_rows, run_sweep, write_results
+
+    try:
+        space = load_space(args.space, args.config, args.overrides)
+        if not space.params:
+            return fail(f"{args.space}: needs a 'params' section of Optuna distributions")
+        epochs = load_config(args.config, args.overrides).optim.epochs
+        distributions = optuna_space(space)
+        searcher = OptunaSearch(space=distributions, metric=METRIC, mode="max", seed=args.seed)
+        if args.concurrency:
+            searcher = ConcurrencyLimiter(searcher, max_concurrent=args.concurrency)
+        scheduler = ASHAScheduler(time_attr="training_iteration", max_t=epochs, grace_period=1, reduction_factor=2)
+        grid = run_sweep(s, {}, search_alg=searcher, scheduler=scheduler, num_samples=args.num_samples)
+    except (SpaceError, SweepError, ValueError) as e:
+        return fail(str(e))
+    rows = result_rows(grid, list(space.params), s)
+    out = s.output
+    write_results(rows, out / "results.csv")
+    importance_plot(rows, distributions, out / "importance.png")
+    best = best_row(rows)
+    if best is None:
+        print(f"no trial finished with a probe_auroc: see {out / 'results.csv'}", file=sys.stderr)
+        return 1
+    cfg = trial_config(args.config, [*args.overrides, "train.name=best"], {k: best[k] for k in space.params})
+    cfg.to_yaml(out / "best_config.yaml")
+    print(f"{len(rows)} trials; best probe_auroc {best['probe_auroc']:.4f} (trial {best['trial_id']}): "
+          + ", ".join(f"{k}={best[k]:.4g}" if isinstance(best[k], float) else f"{k}={best[k]}" for k in space.params))
+    print(f"results: {out / 'results.csv'}, {out / 'importance.png'}, {out / 'best_config.yaml'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

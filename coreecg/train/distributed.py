@@ -160,7 +160,7 @@ def _quiet_worker_logs() -> None:
 
 
 def run_task(loop_config: dict[str, Any], shard, rank: int, world: int, device: torch.device, *,
-             report_fn, get_checkpoint, wrap=lambda m: m) -> dict[str, float]:
+             report_fn, get_checkpoint, wrap=lambda m: m, checkpoint_cls=None) -> dict[str, float]:
     """One worker of a run: the task from loop_config on a Ray Data shard (or a whole-dataset
     iterator), reporting through `report_fn(metrics, checkpoint=..., [checkpoint_dir_name=...])`
     and resuming from `get_checkpoint()`: ray.train's inside a TorchTrainer, ray.tune's inside
@@ -169,6 +169,7 @@ def run_task(loop_config: dict[str, Any], shard, rank: int, world: int, device: 
 
     from ray.train import Checkpoint
 
+    Checkpoint = checkpoint_cls or Checkpoint      # ray.tune.Checkpoint for tune.report
     cfg = config_from_dict(loop_config["config"])
     if device.type == "cpu":
         torch.set_num_threads(max(1, cfg.train.cpus_per_worker))

@@ -52,7 +52,8 @@ def heatmap(rows: Sequence[dict], x: str, y: str, path: Path, key: str = "probe_
     if finite.any():
         i, j = np.unravel_index(np.nanargmax(mean), mean.shape)
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
-        ax.set_title(f"{key} by {x} x {y}: best {mean[i, j]:.3f} at {x}={xs[j]:g}, {y}={ys[i]:g} (red)")
+        ax.set_title(f"mean {key} over seeds\nbest {mean[i, j]:.3f} at {x}={xs[j]:g}, {y}={ys[i]:g} (red box)",
+                     fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -85,7 +86,8 @@ def importance_plot(rows: Sequence[dict], distributions: dict, path: Path, key: 
             ax = optuna.visualization.matplotlib.plot_parallel_coordinate(study)
     fig = ax.figure
     fig.set_size_inches(8, 4.5)
-    ax.set_title(f"{ax.get_title()} ({scored} scored trials, objective: {key})")
+    loc = "left" if ax.get_title(loc="left") else "center"    # Optuna titles its plots on the left
+    ax.set_title(f"{ax.get_title(loc=loc)} ({scored} scored trials, objective: {key})", loc=loc)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)

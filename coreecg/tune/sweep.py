@@ -50,15 +50,25 @@ def trial_resources(settings: SweepSettings) -> dict[str, float]:
     return {"cpu": 0}
 
 
-def _concurrency(settings: SweepSettings, per_trial_cpus: float) -> int:
+def _per_trial_cpus(settings: SweepSettings) -> int:
+    cfg = load_config(settings.config_file, settings.base)
+    return cfg.train.num_workers * cfg.train.cpus_per_worker
+
+
+def _concurrency(settings: SweepSettings) -> int:
+    """--concurrency, else as many trials as the cluster's CPUs hold with one CPU per trial left
+    to Ray Data (a local cluster: this machine's cores)."""
+    import os
+
     import ray
 
     if settings.concurrency:
         return settings.concurrency
-    cfg = load_config(settings.config_file, settings.base)
-    cpus = ray.cluster_resources().get("CPU", 1)
-    per_trial = per_trial_cpus or cfg.train.num_workers * cfg.train.cpus_per_worker
-    return max(1, int((cpus - 1) // per_trial))   # one CPU stays free for Ray Data
+    per_trial = _per_trial_cpus(settings)
+    if ray.is_initialized():
+        cpus = ray.cluster_resources().get("CPU", 1)
+        return max(1, int(cpus // (per_trial + 1)))
+    return max(1, (os.cpu_count() or 1) // per_trial)
 
 
 def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_alg=None, scheduler=None,
@@ -71,9 +81,10 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
     out = settings.output.resolve()
     experiment = out / EXPERIMENT
     resources = trial_resources(settings)
-    cfg = load_config(settings.config_file, settings.base)
-    init_ray(int(max(1, settings.concurrency) * max(resources["cpu"], cfg.train.num_workers * cfg.train.cpus_per_worker)))
+    concurrency = _concurrency(settings)
+    init_ray(concurrency * _per_trial_cpus(settings), reserve_for_data=concurrency)
     trainable = tune.with_resources(pretrain_trial, resources)
+    callbacks = [] if quiet else [_progress_callback()]
     if settings.resume:
         if not tune.Tuner.can_restore(str(experiment)):
             raise SweepError(f"{experiment}: no sweep to resume here (run without --resume to start one)")
@@ -82,6 +93,7 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
         tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True,
                                    resume_errored=False, restart_errored=False)
         return tuner.fit()
+    settings.base = absolute_data_paths(settings)
     if experiment.exists():
         raise SweepError(f"{experiment} exists: pass --resume to continue that sweep, or another --output")
     out.mkdir(parents=True, exist_ok=True)
@@ -91,13 +103,49 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
         trainable, param_space=space,
         tune_config=tune.TuneConfig(metric=METRIC, mode="max", search_alg=search_alg, scheduler=scheduler,
                                     num_samples=num_samples,
-                                    max_concurrent_trials=_concurrency(settings, resources["cpu"]),
+                                    max_concurrent_trials=concurrency,
                                     trial_dirname_creator=lambda t: t.trial_id),
         run_config=tune.RunConfig(name=EXPERIMENT, storage_path=str(out),
                                   failure_config=tune.FailureConfig(max_failures=0),
-                                  verbose=0 if quiet else 1),
+                                  callbacks=callbacks, verbose=0),
     )
     return tuner.fit()
+
+
+def absolute_data_paths(settings: SweepSettings) -> list[str]:
+    """The base overrides plus absolute corpus paths: trials run in working folders of their own
+    (and, on a cluster, on other nodes: the corpora must be on shared storage). The embedded
+    synthetic corpus is built here once, not once per trial."""
+    from coreecg.train.distributed import training_corpus
+
+    cfg = load_config(settings.config_file, settings.base)
+    fixed = [f"data.corpus={training_corpus(cfg)}", f"data.cache_dir={Path(cfg.data.cache_dir).resolve()}"]
+    if cfg.data.probe_corpus:
+        fixed.append(f"data.probe_corpus={Path(cfg.data.probe_corpus).resolve()}")
+    return [*settings.base, *fixed]
+
+
+def _progress_callback():
+    """One line per finished or failed trial (Tune's own tables are off: verbose=0)."""
+    from ray import tune
+
+    class Progress(tune.Callback):
+        done = 0
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            m = trial.last_result or {}
+            params = {k: v for k, v in trial.config.items() if k != "sweep"}
+            self.done += 1
+            print(f"[{self.done} done] trial {trial.trial_id} {params}: probe_auroc "
+                  f"{m.get(METRIC, float('nan')):.4f} after {int(m.get('epoch', -1)) + 1} epoch(s), "
+                  f"{m.get('time_total_s', 0):.0f} s", flush=True)
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            params = {k: v for k, v in trial.config.items() if k != "sweep"}
+            self.done += 1
+            print(f"[{self.done} done] trial {trial.trial_id} {params} FAILED (recorded in results.csv)", flush=True)
+
+    return Progress()
 
 
 # ---------------------------------------------------------------------------- results
@@ -127,11 +175,19 @@ def result_rows(grid, params: list[str], settings: SweepSettings) -> list[dict[s
             "probe_auroc": m.get(METRIC, math.nan), "probe_auroc_best": best,
             "probe_auroc_init": m.get("probe_auroc_init", math.nan),
             "steps": m.get("step"), "epochs": int(m["epoch"]) + 1 if "epoch" in m else 0,
-            "wall_s": m.get("time_total_s"),
+            "wall_s": m.get("trial_wall_s", m.get("time_total_s")),     # a re-reported finished trial: its own
             "run_dir": str(settings.output.resolve() / "trials" / trial_id),
-            "error": "" if result.error is None else f"{type(result.error).__name__}: {result.error}"[:2000],
+            "error": _error_text(result.error),
         })
     return sorted(rows, key=lambda r: r["trial_id"])
+
+
+def _error_text(error: BaseException | None) -> str:
+    """The root cause of a failed trial, one line (Ray wraps it in a RayTaskError with a traceback)."""
+    if error is None:
+        return ""
+    cause = getattr(error, "cause", None) or error
+    return f"{type(cause).__name__}: {str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}"[:1000]
 
 
 def write_results(rows: list[dict[str, Any]], path: Path) -> Path:

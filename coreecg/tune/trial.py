@@ -22,6 +22,7 @@ step.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from coreecg.config import Config
@@ -52,9 +53,10 @@ def pretrain_trial(trial: dict[str, Any]) -> None:
     if done.is_file():
         tune.report(json.loads(done.read_text()))
         return
+    t0 = time.perf_counter()
     last = _pretrain_in_process(cfg) if cfg.train.num_workers == 1 else _pretrain_on_train(cfg)
     if last:
-        done.write_text(json.dumps(last))
+        done.write_text(json.dumps({**last, "trial_wall_s": time.perf_counter() - t0}))
 
 
 def _pretrain_on_train(cfg: Config) -> dict[str, Any]:
@@ -69,8 +71,11 @@ def _pretrain_on_train(cfg: Config) -> dict[str, Any]:
 
 def _pretrain_in_process(cfg: Config) -> dict[str, Any]:
     """The loop in this process: the same corpus, probe and task as a Train worker of rank 0."""
+    import logging
+
     import torch
     from ray import tune
+    from ray.data import DataContext
 
     from coreecg.train.distributed import preflight, probe_corpus, run_task, steps_per_epoch, training_corpus
     from coreecg.train.ingest import train_windows, training_dataset
@@ -89,6 +94,10 @@ def _pretrain_in_process(cfg: Config) -> dict[str, Any]:
     loop_config = {"config": cfg.to_dict(), "run_dir": str(run_dir), "task": "pretrain", "steps_per_epoch": spe,
                    "corpus": str(corpus), "probe_corpus": str(probe)}
     device = torch.device("cuda" if cfg.train.use_gpu and torch.cuda.is_available() else "cpu")
+    ctx = DataContext.get_current()        # the sweep's console shows trials, not Ray Data progress
+    ctx.enable_progress_bars = ctx.enable_operator_progress_bars = False
+    for name in ("ray.data", "ray.tune", "ray.train"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     data = training_dataset(corpus, cfg.train.seed, cfg.data.cache_in_memory_gb).iterator()
     last = {}
 
@@ -97,5 +106,6 @@ def _pretrain_in_process(cfg: Config) -> dict[str, Any]:
         last.update(metrics)
         tune.report(metrics, checkpoint=checkpoint)
 
-    run_task(loop_config, data, 0, 1, device, report_fn=report, get_checkpoint=tune.get_checkpoint)
+    run_task(loop_config, data, 0, 1, device, report_fn=report, get_checkpoint=tune.get_checkpoint,
+             checkpoint_cls=tune.Checkpoint)
     return dict(last)

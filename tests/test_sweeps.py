@@ -1,0 +1,153 @@
+"""Sweeps and ablations on Ray Tune, end to end at tiny scale through the jobs (attached to the
+test session's Ray cluster): an Optuna + ASHA sweep, a mask-rate grid with a failing trial, a
+driver killed after its first finished trial and resumed, and a two-variant ablation with
+fine-tuning and its tables."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from coreecg.config import load_config
+from coreecg.model import CoReECG
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def env(ray_session, tmp_path_factory):
+    """The jobs' environment (attached to the session cluster) and overrides shared by the sweeps."""
+    cache = tmp_path_factory.mktemp("sweep-cache")
+    sets = ["data.synthetic_records=128", "optim.epochs=2", "data.probe_max_windows=64",
+            f"data.cache_dir={cache}"]
+    return {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}, \
+        sum((["--set", s] for s in sets), [])
+
+
+def _run(job: str, *args: str, env, timeout: int = 600) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, f"jobs/{job}", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def _rows(path: Path) -> list[dict]:
+    return list(csv.DictReader(open(path)))
+
+
+def _epoch_lines(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if '"kind": "epoch"' in x]
+
+
+def test_optuna_sweep_writes_results_plot_and_a_usable_best_config(env, tmp_path):
+    environ, sets = env
+    space = tmp_path / "space.yaml"
+    space.write_text("params:\n  masking.p_time: {type: uniform, low: 0.3, high: 0.7}\n"
+                     "  loss.tau: {type: loguniform, low: 0.1, high: 0.4}\n")
+    out = tmp_path / "sweep"
+    _run("sweep.py", "--space", str(space), "--num-samples", "4", "--output", str(out), *sets, env=environ)
+    rows = _rows(out / "results.csv")
+    assert len(rows) == 4 and {r["status"] for r in rows} <= {"completed", "stopped_early"}
+    assert all(0.0 <= float(r["probe_auroc"]) <= 1.0 and 0.3 <= float(r["masking.p_time"]) <= 0.7 for r in rows)
+    assert len({r["masking.p_time"] for r in rows}) == 4                     # sampled, not repeated
+    assert (out / "importance.png").read_bytes()[:4] == b"\x89PNG"
+    best = max(rows, key=lambda r: float(r["probe_auroc"]))
+    cfg = load_config(out / "best_config.yaml")                              # what jobs/pretrain.py --config reads
+    assert cfg.masking.p_time == pytest.approx(float(best["masking.p_time"]), rel=1e-4)
+    assert cfg.loss.tau == pytest.approx(float(best["loss.tau"]), rel=1e-4) and cfg.model.embed_dim == 32
+    for r in rows:                                                           # every trial logs to TensorBoard
+        assert any((Path(r["run_dir"]) / "tensorboard").iterdir())
+        assert all("probe_auroc" in e for e in _epoch_lines(Path(r["run_dir"])))
+
+
+def test_mask_rate_grid_records_a_failing_trial_and_goes_on(env, tmp_path):
+    environ, sets = env
+    space = tmp_path / "grid.yaml"
+    space.write_text("grid:\n  masking.p_time: [0.3, 0.6]\n  optim.batch_size: [32, 4096]\n")
+    out = tmp_path / "grid"
+    _run("sweep_mask_rates.py", "--space", str(space), "--output", str(out), *sets, env=environ)
+    rows = _rows(out / "results.csv")
+    assert len(rows) == 4
+    failed = [r for r in rows if r["status"] == "error"]
+    assert [r["optim.batch_size"] for r in failed] == ["4096", "4096"]
+    assert all("no full batch of 4096" in r["error"] for r in failed)
+    ok = [r for r in rows if r["status"] == "completed"]
+    assert len(ok) == 2 and all(r["epochs"] == "2" and float(r["probe_auroc"]) > 0 for r in ok)
+    assert (out / "heatmap.png").stat().st_size > 5_000
+
+
+def test_a_killed_sweep_resumes_without_rerunning_finished_trials(env, tmp_path):
+    environ, sets = env
+    space = tmp_path / "grid.yaml"
+    space.write_text("grid:\n  masking.p_time: [0.3, 0.5, 0.7]\n  masking.p_lead: [0.2]\n")
+    out = tmp_path / "resume"
+    args = [sys.executable, "jobs/sweep_mask_rates.py", "--space", str(space), "--output", str(out),
+            "--concurrency", "1", *sets]
+    proc = subprocess.Popen(args, cwd=REPO, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not list(out.glob("trials/*/done.json")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = [p.parent for p in out.glob("trials/*/done.json")]
+    assert len(finished) >= 1
+    before = {d: (d / "metrics.jsonl").read_text() for d in finished}
+
+    again = subprocess.run([*args, "--resume"], cwd=REPO, env=environ, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rows = _rows(out / "results.csv")
+    assert len(rows) == 3 and all(r["status"] == "completed" for r in rows)
+    for d, text in before.items():                      # finished trials trained no further step
+        assert (d / "metrics.jsonl").read_text() == text
+    # A fresh start on the same folder is refused (it would mix two sweeps).
+    fresh = subprocess.run(args, cwd=REPO, env=environ, capture_output=True, text=True, timeout=120)
+    assert fresh.returncode == 2 and "--resume" in fresh.stderr
+
+
+def test_ablation_variants_pretrain_finetune_and_tabulate(env, tmp_path):
+    environ, sets = env
+    out = tmp_path / "ablate"
+    corpus = _synthetic(env)              # labelled: the variants' encoders are fine-tuned on it
+    _run("ablate.py", "--only", "Contrastive only,Reconstructive only", "--finetune", str(corpus),
+         "--output", str(out), *sets, "--set", "finetune.epochs=1", env=environ, timeout=900)
+    rows = {r["variant"]: r for r in _rows(out / "results.csv")}
+    assert set(rows) == {"Contrastive only", "Reconstructive only"}
+    con, rec = Path(rows["Contrastive only"]["run_dir"]), Path(rows["Reconstructive only"]["run_dir"])
+    assert all("loss_rec" not in e and "loss_con" in e for e in _epoch_lines(con))
+    assert all("loss_con" not in e and "loss_rec" in e for e in _epoch_lines(rec))
+    con_model, rec_model = (CoReECG(load_config(d / "config.yaml")) for d in (con, rec))
+    assert con_model.time_decoder is None and con_model.teacher_encoder is not None
+    assert rec_model.teacher_encoder is None and rec_model.fda is None and rec_model.time_decoder is not None
+    assert load_config(con / "config.yaml").train.variant == "Contrastive only"
+    table = (out / "tables" / "ablation_paradigm.md").read_text()
+    lines = [x for x in table.splitlines() if x.startswith("| ")]
+    assert [x.split(" | ")[0][2:] for x in lines[2:4]] == ["Contrastive only", "Reconstructive only"]
+    assert not (out / "tables" / "ablation_stdm_fda.md").exists()     # none of its variants ran
+    csv_rows = {r["method"]: r for r in csv.DictReader(open(out / "tables" / "ablation_paradigm.csv"))}
+    counts = {m: [v for k, v in row.items() if k.endswith(" n")] for m, row in csv_rows.items()}
+    assert set(counts) == {"Contrastive only", "Reconstructive only"}
+    assert counts["Contrastive only"] == counts["Reconstructive only"] == ["1", "1", "1"]
+    runs = sorted(p.name for p in (out / "finetune").iterdir())
+    assert len(runs) == 2 and all(yaml.safe_load((out / "finetune" / r / "config.yaml").read_text())["finetune"]
+                                  ["method"] in rows for r in runs)
+
+
+def _synthetic(env) -> Path:
+    """The labelled synthetic corpus of the sweeps' settings (built on first use)."""
+    _, sets = env
+    cache = Path(next(s for s in sets if s.startswith("data.cache_dir=")).split("=", 1)[1])
+    found = sorted(cache.glob("synthetic-n128-*"))
+    if found:
+        return found[0]
+    from coreecg.train.distributed import synthetic_corpus
+
+    return synthetic_corpus(load_config(overrides=[s for s in sets if s != "--set"]))

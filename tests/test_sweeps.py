@@ -151,3 +151,17 @@ def _synthetic(env) -> Path:
     from coreecg.train.distributed import synthetic_corpus
 
     return synthetic_corpus(load_config(overrides=[s for s in sets if s != "--set"]))
+
+
+def test_multi_worker_trials_run_train_inside_tune(env, tmp_path):
+    environ, sets = env
+    space = tmp_path / "grid.yaml"
+    space.write_text("grid:\n  masking.p_time: [0.5]\n  masking.p_lead: [0.2]\n")
+    out = tmp_path / "ddp"
+    _run("sweep_mask_rates.py", "--space", str(space), "--output", str(out), "--set", "train.num_workers=2",
+         *sets, env=environ)
+    (row,) = _rows(out / "results.csv")
+    run = Path(row["run_dir"])
+    assert row["status"] == "completed" and float(row["probe_auroc"]) > 0
+    assert load_config(run / "config.yaml").train.num_workers == 2
+    assert list(run.glob("checkpoint_step*/checkpoint.pt"))          # Ray Train's checkpoints, in the trial's folder

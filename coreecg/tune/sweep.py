@@ -46,8 +46,9 @@ def trial_resources(settings: SweepSettings) -> dict[str, float]:
     if cfg.train.num_workers == 1:
         return {"cpu": cfg.train.cpus_per_worker, "gpu": settings.gpus_per_trial}
     # Train-in-Tune: the trial only drives its TorchTrainer, whose workers hold the resources
-    # (Train's placement groups are invisible to Tune: concurrency is the limit).
-    return {"cpu": 0}
+    # (Train's placement groups are invisible to Tune: concurrency is the limit). Ray refuses an
+    # empty request, so the driver holds a tenth of a CPU.
+    return {"cpu": 0.1}
 
 
 def _per_trial_cpus(settings: SweepSettings) -> int:
@@ -82,7 +83,7 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
     experiment = out / EXPERIMENT
     resources = trial_resources(settings)
     concurrency = _concurrency(settings)
-    init_ray(concurrency * _per_trial_cpus(settings), reserve_for_data=concurrency)
+    init_ray(concurrency * _per_trial_cpus(settings), reserve_for_data=concurrency + 1)
     trainable = tune.with_resources(pretrain_trial, resources)
     callbacks = [] if quiet else [_progress_callback()]
     if settings.resume:

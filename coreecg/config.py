@@ -292,6 +292,8 @@ class TrainConfig:
     keep_checkpoints: int = 3
     max_failures: int = 3             # worker-group restarts from the last checkpoint
     eval_every_epochs: int = 1        # probe + reconstruction figure; 0 disables
+    figures: bool = True              # the reconstruction figure at eval epochs (1.5-2 s each at tiny
+                                      # scale: sweeps turn it off, configs/sweep.yaml)
     storage_path: str = "runs"        # on a multi-node cluster: a shared filesystem path
     name: str = "pretrain"
     # The method name under which downstream tables list encoders from this run (ablation

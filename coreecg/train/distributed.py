@@ -229,7 +229,7 @@ def _make_task(cfg: Config, loop_config: dict[str, Any], rank: int, device: torc
     from coreecg.train.pretraining import PretrainTask
 
     probe, figures = _rank0_eval_data(cfg, loop_config) if rank == 0 else (None, None)
-    return PretrainTask(cfg, probe, figures)
+    return PretrainTask(cfg, probe, figures if cfg.train.figures else None)
 
 
 def _rank0_eval_data(cfg: Config, loop_config: dict[str, Any]):

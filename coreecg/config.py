@@ -386,10 +386,25 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r} is not of the form a.b=value")
         nested: Any = yaml.safe_load(raw) if raw.strip() else ""
+        if _field_type(cfg, key.strip()) is str and not isinstance(nested, str) and nested is not None:
+            nested = raw.strip()    # a string field keeps its text: YAML would read 19182_00000 as an int
         for part in reversed(key.strip().split(".")):
             nested = {part: nested}
         cfg = _merge(cfg, nested, prefix="")
     return cfg.validate()
+
+
+def _field_type(cfg: Any, dotted: str) -> Any:
+    """The annotated type of a dotted config key (None if it is not a leaf field)."""
+    obj = cfg
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
+            return None
+        if i == len(parts) - 1:
+            return typing.get_type_hints(type(obj)).get(part)
+        obj = getattr(obj, part)
+    return None
 
 
 def config_from_dict(data: dict[str, Any]) -> Config:

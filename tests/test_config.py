@@ -81,3 +81,10 @@ def test_reader_options_are_typed_and_reach_get_source():
         load_config(overrides=["data.sources.cpsc2018.label_view=primary"])
     with pytest.raises(ConfigError, match=r"data\.sources\.ptbxl\.rate"):
         load_config(overrides=["data.sources.ptbxl.rate=250"])
+
+
+def test_string_fields_keep_their_text_in_overrides():
+    # YAML would read these as numbers (underscores are digit separators): a trial id, a folder name.
+    cfg = load_config(overrides=["train.name=19182_00000", "data.corpus=/data/1_0", "train.variant=1e3"])
+    assert (cfg.train.name, cfg.data.corpus, cfg.train.variant) == ("19182_00000", "/data/1_0", "1e3")
+    assert load_config(overrides=["train.seed=1_0"]).train.seed == 10      # numbers still parse as YAML

@@ -351,7 +351,7 @@ def test_data_file_without_header_is_listed_and_refused_by_every_wfdb_reader(ecg
 
 
 def test_a_data_file_named_by_another_header_is_not_an_orphan(ecg_data, tmp_path):
-    text = (ecg_data / f"ptbxl/records500/00000/00008_hr.hea").read_text()
+    text = (ecg_data / "ptbxl/records500/00000/00008_hr.hea").read_text()
     (tmp_path / "rec.hea").write_text(text.replace("00008_hr.dat", "samples.dat").replace("00008_hr", "rec"))
     shutil.copy(ecg_data / "ptbxl/records500/00000/00008_hr.dat", tmp_path / "samples.dat")
     (ref,) = get_source("wfdb").list_records(tmp_path)

@@ -8,7 +8,7 @@ Supervised variant trains from scratch there), and the paper's ablation tables a
     python jobs/ablate.py --output sweeps/ablations --resume        # continue after a crash
 
 Writes into --output: results.csv (one row per pretraining trial), finetune/<variant>-<corpus>-s<seed>/
-(fine-tuning run folders, skipped when finished), tables/ (jobs/report.py's tables plus one per
+(fine-tuning run folders, skipped when finished; a failed one is listed in finetune_failures.csv), tables/ (jobs/report.py's tables plus one per
 `tables` entry of the variants file: ablation_paradigm, ablation_stdm_fda, ...; as Markdown and
 CSV, mean ± std over seeds and the run count), tune/ and trials/<id>/.
 Exit codes: 0 done (failed trials are recorded), 2 bad arguments, variants or config.
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     if not args.finetune:
         return 0
 
-    runs = []
+    runs, failures = [], []
     for corpus in args.finetune:
         corpus = Path(corpus).expanduser().resolve()
         for name in names:
@@ -88,9 +88,16 @@ def main(argv=None) -> int:
                     finetune(load_config(args.config, [*args.overrides, *extra]), quiet=True)
                     runs.append(run)
                     print(f"fine-tuned {name} (seed {seed}) on {corpus.name}: {run}")
-                except Exception as e:            # recorded, the ablation goes on
-                    print(f"fine-tuning {name} (seed {seed}) on {corpus.name} failed: {type(e).__name__}: {e}",
+                except Exception as e:            # recorded in finetune_failures.csv; the ablation goes on
+                    failures.append([name, seed, str(corpus), f"{type(e).__name__}: {e}"])
+                    print(f"fine-tuning {name} (seed {seed}) on {corpus.name} failed: {failures[-1][-1]}",
                           file=sys.stderr)
+    if failures:
+        import csv
+
+        with open(s.output / "finetune_failures.csv", "w", newline="") as f:
+            csv.writer(f).writerows([["variant", "seed", "corpus", "error"], *failures])
+        print(f"{len(failures)} fine-tuning run(s) failed: {s.output / 'finetune_failures.csv'}", file=sys.stderr)
     if not runs:
         return fail("no fine-tuning run finished")
     tables = {name: [m for m in methods if m in names] for name, methods in space.tables.items()}

@@ -214,6 +214,7 @@ class Prepared:
     config: Config                 # the run's config: model from the encoder checkpoint
     spec: dict[str, Any]           # FinetuneTask's spec
     keep: np.ndarray               # (N,) bool over the train split's uids
+    kept_patients: list[str]       # the patients of the kept rows, sorted (train_subset.csv)
 
 
 def prepare(config: Config) -> Prepared:
@@ -292,7 +293,7 @@ def prepare(config: Config) -> Prepared:
     spec = {"corpus": str(corpus), "encoder": f.encoder, "lead_rows": [stored.index(x) for x in f.leads],
             "stored_leads": len(stored), "stored_samples": stored_samples, "class_names": names,
             "multilabel": bool(manifest["multilabel"]), "meta": meta}
-    return Prepared(config, spec, keep)
+    return Prepared(config, spec, keep, sorted(set(train["patient_id"][keep])))
 
 
 def _check_run_folder(run_dir: Path, config: Config) -> None:
@@ -334,8 +335,7 @@ def build_finetune_trainer(config: Config, *, quiet: bool = False, callbacks: li
     notes = preflight(run_dir, cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg.to_yaml(run_dir / "config.yaml")
-    train = split_uids(corpus, "train")
-    kept = sorted(set(train["patient_id"][prep.keep]))
+    kept = prep.kept_patients                     # read once, in prepare()
     (run_dir / "train_subset.csv").write_text("patient_id\n" + "".join(f"{p}\n" for p in kept))
     meta = prep.spec["meta"]
     if not quiet:

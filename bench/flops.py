@@ -4,11 +4,26 @@ from __future__ import annotations
 from coreecg.config import Config
 
 
-def transformer_flops(tokens: float, dim: int, depth: int, mlp_ratio: float) -> float:
-    """Forward FLOPs of `depth` pre-norm blocks on `tokens` tokens (2 per multiply-add)."""
+def transformer_flops(tokens: float, dim: int, depth: int, mlp_ratio: float, seq_len: float | None = None) -> float:
+    """Forward FLOPs of `depth` pre-norm blocks on `tokens` tokens (2 per multiply-add), the
+    tokens attending within sequences of `seq_len` (default: one sequence of all of them)."""
+    seq_len = tokens if seq_len is None else seq_len
     linear = 2 * tokens * dim * dim * (4 + 2 * mlp_ratio)      # qkv (3), out proj (1), MLP (2r)
-    attention = 4 * tokens * tokens * dim                        # QK^T and AV
+    attention = 4 * tokens * seq_len * dim                       # QK^T and AV
     return depth * (linear + attention)
+
+
+def decoder_flops(layout: str, n_leads: int, n_patches: int, dim: int, depth: int, mlp_ratio: float) -> float:
+    """A grid decoder's transformer: joint attends over all C * N tokens, lead within each lead
+    (N), axial alternates within-lead (N, even blocks) and within-column (C, odd blocks)."""
+    grid = n_leads * n_patches
+    if layout == "joint":
+        return transformer_flops(grid, dim, depth, mlp_ratio)
+    if layout == "lead":
+        return transformer_flops(grid, dim, depth, mlp_ratio, n_patches)
+    lead_blocks = (depth + 1) // 2
+    return (transformer_flops(grid, dim, lead_blocks, mlp_ratio, n_patches)
+            + transformer_flops(grid, dim, depth - lead_blocks, mlp_ratio, n_leads))
 
 
 def pretrain_flops_per_sample(cfg: Config) -> dict[str, float]:
@@ -34,12 +49,14 @@ def pretrain_flops_per_sample(cfg: Config) -> dict[str, float]:
     parts = {"student_encoder": student}
     if cfg.loss.alpha > 0:
         parts["time_decoder"] = (2 * visible * m.embed_dim * m.time_decoder_dim
-                                 + transformer_flops(grid, m.time_decoder_dim, m.time_decoder_depth, m.mlp_ratio)
+                                 + decoder_flops(m.time_decoder_layout, C, N, m.time_decoder_dim,
+                                                 m.time_decoder_depth, m.mlp_ratio)
                                  + 2 * grid * m.time_decoder_dim * P)
     if cfg.loss.beta > 0:
         proj = 2 * (m.embed_dim * m.proj_hidden_dim + m.proj_hidden_dim * m.proj_dim)
         parts["latent_decoder"] = (2 * visible * m.embed_dim * m.latent_decoder_dim
-                                   + transformer_flops(grid, m.latent_decoder_dim, m.latent_decoder_depth, m.mlp_ratio)
+                                   + decoder_flops(m.latent_decoder_layout, C, N, m.latent_decoder_dim,
+                                                   m.latent_decoder_depth, m.mlp_ratio)
                                    + proj)
         parts["teacher"] = patch + transformer_flops(grid, m.embed_dim, m.depth, m.mlp_ratio) + proj
     forward = sum(parts.values())

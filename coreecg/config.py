@@ -294,6 +294,10 @@ class TrainConfig:
     eval_every_epochs: int = 1        # probe + reconstruction figure; 0 disables
     figures: bool = True              # the reconstruction figure at eval epochs (1.5-2 s each at tiny
                                       # scale: sweeps turn it off, configs/sweep.yaml)
+    # Speed and memory (coreecg/train/speed.py, docs/performance.md); none changes the numbers.
+    host_memory_cache: bool = True    # CPU: keep freed activation memory instead of re-faulting it
+    activation_checkpointing: bool = False   # recompute transformer blocks in backward: less memory
+    compile: bool = False             # torch.compile each transformer block (inductor)
     storage_path: str = "runs"        # on a multi-node cluster: a shared filesystem path
     name: str = "pretrain"
     # The method name under which downstream tables list encoders from this run (ablation

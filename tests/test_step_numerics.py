@@ -31,6 +31,7 @@ def _compare(kind: str, got: dict[str, list[float]], want: dict[str, list[float]
 # Options that change how the step is computed, never what: each must reproduce the reference.
 EXTRA = {
     "plain": [],
+    "checkpointing": ["train.activation_checkpointing=true"],
 }
 
 

@@ -9,6 +9,7 @@ from torch import nn
 
 from coreecg.augment import FrequencyDynamicAugmentation
 from coreecg.config import Config
+from coreecg.devices import to_device
 from coreecg.losses import info_nce, masked_mse
 from coreecg.masking import make_masks
 from coreecg.model.decoders import LatentDecoder, Projection, TimeDecoder
@@ -93,8 +94,7 @@ class CoReECG(nn.Module):
         if (C, T) != (cfg.model.n_leads, cfg.model.input_samples):
             raise ValueError(f"pretraining input must be (B, {cfg.model.n_leads}, {cfg.model.input_samples}), got {tuple(x.shape)}")
         lead_idx = default_lead_idx(C, x.device, cfg.model.n_leads)
-        N = cfg.model.n_patches
-        visible, masked, dropped = make_masks(cfg.masking, B, C, N, generator=generator, device=x.device)
+        visible, masked, dropped = self._masks(B, C, generator, x.device)
         enc = self.encoder(x, lead_idx, visible)
 
         zero = x.new_zeros((), dtype=torch.float32)
@@ -103,7 +103,7 @@ class CoReECG(nn.Module):
         loss = zero
         if self.time_decoder is not None:
             recon = self.time_decoder(enc, lead_idx)
-            out["loss_rec"] = masked_mse(recon, patchify(x, cfg.model.patch_size), masked)
+            out["loss_rec"] = masked_mse(recon, patchify(x, cfg.model.patch_size), to_device(masked, x.device))
             loss = loss + cfg.loss.alpha * out["loss_rec"]
         if self.latent_decoder is not None:
             h_s = self.projection(self.latent_decoder(enc, lead_idx))
@@ -129,10 +129,16 @@ class CoReECG(nn.Module):
             raise ValueError("this model has no Time Decoder (loss.alpha = 0): nothing to reconstruct")
         B, C, _ = x.shape
         lead_idx = default_lead_idx(C, x.device, self.config.model.n_leads)
-        visible, masked, dropped = make_masks(self.config.masking, B, C, self.config.model.n_patches,
-                                              generator=generator, device=x.device)
+        visible, masked, dropped = self._masks(B, C, generator, x.device)
         recon = self.time_decoder(self.encoder(x, lead_idx, visible), lead_idx)
-        return recon, visible, masked, dropped
+        return recon, *(to_device(m, x.device) for m in (visible, masked, dropped))
+
+    def _masks(self, B: int, C: int, generator: torch.Generator | None, device: torch.device):
+        """(visible, masked, dropped), each (B, C, N) bool, drawn on the generator's device (else
+        on `device`). The training loop's generator lives on the host, so on a GPU the masks
+        and the encoder's padding plan are built there and copied over without a device sync."""
+        where = generator.device if generator is not None else device
+        return make_masks(self.config.masking, B, C, self.config.model.n_patches, generator=generator, device=where)
 
     def _teacher(self, x: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher projection of the FDA view, (B, proj_dim), and ||X_aug - X|| / ||X||.

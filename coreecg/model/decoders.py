@@ -49,12 +49,12 @@ class GridDecoder(nn.Module):
         if self.layout == "lead":   # (B, C * N, D) -> (B * C, N, D): a view, leads are contiguous
             return self.transformer(grid.reshape(B * C, N, D)).reshape(B, C * N, D)
         if self.layout == "axial":
-            x = grid.view(B, C, N, D)
-            for i, block in enumerate(self.transformer.blocks):
+            x, run = grid.view(B, C, N, D), self.transformer.run_block
+            for i in range(len(self.transformer.blocks)):
                 if i % 2 == 0:      # within each lead: (B * C, N, D)
-                    x = block(x.reshape(B * C, N, D)).view(B, C, N, D)
+                    x = run(i, x.reshape(B * C, N, D)).view(B, C, N, D)
                 else:               # within each time column: (B * N, C, D)
-                    x = block(x.transpose(1, 2).reshape(B * N, C, D)).view(B, N, C, D).transpose(1, 2)
+                    x = run(i, x.transpose(1, 2).reshape(B * N, C, D)).view(B, N, C, D).transpose(1, 2)
             return self.transformer.norm(x).reshape(B, C * N, D)
         return self.transformer(grid)
 

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from coreecg.config import ModelConfig
+from coreecg.devices import to_device
 from coreecg.model.embed import LeadTimeEmbedding, PatchEmbedding
 from coreecg.model.layers import Transformer, init_weights
 
@@ -60,11 +61,13 @@ class Encoder(nn.Module):
 
     def forward(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None,
                 visible: torch.Tensor | None = None) -> Encoded:
-        """x: (B, C, T); visible: (B, C, N) bool or None (= every token).
+        """x: (B, C, T); visible: (B, C, N) bool or None (= every token), on x's device or on
+        the host.
 
         With `visible`, only visible tokens enter the transformer. Samples with fewer visible
         tokens than the batch maximum are padded at the end and the padding is masked out
-        of attention, so no Python loop over samples is needed.
+        of attention, so no Python loop over samples is needed. The padded length must be
+        known on the host: from host masks (the training loop's) that costs no device sync.
         """
         t = self.tokens(x, lead_idx)
         B, C, N, D = t.shape
@@ -73,13 +76,14 @@ class Encoder(nn.Module):
             index = torch.arange(C * N, device=x.device).expand(B, -1)
             return Encoded(self.transformer(flat), index, None, (C, N))
         counts = visible.reshape(B, C * N).sum(1)
-        longest, shortest = torch.stack([counts.max(), counts.min()]).tolist()   # one host sync
+        longest, shortest = torch.stack([counts.max(), counts.min()]).tolist()   # a device sync unless on host
         # Stable sort puts each sample's visible positions first, in grid order.
         index = torch.argsort((~visible.reshape(B, C * N)).to(torch.int8), dim=1, stable=True)[:, :longest]
-        gathered = torch.gather(flat, 1, index[..., None].expand(-1, -1, D))
         valid = None
         if shortest < longest:
-            valid = torch.arange(longest, device=x.device)[None, :] < counts[:, None]
+            valid = to_device(torch.arange(longest, device=counts.device)[None, :] < counts[:, None], x.device)
+        index = to_device(index, x.device)
+        gathered = torch.gather(flat, 1, index[..., None].expand(-1, -1, D))
         return Encoded(self.transformer(gathered, valid), index, valid, (C, N))
 
     def pooled(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 class Attention(nn.Module):
@@ -41,18 +42,29 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """A stack of pre-norm blocks followed by a final LayerNorm."""
+    """A stack of pre-norm blocks followed by a final LayerNorm.
+
+    checkpointing (train.activation_checkpointing): under autograd each block keeps only its
+    input and is recomputed in backward (same values; less memory, one more block forward).
+    """
 
     def __init__(self, dim: int, depth: int, num_heads: int, mlp_ratio: float = 4.0, dropout: float = 0.0):
         super().__init__()
         self.blocks = nn.ModuleList(Block(dim, num_heads, mlp_ratio, dropout) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
+        self.checkpointing = False
+
+    def run_block(self, i: int, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Block i on x (B, L, D) -> (B, L, D), recomputed in backward when checkpointing."""
+        if self.checkpointing and torch.is_grad_enabled():
+            return checkpoint(self.blocks[i], x, attn_mask, use_reentrant=False)
+        return self.blocks[i](x, attn_mask)
 
     def forward(self, x: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, L, D); valid: (B, L) bool, False marks padding keys. Returns (B, L, D)."""
         attn_mask = None if valid is None else valid[:, None, None, :]
-        for block in self.blocks:
-            x = block(x, attn_mask)
+        for i in range(len(self.blocks)):
+            x = self.run_block(i, x, attn_mask)
         return self.norm(x)
 
 

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import torch
 
 from coreecg.data.corpus import decode_signals, load_manifest, split_files
+from coreecg.devices import to_device
 
 
 def seed_for(*parts: object) -> int:
@@ -158,6 +159,7 @@ def epoch_batches(shard, batch_size: int, epoch: int, seed: int, rank: int, shuf
     fetch = batch_size * max(1, -(-FETCH_ROWS // batch_size))
     for batch in shard.iter_torch_batches(batch_size=fetch, drop_last=False, device=device,
                                           dtypes={"signal": torch.float16, "uid": torch.int64},
+                                          pin_memory=device.type == "cuda",  # async host-to-device copies
                                           prefetch_batches=1, **kwargs):   # >1 reorders batches
         signal, uid = batch["signal"], batch["uid"]
         for i in range(0, len(uid) - batch_size + 1, batch_size):
@@ -172,4 +174,4 @@ def memory_epoch_batches(windows: torch.Tensor, batch_size: int, epoch: int, see
     perm = torch.randperm(len(windows), generator=gen)
     for i in range(len(windows) // batch_size):
         idx = perm[i * batch_size:(i + 1) * batch_size]
-        yield windows[idx].to(device, non_blocking=True), idx.to(device)
+        yield to_device(windows[idx], device), to_device(idx, device)

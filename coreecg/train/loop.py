@@ -103,10 +103,12 @@ def _floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()}
 
 
-def _mean_over_ranks(sums: dict[str, torch.Tensor], count: int, world_size: int) -> dict[str, float]:
-    """Epoch means over every rank's steps: one all-reduce of a stacked vector."""
+def _mean_over_ranks(sums: dict[str, torch.Tensor], count: int, world_size: int,
+                     device: torch.device) -> dict[str, float]:
+    """Epoch means over every rank's steps: one all-reduce of a stacked vector on `device`
+    (some sums live on the host: lr, mask fractions)."""
     keys = sorted(sums)
-    vec = torch.stack([sums[k].float() for k in keys]) / max(count, 1)
+    vec = torch.stack([sums[k].float().to(device) for k in keys]) / max(count, 1)
     if world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.all_reduce(vec)
         vec /= world_size
@@ -151,7 +153,7 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
     cfg, spe = config, ctx.steps_per_epoch
     torch.manual_seed(seed_for("init", cfg.train.seed))        # identical init on every rank
     core, step = task.build(ctx)
-    step_gen = torch.Generator(ctx.device)
+    step_gen = torch.Generator()    # on the host: masks need no device sync (CoReECG._masks)
     writer = RunWriter(ctx.run_dir, ctx.is_main)
     say = print if ctx.is_main and not ctx.quiet else (lambda *a, **k: None)
 
@@ -217,7 +219,7 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
                 ctx.report({"step": step.step, "epoch": epoch, **_floats(metrics)}, payload_now(i + 1, {}))
         done_in_epoch = 0
         seconds = time.perf_counter() - t_epoch
-        summary = _mean_over_ranks(sums, count, ctx.world_size) if sums else {}
+        summary = _mean_over_ranks(sums, count, ctx.world_size, ctx.device) if sums else {}
         summary.update(epoch=epoch, step=step.step, seconds=seconds,
                        samples_per_s=count * task.global_batch / seconds if count else 0.0)
         if ctx.is_main and task.should_evaluate(epoch):

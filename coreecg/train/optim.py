@@ -22,9 +22,18 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def adamw(groups: list[dict], lr: float, betas: tuple[float, float]) -> torch.optim.AdamW:
+    """AdamW with the fused kernel where PyTorch has one (CPU and CUDA): one kernel over every
+    parameter instead of ~10 small ops and a host-read step counter per parameter (360
+    parameters in the paper's model: 1.5k copies and 360 syncs per step). Same update up to
+    float rounding (tests/test_step_numerics.py)."""
+    devices = {p.device.type for g in groups for p in g["params"]}
+    fused = bool(devices) and devices <= {"cpu", "cuda"}
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused, foreach=None if fused else True)
+
+
 def build_optimizer(model: nn.Module, cfg: OptimConfig, lr: float | None = None) -> torch.optim.AdamW:
-    return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr if lr is None else lr,
-                             betas=cfg.betas)
+    return adamw(param_groups(model, cfg.weight_decay), cfg.lr if lr is None else lr, cfg.betas)
 
 
 def cosine_lr(step: int, total_steps: int, warmup_steps: int, base_lr: float, min_lr: float) -> float:

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from coreecg.config import Config
-from coreecg.train.optim import build_optimizer, cosine_lr, ema_momentum, param_groups
+from coreecg.train.optim import adamw, build_optimizer, cosine_lr, ema_momentum, param_groups
+from coreecg.train.speed import apply_speed_options
 
 
 @dataclass
@@ -93,7 +94,7 @@ class PretrainStep(TrainStep):
     """The CoRe-ECG pretraining step: AdamW over the student (optim section), EMA teacher."""
 
     def __init__(self, model: nn.Module, config: Config, schedule: Schedule, core: nn.Module | None = None):
-        core = core if core is not None else model
+        core = apply_speed_options(core if core is not None else model, config.train)
         o = config.optim
         super().__init__(model, build_optimizer(core, o), schedule, lr=o.lr, min_lr=o.min_lr,
                          grad_clip=o.grad_clip, precision=config.train.precision,
@@ -106,9 +107,9 @@ class FinetuneStep(TrainStep):
     whatever requires grad (the head alone in linear mode), no EMA."""
 
     def __init__(self, model: nn.Module, config: Config, schedule: Schedule, core: nn.Module | None = None):
-        core = core if core is not None else model
+        core = apply_speed_options(core if core is not None else model, config.train)
         f, o = config.finetune, config.optim
-        optimizer = torch.optim.AdamW(param_groups(core, f.weight_decay), lr=f.lr, betas=o.betas)
+        optimizer = adamw(param_groups(core, f.weight_decay), f.lr, o.betas)
         super().__init__(model, optimizer, schedule, lr=f.lr, min_lr=o.min_lr, grad_clip=o.grad_clip,
                          precision=config.train.precision, core=core)
         self.config = config

@@ -87,13 +87,20 @@ def run_variant(args) -> dict:
         step(x, generator=gen)
     sync(device)
     times = []
+    usage0 = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(args.steps):
         t = time.perf_counter()
         out = step(x, generator=gen)
         float(out["loss"])      # the host sync a real loop pays when it logs
         sync(device)
         times.append(time.perf_counter() - t)
+    usage1 = resource.getrusage(resource.RUSAGE_SELF)
     sec = sorted(times)[len(times) // 2]
+    # Memory before the matmul peak's own matrices (384-768 MiB on a GPU) are allocated.
+    if device.type == "cuda":
+        peak_bytes = torch.cuda.max_memory_allocated()
+    else:   # ru_maxrss is KiB on Linux; the growth during the steps is the step's working set
+        peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     flops = pretrain_flops_per_sample(cfg)
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     peak = matmul_peak(device, dtype)
@@ -105,12 +112,14 @@ def run_variant(args) -> dict:
         "train_flops_per_sample": flops["train_step"], "forward_flops_per_sample": flops["forward"],
         "achieved_flops_per_s": achieved, "matmul_peak_flops_per_s": peak, "flops_utilisation": achieved / peak,
         "loss": float(out["loss"]),
+        # Page faults and kernel time per timed step: what train.host_memory_cache removes.
+        "minor_faults_per_step": (usage1.ru_minflt - usage0.ru_minflt) / args.steps,
+        "system_seconds_per_step": (usage1.ru_stime - usage0.ru_stime) / args.steps,
     }
-    if device.type == "cuda":
-        result["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
-    else:   # ru_maxrss is KiB on Linux; the growth during the steps is the step's working set
-        result["peak_memory_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        result["peak_rss_growth_bytes"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) * 1024
+    result["device_type"] = device.type
+    result["peak_memory_bytes"] = peak_bytes
+    if device.type == "cpu":
+        result["peak_rss_growth_bytes"] = peak_bytes - rss0 * 1024
     result["peak_memory_bytes_per_sample"] = result["peak_memory_bytes"] / args.batch
     return result
 
@@ -133,7 +142,8 @@ def summarise(results: list[dict]) -> dict:
         out["bf16_over_fp32_samples_per_s"] = by[("core", "bf16")]["samples_per_s"] / by[("core", "fp32")]["samples_per_s"]
         out["bf16_over_fp32_matmul_peak"] = (by[("core", "bf16")]["matmul_peak_flops_per_s"]
                                              / by[("core", "fp32")]["matmul_peak_flops_per_s"])
-    if by and next(iter(by.values()))["batch"] == 32:
+    first = next(iter(by.values()), {})
+    if first.get("batch") == 32 and first.get("device_type") == "cpu":   # the reference is a CPU RSS
         for (variant, prec), r in by.items():
             if variant.startswith("core"):
                 out[f"{variant}_{prec}_memory_per_sample_vs_reference"] = (

@@ -71,7 +71,7 @@ class FrequencyDynamicAugmentation(nn.Module):
         B, C, _ = x.shape
         if generator is not None and generator.device != x.device:
             # A host generator with a GPU batch: seed a device generator from it (no device sync).
-            seed = int(torch.randint(0, 2**62, (), generator=generator))
+            seed = int(torch.randint(0, 2**62, (), generator=generator, device=generator.device))
             generator = torch.Generator(x.device).manual_seed(seed)
         noise = torch.randn((B, C, self.weight.shape[1]), generator=generator, device=x.device)
         return frequency_dynamic_augment(x, self.weight, noise, self.eps)

@@ -10,5 +10,6 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     if t.device == device:
         return t
     if t.device.type == "cpu" and device.type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
+        # Contiguous before pinning: a strided pinned tensor is staged through pageable memory.
+        return t.contiguous().pin_memory().to(device, non_blocking=True)
     return t.to(device)

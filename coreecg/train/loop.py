@@ -24,6 +24,7 @@ import torch
 from coreecg.config import Config
 from coreecg.train.checkpoint import CheckpointError, check_compatible, load_checkpoint, save_checkpoint
 from coreecg.train.ingest import memory_epoch_batches, seed_for
+from coreecg.train.speed import release_freed_memory
 from coreecg.train.step import TrainStep
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -218,6 +219,7 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
             if every and step.step % every == 0 and i + 1 < spe:
                 ctx.report({"step": step.step, "epoch": epoch, **_floats(metrics)}, payload_now(i + 1, {}))
         done_in_epoch = 0
+        release_freed_memory()
         seconds = time.perf_counter() - t_epoch
         summary = _mean_over_ranks(sums, count, ctx.world_size, ctx.device) if sums else {}
         summary.update(epoch=epoch, step=step.step, seconds=seconds,

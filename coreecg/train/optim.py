@@ -25,8 +25,8 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 def adamw(groups: list[dict], lr: float, betas: tuple[float, float]) -> torch.optim.AdamW:
     """AdamW with the fused kernel where PyTorch has one (CPU and CUDA): one kernel over every
     parameter instead of ~10 small ops and a host-read step counter per parameter (360
-    parameters in the paper's model: 1.5k copies and 360 syncs per step). Same update up to
-    float rounding (tests/test_step_numerics.py)."""
+    parameters in the paper's model: 1.5k copies and 360 counter reads per step). Same update
+    up to float rounding (tests/test_step_numerics.py)."""
     devices = {p.device.type for g in groups for p in g["params"]}
     fused = bool(devices) and devices <= {"cpu", "cuda"}
     return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused, foreach=None if fused else True)

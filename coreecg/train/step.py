@@ -87,6 +87,8 @@ class TrainStep:
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:   # a checkpoint from an unfused optimiser keeps its flags
+            group["fused"], group["foreach"] = self.optimizer.defaults["fused"], self.optimizer.defaults["foreach"]
         self.step = int(state["step"])
 
 

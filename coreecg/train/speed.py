@@ -2,12 +2,12 @@
 beyond float rounding (tests/test_step_numerics.py).
 
 Host memory. A CPU training step frees and re-allocates the same activation buffers every
-step (about 7 GB at the paper's model and a batch of 32). glibc's malloc serves blocks above 32 MB with mmap and
-returns them to the kernel on free, so every step pays page faults and zero-filling of fresh
-pages again: measured 1.0-1.7 M minor faults and 3-9 s of system time per 10-12 s step. Serving
-every block from the heap and never trimming it keeps the pages: 3k faults, 0.2 s system time,
-and the step 1.3-1.4x faster (docs/performance.md). The process keeps its peak footprint, which
-it reaches every step anyway.
+step (about 7 GB at the paper's model and a batch of 32). glibc's malloc serves blocks above
+32 MB with mmap and returns them to the kernel on free, so every step paid page faults and the
+zero-filling of fresh pages again: 1.0-1.7 M minor faults and 3-9 s of system time in a 10-13 s
+step. Serving every block from the heap and never trimming it keeps the pages: from the 4th
+step on 0-3 faults and 0.05 s of system time, and the step 1.5x faster (docs/performance.md).
+The process keeps its peak footprint between steps, which it reaches every step anyway.
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import ctypes
 import ctypes.util
 import functools
 
-import torch
 from torch import nn
 
 from coreecg.config import TrainConfig

@@ -258,7 +258,7 @@ def main() -> None:
         manifest = load_manifest(corpus)
         counts = (manifest.get("counts") or {}).get("windows") or {}
         if args.mode != "scratch":
-            from coreecg.model import CoReECG
+            from coreecg.methods import CoReECG
             from coreecg.train.checkpoint import export_encoder
 
             torch.manual_seed(0)

@@ -69,7 +69,7 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, n: int | None = None, 
 
 
 def run_variant(args) -> dict:
-    from coreecg.model import CoReECG
+    from coreecg.methods import CoReECG
     from coreecg.train.step import PretrainStep, Schedule
 
     device = torch.device(args.device)

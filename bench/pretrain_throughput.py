@@ -43,7 +43,7 @@ from coreecg.config import load_config  # noqa: E402
 
 def bare_step_rate(cfg, windows: np.ndarray, steps: int, warmup: int, threads: int) -> float:
     """Samples/s of PretrainStep alone on in-memory crops (no Ray, no data loading)."""
-    from coreecg.model import CoReECG
+    from coreecg.methods import CoReECG
     from coreecg.train.ingest import memory_epoch_batches, to_model_input
     from coreecg.train.step import PretrainStep, Schedule
 

@@ -368,7 +368,7 @@ def components(config: str, overrides: list[str], params: dict, repeats: int = 3
 
     from coreecg.cluster import init_ray
     from coreecg.config import load_config
-    from coreecg.model import CoReECG
+    from coreecg.methods import CoReECG
     from coreecg.train.distributed import _rank0_eval_data, probe_corpus, training_corpus
     from coreecg.train.ingest import training_dataset
     from coreecg.train.loop import RunWriter

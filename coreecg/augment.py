@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from coreecg.devices import generator_on
+
 
 def frequency_dynamic_augment(x: torch.Tensor, weight: torch.Tensor, noise: torch.Tensor,
                               eps: float = 1e-3) -> torch.Tensor:
@@ -69,9 +71,6 @@ class FrequencyDynamicAugmentation(nn.Module):
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """x: (B, C, T) -> (B, C, T) with fresh Gaussian noise per sample."""
         B, C, _ = x.shape
-        if generator is not None and generator.device != x.device:
-            # A host generator with a GPU batch: seed a device generator from it (no device sync).
-            seed = int(torch.randint(0, 2**62, (), generator=generator, device=generator.device))
-            generator = torch.Generator(x.device).manual_seed(seed)
+        generator = generator_on(generator, x.device)
         noise = torch.randn((B, C, self.weight.shape[1]), generator=generator, device=x.device)
         return frequency_dynamic_augment(x, self.weight, noise, self.eps)

@@ -10,11 +10,12 @@ Unknown keys and wrongly typed values are errors that name the key.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, ClassVar, Iterable, Literal
 
 import yaml
 
@@ -257,8 +258,8 @@ class FinetuneConfig:
     eval_batch_size: int = 128
     bootstrap_resamples: int = 1000   # patient-level bootstrap of every test metric
     tsne_max_points: int = 2000
-    # Names in the report tables: method "" = the encoder's train.variant ("Supervised" for
-    # scratch); dataset "" = from the corpus manifest (ptbxl, cpsc2018, ningbo, ...).
+    # Names in the report tables: method "" = the encoder's train.variant, else its pretraining
+    # method's label ("Supervised" for scratch); dataset "" = from the corpus manifest.
     method: str = ""
     dataset: str = ""
 
@@ -300,9 +301,9 @@ class TrainConfig:
     compile: bool = False             # torch.compile each transformer block (inductor)
     storage_path: str = "runs"        # on a multi-node cluster: a shared filesystem path
     name: str = "pretrain"
-    # The method name under which downstream tables list encoders from this run (ablation
-    # variants set their own).
-    variant: str = "CoRe-ECG"
+    # The method name under which downstream tables list encoders from this run; "" = the
+    # pretraining method's label (CoRe-ECG, MoCo V3, CMSC, ...). Ablation variants set their own.
+    variant: str = ""
 
     def __post_init__(self) -> None:
         if self.num_workers < 1 or self.cpus_per_worker < 1:
@@ -320,6 +321,182 @@ class TrainConfig:
 
 
 @dataclass
+class ViewsConfig:
+    """Random ECG views for view-based contrastive methods (MoCo v3), each drawn per sample and
+    applied batched (coreecg/methods/views.py). Scalar knobs, so a sweep can sample each one.
+    Defaults: Mehari & Strodthoff's RandomResizedCrop + TimeOut (their SimCLR/BYOL/SwAV recipe,
+    docs/baselines.md); the other augmentations are off (0 or 1) unless set.
+
+    crop_min: random resized crop: a stretch of U(crop_min, 1) of the window, stretched back to
+        the full length (this also changes the apparent heart rate); 1 disables.
+    time_mask_min, time_mask_max: "time out": one contiguous stretch of U(min, max) of the
+        window set to zero on every lead; max 0 disables.
+    gain_max: per-lead gain, log-uniform in [1 / gain_max, gain_max]; 1 disables.
+    noise_std: additive Gaussian noise, in units of the z-scored signal.
+    baseline_shift: per-lead constant offset, U(-b, b).
+    baseline_wander: per-lead sinusoid of 0.05-0.5 Hz, random phase, amplitude U(0, b).
+    """
+
+    crop_min: float = 0.5
+    time_mask_min: float = 0.2
+    time_mask_max: float = 0.4
+    gain_max: float = 1.0
+    noise_std: float = 0.0
+    baseline_shift: float = 0.0
+    baseline_wander: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.crop_min <= 1:
+            raise ConfigError(f"views.crop_min={self.crop_min} must lie in (0, 1]")
+        if not 0 <= self.time_mask_min <= self.time_mask_max < 1:
+            raise ConfigError(f"views: need 0 <= time_mask_min ({self.time_mask_min}) <= time_mask_max "
+                              f"({self.time_mask_max}) < 1 (some signal must remain)")
+        if self.gain_max < 1:
+            raise ConfigError(f"views.gain_max={self.gain_max} must be >= 1 (gains span [1/gain_max, gain_max])")
+        if min(self.noise_std, self.baseline_shift, self.baseline_wander) < 0:
+            raise ConfigError("views.noise_std, baseline_shift and baseline_wander must be >= 0")
+
+
+@dataclass
+class MoCoV3Options:
+    """MoCo v3 (Chen, Xie, He, ICCV 2021) on the one encoder: query encoder + projector +
+    predictor, momentum key encoder + projector, symmetric InfoNCE with keys from every rank.
+    Defaults: the paper's ViT recipe (docs/baselines.md)."""
+
+    structural: ClassVar[tuple[str, ...]] = ("dim", "hidden_dim", "proj_layers", "pred_layers")
+
+    temperature: float = 0.2
+    momentum: float = 0.99            # key encoder EMA at step 0 ...
+    momentum_end: float = 1.0         # ... cosine-increased to this at the last step
+    dim: int = 256                    # projector / predictor output
+    hidden_dim: int = 4096            # projector / predictor hidden width
+    proj_layers: int = 3
+    pred_layers: int = 2
+    # MoCo v3's stabiliser for ViTs: a frozen random patch projection.
+    freeze_patch_embed: bool = True
+    views: ViewsConfig = field(default_factory=ViewsConfig)
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0 or not 0 <= self.momentum <= self.momentum_end <= 1:
+            raise ConfigError("methods.moco_v3: need temperature > 0 and 0 <= momentum <= momentum_end <= 1")
+        if min(self.dim, self.hidden_dim) < 1 or self.proj_layers < 1 or self.pred_layers < 1:
+            raise ConfigError("methods.moco_v3: dim, hidden_dim, proj_layers and pred_layers must be >= 1")
+
+
+@dataclass
+class CMSCOptions:
+    """CMSC (Kiyasseh, Zhu, Clifton, "CLOCS", ICML 2021): adjacent non-overlapping segments of one
+    recording are positives, other recordings negatives; no augmentation (docs/baselines.md)."""
+
+    structural: ClassVar[tuple[str, ...]] = ("dim",)
+
+    temperature: float = 0.1
+    segments: int = 2                 # adjacent segments per window, each 1/segments of the crop
+    dim: int = 256                    # CLOCS's embedding size (a linear head on the pooled encoder)
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0 or self.segments < 2 or self.dim < 1:
+            raise ConfigError("methods.cmsc: need temperature > 0, segments >= 2 and dim >= 1")
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """A registered pretraining method's config side: its table label and options type."""
+
+    label: str
+    options: type | None = None
+
+
+# Method name -> its config side. The built-in methods are declared here (so that configs
+# validate without importing torch); `coreecg.methods.register_method` adds a researcher's own.
+METHODS: dict[str, MethodInfo] = {
+    "core": MethodInfo("CoRe-ECG"),
+    "moco_v3": MethodInfo("MoCo V3", MoCoV3Options),
+    "cmsc": MethodInfo("CMSC", CMSCOptions),
+}
+
+
+def register_method_config(name: str, label: str, options: type | None = None) -> None:
+    """Declare a method's label and options dataclass (its `methods.<name>` section)."""
+    if not name.isidentifier():
+        raise ConfigError(f"method name {name!r} must be a Python identifier (it is a config key)")
+    if options is not None and not dataclasses.is_dataclass(options):
+        raise ConfigError(f"method {name!r}: options must be a dataclass, got {options!r}")
+    known = METHODS.get(name)
+    if known is not None and known.options is not options and known.options is not None:
+        raise ConfigError(f"method {name!r} is already registered with options {known.options.__name__}")
+    METHODS[name] = MethodInfo(label, options)
+
+
+def import_plugins(modules: Iterable[str]) -> None:
+    """Import the modules that register methods (`pretrain.plugins`), once each."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"pretrain.plugins: cannot import {module!r}: {e}") from e
+
+
+@dataclass
+class PretrainConfig:
+    """Which self-supervised method trains the encoder (coreecg/methods; docs/methods.md).
+
+    method: core (CoRe-ECG, the paper), moco_v3, cmsc, or a method registered by a plugin.
+    plugins: modules imported before the method is looked up (on the driver and on every
+    worker), each registering methods with `coreecg.methods.register_method`.
+    """
+
+    method: str = "core"
+    plugins: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        import_plugins(self.plugins)
+        if self.method not in METHODS:
+            raise ConfigError(f"pretrain.method={self.method!r} is not a registered method; known: "
+                              f"{', '.join(sorted(METHODS))} (a plugin's module goes in pretrain.plugins)")
+
+
+class MethodOptions:
+    """The `methods` section: one typed options section per registered method that has one
+    (`methods.moco_v3.temperature`, ...). A section not set holds its dataclass's defaults."""
+
+    def __init__(self, sections: dict[str, Any] | None = None):
+        self._sections = dict(sections or {})
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._sections:
+            return self._sections[name]
+        info = METHODS.get(name)
+        if info is None or info.options is None:
+            raise AttributeError(f"no options section for method {name!r}")
+        return info.options()
+
+    def names(self) -> list[str]:
+        return [n for n, info in METHODS.items() if info.options is not None] + \
+            [n for n in self._sections if n not in METHODS]
+
+    def merged(self, data: dict[str, Any], prefix: str) -> "MethodOptions":
+        sections = dict(self._sections)
+        for name, value in data.items():
+            info = METHODS.get(name)
+            if info is None or info.options is None:
+                raise ConfigError(f"unknown key {prefix}{name}: no registered method with options of that name; "
+                                  f"known: {', '.join(self.names())}")
+            if not isinstance(value, dict):
+                raise ConfigError(f"{prefix}{name} is a section; give it a mapping, not {value!r}")
+            sections[name] = _merge(getattr(self, name), value, f"{prefix}{name}.")
+        return MethodOptions(sections)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MethodOptions) and _to_plain(self) == _to_plain(other)
+
+    def __repr__(self) -> str:
+        return f"MethodOptions({_to_plain(self)})"
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -329,6 +506,19 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    methods: MethodOptions = field(default_factory=MethodOptions)
+
+    @property
+    def method_label(self) -> str:
+        """The name downstream tables list this run's encoder under."""
+        return self.train.variant or METHODS[self.pretrain.method].label
+
+    @property
+    def method_options(self) -> Any:
+        """The selected method's options section (None for a method without one)."""
+        info = METHODS[self.pretrain.method]
+        return getattr(self.methods, self.pretrain.method) if info.options is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(self)
@@ -365,6 +555,9 @@ class Config:
             raise ConfigError(f"data.crop_samples={self.data.crop_samples} must equal model.input_samples={m.input_samples}")
         if self.data.crop_samples > self.data.preprocess.window_samples:
             raise ConfigError("data.crop_samples exceeds the stored window length")
+        if self.pretrain.method == "cmsc" and m.n_patches % self.methods.cmsc.segments:
+            raise ConfigError(f"methods.cmsc.segments={self.methods.cmsc.segments} must divide the "
+                              f"{m.n_patches} patches of a window (model.input_samples / model.patch_size)")
         if self.finetune.batch_size % self.train.num_workers:
             raise ConfigError(f"finetune.batch_size={self.finetune.batch_size} (the global batch) is not divisible "
                               f"by train.num_workers={self.train.num_workers}")
@@ -403,6 +596,9 @@ def _field_type(cfg: Any, dotted: str) -> Any:
     obj = cfg
     parts = dotted.split(".")
     for i, part in enumerate(parts):
+        if isinstance(obj, MethodOptions):
+            obj = getattr(obj, part, None)
+            continue
         if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
             return None
         if i == len(parts) - 1:
@@ -428,9 +624,15 @@ def _merge(obj: Any, data: dict[str, Any], prefix: str) -> Any:
         raise ConfigError(f"unknown key(s) in {where}: {', '.join(prefix + u for u in unknown)}; "
                           f"known: {', '.join(sorted(names))}")
     changes = {}
+    if isinstance(data.get("pretrain"), dict):      # its plugins register methods' options sections
+        data = {"pretrain": data["pretrain"], **{k: v for k, v in data.items() if k != "pretrain"}}
     for name, value in data.items():
         current = getattr(obj, name)
-        if dataclasses.is_dataclass(current):
+        if isinstance(current, MethodOptions):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{prefix}{name} is a section; give it a mapping, not {value!r}")
+            changes[name] = current.merged(value, prefix + name + ".")
+        elif dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
                 raise ConfigError(f"{prefix}{name} is a section; give it a mapping, not {value!r}")
             changes[name] = _merge(current, value, prefix + name + ".")
@@ -490,6 +692,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 
 
 def _to_plain(obj: Any) -> Any:
+    if isinstance(obj, MethodOptions):
+        return {name: _to_plain(getattr(obj, name)) for name in obj.names()}
     if dataclasses.is_dataclass(obj):
         return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, tuple):

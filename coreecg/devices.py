@@ -13,3 +13,12 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
         # Contiguous before pinning: a strided pinned tensor is staged through pageable memory.
         return t.contiguous().pin_memory().to(device, non_blocking=True)
     return t.to(device)
+
+
+def generator_on(generator: torch.Generator | None, device: torch.device) -> torch.Generator | None:
+    """A generator that draws on `device`: `generator` itself when it lives there, else a device
+    generator seeded from it (a host generator with a GPU batch: no device sync, reproducible)."""
+    if generator is None or generator.device == device:
+        return generator
+    seed = int(torch.randint(0, 2**62, (), generator=generator, device=generator.device))
+    return torch.Generator(device).manual_seed(seed)

@@ -21,14 +21,15 @@ def reconstruction(args: argparse.Namespace) -> Path:
 
     from coreecg.eval.figures import reconstruction_figure, save_figure
     from coreecg.eval.probe import center_crop, read_spread
-    from coreecg.model import CoReECG
+    from coreecg.methods import build_method
     from coreecg.train.checkpoint import CheckpointError, load_checkpoint
 
     payload, config = load_checkpoint(args.checkpoint)
     if not any(k.startswith("time_decoder.") for k in payload["model"]):
         raise CheckpointError(f"{args.checkpoint}: holds no Time Decoder weights (encoder.pt keeps only the "
-                              "encoder); pass a run's checkpoint_step*/checkpoint.pt")
-    model = CoReECG(config)
+                              "encoder, and a method without one, e.g. MoCo V3 or CMSC, reconstructs "
+                              "nothing); pass a CoRe-ECG run's checkpoint_step*/checkpoint.pt")
+    model = build_method(config)
     model.load_state_dict(payload["model"])
     windows = read_spread(args.corpus, args.split, args.windows, labelled_only=False)["signal"]
     if len(windows) == 0:

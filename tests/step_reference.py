@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coreecg.model import CoReECG  # noqa: E402
+from coreecg.methods import CoReECG  # noqa: E402
 from coreecg.train.step import PretrainStep, Schedule  # noqa: E402
 from tests.helpers import tiny_config  # noqa: E402
 

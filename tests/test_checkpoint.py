@@ -2,7 +2,7 @@
 import torch
 
 import coreecg
-from coreecg.model import CoReECG
+from coreecg.methods import CoReECG
 from coreecg.train.checkpoint import load_checkpoint, save_checkpoint
 from tests.helpers import tiny_config
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from coreecg.model import CoReECG
+from coreecg.methods import CoReECG
 from coreecg.train.step import PretrainStep, Schedule
 from tests.helpers import tiny_config
 

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from coreecg.model import CoReECG, Encoder
+from coreecg.methods import CoReECG
+from coreecg.model import Encoder
 from coreecg.train.step import PretrainStep, Schedule
 from tests.helpers import tiny_config
 

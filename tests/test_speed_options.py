@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from coreecg.model import CoReECG
+from coreecg.methods import CoReECG
 from coreecg.model.classifier import Classifier
 from coreecg.model.layers import Transformer
 from coreecg.train.speed import keep_freed_memory

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from coreecg.config import load_config
-from coreecg.model import CoReECG
+from coreecg.methods import CoReECG
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import torch
 import yaml
 
 from coreecg.config import load_config
-from coreecg.model import CoReECG
+from coreecg.methods import CoReECG
 from coreecg.tune.spaces import SCRATCH, SpaceError, load_space, overrides_for
 from tests.helpers import TINY
 

@@ -18,7 +18,8 @@ from coreecg.model.encoder import Encoder
 
 # Config sections that decide which modules exist and their shapes: a checkpoint written
 # under other values cannot be loaded into this run's model.
-STRUCTURAL = ("model", "loss.alpha>0", "loss.beta>0", "augment.fda", "augment.learnable")
+STRUCTURAL = ("model", "pretrain.method", "methods.<method>.<its structural keys>", "loss.alpha>0", "loss.beta>0",
+              "augment.fda", "augment.learnable")
 
 
 class CheckpointError(ValueError):
@@ -91,6 +92,12 @@ def structural_differences(saved: Config, current: Config) -> list[str]:
         if (a["loss"][name] > 0) != (b["loss"][name] > 0):
             diffs.append(f"loss.{name}")
     diffs += [f"augment.{k}" for k in ("fda", "learnable") if a["augment"][k] != b["augment"][k]]
+    if saved.pretrain.method != current.pretrain.method:
+        diffs.append("pretrain.method")
+    elif (options := saved.method_options) is not None:
+        name = saved.pretrain.method
+        diffs += [f"methods.{name}.{k}" for k in getattr(options, "structural", ())
+                  if a["methods"][name][k] != b["methods"][name][k]]
     return diffs
 
 

@@ -228,8 +228,21 @@ def _make_task(cfg: Config, loop_config: dict[str, Any], rank: int, device: torc
         return FinetuneTask(cfg, loop_config["spec"], rank, device)
     from coreecg.train.pretraining import PretrainTask
 
+    from coreecg.methods import method_class
+
     probe, figures = _rank0_eval_data(cfg, loop_config) if rank == 0 else (None, None)
-    return PretrainTask(cfg, probe, figures if cfg.train.figures else None)
+    record_of = record_ids(loop_config["corpus"]) if method_class(cfg.pretrain.method).needs_record_ids else None
+    return PretrainTask(cfg, probe, figures if cfg.train.figures else None, record_of)
+
+
+def record_ids(corpus: str | Path) -> torch.Tensor:
+    """(N,) int64 over the train split's uids: windows of one recording share an id."""
+    import numpy as np
+
+    from coreecg.train.ingest import split_uids
+
+    _, ids = np.unique(split_uids(corpus)["record_id"], return_inverse=True)
+    return torch.from_numpy(ids.astype(np.int64))
 
 
 def _rank0_eval_data(cfg: Config, loop_config: dict[str, Any]):

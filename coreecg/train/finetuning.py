@@ -261,7 +261,7 @@ def prepare(config: Config) -> Prepared:
             config, model=saved.model, data=dataclasses.replace(config.data, crop_samples=saved.model.input_samples),
             finetune=dataclasses.replace(f, encoder=str(path))).validate()
         f = config.finetune
-        encoder_hash, method = config_hash(saved), f.method or saved.train.variant
+        encoder_hash, method = config_hash(saved), f.method or saved.method_label
     stored_samples = int(manifest["signal"]["shape"][-1])
     if config.data.crop_samples > stored_samples:
         raise FinetuneError(f"{corpus}: windows of {stored_samples} samples are shorter than the model's input "

@@ -1,6 +1,7 @@
-"""The pretraining task for the shared loop (`coreecg.train.loop.train_worker`): CoRe-ECG and its
-step, random 2,250-sample crops, the representation probe and the reconstruction figure each
-eval epoch, and `encoder.pt` at the end."""
+"""The pretraining task for the shared loop (`coreecg.train.loop.train_worker`): the configured
+method (`pretrain.method`: CoRe-ECG, MoCo v3, CMSC or a plugin's) and its step, random
+2,250-sample crops, the representation probe and (for methods that reconstruct) the
+reconstruction figure each eval epoch, and `encoder.pt` at the end."""
 from __future__ import annotations
 
 import time
@@ -11,7 +12,7 @@ import numpy as np
 import torch
 
 from coreecg.config import Config
-from coreecg.model import CoReECG
+from coreecg.methods import PretrainMethod, build_method
 from coreecg.train.checkpoint import export_encoder
 from coreecg.train.ingest import to_model_input
 from coreecg.train.loop import RunWriter, WorkerContext, run_local
@@ -20,26 +21,40 @@ from coreecg.train.step import PretrainStep, Schedule
 
 class PretrainTask:
     """probe: coreecg.eval.probe.ProbeData (rank 0; None: no probe); figure_windows: (W, C, crop)
-    fixed validation windows for the reconstruction figure (rank 0; None: no figure)."""
+    fixed validation windows for the reconstruction figure (rank 0; None: no figure);
+    record_of: (N,) int64 recording id of every train uid, for methods that need record ids
+    (None: every window is its own recording, e.g. in-memory windows)."""
 
     name = "pretrain"
 
-    def __init__(self, config: Config, probe: Any = None, figure_windows: torch.Tensor | None = None):
+    def __init__(self, config: Config, probe: Any = None, figure_windows: torch.Tensor | None = None,
+                 record_of: torch.Tensor | None = None):
         self.config, self.probe, self.figure_windows = config, probe, figure_windows
         self.epochs, self.global_batch = config.optim.epochs, config.optim.batch_size
+        self.record_of = record_of
+        self.needs_record_ids = False
 
-    def build(self, ctx: WorkerContext) -> tuple[CoReECG, PretrainStep]:
+    def build(self, ctx: WorkerContext) -> tuple[PretrainMethod, PretrainStep]:
         cfg = self.config
-        core = CoReECG(cfg).to(ctx.device)
+        core = build_method(cfg).to(ctx.device)
+        if ctx.world_size > 1 and ctx.device.type == "cuda":
+            # BatchNorm heads (MoCo v3) normalise over the global batch, as MoCo v3 does.
+            core = torch.nn.SyncBatchNorm.convert_sync_batchnorm(core)
+        self.needs_record_ids = core.needs_record_ids
+        if self.record_of is not None:
+            self.record_of = self.record_of.to(ctx.device)
         schedule = Schedule(ctx.steps_per_epoch, cfg.optim.epochs, cfg.optim.warmup_epochs)
         return core, PretrainStep(ctx.wrap(core), cfg, schedule, core=core)
 
     def inputs(self, signal: torch.Tensor, uid: torch.Tensor, epoch: int,
                generator: torch.Generator) -> tuple[tuple, dict]:
         x = to_model_input(signal, uid, self.config.train.seed, epoch, self.config.data.crop_samples)
-        return (x,), {"generator": generator}
+        kwargs: dict[str, Any] = {"generator": generator}
+        if self.needs_record_ids:
+            kwargs["record"] = self.record_of[uid] if self.record_of is not None else uid
+        return (x,), kwargs
 
-    def start(self, core: CoReECG, ctx: WorkerContext, writer: RunWriter) -> dict[str, Any]:
+    def start(self, core: PretrainMethod, ctx: WorkerContext, writer: RunWriter) -> dict[str, Any]:
         if self.probe is None or not self.config.train.eval_every_epochs:
             return {}
         auroc = self._probe(core, ctx)["probe_auroc"]
@@ -52,14 +67,14 @@ class PretrainTask:
         every = self.config.train.eval_every_epochs
         return bool(every) and ((epoch + 1) % every == 0 or epoch + 1 == self.epochs)
 
-    def _probe(self, core: CoReECG, ctx: WorkerContext) -> dict[str, float]:
+    def _probe(self, core: PretrainMethod, ctx: WorkerContext) -> dict[str, float]:
         from coreecg.eval.probe import run_probe
 
         d = self.config.data
         return run_probe(core.encoder, self.probe, d.crop_samples, ctx.device, d.probe_labels_per_class,
                          d.probe_subsets)
 
-    def evaluate(self, core: CoReECG, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int,
+    def evaluate(self, core: PretrainMethod, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int,
                  state: dict[str, Any]) -> dict[str, float]:
         """The representation probe and the reconstruction figure."""
         out: dict[str, float] = {}
@@ -67,7 +82,7 @@ class PretrainTask:
             t0 = time.perf_counter()
             out.update(self._probe(core, ctx))
             out["probe_seconds"] = time.perf_counter() - t0
-        if self.figure_windows is not None and core.time_decoder is not None:
+        if self.figure_windows is not None and core.can_reconstruct:
             from coreecg.eval.figures import reconstruction_figure
 
             fig = reconstruction_figure(core, self.figure_windows, seed=self.config.train.seed,
@@ -76,7 +91,7 @@ class PretrainTask:
             writer.figure(fig, "reconstruction", epoch, step)
         return out
 
-    def finish(self, core: CoReECG, ctx: WorkerContext, writer: RunWriter, summary: dict[str, float],
+    def finish(self, core: PretrainMethod, ctx: WorkerContext, writer: RunWriter, summary: dict[str, float],
                state: dict[str, Any]) -> None:
         path = export_encoder(ctx.run_dir / "encoder.pt", core, self.config,
                               step=int(summary.get("step", 0)), metrics=summary)

@@ -93,14 +93,15 @@ class TrainStep:
 
 
 class PretrainStep(TrainStep):
-    """The CoRe-ECG pretraining step: AdamW over the student (optim section), EMA teacher."""
+    """The pretraining step of any method (coreecg.methods): AdamW over what requires grad (optim
+    section), then the EMA update of the method's momentum targets, if it has any."""
 
     def __init__(self, model: nn.Module, config: Config, schedule: Schedule, core: nn.Module | None = None):
         core = apply_speed_options(core if core is not None else model, config.train)
         o = config.optim
         super().__init__(model, build_optimizer(core, o), schedule, lr=o.lr, min_lr=o.min_lr,
                          grad_clip=o.grad_clip, precision=config.train.precision,
-                         ema=(o.ema_momentum, o.ema_momentum_end), core=core)
+                         ema=core.ema_schedule(), core=core)
         self.config = config
 
 

@@ -12,12 +12,15 @@ from coreecg.config import Config
 from coreecg.devices import to_device
 from coreecg.losses import info_nce, masked_mse
 from coreecg.masking import make_masks
+from coreecg.methods import register_method
+from coreecg.methods.base import PretrainMethod
 from coreecg.model.decoders import LatentDecoder, Projection, TimeDecoder
 from coreecg.model.embed import patchify
 from coreecg.model.encoder import Encoder, default_lead_idx
 
 
-class CoReECG(nn.Module):
+@register_method("core", "CoRe-ECG")
+class CoReECG(PretrainMethod):
     """Student encoder on STDM-visible tokens; Time Decoder -> masked MSE; Latent Decoder +
     Projection -> InfoNCE against an EMA teacher (encoder + projection) on the FDA view.
 
@@ -27,9 +30,7 @@ class CoReECG(nn.Module):
     """
 
     def __init__(self, config: Config):
-        super().__init__()
-        config.validate()
-        self.config = config
+        super().__init__(config)
         m = config.model
         self.encoder = Encoder.from_config(m)
         self.time_decoder = self.latent_decoder = self.projection = None
@@ -63,25 +64,20 @@ class CoReECG(nn.Module):
             return []
         return [(self.encoder, self.teacher_encoder), (self.projection, self.teacher_projection)]
 
-    @torch.no_grad()
-    def update_teacher(self, momentum: float) -> None:
-        """theta_t <- m * theta_t + (1 - m) * theta_s for encoder and projection (paper Eqs. 4, 8)."""
-        for student, teacher in self.student_teacher_pairs():
-            t_params = list(teacher.parameters())
-            s_params = [p.detach() for p in student.parameters()]
-            torch._foreach_lerp_(t_params, s_params, 1.0 - momentum)
-            for tb, sb in zip(teacher.buffers(), student.buffers()):
-                tb.copy_(sb)
+    def ema_schedule(self) -> tuple[float, float]:
+        """theta_t <- m * theta_t + (1 - m) * theta_s for encoder and projection (paper Eqs. 4, 8);
+        the momentum is logged also for the teacher-less ablations (their update is a no-op)."""
+        o = self.config.optim
+        return o.ema_momentum, o.ema_momentum_end
 
-    def train(self, mode: bool = True) -> "CoReECG":
-        super().train(mode)
-        for _, teacher in self.student_teacher_pairs():
-            teacher.eval()   # the teacher never uses dropout
-        return self
+    @property
+    def can_reconstruct(self) -> bool:
+        return self.time_decoder is not None
 
     # ------------------------------------------------------------------ forward
 
-    def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+    def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
+                record: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """x: (B, C, T) with C = model.n_leads, T = model.input_samples.
 
         Returns a dict of scalars: loss, loss_rec (only with a Time Decoder), loss_con (only

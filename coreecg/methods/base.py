@@ -1,0 +1,76 @@
+"""The contract every pretraining method meets, so that the one loop (`coreecg.train.loop`), the
+in-loop probe, `encoder.pt`, Tune trials and fine-tuning run it unchanged."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from coreecg.config import Config
+
+
+class PretrainMethod(nn.Module):
+    """A self-supervised method around the one `Encoder`.
+
+    A subclass builds `self.encoder = Encoder.from_config(config.model)` (the network every
+    downstream use loads from `encoder.pt`) plus whatever heads and targets it needs, and
+    implements `forward`. Optional hooks:
+
+    - momentum targets: return the student/target module pairs from `student_teacher_pairs`
+      and the (start, end) momentum from `ema_schedule`; the step then updates the targets by
+      EMA after every optimiser step (cosine schedule from start to end over the run).
+    - `needs_record_ids = True`: `forward` receives `record` (B,) int64, equal for windows of the
+      same recording (the loop looks it up from the corpus; in-memory data: one per window).
+    - `reconstruct(x, generator)`: draws the reconstruction figure at eval epochs.
+    """
+
+    needs_record_ids: bool = False
+    # Targets run in eval mode (no dropout). MoCo v3 keeps its key encoder in train mode so that
+    # the BatchNorm in its projector normalises with batch statistics, as the query's does.
+    targets_in_eval_mode: bool = True
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.config = config.validate()
+
+    def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
+                record: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """x: (B, C, T) the training crop (C = model.n_leads, T = model.input_samples).
+
+        -> {"loss": scalar with grad, plus detached scalar diagnostics}. Draw every random
+        choice from `generator` (seeded per step by the loop): runs are then reproducible.
+        """
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ momentum targets
+
+    def student_teacher_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return []
+
+    def ema_schedule(self) -> tuple[float, float] | None:
+        return None
+
+    @torch.no_grad()
+    def update_teacher(self, momentum: float) -> None:
+        """theta_t <- m * theta_t + (1 - m) * theta_s for every pair; buffers are copied."""
+        for student, teacher in self.student_teacher_pairs():
+            t_params = list(teacher.parameters())
+            s_params = [p.detach() for p in student.parameters()]
+            torch._foreach_lerp_(t_params, s_params, 1.0 - momentum)
+            for tb, sb in zip(teacher.buffers(), student.buffers()):
+                tb.copy_(sb)
+
+    def train(self, mode: bool = True) -> "PretrainMethod":
+        super().train(mode)
+        if self.targets_in_eval_mode:
+            for _, teacher in self.student_teacher_pairs():
+                teacher.eval()
+        return self
+
+    # ------------------------------------------------------------------ figures
+
+    @property
+    def can_reconstruct(self) -> bool:
+        return False
+
+    def reconstruct(self, x: torch.Tensor, generator: torch.Generator | None = None):
+        raise ValueError(f"{type(self).__name__} has no reconstruction to draw")

@@ -1,0 +1,65 @@
+"""CMSC, "Contrastive Multi-Segment Coding" (Kiyasseh, Zhu, Clifton, "CLOCS", ICML 2021), on the
+one encoder: each training window is cut into `segments` adjacent, non-overlapping segments (two
+4.5 s halves of the 9 s crop by default); each segment goes through the encoder alone, at its
+own time positions, and a linear head; segments of the same window are positives, other
+recordings' segments negatives (`coreecg.losses.cmsc_contrastive`). No augmentation. Why halves
+of a window and not adjacent windows of a longer record: docs/baselines.md."""
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from coreecg.config import CMSCOptions, Config
+from coreecg.losses import cmsc_contrastive
+from coreecg.methods import register_method
+from coreecg.methods.base import PretrainMethod
+from coreecg.model.encoder import Encoder, default_lead_idx
+
+
+def segment_masks(segments: int, batch: int, n_leads: int, n_patches: int) -> torch.Tensor:
+    """(segments * batch, C, N) bool on the host: row s * batch + b sees only segment s, the
+    patch columns [s * N / segments, (s + 1) * N / segments), on every lead."""
+    column_segment = torch.arange(n_patches) // (n_patches // segments)                 # (N,)
+    mask = column_segment[None, :] == torch.arange(segments)[:, None]                  # (S, N)
+    return mask[:, None, None, :].expand(segments, batch, n_leads, n_patches).reshape(-1, n_leads, n_patches)
+
+
+@register_method("cmsc", "CMSC", options=CMSCOptions)
+class CMSC(PretrainMethod):
+    """Encoder -> mean over the segment's tokens -> Linear(embed_dim, dim): CLOCS's embedding."""
+
+    needs_record_ids = True
+
+    def __init__(self, config: Config):
+        super().__init__(config)
+        self.options = config.methods.cmsc
+        self.encoder = Encoder.from_config(config.model)
+        self.head = nn.Linear(config.model.embed_dim, self.options.dim)
+
+    def embed_segments(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (B, C, T) -> (segments, B, dim): each segment encoded on its own (the visible-token
+        path of the encoder: equal token counts, so no padding)."""
+        B, C, _ = x.shape
+        S, N = self.options.segments, self.config.model.n_patches
+        visible = segment_masks(S, B, C, N)
+        lead_idx = default_lead_idx(C, x.device, self.config.model.n_leads)
+        tokens = self.encoder(x.repeat(S, 1, 1), lead_idx, visible).tokens     # (S * B, C * N / S, D)
+        return self.head(tokens.mean(dim=1)).view(S, B, -1)
+
+    def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
+                record: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """x: (B, C, T); record: (B,) recording ids (None: every window its own recording).
+        -> {loss, loss_con, segment_cos}: the mean CMSC loss over all segment pairs."""
+        B, C, T = x.shape
+        if (C, T) != (self.config.model.n_leads, self.config.model.input_samples):
+            raise ValueError(f"pretraining input must be (B, {self.config.model.n_leads}, "
+                             f"{self.config.model.input_samples}), got {tuple(x.shape)}")
+        z = self.embed_segments(x)
+        pairs = list(itertools.combinations(range(self.options.segments), 2))
+        loss = sum(cmsc_contrastive(z[i], z[j], self.options.temperature, record) for i, j in pairs) / len(pairs)
+        cos = torch.stack([F.cosine_similarity(z[i].detach().float(), z[j].detach().float(), dim=-1).mean()
+                           for i, j in pairs]).mean()
+        return {"loss": loss, "loss_con": loss.detach(), "segment_cos": cos}

@@ -1,16 +1,20 @@
-"""The paper's ablations on Ray Tune: every variant x seed is a pretraining trial (judged by
-probe_auroc); with --finetune, each variant's encoder is fine-tuned on each named corpus (and the
-Supervised variant trains from scratch there), and the paper's ablation tables are written.
+"""The paper's baselines and ablations on Ray Tune: every variant x seed is a pretraining trial
+(judged by probe_auroc); with --finetune, each variant's encoder is fine-tuned on each named corpus
+(and the Supervised variant trains from scratch there), and the paper's tables are written.
 
     python jobs/ablate.py                                           # every variant, 1 seed, this machine
-    python jobs/ablate.py --variants tune_spaces/ablations.yaml --seeds 3 --only "CoRe-ECG,Contrastive only" \\
-        --finetune corpora/ptbxl corpora/icbeb2018 --output sweeps/ablations
+    python jobs/ablate.py --only "Supervised,MoCo V3,CMSC,MTAE-like,MLAE-like,ST-MEM-like,CoRe-ECG" \
+        --finetune corpora/ptbxl corpora/icbeb2018 corpora/ningbo --seeds 3 --output sweeps/table1
     python jobs/ablate.py --output sweeps/ablations --resume        # continue after a crash
 
+Variants (tune_spaces/ablations.yaml) are override lists: the CoRe-ECG ablations, the
+reconstruction baselines (ST-MEM-, MTAE-, MLAE-like), the contrastive baselines (MoCo V3, CMSC:
+pretrain.method), Supervised (scratch) and BMIRC (not available: listed with its reason).
 Writes into --output: results.csv (one row per pretraining trial), finetune/<variant>-<corpus>-s<seed>/
-(fine-tuning run folders, skipped when finished; a failed one is listed in finetune_failures.csv), tables/ (jobs/report.py's tables plus one per
-`tables` entry of the variants file: ablation_paradigm, ablation_stdm_fda, ...; as Markdown and
-CSV, mean ± std over seeds and the run count), tune/ and trials/<id>/.
+(fine-tuning run folders, skipped when finished; a failed one is listed in finetune_failures.csv),
+tables/ (jobs/report.py's tables, with `comparison` in the paper's Table 1 row order, plus one
+per other `tables` entry of the variants file: ablation_paradigm, ablation_stdm_fda, ...; as
+Markdown and CSV, mean ± std over seeds and the run count), tune/ and trials/<id>/.
 Exit codes: 0 done (failed trials are recorded), 2 bad arguments, variants or config.
 """
 from __future__ import annotations
@@ -41,7 +45,7 @@ def main(argv=None) -> int:
     from coreecg.config import load_config
     from coreecg.eval.report import write_report
     from coreecg.train.finetuning import finetune
-    from coreecg.tune.spaces import SCRATCH, SpaceError, load_space
+    from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, SpaceError, load_space
     from coreecg.tune.sweep import SweepError, result_rows, run_sweep, write_results
 
     try:
@@ -52,6 +56,10 @@ def main(argv=None) -> int:
         unknown = [n for n in names if n not in space.variants]
         if unknown:
             return fail(f"--only: unknown variant(s) {unknown}; {args.space} has {list(space.variants)}")
+        unavailable = [n for n in names if space.variants[n] == NOT_AVAILABLE]
+        for n in unavailable:
+            print(f"{n}: not available ({space.unavailable[n]})", file=sys.stderr)
+        names = [n for n in names if n not in unavailable]
         pretrained = [n for n in names if space.variants[n] != SCRATCH]
         s.variants = {n: space.variants[n] for n in pretrained}
         seeds = list(range(args.seeds))
@@ -100,8 +108,11 @@ def main(argv=None) -> int:
         print(f"{len(failures)} fine-tuning run(s) failed: {s.output / 'finetune_failures.csv'}", file=sys.stderr)
     if not runs:
         return fail("no fine-tuning run finished")
-    tables = {name: [m for m in methods if m in names] for name, methods in space.tables.items()}
-    written = write_report(runs, s.output / "tables", {k: v for k, v in tables.items() if v})
+    # Each table keeps its rows that ran, in the file's order, and its not-available rows.
+    tables = {name: [m for m in methods if m in names or m in space.unavailable]
+              for name, methods in space.tables.items()}
+    written = write_report(runs, s.output / "tables",
+                           {k: v for k, v in tables.items() if any(m in names for m in v)}, space.unavailable)
     print("tables: " + ", ".join(str(p) for p in written if p.suffix == ".md"))
     return 0
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import isclose
 from pathlib import Path
 from typing import Sequence
@@ -44,6 +44,7 @@ TABLE_MODES = ("finetune", "scratch")
 LEADS = ("12", "6", "1")
 FRACTIONS = (1.0, 0.5, 0.05)
 MISSING = "–"
+UNAVAILABLE = "n/a"
 
 
 class RunError(ValueError):
@@ -150,6 +151,7 @@ class Table:
     spec: TableSpec
     columns: list[Column]
     cells: dict[str, list[list[float]]]     # method -> per column, the test values over seeds
+    unavailable: dict[str, str] = field(default_factory=dict)   # method -> why it has no run
 
     def best(self, j: int) -> float | None:
         """The column's best mean as printed (rounded), so equal printed values are both bold."""
@@ -195,12 +197,17 @@ def table_markdown(table: Table) -> str:
              f"for one run). Best per column in **bold**; {MISSING}: no run.", "",
              _markdown_row(["Method"] + [c.label for c in cols]), _markdown_row(["---"] * (len(cols) + 1))]
     for method, row in table.cells.items():
+        if method in table.unavailable:
+            lines.append(_markdown_row([f"{method}†"] + [UNAVAILABLE] * len(cols)))
+            continue
         out = []
         for j, values in enumerate(row):
             text = format_cell(values) or MISSING
             bold = values and round(100 * np.mean(values), 1) == table.best(j)
             out.append(f"**{text}**" if bold else text)
         lines.append(_markdown_row([method] + out))
+    if table.unavailable:
+        lines += [""] + [f"† {UNAVAILABLE}: {m}: {why}" for m, why in table.unavailable.items()]
     groups = list(dict.fromkeys(c.group for c in cols))
     lines += ["", "Runs per cell:", "",
               _markdown_row(["Method"] + groups), _markdown_row(["---"] * (len(groups) + 1))]
@@ -217,9 +224,12 @@ def write_table_csv(table: Table, path: Path) -> None:
     """One row per method; per column the printed cell ('' when missing) and its run count."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["method"] + [h for c in table.columns for h in (c.label, f"{c.label} n")])
+        w.writerow(["method"] + [h for c in table.columns for h in (c.label, f"{c.label} n")] + ["note"])
         for method, row in table.cells.items():
-            w.writerow([method] + [x for values in row for x in (format_cell(values), len(values))])
+            if method in table.unavailable:
+                w.writerow([method] + [UNAVAILABLE, 0] * len(table.columns) + [table.unavailable[method]])
+                continue
+            w.writerow([method] + [x for values in row for x in (format_cell(values), len(values))] + [""])
 
 
 RUN_FIELDS = ("method", "dataset", "mode", "leads", "train_fraction", "seed")
@@ -250,26 +260,36 @@ def write_all_runs_csv(runs: Sequence[Run], tables: Sequence[Table], path: Path)
             w.writerow(row)
 
 
-def method_table(name: str, title: str, methods: Sequence[str], runs: Sequence[Run]) -> Table:
+def method_table(name: str, title: str, methods: Sequence[str], runs: Sequence[Run],
+                 unavailable: dict[str, str] | None = None) -> Table:
     """A comparison-style table (12 leads, all training data) of the named methods, in that order
-    (the paper's ablation tables: one row per variant; a variant with no run is a row of –)."""
+    (the paper's Table 1 and ablation tables: one row per variant; a variant with no run is a row
+    of –, one in `unavailable` a row of n/a with its reason under the table)."""
     spec = TableSpec(name, title, TABLES[0].variants)
     full = build_table(spec, [r for r in runs if r.method in methods])
     empty = [[] for _ in full.columns]
-    return Table(spec, full.columns, {m: full.cells.get(m, empty) for m in methods})
+    why = {m: r for m, r in (unavailable or {}).items() if m in methods}
+    return Table(spec, full.columns, {m: full.cells.get(m, empty) for m in methods}, why)
 
 
 def write_report(run_dirs: Sequence[str | Path], output: str | Path,
-                 method_tables: dict[str, Sequence[str]] | None = None) -> list[Path]:
+                 method_tables: dict[str, Sequence[str]] | None = None,
+                 unavailable: dict[str, str] | None = None) -> list[Path]:
     """Read every run folder, write comparison / lead_reduction / train_fraction (.md, .csv) and
-    all_runs.csv into `output`, plus one table per `method_tables` entry (name -> methods, e.g.
-    the ablation tables); -> the files written. RunError on an unreadable folder."""
+    all_runs.csv into `output`, plus one table per `method_tables` entry (name -> methods in row
+    order; `ablation_<name>`, except that an entry named `comparison` replaces the comparison
+    table with the paper's Table 1 rows in that order); `unavailable`: method -> why it has no
+    run (an n/a row). -> the files written. RunError on an unreadable folder."""
     if not run_dirs:
         raise RunError("no run folders given")
     runs = [load_run(d) for d in run_dirs]
-    tables = [build_table(spec, runs) for spec in TABLES]
-    tables += [method_table(f"ablation_{name}", f"Ablation: {name} (12 leads, all training data)", methods, runs)
-               for name, methods in (method_tables or {}).items()]
+    method_tables = dict(method_tables or {})
+    ordered = method_tables.pop(TABLES[0].name, None)
+    tables = [method_table(spec.name, spec.title, ordered, runs, unavailable)
+              if spec is TABLES[0] and ordered is not None else build_table(spec, runs) for spec in TABLES]
+    tables += [method_table(f"ablation_{name}", f"Ablation: {name} (12 leads, all training data)", methods, runs,
+                            unavailable)
+               for name, methods in method_tables.items()]
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     written = []

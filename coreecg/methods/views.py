@@ -36,8 +36,9 @@ def time_mask(x: torch.Tensor, fraction: torch.Tensor, start: torch.Tensor) -> t
     starting at `start` (B,) in [0, 1] of the room left. x: (B, C, T) -> (B, C, T)."""
     T = x.shape[-1]
     t = torch.arange(T, device=x.device)[None, :]
-    begin = (start * (1 - fraction) * T)[:, None]
-    keep = (t < begin) | (t >= begin + (fraction * T)[:, None])
+    length = (fraction * T).round()                                      # whole samples
+    begin = (start * (T - length)).round()
+    keep = (t < begin[:, None]) | (t >= (begin + length)[:, None])
     return x * keep[:, None, :].to(x.dtype)
 
 

@@ -1,16 +1,19 @@
-"""Benchmark one CoRe-ECG pretraining step at the paper's model size, against a plain masked
-autoencoder built from the same Encoder, timed in the same run.
+"""Benchmark one pretraining step at the paper's model size: CoRe-ECG against a plain masked
+autoencoder built from the same Encoder and against the contrastive baselines, timed in the same run.
 
     python bench/pretrain_step.py                       # CPU: batch 32, fp32 + bf16, ~6 min
     python bench/pretrain_step.py --device cuda         # GPU: batch 256, bf16 (bench/gpu_smoke.sh)
     python bench/pretrain_step.py --set train.compile=true --variants core
+    python bench/pretrain_step.py --variants core,moco_v3,cmsc --precisions fp32   # the methods
 
 Variants, each in a fresh subprocess so that peak-memory figures do not mix:
   core       the paper config (or --config), every speed option at its default;
   core_ckpt  the same with train.activation_checkpointing=true (the memory option);
   mae        a plain masked autoencoder of the same width: the project's Encoder on 25 % of
              the tokens (random masking), the Time Decoder as one joint 360-token sequence of
-             the same width and depth, masked MSE; no teacher, no FDA, no Latent Decoder.
+             the same width and depth, masked MSE; no teacher, no FDA, no Latent Decoder;
+  moco_v3    MoCo v3 (pretrain.method=moco_v3, its paper-size heads), two views per window;
+  cmsc       CMSC (pretrain.method=cmsc), two 15-patch segments per window.
 Prints one JSON object: per variant samples/s, seconds/step, peak memory (per sample), analytic
 FLOPs per sample (bench/flops.py), achieved FLOP/s and its ratio to a matmul peak measured in
 the same process; then the ratios the issue's goals are stated in (core/mae utilisation, bf16
@@ -45,6 +48,8 @@ VARIANTS = {
     "core": [],
     "core_ckpt": ["train.activation_checkpointing=true"],
     "mae": ["masking.strategy=random", "masking.ratio=0.75", "loss.beta=0", "model.time_decoder_layout=joint"],
+    "moco_v3": ["pretrain.method=moco_v3"],
+    "cmsc": ["pretrain.method=cmsc"],
 }
 # Peak RSS per sample of the fp32 paper step at batch 32 before issue 10 (commit bd76838, this
 # benchmark: 7.36 GB / 32). The memory goal is 30 % below it at the same batch.
@@ -69,28 +74,30 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, n: int | None = None, 
 
 
 def run_variant(args) -> dict:
-    from coreecg.methods import CoReECG
+    from coreecg.methods import build_method
     from coreecg.train.step import PretrainStep, Schedule
 
     device = torch.device(args.device)
     cfg = load_config(args.config, [f"train.precision={args.precision}", f"masking.mode={args.mode}",
                                     *VARIANTS[args.variant], *args.set])
     torch.manual_seed(0)
-    model = CoReECG(cfg).to(device)
+    model = build_method(cfg).to(device)
     step = PretrainStep(model, cfg, Schedule(steps_per_epoch=1000, epochs=1, warmup_epochs=0))
     x = torch.randn(args.batch, cfg.model.n_leads, cfg.model.input_samples, device=device)
     gen = torch.Generator().manual_seed(0)   # on the host, as in the training loop
+    record = torch.arange(args.batch, device=device) if model.needs_record_ids else None
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    kwargs = {"generator": gen, **({"record": record} if record is not None else {})}
     for _ in range(args.warmup):
-        step(x, generator=gen)
+        step(x, **kwargs)
     sync(device)
     times = []
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(args.steps):
         t = time.perf_counter()
-        out = step(x, generator=gen)
+        out = step(x, **kwargs)
         float(out["loss"])      # the host sync a real loop pays when it logs
         sync(device)
         times.append(time.perf_counter() - t)
@@ -138,6 +145,13 @@ def summarise(results: list[dict]) -> dict:
         if core and ckpt:
             out[f"{prec}_checkpointing_memory_ratio"] = ckpt["peak_memory_bytes"] / core["peak_memory_bytes"]
             out[f"{prec}_checkpointing_speed_ratio"] = ckpt["samples_per_s"] / core["samples_per_s"]
+        for method in ("moco_v3", "cmsc"):     # each baseline against CoRe-ECG, same run and precision
+            other = by.get((method, prec))
+            if core and other:
+                out[f"{prec}_{method}_over_core_samples_per_s"] = other["samples_per_s"] / core["samples_per_s"]
+                # CPU: the RSS growth during the steps (the process's baseline cancels)
+                mem = "peak_rss_growth_bytes" if "peak_rss_growth_bytes" in core else "peak_memory_bytes"
+                out[f"{prec}_{method}_over_core_peak_memory"] = other[mem] / core[mem]
     if ("core", "fp32") in by and ("core", "bf16") in by:
         out["bf16_over_fp32_samples_per_s"] = by[("core", "bf16")]["samples_per_s"] / by[("core", "fp32")]["samples_per_s"]
         out["bf16_over_fp32_matmul_peak"] = (by[("core", "bf16")]["matmul_peak_flops_per_s"]
@@ -175,7 +189,7 @@ def main() -> None:
     results = []
     for precision in args.precisions.split(","):
         for variant in args.variants.split(","):
-            for mode in (args.modes.split(",") if variant.startswith("core") else ["bernoulli"]):
+            for mode in (args.modes.split(",") if variant.startswith("core_") or variant == "core" else ["bernoulli"]):
                 cmd = [sys.executable, __file__, "--device", args.device, "--batch", str(args.batch),
                        "--steps", str(args.steps), "--warmup", str(args.warmup), "--precision", precision,
                        "--mode", mode, "--variant", variant] + (["--config", args.config] if args.config else [])

@@ -165,3 +165,42 @@ def test_multi_worker_trials_run_train_inside_tune(env, tmp_path):
     assert row["status"] == "completed" and float(row["probe_auroc"]) > 0
     assert load_config(run / "config.yaml").train.num_workers == 2
     assert list(run.glob("checkpoint_step*/checkpoint.pt"))          # Ray Train's checkpoints, in the trial's folder
+
+
+def test_contrastive_baselines_run_as_trials_finetune_and_fill_the_comparison_table(env, tmp_path):
+    environ, sets = env
+    out = tmp_path / "baselines"
+    corpus = _synthetic(env)
+    done = _run("ablate.py", "--only", "MoCo V3,CMSC,BMIRC", "--finetune", str(corpus), "--output", str(out), *sets,
+                "--set", "finetune.epochs=1", env=environ, timeout=900)
+    assert "BMIRC: not available (not implemented" in done.stderr
+    rows = {r["variant"]: r for r in _rows(out / "results.csv")}
+    assert set(rows) == {"MoCo V3", "CMSC"} and {r["status"] for r in rows.values()} == {"completed"}
+    for name, method, key in (("MoCo V3", "moco_v3", "query_key_cos"), ("CMSC", "cmsc", "segment_cos")):
+        run = Path(rows[name]["run_dir"])
+        cfg = load_config(run / "config.yaml")
+        assert (cfg.pretrain.method, cfg.train.variant, cfg.method_label) == (method, name, name)
+        epochs = _epoch_lines(run)
+        assert len(epochs) == 2 and all(key in e and "loss_con" in e and "loss_rec" not in e for e in epochs)
+        assert all(0.0 <= e["probe_auroc"] <= 1.0 for e in epochs) and (run / "encoder.pt").is_file()
+    finetuned = {json.loads(p.read_text())["method"]: json.loads(p.read_text())
+                 for p in (out / "finetune").glob("*/metrics.json")}
+    assert set(finetuned) == {"MoCo V3", "CMSC"}
+    assert all(0.0 <= m["test"]["auroc"] <= 1.0 for m in finetuned.values())
+    table = (out / "tables" / "comparison.md").read_text()
+    body = [x.split(" | ")[0][2:] for x in table.splitlines() if x.startswith("| ")]
+    assert body[2:5] == ["MoCo V3", "CMSC", "BMIRC†"]             # Table 1's order, BMIRC marked
+    assert "† n/a: BMIRC: not implemented" in table
+    csv_rows = {r["method"]: r for r in csv.DictReader(open(out / "tables" / "comparison.csv"))}
+    assert [v for k, v in csv_rows["CMSC"].items() if k.endswith(" n")] == ["1", "1", "1"]
+    assert csv_rows["BMIRC"]["note"].startswith("not implemented")
+
+
+def test_a_methods_key_swept_without_its_method_is_refused(env, tmp_path):
+    environ, sets = env
+    space = tmp_path / "space.yaml"
+    space.write_text("params:\n  methods.moco_v3.temperature: {type: loguniform, low: 0.05, high: 0.5}\n")
+    done = subprocess.run([sys.executable, "jobs/sweep.py", "--space", str(space), "--output", str(tmp_path / "s"),
+                           *sets], cwd=REPO, env=environ, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "has no effect" in done.stderr and "pretrain.method=moco_v3" in done.stderr
+    assert not (tmp_path / "s" / "tune").exists()

@@ -194,3 +194,26 @@ def test_synthetic_corpus_is_built_once_and_reused(ray_session, tmp_path, monkey
                                    "data.preprocess.lowpass_hz=35"])
     with pytest.raises(pytest.fail.Exception):      # another preprocessing: rebuilt, not reused
         distributed.synthetic_corpus(other)
+
+
+def test_cmsc_on_two_workers_with_multi_window_recordings(ray_session, ecg_data, tmp_path):
+    """CPSC2018 records last 6-60 s, so one recording gives several windows: they share a record
+    id on every worker (never each other's negatives), and the gathered loss trains under DDP."""
+    from coreecg.train.distributed import record_ids
+    from coreecg.train.ingest import split_uids
+
+    corpus = tmp_path / "cpsc"
+    build_corpus("cpsc2018", ecg_data / "cpsc2018-cinc2020", corpus, load_config(overrides=["data.shard_records=16"]).data)
+    meta = split_uids(corpus)
+    ids = record_ids(corpus).numpy()
+    assert len(set(ids)) == len(set(meta["record_id"])) < len(ids)            # several windows per recording
+    for rec in set(meta["record_id"]):
+        assert len(set(ids[meta["record_id"] == rec])) == 1
+    cfg = _config(tmp_path, "cmsc", "pretrain.method=cmsc", "methods.cmsc.dim=16", f"data.corpus={corpus}",
+                  "optim.epochs=2", "data.probe_max_windows=64", "train.checkpoint_every_steps=0")
+    result = pretrain(cfg, quiet=True)
+    epochs = [x for x in _lines(result.run_dir) if x.get("kind") == "epoch"]
+    assert len(epochs) == 2 and all("segment_cos" in e and "loss_rec" not in e for e in epochs)
+    assert not list(result.run_dir.glob("figures/*.png"))                    # CMSC reconstructs nothing
+    enc = coreecg.load_encoder(result.encoder)
+    assert enc.pooled(torch.randn(2, 12, 2250)).shape == (2, 32)

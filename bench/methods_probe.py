@@ -6,8 +6,9 @@ shared real ECGs, then the in-loop linear probe against the randomly initialised
 
 Pretraining windows: the PTB-XL train split, all of CPSC2018 (CinC 2020 release) and the CinC
 2021 records of ../shared/ecg-data (labels unused). Probe: PTB-XL's 5 diagnostic superclasses,
-fitted on 10 train windows per class (mean over 5 disjoint subsets) and scored on the PTB-XL
-validation split (macro AUROC), patients disjoint from the pretraining windows of PTB-XL.
+fitted on every PTB-XL train window (the few-label probe is noise at this size) and scored on the
+validation and test splits together (macro AUROC; 43 windows), patients disjoint from the
+pretraining windows of PTB-XL.
 Every method starts from the same encoder weights (same seed; the encoder is built first), so
 `probe_auroc_init` is shared. The plain loop (`pretrain_local`), the same one as on Ray.
 
@@ -69,7 +70,7 @@ def main() -> None:
     args = p.parse_args()
 
     from coreecg.data.corpus import read_corpus_numpy
-    from coreecg.eval.probe import load_probe_data
+    from coreecg.eval.probe import ProbeSplit, load_probe_data
     from coreecg.train.pretraining import pretrain_local
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,11 +85,16 @@ def main() -> None:
                     continue
         windows = np.concatenate(parts).astype(np.float32)
         probe = load_probe_data(corpora["ptbxl"], 1000)
+        test = read_corpus_numpy(corpora["ptbxl"], "test", ["signal", "labels"])
+        probe.val = ProbeSplit(np.concatenate([probe.val.windows, test["signal"]]),
+                               np.concatenate([probe.val.multihot, test["multihot"]]),
+                               np.concatenate([probe.val.label, test["label"]]))
         results = {}
         for method in args.methods.split(","):
             cfg = load_config(args.config, [f"pretrain.method={method}", f"optim.epochs={args.epochs}",
                                             f"train.eval_every_epochs={max(1, args.epochs // 3)}",
-                                            "train.figures=false", "train.checkpoint_every_steps=0", *args.set])
+                                            "train.figures=false", "train.checkpoint_every_steps=0",
+                                            "data.probe_labels_per_class=0", *args.set])
             run_dir = Path(tmp) / "runs" / method
             t0 = time.perf_counter()
             last = pretrain_local(cfg, windows, run_dir, probe)

@@ -34,7 +34,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import coreecg.model.core_ecg as core_ecg_mod  # noqa: E402
+import coreecg.methods.core_ecg as core_ecg_mod  # noqa: E402
 from coreecg.config import load_config  # noqa: E402
 from coreecg.methods import CoReECG  # noqa: E402
 from coreecg.train.step import PretrainStep, Schedule  # noqa: E402

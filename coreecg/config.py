@@ -363,7 +363,8 @@ class MoCoV3Options:
     predictor, momentum key encoder + projector, symmetric InfoNCE with keys from every rank.
     Defaults: the paper's ViT recipe (docs/baselines.md)."""
 
-    structural: ClassVar[tuple[str, ...]] = ("dim", "hidden_dim", "proj_layers", "pred_layers")
+    # Keys that change the modules or which parameters train (a checkpoint cannot resume across them).
+    structural: ClassVar[tuple[str, ...]] = ("dim", "hidden_dim", "proj_layers", "pred_layers", "freeze_patch_embed")
 
     temperature: float = 0.2
     momentum: float = 0.99            # key encoder EMA at step 0 ...
@@ -414,6 +415,9 @@ METHODS: dict[str, MethodInfo] = {
     "moco_v3": MethodInfo("MoCo V3", MoCoV3Options),
     "cmsc": MethodInfo("CMSC", CMSCOptions),
 }
+
+
+BUILT_IN_METHODS = tuple(METHODS)
 
 
 def register_method_config(name: str, label: str, options: type | None = None) -> None:
@@ -473,9 +477,12 @@ class MethodOptions:
             raise AttributeError(f"no options section for method {name!r}")
         return info.options()
 
-    def names(self) -> list[str]:
-        return [n for n, info in METHODS.items() if info.options is not None] + \
-            [n for n in self._sections if n not in METHODS]
+    def names(self, selected: str | None = None) -> list[str]:
+        """The sections a saved config holds: the built-in methods', those set explicitly and the
+        selected method's, never a section only because some plugin was imported in this
+        process (a config must reload where that plugin is not)."""
+        keep = [*BUILT_IN_METHODS, *self._sections, *([selected] if selected else [])]
+        return [n for n in dict.fromkeys(keep) if METHODS.get(n) and METHODS[n].options is not None]
 
     def merged(self, data: dict[str, Any], prefix: str) -> "MethodOptions":
         sections = dict(self._sections)
@@ -521,7 +528,9 @@ class Config:
         return getattr(self.methods, self.pretrain.method) if info.options is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        return _to_plain(self)
+        out = _to_plain(self)
+        out["methods"] = {n: _to_plain(getattr(self.methods, n)) for n in self.methods.names(self.pretrain.method)}
+        return out
 
     def to_yaml(self, path: str | Path | None = None) -> str:
         text = yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -571,7 +580,13 @@ class Config:
 
 
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
-    """Defaults, then the YAML file at `path` (if any), then `a.b=c` overrides."""
+    """Defaults, then the YAML file at `path` (if any), then `a.b=c` overrides. Plugins named in
+    the overrides are imported first, so the file may set their `methods.<name>` sections."""
+    overrides = list(overrides)
+    for item in overrides:
+        key, _, raw = item.partition("=")
+        if key.strip() == "pretrain.plugins" and isinstance(plugins := yaml.safe_load(raw), list):
+            import_plugins(str(p) for p in plugins)
     cfg = Config()
     if path is not None:
         data = yaml.safe_load(Path(path).read_text()) or {}

@@ -7,6 +7,8 @@ import copy
 import math
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -72,10 +74,14 @@ def test_moco_momentum_encoder_gets_no_gradient_and_moves_by_the_ema_rule():
     step = PretrainStep(model, cfg, Schedule(steps_per_epoch=10, epochs=1, warmup_epochs=0))
     assert step.ema == (0.99, 1.0)                  # MoCo v3's ViT momentum, not CoRe-ECG's teacher's
     teacher = {n: p.detach().clone() for n, p in model.momentum_encoder.named_parameters()}
-    model(_x())["loss"].backward()
-    assert all(p.grad is None and not p.requires_grad for p in model.momentum_encoder.parameters())
-    assert all(p.grad is None for p in model.momentum_projector.parameters())
-    model.zero_grad(set_to_none=True)
+    assert not any(p.requires_grad for p in model.momentum_encoder.parameters())
+    # keys are computed without autograd: even parameters that asked for a gradient get none
+    probe = copy.deepcopy(model)
+    for p in [*probe.momentum_encoder.parameters(), *probe.momentum_projector.parameters()]:
+        p.requires_grad_(True)
+    probe(_x())["loss"].backward()
+    assert all(p.grad is None for p in [*probe.momentum_encoder.parameters(), *probe.momentum_projector.parameters()])
+    assert all(p.grad is not None for p in probe.predictor.parameters())
     out = step(_x(), generator=torch.Generator().manual_seed(0))
     m = float(out["ema_momentum"])
     assert m == pytest.approx(0.99)                 # step 0 of the cosine schedule
@@ -280,5 +286,13 @@ def test_the_documented_plugin_is_the_tested_one_and_trains(tmp_path):
 
     enc = coreecg.load_encoder(tmp_path / "encoder.pt")          # the one encoder, as for every method
     assert enc.pooled(_x(2)).shape == (2, 32)
-    saved = load_config(tmp_path / "config.yaml")                 # re-read elsewhere: the plugin is re-imported
-    assert saved.methods.patch_regression.ratio == 0.3
+    # Re-read in a fresh process: the plugin is re-imported from pretrain.plugins; and a plain
+    # config written here, after the plugin was imported, holds no section of it.
+    core_yaml = tmp_path / "core.yaml"
+    tiny_config().to_yaml(core_yaml)
+    assert "patch_regression" not in core_yaml.read_text()
+    code = ("from coreecg.config import load_config as l; import sys; "
+            "c = l(sys.argv[1]); assert c.methods.patch_regression.ratio == 0.3, c; l(sys.argv[2]); print('ok')")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "config.yaml"), str(core_yaml)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]

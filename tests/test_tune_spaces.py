@@ -7,7 +7,7 @@ import torch
 import yaml
 
 from coreecg.config import load_config
-from coreecg.methods import CoReECG
+from coreecg.methods import CoReECG, build_method
 from coreecg.tune.spaces import SCRATCH, SpaceError, load_space, overrides_for
 from tests.helpers import TINY
 
@@ -21,7 +21,13 @@ def test_shipped_spaces_are_valid():
     assert set(core.params) == {"masking.p_time", "masking.p_lead", "masking.k", "loss.tau", "loss.alpha", "loss.beta"}
     abl = load_space(SPACES / "ablations.yaml")
     assert abl.variants["Supervised"] == SCRATCH and abl.variants["CoRe-ECG"] == []
-    assert set(abl.tables) == {"paradigm", "masking", "stdm_fda"}
+    assert set(abl.tables) == {"comparison", "paradigm", "masking", "stdm_fda"}
+    assert abl.tables["comparison"] == ["Supervised", "MoCo V3", "CMSC", "MTAE-like", "MLAE-like", "ST-MEM-like",
+                                        "BMIRC", "CoRe-ECG"]                       # the paper's Table 1 rows
+    assert set(abl.unavailable) == {"BMIRC"} and "bimodal encoder" in abl.unavailable["BMIRC"]
+    moco = load_space(SPACES / "moco_v3.yaml", base=["pretrain.method=moco_v3"])
+    assert "methods.moco_v3.temperature" in moco.params and "methods.moco_v3.views.crop_min" in moco.params
+    assert "methods.cmsc.temperature" in load_space(SPACES / "cmsc.yaml", base=["pretrain.method=cmsc"]).params
 
 
 @pytest.mark.parametrize("text, match", [
@@ -48,13 +54,16 @@ def test_overrides_print_values_as_written():
 
 
 @pytest.mark.parametrize("name", [n for n, v in yaml.safe_load((SPACES / "ablations.yaml").read_text())["variants"].items()
-                                  if v != SCRATCH])
+                                  if isinstance(v, list)])
 def test_ablation_variants_build_the_intended_model(name):
     overrides = load_space(SPACES / "ablations.yaml").variants[name]
-    cfg = load_config(overrides=[*TINY, *overrides])
-    model = CoReECG(cfg)
-    out = model(torch.randn(2, 12, 2250))
+    cfg = load_config(overrides=[*TINY, *overrides, "methods.moco_v3.hidden_dim=64"])
+    model = build_method(cfg)
+    out = model(torch.randn(4, 12, 2250), record=torch.arange(4))
     assert torch.isfinite(out["loss"])
+    if cfg.pretrain.method != "core":               # a baseline: its own class, no CoRe-ECG branch
+        assert not isinstance(model, CoReECG) and "loss_rec" not in out and "loss_con" in out
+        return
     assert (model.time_decoder is None) == (cfg.loss.alpha == 0) and ("loss_rec" in out) == (cfg.loss.alpha > 0)
     assert (model.teacher_encoder is None) == (cfg.loss.beta == 0) and ("loss_con" in out) == (cfg.loss.beta > 0)
     assert (model.fda is None) == (cfg.loss.beta == 0 or not cfg.augment.fda)

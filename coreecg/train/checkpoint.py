@@ -88,10 +88,11 @@ def structural_differences(saved: Config, current: Config) -> list[str]:
     """Config keys (dotted) whose values change the model's modules or shapes."""
     a, b = saved.to_dict(), current.to_dict()
     diffs = [f"model.{k}" for k in a["model"] if a["model"][k] != b["model"].get(k)]
-    for name in ("alpha", "beta"):
-        if (a["loss"][name] > 0) != (b["loss"][name] > 0):
-            diffs.append(f"loss.{name}")
-    diffs += [f"augment.{k}" for k in ("fda", "learnable") if a["augment"][k] != b["augment"][k]]
+    if saved.pretrain.method == current.pretrain.method == "core":      # CoRe-ECG's branches
+        for name in ("alpha", "beta"):
+            if (a["loss"][name] > 0) != (b["loss"][name] > 0):
+                diffs.append(f"loss.{name}")
+        diffs += [f"augment.{k}" for k in ("fda", "learnable") if a["augment"][k] != b["augment"][k]]
     if saved.pretrain.method != current.pretrain.method:
         diffs.append("pretrain.method")
     elif (options := saved.method_options) is not None:

@@ -325,6 +325,7 @@ def build_trainer(config: Config, *, quiet: bool = False, callbacks: list | None
     config.to_yaml(run_dir / "config.yaml")
     if not quiet:
         print(f"run folder: {run_dir}")
+        print(f"method: {config.method_label} (pretrain.method={config.pretrain.method})")
         print(f"corpus: {corpus} ({n} training windows, {spe} steps/epoch of "
               f"{config.optim.batch_size} over {t.num_workers} worker(s))")
         print(f"probe: {probe if probe else 'none (the training corpus has no labels; set data.probe_corpus)'}")

@@ -40,7 +40,7 @@ def _config(tmp: Path, name: str, *extra: str):
 
 
 @pytest.fixture(scope="module")
-def corpora(ray_session, ecg_data, tmp_path_factory):
+def corpora(fresh_ray, ecg_data, tmp_path_factory):
     """The real MIMIC-IV-ECG-layout records (pretraining) and PTB-XL (probe), preprocessed here."""
     root = tmp_path_factory.mktemp("corpora")
     cfg = load_config(overrides=["data.shard_records=16"]).data
@@ -102,7 +102,7 @@ def test_corrupted_and_foreign_checkpoints_stop_before_training(finished_run, tm
         pretrain(other, quiet=True)
 
 
-def test_training_ingest_is_seeded_per_epoch_and_float16(corpora, ray_session):
+def test_training_ingest_is_seeded_per_epoch_and_float16(corpora, fresh_ray):
     ds = training_dataset(corpora / "mimic", seed=0)
 
     def epoch(e: int):
@@ -125,14 +125,14 @@ def test_training_ingest_is_seeded_per_epoch_and_float16(corpora, ray_session):
     assert torch.equal(x[0], s0[0, :, first:first + 2250].float())
 
 
-def test_resume_after_the_driver_is_killed(ray_session, tmp_path):
+def test_resume_after_the_driver_is_killed(fresh_ray, tmp_path):
     name = "resume"
     args = [sys.executable, "jobs/pretrain.py", *sum((["--set", s] for s in TINY), []),
             "--set", "optim.batch_size=8", "--set", "optim.epochs=4", "--set", "data.synthetic_records=96",
             "--set", f"data.cache_dir={tmp_path / 'cache'}", "--set", f"train.storage_path={tmp_path}",
             "--set", f"train.name={name}", "--set", "train.checkpoint_every_steps=2",
             "--set", "train.eval_every_epochs=0"]
-    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    env = {**os.environ, "RAY_ADDRESS": fresh_ray.get_runtime_context().gcs_address}
     run = tmp_path / name
     proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 240
@@ -155,7 +155,7 @@ def test_resume_after_the_driver_is_killed(ray_session, tmp_path):
     assert "encoder.pt" in done.stdout
 
 
-def test_a_killed_worker_is_replaced_and_training_resumes(ray_session, tmp_path):
+def test_a_killed_worker_is_replaced_and_training_resumes(fresh_ray, tmp_path):
     import psutil
 
     cfg = _config(tmp_path, "fault", "optim.epochs=6", "data.synthetic_records=96",
@@ -181,7 +181,7 @@ def test_a_killed_worker_is_replaced_and_training_resumes(ray_session, tmp_path)
     assert epochs[-1]["epoch"] == 5 and out["result"].metrics["step"] == epochs[-1]["step"]
 
 
-def test_synthetic_corpus_is_built_once_and_reused(ray_session, tmp_path, monkeypatch):
+def test_synthetic_corpus_is_built_once_and_reused(fresh_ray, tmp_path, monkeypatch):
     from coreecg.train import distributed
 
     cfg = load_config(overrides=["data.synthetic_records=24", f"data.cache_dir={tmp_path}"])
@@ -196,7 +196,7 @@ def test_synthetic_corpus_is_built_once_and_reused(ray_session, tmp_path, monkey
         distributed.synthetic_corpus(other)
 
 
-def test_cmsc_on_two_workers_with_multi_window_recordings(ray_session, ecg_data, tmp_path):
+def test_cmsc_on_two_workers_with_multi_window_recordings(fresh_ray, ecg_data, tmp_path):
     """CPSC2018 records last 6-60 s, so one recording gives several windows: they share a record
     id on every worker (never each other's negatives), and the gathered loss trains under DDP."""
     from coreecg.train.distributed import record_ids

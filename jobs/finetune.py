@@ -10,8 +10,13 @@ The task is the corpus's own (its manifest's classes; single- or multi-label). M
 (everything trains; the paper), linear (frozen encoder), scratch (random init; implied by
 --encoder none). --leads 12 | 6 (I, II, III, aVR, aVL, aVF) | 1 (I) | names, e.g. I,II,V2.
 Settings come from the `finetune` config section (paper: 80 epochs, lr 8e-5, batch 256, no
-warm-up); configs/finetune_quickstart.yaml is a small setting for this machine. The model
-architecture comes from the encoder checkpoint. Writes metrics.json, predictions.csv, best.pt,
+warm-up); `--config configs/quickstart.yaml` (its finetune section) is a small setting for this
+machine. The model architecture comes from the encoder checkpoint.
+Merge order: defaults < --config < --set < this job's flags. The flags are config keys:
+--encoder finetune.encoder (none: finetune.mode=scratch), --corpus data.corpus, --mode
+finetune.mode, --leads finetune.leads, --train-fraction finetune.train_fraction, --seed
+train.seed, --output train.storage_path + train.name. A flag left out leaves its key to --set,
+--config or the default; a key given both ways is an error (exit 2). Writes metrics.json, predictions.csv, best.pt,
 figures/tsne.png, metrics.jsonl and tensorboard/ to --output; re-running the same command
 resumes (or returns at once when the run is finished).
 Exit codes: 0 done, 2 bad arguments, config or input, 1 training failed.
@@ -23,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _cli import config_parser  # noqa: E402
+from _cli import config_parser, flag_overrides  # noqa: E402
 
 
 def _fmt(m: dict, key: str) -> str:
@@ -41,9 +46,9 @@ def main(argv=None) -> int:
     parser.add_argument("--encoder", required=True, help="encoder.pt or a pretraining checkpoint; 'none' = scratch")
     parser.add_argument("--corpus", required=True, help="a labelled corpus folder (jobs/preprocess.py)")
     parser.add_argument("--mode", choices=("finetune", "linear", "scratch"))
-    parser.add_argument("--leads", default="12", help="12 | 6 | 1 | comma list of lead names")
-    parser.add_argument("--train-fraction", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--leads", help="12 | 6 | 1 | comma list of lead names (default: finetune.leads, all 12)")
+    parser.add_argument("--train-fraction", type=float, help="default: finetune.train_fraction (1.0)")
+    parser.add_argument("--seed", type=int, help="default: train.seed (0)")
     parser.add_argument("--output", required=True, help="run folder (re-run to resume)")
     args = parser.parse_args(argv)
 
@@ -53,19 +58,23 @@ def main(argv=None) -> int:
     from coreecg.train.finetuning import FinetuneError, finetune, parse_leads
 
     scratch = args.encoder.lower() == "none"
-    mode = args.mode or ("scratch" if scratch else "finetune")
-    if scratch and mode != "scratch":
-        parser.exit(2, f"error: --encoder none trains from scratch; --mode {mode} needs an encoder\n")
-    if mode == "scratch" and not scratch:
+    if scratch and args.mode not in (None, "scratch"):
+        parser.exit(2, f"error: --encoder none trains from scratch; --mode {args.mode} needs an encoder\n")
+    if args.mode == "scratch" and not scratch:
         parser.exit(2, "error: --mode scratch trains a randomly initialised encoder; pass --encoder none\n")
     output = Path(args.output).expanduser().resolve()
     try:
-        leads = parse_leads(args.leads)
-        cfg = load_config(args.config, [
-            *args.overrides, f"finetune.mode={mode}", f"finetune.encoder={'' if scratch else args.encoder}",
-            f"finetune.leads=[{','.join(leads)}]", f"finetune.train_fraction={args.train_fraction}",
-            f"train.seed={args.seed}", f"data.corpus={Path(args.corpus).expanduser().resolve()}",
-            f"train.storage_path={output.parent}", f"train.name={output.name}"])
+        leads = parse_leads(args.leads) if args.leads is not None else None
+        overrides = flag_overrides(parser, args.overrides, {
+            "finetune.mode": ("--encoder none", "scratch") if scratch else ("--mode", args.mode),
+            "finetune.encoder": ("--encoder", "" if scratch else args.encoder),
+            "finetune.leads": ("--leads", f"[{','.join(leads)}]" if leads else None),
+            "finetune.train_fraction": ("--train-fraction", args.train_fraction),
+            "train.seed": ("--seed", args.seed),
+            "data.corpus": ("--corpus", Path(args.corpus).expanduser().resolve()),
+            "train.storage_path": ("--output", output.parent),
+            "train.name": ("--output", output.name)})
+        cfg = load_config(args.config, overrides)
     except (ConfigError, FinetuneError, FileNotFoundError) as e:
         parser.exit(2, f"error: {e}\n")
 

@@ -9,6 +9,7 @@ Pretraining windows: the PTB-XL train split, all of CPSC2018 (CinC 2020 release)
 fitted on every PTB-XL train window (the few-label probe is noise at this size) and scored on the
 validation and test splits together (macro AUROC; 43 windows), patients disjoint from the
 pretraining windows of PTB-XL.
+CMSC gets each window's recording id (windows of one recording are never its negatives).
 Every method starts from the same encoder weights (same seed; the encoder is built first), so
 `probe_auroc_init` is shared. The plain loop (`pretrain_local`), the same one as on Ray.
 
@@ -36,6 +37,7 @@ from coreecg.config import load_config  # noqa: E402
 
 DATA = Path(os.environ.get("COREECG_SHARED_DATA", REPO.parent / "shared" / "ecg-data"))
 CORPORA = {"ptbxl": "ptbxl", "cpsc2018": "cpsc2018-cinc2020", "cinc2021": "cinc2021"}
+SPLITS = ("train", "val", "test")
 
 
 def build(cache: Path) -> dict[str, Path]:
@@ -69,21 +71,22 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], metavar="A.B=C")
     args = p.parse_args()
 
-    from coreecg.data.corpus import read_corpus_numpy
+    from coreecg.data.corpus import load_manifest, read_corpus_numpy
+    from coreecg.train.ingest import split_uids
     from coreecg.eval.probe import ProbeSplit, load_probe_data
     from coreecg.train.pretraining import pretrain_local
 
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(args.cache) if args.cache else Path(tmp) / "corpora"
         corpora = build(cache)
-        parts = [read_corpus_numpy(corpora["ptbxl"], "train", ["signal"])["signal"]]
-        for name in ("cpsc2018", "cinc2021"):
-            for split in ("train", "val", "test"):
-                try:
-                    parts.append(read_corpus_numpy(corpora[name], split, ["signal"])["signal"])
-                except Exception:                    # a split this small corpus does not have
-                    continue
+        parts, records = [], []
+        for name, splits in (("ptbxl", ("train",)), ("cpsc2018", SPLITS), ("cinc2021", SPLITS)):
+            present = {s["split"] for s in load_manifest(corpora[name])["shards"]}
+            for split in (s for s in splits if s in present):
+                parts.append(read_corpus_numpy(corpora[name], split, ["signal"])["signal"])
+                records += [f"{name}/{r}" for r in split_uids(corpora[name], split)["record_id"]]   # same order
         windows = np.concatenate(parts).astype(np.float32)
+        record_of = np.unique(records, return_inverse=True)[1]       # CMSC: one recording's windows share an id
         probe = load_probe_data(corpora["ptbxl"], 1000)
         test = read_corpus_numpy(corpora["ptbxl"], "test", ["signal", "labels"])
         probe.val = ProbeSplit(np.concatenate([probe.val.windows, test["signal"]]),
@@ -97,7 +100,7 @@ def main() -> None:
                                             "data.probe_labels_per_class=0", *args.set])
             run_dir = Path(tmp) / "runs" / method
             t0 = time.perf_counter()
-            last = pretrain_local(cfg, windows, run_dir, probe)
+            last = pretrain_local(cfg, windows, run_dir, probe, record_of=record_of)
             seconds = time.perf_counter() - t0
             init, epochs = epoch_records(run_dir)
             probes = [round(e["probe_auroc"], 4) for e in epochs if "probe_auroc" in e]
@@ -110,6 +113,7 @@ def main() -> None:
             print(json.dumps({method: results[method]}), file=sys.stderr, flush=True)
     print(json.dumps({"benchmark": "methods_probe", "config": args.config, "epochs": args.epochs,
                       "overrides": args.set, "pretraining_windows": int(len(windows)),
+                      "pretraining_recordings": int(record_of.max() + 1),
                       "probe": {"corpus": "ptbxl", "classes": probe.class_names,
                                 "train_windows": int(len(probe.train.label)), "val_windows": int(len(probe.val.label))},
                       "threads": torch.get_num_threads(), "results": results}, indent=1))

@@ -433,7 +433,15 @@ def register_method_config(name: str, label: str, options: type | None = None) -
 
 
 def import_plugins(modules: Iterable[str]) -> None:
-    """Import the modules that register methods (`pretrain.plugins`), once each."""
+    """Import the modules that register methods (`pretrain.plugins`), once each. Module names
+    resolve as with `python -m`: from the current directory first, then the installed packages
+    (a job script's own folder, which Python puts on the path instead, does not hold them)."""
+    import os
+    import sys
+
+    modules = list(modules)
+    if modules and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     for module in modules:
         try:
             importlib.import_module(module)

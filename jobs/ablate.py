@@ -3,7 +3,7 @@
 (and the Supervised variant trains from scratch there), and the paper's tables are written.
 
     python jobs/ablate.py                                           # every variant, 1 seed, this machine
-    python jobs/ablate.py --only "Supervised,MoCo V3,CMSC,MTAE-like,MLAE-like,ST-MEM-like,CoRe-ECG" \
+    python jobs/ablate.py --only "Supervised,MoCo V3,CMSC,MTAE-like,MLAE-like,ST-MEM-like,CoRe-ECG" \\
         --finetune corpora/ptbxl corpora/icbeb2018 corpora/ningbo --seeds 3 --output sweeps/table1
     python jobs/ablate.py --output sweeps/ablations --resume        # continue after a crash
 

@@ -11,3 +11,34 @@ TINY = [
 
 def tiny_config(*overrides: str):
     return load_config(overrides=[*TINY, *overrides])
+
+
+def _rank_entry(rank: int, world: int, port: int, fn, args: tuple, results) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        results[rank] = fn(rank, world, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_on_ranks(fn, *args, world: int = 2) -> dict:
+    """fn(rank, world, *args) on `world` gloo processes on this CPU -> {rank: its return value}.
+
+    Spawned, never forked (the manager too): the test session's Ray driver must not be copied.
+    fn must be a module-level function (it is pickled by name)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with mp.get_context("spawn").Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_rank_entry, args=(world, port, fn, args, results), nprocs=world, join=True)
+        return dict(results)

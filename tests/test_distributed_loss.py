@@ -1,39 +1,24 @@
 """InfoNCE with negatives gathered from every data-parallel rank (2 gloo processes on CPU)."""
-import os
-import socket
-
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from coreecg.losses import info_nce
+from tests.helpers import run_on_ranks
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank, world, port, s_all, t_all, results):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _worker(rank, world, s_all, t_all):
     b = s_all.shape[0] // world
     s = s_all[rank * b:(rank + 1) * b].clone().requires_grad_(True)
     t = t_all[rank * b:(rank + 1) * b].clone().requires_grad_(True)
     loss = info_nce(s, t, 0.2, gather=True)
     # DDP averages gradients over ranks; mimic it so grads compare with the single-process loss.
     (loss / world).backward()
-    results[rank] = (loss.detach(), s.grad.clone(), t.grad.clone())
-    dist.destroy_process_group()
+    return loss.detach(), s.grad.clone(), t.grad.clone()
 
 
 def test_gathered_negatives_equal_one_big_batch():
     g = torch.Generator().manual_seed(0)
     s_all, t_all = torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g)
-    manager = mp.Manager()
-    results = manager.dict()
-    mp.spawn(_worker, args=(2, _free_port(), s_all, t_all, results), nprocs=2, join=True)
+    results = run_on_ranks(_worker, s_all, t_all)
 
     s_ref = s_all.clone().requires_grad_(True)
     t_ref = t_all.clone().requires_grad_(True)

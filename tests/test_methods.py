@@ -14,8 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from coreecg.config import ConfigError, config_from_dict, load_config
 from coreecg.losses import cmsc_contrastive, moco_contrastive
@@ -24,8 +22,7 @@ from coreecg.methods.cmsc import segment_masks
 from coreecg.methods.views import random_view, resized_crop, time_mask
 from coreecg.train.checkpoint import CheckpointError, check_compatible
 from coreecg.train.step import PretrainStep, Schedule
-from tests.helpers import tiny_config
-from tests.test_distributed_loss import _free_port
+from tests.helpers import TINY, run_on_ranks, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_HEADS = ["methods.moco_v3.hidden_dim=64", "methods.moco_v3.dim=16", "methods.cmsc.dim=16"]
@@ -183,10 +180,7 @@ def test_cmsc_model_takes_record_ids_from_the_loop():
 # ---------------------------------------------------------------------------- two ranks
 
 
-def _rank(rank, world, port, tensors, results):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    q_all, k_all, record_all = tensors
+def _rank(rank, world, q_all, k_all, record_all):
     b = q_all.shape[0] // world
     q = q_all[rank * b:(rank + 1) * b].clone().requires_grad_(True)
     k = k_all[rank * b:(rank + 1) * b].clone().requires_grad_(True)
@@ -197,16 +191,14 @@ def _rank(rank, world, port, tensors, results):
     kb = k_all[rank * b:(rank + 1) * b].clone().requires_grad_(True)
     cmsc = cmsc_contrastive(qa, kb, 0.1, rec)
     (cmsc / world).backward()
-    results[rank] = (moco.detach(), q.grad.clone(), cmsc.detach(), qa.grad.clone(), kb.grad.clone())
-    dist.destroy_process_group()
+    return moco.detach(), q.grad.clone(), cmsc.detach(), qa.grad.clone(), kb.grad.clone()
 
 
 def test_gathered_losses_on_two_ranks_equal_one_rank_on_the_global_batch():
     g = torch.Generator().manual_seed(0)
     q_all, k_all = torch.randn(8, 6, generator=g), torch.randn(8, 6, generator=g)
     record = torch.tensor([0, 1, 2, 3, 0, 5, 6, 3])      # recordings shared across the two ranks
-    results = mp.Manager().dict()
-    mp.spawn(_rank, args=(2, _free_port(), (q_all, k_all, record), results), nprocs=2, join=True)
+    results = run_on_ranks(_rank, q_all, k_all, record)
 
     q, k = q_all.clone().requires_grad_(True), k_all.clone().requires_grad_(True)
     moco = moco_contrastive(q, k, 0.2)
@@ -296,3 +288,24 @@ def test_the_documented_plugin_is_the_tested_one_and_trains(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "config.yaml"), str(core_yaml)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_plugin_method_runs_through_the_pretrain_job_on_ray_workers(ray_session, tmp_path):
+    """What docs/methods.md promises: a module named in pretrain.plugins (resolved from the folder
+    the job runs in) trains on Ray Train workers through jobs/pretrain.py."""
+    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    sets = ["pretrain.plugins=[tests.plugin_method]", "pretrain.method=patch_regression",
+            "methods.patch_regression.ratio=0.3", "optim.epochs=2", "data.synthetic_records=128",
+            "optim.batch_size=16", f"train.storage_path={tmp_path}", "train.name=plug",
+            f"data.cache_dir={tmp_path / 'corpora'}", "data.probe_max_windows=64",
+            *TINY]
+    done = subprocess.run([sys.executable, "jobs/pretrain.py", *sum((["--set", s] for s in sets), [])], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "method: Patch regression (pretrain.method=patch_regression)" in done.stdout
+    epochs = [x for x in (tmp_path / "plug" / "metrics.jsonl").read_text().splitlines() if '"kind": "epoch"' in x]
+    assert len(epochs) == 2 and all('"loss_rec"' in e for e in epochs)
+    import coreecg
+
+    assert coreecg.load_encoder(tmp_path / "plug" / "encoder.pt").pooled(_x(2)).shape == (2, 32)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-from coreecg.config import METHODS as METHOD_CONFIGS
 from coreecg.config import Config, ConfigError, import_plugins, register_method_config
 from coreecg.methods.base import PretrainMethod
 
@@ -49,5 +48,4 @@ from coreecg.methods.core_ecg import CoReECG  # noqa: E402  (registers itself)
 from coreecg.methods.moco_v3 import MoCoV3  # noqa: E402
 from coreecg.methods.cmsc import CMSC  # noqa: E402
 
-__all__ = ["PretrainMethod", "register_method", "build_method", "method_class", "CoReECG", "MoCoV3", "CMSC",
-           "METHOD_CONFIGS"]
+__all__ = ["PretrainMethod", "register_method", "build_method", "method_class", "CoReECG", "MoCoV3", "CMSC"]

@@ -41,6 +41,14 @@ class PretrainMethod(nn.Module):
         """
         raise NotImplementedError
 
+    def check_input(self, x: torch.Tensor) -> tuple[int, int, int]:
+        """(B, C, T) of a pretraining batch; ValueError unless C, T are the model's leads and samples."""
+        B, C, T = x.shape
+        m = self.config.model
+        if (C, T) != (m.n_leads, m.input_samples):
+            raise ValueError(f"pretraining input must be (B, {m.n_leads}, {m.input_samples}), got {tuple(x.shape)}")
+        return B, C, T
+
     # ------------------------------------------------------------------ momentum targets
 
     def student_teacher_pairs(self) -> list[tuple[nn.Module, nn.Module]]:

@@ -53,10 +53,7 @@ class CMSC(PretrainMethod):
                 record: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """x: (B, C, T); record: (B,) recording ids (None: every window its own recording).
         -> {loss, loss_con, segment_cos}: the mean CMSC loss over all segment pairs."""
-        B, C, T = x.shape
-        if (C, T) != (self.config.model.n_leads, self.config.model.input_samples):
-            raise ValueError(f"pretraining input must be (B, {self.config.model.n_leads}, "
-                             f"{self.config.model.input_samples}), got {tuple(x.shape)}")
+        B, C, _ = self.check_input(x)
         z = self.embed_segments(x)
         pairs = list(itertools.combinations(range(self.options.segments), 2))
         loss = sum(cmsc_contrastive(z[i], z[j], self.options.temperature, record) for i, j in pairs) / len(pairs)

@@ -86,9 +86,7 @@ class CoReECG(PretrainMethod):
         that logging costs no host sync here. An ablation logs no term it does not train.
         """
         cfg = self.config
-        B, C, T = x.shape
-        if (C, T) != (cfg.model.n_leads, cfg.model.input_samples):
-            raise ValueError(f"pretraining input must be (B, {cfg.model.n_leads}, {cfg.model.input_samples}), got {tuple(x.shape)}")
+        B, C, _ = self.check_input(x)
         lead_idx = default_lead_idx(C, x.device, cfg.model.n_leads)
         visible, masked, dropped = self._masks(B, C, generator, x.device)
         enc = self.encoder(x, lead_idx, visible)

@@ -67,10 +67,7 @@ class MoCoV3(PretrainMethod):
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
                 record: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """x: (B, C, T) -> {loss, loss_con, view_difference, query_key_cos}."""
-        B, C, T = x.shape
-        if (C, T) != (self.config.model.n_leads, self.config.model.input_samples):
-            raise ValueError(f"pretraining input must be (B, {self.config.model.n_leads}, "
-                             f"{self.config.model.input_samples}), got {tuple(x.shape)}")
+        B, C, _ = self.check_input(x)
         views = self.views(x, generator)
         lead_idx = default_lead_idx(C, x.device, self.config.model.n_leads)
         # The encoders see both views in one batch (LayerNorm only: per-sample); the heads see

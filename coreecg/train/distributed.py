@@ -226,9 +226,8 @@ def _make_task(cfg: Config, loop_config: dict[str, Any], rank: int, device: torc
         from coreecg.train.finetuning import FinetuneTask
 
         return FinetuneTask(cfg, loop_config["spec"], rank, device)
-    from coreecg.train.pretraining import PretrainTask
-
     from coreecg.methods import method_class
+    from coreecg.train.pretraining import PretrainTask
 
     probe, figures = _rank0_eval_data(cfg, loop_config) if rank == 0 else (None, None)
     record_of = record_ids(loop_config["corpus"]) if method_class(cfg.pretrain.method).needs_record_ids else None

@@ -100,6 +100,8 @@ class PretrainTask:
 
 
 def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | None = None,
-                   probe: Any = None, quiet: bool = True) -> dict[str, float]:
-    """The no-Ray reference pretraining on in-memory windows (n, C, T_stored); see `run_local`."""
-    return run_local(PretrainTask(config, probe), config, windows, run_dir, quiet)
+                   probe: Any = None, quiet: bool = True, record_of: np.ndarray | None = None) -> dict[str, float]:
+    """The no-Ray reference pretraining on in-memory windows (n, C, T_stored); see `run_local`.
+    record_of: (n,) recording id of each window (methods that need record ids); None: one per window."""
+    record = torch.as_tensor(record_of, dtype=torch.int64) if record_of is not None else None
+    return run_local(PretrainTask(config, probe, record_of=record), config, windows, run_dir, quiet)

@@ -35,7 +35,7 @@ def real_windows(shared: Path, cache: Path) -> np.ndarray:
     import ray
 
     from coreecg.cluster import init_ray
-    from coreecg.data.corpus import read_corpus_numpy
+    from coreecg.data.reading import read_split
     from coreecg.data.pipeline import build_corpus
 
     init_ray()
@@ -44,7 +44,7 @@ def real_windows(shared: Path, cache: Path) -> np.ndarray:
     for source, folder in (("ptbxl", "ptbxl"), ("mimic-iv-ecg", "mimic-iv-ecg-layout")):
         build_corpus(source, shared / folder, cache / source, cfg, source_options=cfg.sources.for_source(source, 0))
         for split in ("train", "val", "test"):
-            out.append(read_corpus_numpy(cache / source, split, columns=["signal"])["signal"])
+            out.append(read_split(cache / source, split, columns=["signal"])["signal"])
     ray.shutdown()
     return np.concatenate(out)
 
@@ -61,9 +61,9 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
 
-    from coreecg.data.corpus import read_corpus_numpy
+    from coreecg.data.reading import read_split
     from coreecg.eval.probe import load_probe_data
-    from coreecg.train.distributed import synthetic_corpus
+    from coreecg.data.locate import synthetic_corpus
     from coreecg.train.pretraining import pretrain_local
 
     tmp = Path(tempfile.mkdtemp(prefix="coreecg-layout-"))
@@ -76,7 +76,7 @@ def main() -> None:
         init_ray()
         corpus = synthetic_corpus(base)
         ray.shutdown()
-        datasets["synthetic"] = (read_corpus_numpy(corpus, "train", columns=["signal"])["signal"],
+        datasets["synthetic"] = (read_split(corpus, "train", columns=["signal"])["signal"],
                                  load_probe_data(corpus, base.data.probe_max_windows))
     if "real" in args.data:
         datasets["real"] = (real_windows(Path(args.shared), tmp / "corpora"), None)

@@ -172,7 +172,7 @@ def ray_path(cfg) -> dict:
     clock.start()
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):
-        result = finetune(cfg, quiet=True)
+        result = finetune(cfg)
     t_end = time.perf_counter()
     clock.stop()
     timed = clock.lines
@@ -242,7 +242,7 @@ def main() -> None:
         return
 
     from coreecg.data.corpus import load_manifest
-    from coreecg.train.distributed import training_corpus
+    from coreecg.data.locate import training_corpus
 
     storage = Path(tempfile.mkdtemp(prefix="coreecg-ftbench-"))
     try:

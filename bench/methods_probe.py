@@ -71,8 +71,8 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], metavar="A.B=C")
     args = p.parse_args()
 
-    from coreecg.data.corpus import load_manifest, read_corpus_numpy
-    from coreecg.train.ingest import split_uids
+    from coreecg.data.corpus import load_manifest
+    from coreecg.data.reading import read_split
     from coreecg.eval.probe import ProbeSplit, load_probe_data
     from coreecg.train.pretraining import pretrain_local
 
@@ -83,12 +83,12 @@ def main() -> None:
         for name, splits in (("ptbxl", ("train",)), ("cpsc2018", SPLITS), ("cinc2021", SPLITS)):
             present = {s["split"] for s in load_manifest(corpora[name])["shards"]}
             for split in (s for s in splits if s in present):
-                parts.append(read_corpus_numpy(corpora[name], split, ["signal"])["signal"])
-                records += [f"{name}/{r}" for r in split_uids(corpora[name], split)["record_id"]]   # same order
+                parts.append(read_split(corpora[name], split, ["signal"])["signal"])
+                records += [f"{name}/{r}" for r in read_split(corpora[name], split, ["record_id"])["record_id"]]   # same order
         windows = np.concatenate(parts).astype(np.float32)
         record_of = np.unique(records, return_inverse=True)[1]       # CMSC: one recording's windows share an id
         probe = load_probe_data(corpora["ptbxl"], 1000)
-        test = read_corpus_numpy(corpora["ptbxl"], "test", ["signal", "labels"])
+        test = read_split(corpora["ptbxl"], "test", ["signal", "labels"])
         probe.val = ProbeSplit(np.concatenate([probe.val.windows, test["signal"]]),
                                np.concatenate([probe.val.multihot, test["multihot"]]),
                                np.concatenate([probe.val.label, test["label"]]))

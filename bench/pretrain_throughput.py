@@ -102,7 +102,7 @@ def ingest_rates(corpus: Path, batch: int, epochs: int, shuffle_buffer: int) -> 
 def ray_path_rate(cfg) -> tuple[float, list[float]]:
     from coreecg.train.distributed import pretrain
 
-    pretrain(cfg, quiet=True)
+    pretrain(cfg)
     lines = [json.loads(x) for x in (cfg.train.run_dir / "metrics.jsonl").read_text().splitlines()]
     rates = [x["samples_per_s"] for x in lines if x.get("kind") == "epoch"]
     return float(np.median(rates[1:])), rates
@@ -154,16 +154,16 @@ def main() -> None:
     args = p.parse_args()
     threads = os.cpu_count() or 1
     if args.bare_only:
-        from coreecg.data.corpus import read_corpus_numpy
+        from coreecg.data.reading import read_split
         cfg = load_config(args.config, [f"optim.batch_size={args.batch}", *args.set])
-        windows = read_corpus_numpy(args.bare_only, "train", columns=["signal"])["signal"][: 4 * args.batch]
+        windows = read_split(args.bare_only, "train", columns=["signal"])["signal"][: 4 * args.batch]
         print(json.dumps({"bare_step_samples_per_s": bare_step_rate(cfg, windows, args.steps, 1, threads)}))
         return
 
     import ray
 
     from coreecg.cluster import init_ray
-    from coreecg.train.distributed import synthetic_corpus
+    from coreecg.data.locate import synthetic_corpus
 
     storage = Path(tempfile.mkdtemp(prefix="coreecg-bench-"))
     common = [f"optim.batch_size={args.batch}", f"data.synthetic_records={args.records}", "train.eval_every_epochs=0",

@@ -369,7 +369,9 @@ def components(config: str, overrides: list[str], params: dict, repeats: int = 3
     from coreecg.cluster import init_ray
     from coreecg.config import load_config
     from coreecg.methods import CoReECG
-    from coreecg.train.distributed import _rank0_eval_data, probe_corpus, training_corpus
+    from coreecg.data.locate import probe_corpus, training_corpus
+    from coreecg.eval.probe import load_probe_data
+    from coreecg.train.pretraining import figure_windows as read_figure_windows
     from coreecg.train.ingest import training_dataset
     from coreecg.train.loop import RunWriter
     from coreecg.tune.trial import FORCED
@@ -389,9 +391,9 @@ def components(config: str, overrides: list[str], params: dict, repeats: int = 3
         mats.append(time.perf_counter() - t)
     out["dataset_materialise_s_first"] = mats[0]
     out["dataset_materialise_s_warm"] = statistics.median(mats[1:]) if len(mats) > 1 else None
-    loop_config = {"corpus": str(corpus), "probe_corpus": str(probe_corpus(cfg, corpus))}
     t = time.perf_counter()
-    probe, figure_windows = _rank0_eval_data(cfg, loop_config)
+    probe = load_probe_data(probe_corpus(cfg, corpus), cfg.data.probe_max_windows)
+    figure_windows = read_figure_windows(corpus, cfg.data.crop_samples)
     out["probe_and_figure_windows_read_s"] = time.perf_counter() - t
     t = time.perf_counter()
     torch.manual_seed(0)
@@ -457,7 +459,7 @@ def main() -> None:
         return
 
     from coreecg.config import load_config
-    from coreecg.train.distributed import training_corpus
+    from coreecg.data.locate import training_corpus
 
     cfg = load_config(args.config, args.set)
     t = time.time()

@@ -277,6 +277,33 @@ class FinetuneConfig:
 
 
 @dataclass
+class ReportConfig:
+    """The report's tables (coreecg/eval/report.py, docs/evaluation.md).
+
+    f1: which F1 the tables print. threshold: macro F1 at the paper's literal 0.5 threshold
+        (metrics.json test.f1); argmax: macro F1 of argmax decisions, as ST-MEM's code computes
+        it (test.f1_argmax), single-label only: a multi-label dataset keeps the threshold F1 and
+        the table says so.
+    reference: the method every other row is compared with (paired bootstrap differences).
+    bootstrap_resamples: resamples of those differences; 0 computes none.
+    level: their interval's coverage.
+    """
+
+    f1: Literal["threshold", "argmax"] = "threshold"
+    reference: str = "CoRe-ECG"
+    bootstrap_resamples: int = 1000
+    level: float = 0.95
+
+    def __post_init__(self) -> None:
+        if not self.reference:
+            raise ConfigError("report.reference must name a method (a table row)")
+        if self.bootstrap_resamples < 0:
+            raise ConfigError(f"report.bootstrap_resamples={self.bootstrap_resamples} must be >= 0 (0: none)")
+        if not 0 < self.level < 1:
+            raise ConfigError(f"report.level={self.level} must lie in (0, 1)")
+
+
+@dataclass
 class TrainConfig:
     """Where and how a run trains. Ray Train: `num_workers` data-parallel workers (DDP),
     each with `cpus_per_worker` CPUs and one GPU when `use_gpu`; outputs go to
@@ -523,6 +550,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     methods: MethodOptions = field(default_factory=MethodOptions)
+    report: ReportConfig = field(default_factory=ReportConfig)
 
     @property
     def method_label(self) -> str:

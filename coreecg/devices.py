@@ -1,7 +1,16 @@
-"""Moving small tensors between the host and the training device."""
+"""The training device: moving small tensors to it, its generators and its precision."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
+
+
+def autocast(precision: str, device: torch.device):
+    """bf16 autocast when asked for, or by default ("auto") on CUDA; fp32 otherwise."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:

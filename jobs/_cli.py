@@ -12,6 +12,11 @@ from coreecg.config import Config, ConfigError, load_config
 
 
 def config_parser(description: str) -> argparse.ArgumentParser:
+    """The parser every config-driven job starts from; also turns on the console (coreecg's INFO
+    lines on stdout, `coreecg.log`)."""
+    from coreecg.log import console
+
+    console()
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--config", help="YAML file layered over the paper defaults")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",

@@ -19,6 +19,7 @@ Exit codes: 0 done (failed trials are recorded), 2 bad arguments, variants or co
 """
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from pathlib import Path
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
 
     from coreecg.config import load_config
     from coreecg.eval.report import write_report
-    from coreecg.train.finetuning import finetune
+    from coreecg.train.distributed import finetune
     from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, SpaceError, load_space
     from coreecg.tune.sweep import SweepError, result_rows, run_sweep, write_results
 
@@ -74,6 +75,8 @@ def main(argv=None) -> int:
     if not args.finetune:
         return 0
 
+    # One line per fine-tuning below, not each run's own account and progress.
+    logging.getLogger("coreecg.train").setLevel(logging.WARNING)
     runs, failures = [], []
     for corpus in args.finetune:
         corpus = Path(corpus).expanduser().resolve()
@@ -93,7 +96,7 @@ def main(argv=None) -> int:
                         continue
                     extra.append(f"finetune.encoder={encoder}")
                 try:
-                    finetune(load_config(args.config, [*args.overrides, *extra]), quiet=True)
+                    finetune(load_config(args.config, [*args.overrides, *extra]))
                     runs.append(run)
                     print(f"fine-tuned {name} (seed {seed}) on {corpus.name}: {run}")
                 except Exception as e:            # recorded in finetune_failures.csv; the ablation goes on
@@ -112,7 +115,8 @@ def main(argv=None) -> int:
     tables = {name: [m for m in methods if m in names or m in space.unavailable]
               for name, methods in space.tables.items()}
     written = write_report(runs, s.output / "tables",
-                           {k: v for k, v in tables.items() if any(m in names for m in v)}, space.unavailable)
+                           {k: v for k, v in tables.items() if any(m in names for m in v)}, space.unavailable,
+                           report=load_config(args.config, args.overrides).report)
     print("tables: " + ", ".join(str(p) for p in written if p.suffix == ".md"))
     return 0
 

@@ -20,7 +20,8 @@ def reconstruction(args: argparse.Namespace) -> Path:
     import torch
 
     from coreecg.eval.figures import reconstruction_figure, save_figure
-    from coreecg.eval.probe import center_crop, read_spread
+    from coreecg.data.reading import read_split
+    from coreecg.eval.probe import center_crop
     from coreecg.methods import build_method
     from coreecg.train.checkpoint import CheckpointError, load_checkpoint
 
@@ -31,7 +32,7 @@ def reconstruction(args: argparse.Namespace) -> Path:
                               "nothing); pass a CoRe-ECG run's checkpoint_step*/checkpoint.pt")
     model = build_method(config)
     model.load_state_dict(payload["model"])
-    windows = read_spread(args.corpus, args.split, args.windows, labelled_only=False)["signal"]
+    windows = read_split(args.corpus, args.split, ["signal"], max_windows=args.windows)["signal"]
     if len(windows) == 0:
         raise ValueError(f"corpus {args.corpus} has no {args.split!r} windows")
     x = center_crop(torch.from_numpy(windows), config.model.input_samples)

@@ -55,7 +55,8 @@ def main(argv=None) -> int:
     from coreecg.config import ConfigError, load_config
     from coreecg.data.corpus import CorpusError
     from coreecg.train.checkpoint import CheckpointError
-    from coreecg.train.finetuning import FinetuneError, finetune, parse_leads
+    from coreecg.train.distributed import finetune
+    from coreecg.train.finetuning import FinetuneError, parse_leads
 
     scratch = args.encoder.lower() == "none"
     if scratch and args.mode not in (None, "scratch"):

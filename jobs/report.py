@@ -1,30 +1,35 @@
 """Assemble the paper's result tables from fine-tuning run folders.
 
-    python jobs/report.py runs/finetune/* --output reports/paper
+    python jobs/report.py runs/finetune/* --output reports/paper [--set report.f1=argmax]
 
-Writes comparison, lead_reduction and train_fraction (.md and .csv) and all_runs.csv into
---output (coreecg/eval/report.py; docs/evaluation.md). Table rows follow the order in which
-methods first appear among RUN_DIRS. Exit codes: 0 written, 2 a run folder cannot be read
+Writes comparison, lead_reduction and train_fraction (.md, .csv and booktabs .tex) and
+all_runs.csv into --output (coreecg/eval/report.py; docs/evaluation.md). Each cell's difference
+to the reference method (`report.reference`, default CoRe-ECG) comes with a paired bootstrap
+interval over the same test patients and seeds; Markdown and LaTeX mark the ones whose interval
+excludes 0, the CSV holds difference, interval and p-value. `report.f1` picks the F1 printed
+(threshold: the paper's 0.5; argmax: ST-MEM's). Table rows follow the order in which methods
+first appear among RUN_DIRS. Exit codes: 0 written, 2 a run folder or the config cannot be read
 (the message names it).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _cli import config_parser, parse_config  # noqa: E402
 
 from coreecg.eval.report import RunError, write_report  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = config_parser(__doc__.split("\n\n")[0])
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a folder holding metrics.json")
     p.add_argument("--output", required=True, help="folder for the tables (created if missing)")
-    args = p.parse_args(argv)
+    args, cfg = parse_config(p, argv)
     try:
-        written = write_report(args.run_dirs, args.output)
+        written = write_report(args.run_dirs, args.output, report=cfg.report)
     except RunError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """Typed config: paper defaults, YAML, overrides, strictness, round trip."""
 import pytest
 
-from coreecg.config import Config, ConfigError, config_from_dict, load_config
+from coreecg.config import Config, ConfigError, ReportConfig, config_from_dict, load_config
 
 
 def test_defaults_are_the_papers_values():
@@ -88,3 +88,19 @@ def test_string_fields_keep_their_text_in_overrides():
     cfg = load_config(overrides=["train.name=19182_00000", "data.corpus=/data/1_0", "train.variant=1e3"])
     assert (cfg.train.name, cfg.data.corpus, cfg.train.variant) == ("19182_00000", "/data/1_0", "1e3")
     assert load_config(overrides=["train.seed=1_0"]).train.seed == 10      # numbers still parse as YAML
+
+
+def test_report_section():
+    assert load_config().report == ReportConfig()
+    r = ReportConfig()
+    assert (r.f1, r.reference, r.bootstrap_resamples, r.level) == ("threshold", "CoRe-ECG", 1000, 0.95)
+    c = load_config(overrides=["report.f1=argmax", "report.reference=ST-MEM", "report.level=0.9",
+                               "report.bootstrap_resamples=0"])
+    r = c.report
+    assert (r.f1, r.reference, r.level, r.bootstrap_resamples) == ("argmax", "ST-MEM", 0.9, 0)
+    assert config_from_dict(c.to_dict()) == c
+    for override, needle in [("report.f1=macro", r"report\.f1"), ("report.level=1", r"report\.level"),
+                             ("report.bootstrap_resamples=-1", r"report\.bootstrap_resamples"),
+                             ("report.reference=", r"report\.reference"), ("report.seed=1", r"report\.seed")]:
+        with pytest.raises(ConfigError, match=needle):
+            load_config(overrides=[override])

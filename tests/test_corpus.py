@@ -14,7 +14,7 @@ import pytest
 import wfdb
 
 from coreecg.config import DataConfig, PreprocessConfig
-from coreecg.data import load_manifest, open_corpus, read_corpus_numpy, verify_corpus
+from coreecg.data import load_manifest, open_corpus, read_split, verify_corpus
 from coreecg.data.pipeline import build_corpus
 from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import RecordRef
@@ -27,7 +27,7 @@ F16_TOL = 2.0**-10  # float16 storage: relative rounding 2^-11, so |err| <= 2^-1
 
 
 def _all_splits(out: Path) -> dict[str, np.ndarray]:
-    parts = [read_corpus_numpy(out, s) for s in SPLITS if any(x["split"] == s for x in load_manifest(out)["shards"])]
+    parts = [read_split(out, s) for s in SPLITS if any(x["split"] == s for x in load_manifest(out)["shards"])]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
@@ -57,14 +57,14 @@ def _manifest_consistent(out: Path) -> dict:
     for split in SPLITS:
         n = m["counts"]["windows"][split]
         if n:
-            assert len(read_corpus_numpy(out, split, columns=["record_id"])["record_id"]) == n
+            assert len(read_split(out, split, columns=["record_id"])["record_id"]) == n
     data = _all_splits(out)
     assert len(data["record_id"]) == m["counts"]["windows_total"]
     # No patient in two splits.
     patients: dict[str, set] = {}
     for s in SPLITS:
         if m["counts"]["windows"][s]:
-            for p in set(read_corpus_numpy(out, s, columns=["patient_id"])["patient_id"]):
+            for p in set(read_split(out, s, columns=["patient_id"])["patient_id"]):
                 patients.setdefault(p, set()).add(s)
     assert all(len(v) == 1 for v in patients.values())
     return m
@@ -92,7 +92,7 @@ def test_synthetic_round_trip(synthetic_corpus):
     src = get_source("synthetic", **opts)
     assert _check_against_direct(out, src, src.list_records(None), cfg.preprocess) == 30
     # Class counts in the manifest match the stored labels.
-    train = read_corpus_numpy(out, "train")
+    train = read_split(out, "train")
     for i, c in enumerate(m["class_names"]):
         assert m["counts"]["classes"]["train"][c] == int((train["label"] == i).sum())
     assert (train["multihot"].sum(1) == 1).all()
@@ -441,7 +441,7 @@ def test_job_cinc2021_on_cinc2020_abbreviations_quarantines_and_warns(ecg_data, 
     assert summary["unrecognised_codes"] == {"RBBB": 2, "AF": 1}
     assert "warning: 3 diagnosis code(s) not recognised by the cinc2021 reader" in p.stderr
     assert "read those with the cpsc2018 source" in _quarantine(out)["A0001"]
-    assert read_corpus_numpy(out, summary_split(out))["record_id"].tolist() == ["E07500"]
+    assert read_split(out, summary_split(out))["record_id"].tolist() == ["E07500"]
 
 
 def summary_split(out: Path) -> str:

@@ -3,8 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from coreecg.data.corpus import read_corpus_numpy
-from coreecg.train.distributed import synthetic_corpus
+from coreecg.data.reading import read_split
+from coreecg.data.locate import synthetic_corpus
 from coreecg.train.loop import CHECKPOINT_FILE, checkpoint_dirs
 from coreecg.train.pretraining import pretrain_local
 from tests.helpers import tiny_config
@@ -16,7 +16,7 @@ def test_reconstruction_figure_from_a_checkpoint(ray_session, tmp_path):
     cfg = tiny_config("data.synthetic_records=30", f"data.cache_dir={tmp_path}", "optim.batch_size=8",
                       "optim.epochs=1", "train.eval_every_epochs=0")
     corpus = synthetic_corpus(cfg)
-    pretrain_local(cfg, read_corpus_numpy(corpus, "train", columns=["signal"])["signal"], tmp_path / "run")
+    pretrain_local(cfg, read_split(corpus, "train", columns=["signal"])["signal"], tmp_path / "run")
     ckpt = checkpoint_dirs(tmp_path / "run")[-1] / CHECKPOINT_FILE
     job = [sys.executable, "jobs/figures.py", "reconstruction", "--corpus", str(corpus)]
 

@@ -21,7 +21,8 @@ from coreecg.eval.downstream import eval_offsets, load_split, predict, read_pred
 from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder
 from coreecg.train.checkpoint import CheckpointError, load_checkpoint
-from coreecg.train.finetuning import FinetuneError, finetune, parse_leads, prepare
+from coreecg.train.distributed import finetune
+from coreecg.train.finetuning import FinetuneError, parse_leads, plan_finetune
 from coreecg.train.step import FinetuneStep, Schedule
 from tests.helpers import TINY, tiny_config
 
@@ -126,7 +127,7 @@ def encoder(corpora, tmp_path_factory) -> Path:
     cfg = load_config(overrides=[*TINY, f"data.corpus={corpora / 'mimic'}", "optim.batch_size=8", "optim.epochs=1",
                                  "optim.warmup_epochs=0", "train.eval_every_epochs=0", "train.num_workers=1",
                                  f"train.storage_path={tmp}", "train.name=pre", "train.variant=TinyCoRe"])
-    return pretrain(cfg, quiet=True).encoder
+    return pretrain(cfg).encoder
 
 
 def _ft(tmp: Path, name: str, corpora: Path, *extra: str):
@@ -139,21 +140,21 @@ def _ft(tmp: Path, name: str, corpora: Path, *extra: str):
 @pytest.mark.slow
 def test_bad_input_is_refused_before_training(corpora, encoder, tmp_path):
     with pytest.raises(FinetuneError, match="no labels"):
-        prepare(load_config(overrides=[f"data.corpus={corpora / 'mimic'}", f"finetune.encoder={encoder}"]))
+        plan_finetune(load_config(overrides=[f"data.corpus={corpora / 'mimic'}", f"finetune.encoder={encoder}"]))
     other = load_config(overrides=[*TINY, "model.embed_dim=64", f"data.corpus={corpora / 'ptbxl'}",
                                    f"finetune.encoder={encoder}"])
     with pytest.raises(CheckpointError, match=r"another shape.*model\.embed_dim: 32 in the checkpoint, 64"):
-        prepare(other)
+        plan_finetune(other)
     broken = tmp_path / "broken.pt"
     broken.write_bytes(Path(encoder).read_bytes()[:1000])
     with pytest.raises(CheckpointError, match="broken.pt"):
-        prepare(_ft(tmp_path, "x", corpora, f"finetune.encoder={broken}"))
+        plan_finetune(_ft(tmp_path, "x", corpora, f"finetune.encoder={broken}"))
     with pytest.raises(FinetuneError, match="needs an encoder"):
-        prepare(_ft(tmp_path, "x", corpora))
+        plan_finetune(_ft(tmp_path, "x", corpora))
     with pytest.raises(FinetuneError, match="scratch"):
-        prepare(_ft(tmp_path, "x", corpora, "finetune.mode=scratch", f"finetune.encoder={encoder}"))
+        plan_finetune(_ft(tmp_path, "x", corpora, "finetune.mode=scratch", f"finetune.encoder={encoder}"))
     with pytest.raises(SubsetError, match="too few"):   # 0.01 of ~140 patients: 1 patient for 5 classes
-        prepare(_ft(tmp_path, "x", corpora, f"finetune.encoder={encoder}", "finetune.train_fraction=0.01"))
+        plan_finetune(_ft(tmp_path, "x", corpora, f"finetune.encoder={encoder}", "finetune.train_fraction=0.01"))
     job = subprocess.run([sys.executable, "jobs/finetune.py", "--encoder", str(encoder), "--corpus",
                           str(corpora / "ptbxl"), "--leads", "I,V9", "--output", str(tmp_path / "y")],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -165,15 +166,13 @@ def runs(corpora, encoder, tmp_path_factory):
     """Fine-tune (12 leads), linear (6 leads, half the patients), scratch (lead I) on PTB-XL's
     single-label task, and a linear probe of its multi-label task."""
     tmp = tmp_path_factory.mktemp("ft-runs")
-    full = finetune(_ft(tmp, "ft", corpora, f"finetune.encoder={encoder}", "finetune.epochs=30", "finetune.lr=3e-3"),
-                    quiet=True)
+    full = finetune(_ft(tmp, "ft", corpora, f"finetune.encoder={encoder}", "finetune.epochs=30", "finetune.lr=3e-3"))
     linear = finetune(_ft(tmp, "lin", corpora, f"finetune.encoder={encoder}", "finetune.mode=linear",
-                          "finetune.leads=[I,II,III,aVR,aVL,aVF]", "finetune.train_fraction=0.5", "finetune.epochs=2"),
-                      quiet=True)
+                          "finetune.leads=[I,II,III,aVR,aVL,aVF]", "finetune.train_fraction=0.5", "finetune.epochs=2"))
     scratch = finetune(_ft(tmp, "sup", corpora, *TINY, "finetune.mode=scratch", "finetune.leads=[I]",
-                           "finetune.epochs=2"), quiet=True)
+                           "finetune.epochs=2"))
     multi = finetune(_ft(tmp, "multi", corpora, f"data.corpus={corpora / 'ptbxl-multi'}", "finetune.mode=linear",
-                         f"finetune.encoder={encoder}", "finetune.epochs=2"), quiet=True)
+                         f"finetune.encoder={encoder}", "finetune.epochs=2"))
     return {"ft": full, "lin": linear, "sup": scratch, "multi": multi}
 
 
@@ -258,7 +257,7 @@ def test_multilabel_task_uses_sigmoid_and_per_label_accuracy(runs):
 def test_finished_run_is_returned_without_training(runs):
     r = runs["lin"]
     before = (r.run_dir / "metrics.json").stat().st_mtime_ns
-    again = finetune(load_config(r.run_dir / "config.yaml"), quiet=True)
+    again = finetune(load_config(r.run_dir / "config.yaml"))
     assert again.metrics == r.metrics and (r.run_dir / "metrics.json").stat().st_mtime_ns == before
 
 

@@ -8,16 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from coreecg.config import ReportConfig
 from coreecg.eval.report import RunError, load_run, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def make_run(root: Path, name: str, method="CoRe-ECG", dataset="ptbxl", mode="finetune", leads="12",
-             fraction=1.0, seed=0, acc=0.8, f1=0.6, auroc=0.9) -> Path:
+             fraction=1.0, seed=0, acc=0.8, f1=0.6, auroc=0.9, f1_argmax="same") -> Path:
     run = root / name
     run.mkdir()
-    test = {"acc": acc, "f1": f1, "f1_argmax": f1, "auroc": auroc, "n": 100,
+    test = {"acc": acc, "f1": f1, "f1_argmax": f1 if f1_argmax == "same" else f1_argmax, "auroc": auroc, "n": 100,
             "ci": {"acc": {"low": acc - 0.02, "high": acc + 0.02, "undefined_resamples": 0}},
             "per_class": {}, "classes_left_out": {"auroc": [], "f1": []}}
     record = {"method": method, "dataset": dataset, "mode": mode, "leads": leads, "train_fraction": fraction,
@@ -70,7 +71,7 @@ def test_comparison_table(runs, tmp_path):
     out = tmp_path / "report"
     written = write_report(runs, out)
     assert sorted(p.name for p in written) == sorted(
-        [f"{t}.{ext}" for t in ("comparison", "lead_reduction", "train_fraction") for ext in ("md", "csv")]
+        [f"{t}.{ext}" for t in ("comparison", "lead_reduction", "train_fraction") for ext in ("md", "csv", "tex")]
         + ["all_runs.csv"])
     md = read_md_table(out / "comparison.md")
     assert list(md) == ["CoRe-ECG", "ST-MEM", "Supervised"]          # first-seen order
@@ -88,11 +89,15 @@ def test_comparison_table(runs, tmp_path):
     text = (out / "comparison.md").read_text()
     assert md["CoRe-ECG"]["ICBEB2018 F1"] == "**84.0**"            # NaN read as undefined; cpsc2018 alias
     assert "| CoRe-ECG | 3/2/3 | 2/1/2 |" in text and "| ST-MEM | 1 | – |" in text   # runs per cell
+    # the fake runs have no predictions.csv: no paired difference, no mark, and the legend says so
+    assert "6 cell(s) have no difference: 6 with no predictions.csv." in text and "\\*" not in text.split("\n\n")[2]
+    assert "F1: macro F1 at the paper's fixed 0.5 threshold (metrics.json test.f1)." in text
 
     rows = read_csv(out / "comparison.csv")
     assert rows["CoRe-ECG"]["PTB-XL ACC"] == "81.0 ± 1.0" and rows["CoRe-ECG"]["PTB-XL ACC n"] == "3"
     assert rows["CoRe-ECG"]["PTB-XL F1 n"] == "2"
     assert rows["ST-MEM"]["ICBEB2018 ACC"] == "" and rows["ST-MEM"]["ICBEB2018 ACC n"] == "0"
+    assert all(rows["ST-MEM"][f"PTB-XL F1 {k}"] == "" for k in ("diff", "diff low", "diff high", "p", "diff seeds"))
 
 
 def test_lead_and_fraction_tables(runs, tmp_path):
@@ -171,3 +176,43 @@ def test_two_runs_with_one_seed_are_refused(runs, tmp_path):
     twin = make_run(tmp_path, "core0_again", seed=0)
     with pytest.raises(RunError, match="core0_again.*core0|core0.*core0_again"):
         write_report(runs + [twin], tmp_path / "out")
+
+
+def test_f1_argmax_is_selectable_and_named(tmp_path):
+    runs = [make_run(tmp_path, "core", f1=0.60, f1_argmax=0.66),
+            make_run(tmp_path, "core_ningbo", dataset="ningbo", f1=0.40, f1_argmax=None)]
+    out = tmp_path / "argmax"
+    write_report(runs, out, report=ReportConfig(f1="argmax", bootstrap_resamples=0))
+    md = read_md_table(out / "comparison.md")
+    assert md["CoRe-ECG"]["PTB-XL F1"] == "**66.0**" and md["CoRe-ECG"]["Ningbo F1"] == "**40.0**"
+    text = (out / "comparison.md").read_text()
+    assert "F1: macro F1 of argmax decisions, as ST-MEM's code computes it (metrics.json test.f1_argmax)" in text
+    assert "Ningbo: multi-label, no argmax decision, so F1 at the 0.5 threshold (test.f1)" in text
+    assert "No paired differences (report.bootstrap_resamples = 0)." in text
+    assert "argmax decisions" in (out / "lead_reduction.tex").read_text()
+    write_report(runs, tmp_path / "threshold", report=ReportConfig(bootstrap_resamples=0))
+    assert read_md_table(tmp_path / "threshold" / "comparison.md")["CoRe-ECG"]["PTB-XL F1"] == "**60.0**"
+
+
+def test_argmax_needs_f1_argmax_and_multilabel(tmp_path):
+    run = make_run(tmp_path, "core")
+    record = json.loads((run / "metrics.json").read_text())
+    del record["test"]["f1_argmax"]
+    (run / "metrics.json").write_text(json.dumps(record))
+    write_report([run], tmp_path / "ok")                         # the threshold F1 does not read it
+    with pytest.raises(RunError, match="'test.f1_argmax'") as e:
+        write_report([run], tmp_path / "out", report=ReportConfig(f1="argmax"))
+    assert str(run) in str(e.value)
+    del record["multilabel"]
+    (run / "metrics.json").write_text(json.dumps(record))
+    with pytest.raises(RunError, match="'multilabel'"):
+        write_report([run], tmp_path / "out", report=ReportConfig(f1="argmax"))
+
+
+def test_reference_is_selectable(runs, tmp_path):
+    out = tmp_path / "ref"
+    write_report(runs, out, report=ReportConfig(reference="ST-MEM", bootstrap_resamples=10))
+    text = (out / "comparison.md").read_text()
+    assert "the difference to ST-MEM has a 95 % paired-bootstrap interval" in text
+    write_report(runs, tmp_path / "none", report=ReportConfig(reference="MoCo V3", bootstrap_resamples=10))
+    assert "No MoCo V3 runs in this table: no paired differences." in (tmp_path / "none" / "comparison.md").read_text()

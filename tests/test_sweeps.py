@@ -148,7 +148,7 @@ def _synthetic(env) -> Path:
     found = sorted(cache.glob("synthetic-n128-*"))
     if found:
         return found[0]
-    from coreecg.train.distributed import synthetic_corpus
+    from coreecg.data.locate import synthetic_corpus
 
     return synthetic_corpus(load_config(overrides=[s for s in sets if s != "--set"]))
 

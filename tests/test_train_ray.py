@@ -20,7 +20,8 @@ import coreecg
 from coreecg.config import load_config
 from coreecg.data.pipeline import build_corpus
 from coreecg.train.checkpoint import CheckpointError
-from coreecg.train.distributed import pretrain, preflight
+from coreecg.train.distributed import pretrain
+from coreecg.train.plan import preflight
 from coreecg.train.ingest import crop_offsets, epoch_batches, to_model_input, training_dataset
 from coreecg.train.loop import CHECKPOINT_FILE, checkpoint_dirs
 from tests.helpers import TINY
@@ -56,7 +57,7 @@ def finished_run(corpora, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("runs")
     cfg = _config(tmp, "mimic", f"data.corpus={corpora / 'mimic'}", f"data.probe_corpus={corpora / 'ptbxl'}",
                   "optim.epochs=3", "train.checkpoint_every_steps=4", "data.probe_max_windows=64")
-    return cfg, pretrain(cfg, quiet=True)
+    return cfg, pretrain(cfg)
 
 
 def test_end_to_end_on_real_records(finished_run):
@@ -99,7 +100,7 @@ def test_corrupted_and_foreign_checkpoints_stop_before_training(finished_run, tm
     other = load_config(overrides=[*TINY, "model.embed_dim=48", "model.latent_decoder_dim=48",
                                    f"train.storage_path={tmp_path}", "train.name=mimic"])
     with pytest.raises(CheckpointError, match=r"config\.yaml.*model\.embed_dim"):
-        pretrain(other, quiet=True)
+        pretrain(other)
 
 
 def test_training_ingest_is_seeded_per_epoch_and_float16(corpora, fresh_ray):
@@ -163,7 +164,7 @@ def test_a_killed_worker_is_replaced_and_training_resumes(fresh_ray, tmp_path):
                   "train.eval_every_epochs=0", "train.max_failures=2")
     out: dict = {}
     start = time.time()
-    thread = threading.Thread(target=lambda: out.setdefault("result", pretrain(cfg, quiet=True)))
+    thread = threading.Thread(target=lambda: out.setdefault("result", pretrain(cfg)))
     thread.start()
     run = tmp_path / "fault"
     while not checkpoint_dirs(run) and thread.is_alive():
@@ -182,36 +183,35 @@ def test_a_killed_worker_is_replaced_and_training_resumes(fresh_ray, tmp_path):
 
 
 def test_synthetic_corpus_is_built_once_and_reused(fresh_ray, tmp_path, monkeypatch):
-    from coreecg.train import distributed
+    from coreecg.data import locate
 
     cfg = load_config(overrides=["data.synthetic_records=24", f"data.cache_dir={tmp_path}"])
-    first = distributed.synthetic_corpus(cfg)
+    first = locate.synthetic_corpus(cfg)
     assert (first / "manifest.json").is_file() and first.parent == tmp_path.resolve()
     monkeypatch.setattr("coreecg.data.pipeline.build_corpus",
                         lambda *a, **k: pytest.fail("an up-to-date cache must not be rebuilt"))
-    assert distributed.synthetic_corpus(cfg) == first
+    assert locate.synthetic_corpus(cfg) == first
     other = load_config(overrides=["data.synthetic_records=24", f"data.cache_dir={tmp_path}",
                                    "data.preprocess.lowpass_hz=35"])
     with pytest.raises(pytest.fail.Exception):      # another preprocessing: rebuilt, not reused
-        distributed.synthetic_corpus(other)
+        locate.synthetic_corpus(other)
 
 
 def test_cmsc_on_two_workers_with_multi_window_recordings(fresh_ray, ecg_data, tmp_path):
     """CPSC2018 records last 6-60 s, so one recording gives several windows: they share a record
     id on every worker (never each other's negatives), and the gathered loss trains under DDP."""
-    from coreecg.train.distributed import record_ids
-    from coreecg.train.ingest import split_uids
+    from coreecg.data.reading import read_split, record_index
 
     corpus = tmp_path / "cpsc"
     build_corpus("cpsc2018", ecg_data / "cpsc2018-cinc2020", corpus, load_config(overrides=["data.shard_records=16"]).data)
-    meta = split_uids(corpus)
-    ids = record_ids(corpus).numpy()
+    meta = read_split(corpus, "train", ["record_id"])
+    ids = record_index(corpus)
     assert len(set(ids)) == len(set(meta["record_id"])) < len(ids)            # several windows per recording
     for rec in set(meta["record_id"]):
         assert len(set(ids[meta["record_id"] == rec])) == 1
     cfg = _config(tmp_path, "cmsc", "pretrain.method=cmsc", "methods.cmsc.dim=16", f"data.corpus={corpus}",
                   "optim.epochs=2", "data.probe_max_windows=64", "train.checkpoint_every_steps=0")
-    result = pretrain(cfg, quiet=True)
+    result = pretrain(cfg)
     epochs = [x for x in _lines(result.run_dir) if x.get("kind") == "epoch"]
     assert len(epochs) == 2 and all("segment_cos" in e and "loss_rec" not in e for e in epochs)
     assert not list(result.run_dir.glob("figures/*.png"))                    # CMSC reconstructs nothing

@@ -3,7 +3,7 @@ Parquet corpus on Ray Data. Data never imports the model or training code.
 
     windows, labels = synthetic_windows(256, seed=0, cfg=PreprocessConfig())   # no Ray, no files
     ds = open_corpus("corpora/ptbxl", split="train")                           # ray.data.Dataset
-    arrays = read_corpus_numpy("corpora/ptbxl", split="val")                   # dict of numpy
+    arrays = read_split("corpora/ptbxl", split="val")                          # dict of numpy
 """
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 
 from coreecg.config import PreprocessConfig
 from coreecg.data.corpus import (
-    ALL_COLUMNS, TRAINING_COLUMNS, CorpusError, load_manifest, open_corpus, read_corpus_numpy, split_files,
-    verify_corpus,
+    ALL_COLUMNS, TRAINING_COLUMNS, CorpusError, load_manifest, open_corpus, split_files, verify_corpus,
 )
 from coreecg.data.pipeline import build_corpus
 from coreecg.data.preprocess import preprocess_record
+from coreecg.data.reading import read_split
 from coreecg.data.record import STANDARD_LEADS, Record, RecordError, RecordRef
 from coreecg.data.sources.synthetic import CLASS_NAMES as SYNTHETIC_CLASS_NAMES
 from coreecg.data.sources.synthetic import synthesize_record
@@ -40,5 +40,5 @@ def synthetic_windows(n: int, seed: int, cfg: PreprocessConfig | None = None) ->
 __all__ = [
     "ALL_COLUMNS", "TRAINING_COLUMNS", "CorpusError", "PreprocessConfig", "build_corpus", "Record", "RecordError", "RecordRef", "SPLITS", "STANDARD_LEADS",
     "SYNTHETIC_CLASS_NAMES", "assign_split", "load_manifest", "open_corpus", "preprocess_record",
-    "read_corpus_numpy", "split_files", "synthetic_windows", "verify_corpus",
+    "read_split", "split_files", "synthetic_windows", "verify_corpus",
 ]

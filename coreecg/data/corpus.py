@@ -20,10 +20,10 @@ ROW SCHEMA (Parquet):
                   (leads in STANDARD_LEADS order, then time); dtype and shape are in the
                   manifest ("signal") and in the field's Parquet metadata
 
-Rows from `open_corpus` / `read_corpus_numpy` instead carry
+Rows from `open_corpus` (and arrays from `coreecg.data.reading.read_split`) instead carry
     signal   (12, 2500) float32,  label  int64 (first class, -1 if none),
     multihot (n_classes,) float32 (all classes of the window's record),
-    plus the other columns asked for (open_corpus: none by default; read_corpus_numpy: all).
+    plus the other columns asked for (open_corpus: none by default).
 
 Layout choices, measured in docs/data_pipeline.md: float16 (windows are z-scored, so the
 11-bit mantissa costs an rms error ~2e-4 and halves the size), one fixed-size binary blob per
@@ -202,16 +202,6 @@ TRAINING_COLUMNS = ("labels", "signal")
 ALL_COLUMNS = ("dataset", "record_id", "patient_id", "window_index", "split", "labels", "signal")
 
 
-def read_corpus_numpy(path: str | Path, split: str = "train",
-                      columns: Iterable[str] = ALL_COLUMNS) -> dict[str, np.ndarray]:
-    """One split into memory without Ray (tests, benchmarks, small corpora)."""
-    manifest = load_manifest(path)
-    files = split_files(path, split, manifest)
-    table = pa.concat_tables(pq.read_table(f, columns=list(columns)) for f in files)
-    return decode_batch(table, tuple(manifest["signal"]["shape"]), len(manifest["class_names"]),
-                        manifest["signal"]["dtype"])
-
-
 def read_files(batch: dict[str, np.ndarray], columns: list[str], shape: tuple[int, ...], n_classes: int,
                dtype: str) -> dict[str, np.ndarray]:
     """Ray Data map_batches fn: {"path": shard files} -> their decoded rows."""
@@ -231,7 +221,7 @@ def open_corpus(path: str | Path, split: str = "train", columns: Iterable[str] =
     `shuffle_files=True` randomises the file order on every pass (epoch); add
     `iter_torch_batches(local_shuffle_buffer_size=...)` for row-level shuffling.
     """
-    import ray.data  # data readers without Ray (read_corpus_numpy) must not pay for it
+    import ray.data  # data readers without Ray (coreecg.data.reading) must not pay for it
 
     manifest = load_manifest(path)
     files = split_files(path, split, manifest)

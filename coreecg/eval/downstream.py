@@ -15,12 +15,9 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
 
-from coreecg.data.corpus import decode_labels, decode_signals, load_manifest, split_files
+from coreecg.data.reading import read_split, split_rows
 from coreecg.eval.metrics import aggregate_by_record, bootstrap_ci, classification_metrics
 
 
@@ -55,17 +52,10 @@ class EvalSplit:
 
 def load_split(corpus: str | Path, split: str) -> EvalSplit:
     """A split's labelled windows, kept in the stored dtype (half the memory of float32)."""
-    manifest = load_manifest(corpus)
-    shape, dtype = tuple(manifest["signal"]["shape"]), manifest["signal"]["dtype"]
-    table = pa.concat_tables(pq.read_table(f, columns=["record_id", "patient_id", "labels", "signal"])
-                             for f in split_files(corpus, split, manifest))
-    labelled = pc.greater(pc.list_value_length(table["labels"]), 0)
-    n_all = table.num_rows
-    table = table.filter(labelled)
-    _, multihot = decode_labels(table.column("labels"), len(manifest["class_names"]))
-    return EvalSplit(split, decode_signals(table.column("signal"), shape, dtype, as_stored=True),
-                     table.column("record_id").to_numpy(zero_copy_only=False),
-                     table.column("patient_id").to_numpy(zero_copy_only=False), multihot, n_all - table.num_rows)
+    d = read_split(corpus, split, ["record_id", "patient_id", "labels", "signal"], labelled_only=True,
+                   as_stored=True)
+    return EvalSplit(split, d["signal"], d["record_id"], d["patient_id"], d["multihot"],
+                     split_rows(corpus, split) - len(d["uid"]))
 
 
 @torch.no_grad()
@@ -76,7 +66,7 @@ def predict(model: torch.nn.Module, signal: np.ndarray, lead_rows: Sequence[int]
     signal: (n, C_stored, T) -> (probs (n, K) float64, features (n, D) float32: the mean over
     crops of the pooled features, for t-SNE). The crops of a batch go through the model together.
     """
-    from coreecg.train.step import autocast
+    from coreecg.devices import autocast
 
     offsets = eval_offsets(signal.shape[-1], crop, n_crops)
     rows = torch.as_tensor(list(lead_rows))

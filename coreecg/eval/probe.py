@@ -18,15 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
 from sklearn.preprocessing import StandardScaler
 
-from coreecg.data.corpus import decode_batch, load_manifest, split_files
+from coreecg.data.corpus import load_manifest
+from coreecg.data.reading import read_split
 from coreecg.eval.metrics import macro_auroc
 
 
@@ -46,29 +44,6 @@ class ProbeData:
     corpus: str
 
 
-def read_spread(path: str | Path, split: str, max_windows: int, manifest: dict | None = None,
-                labelled_only: bool = True) -> dict[str, np.ndarray]:
-    """At most `max_windows` windows of one split, evenly spaced over its rows (every
-    `stride`-th row, in manifest order): deterministic and spread over the whole split
-    without decoding all of it. With `labelled_only`, unlabelled windows are skipped."""
-    manifest = manifest or load_manifest(path)
-    files = split_files(path, split, manifest)
-    total = sum(s["rows"] for s in manifest["shards"] if s["split"] == split)
-    stride = max(1, -(-total // max_windows))
-    tables, seen = [], 0
-    for f in files:
-        t = pq.read_table(f, columns=["labels", "signal"])
-        idx = np.arange((-seen) % stride, t.num_rows, stride)
-        seen += t.num_rows
-        t = t.take(pa.array(idx))
-        if labelled_only:
-            t = t.filter(pc.greater(pc.list_value_length(t["labels"]), 0))
-        tables.append(t)
-    out = decode_batch(pa.concat_tables(tables), tuple(manifest["signal"]["shape"]),
-                       len(manifest["class_names"]), manifest["signal"]["dtype"])
-    return {k: v[:max_windows] for k, v in out.items()}
-
-
 def load_probe_data(path: str | Path, max_windows: int) -> ProbeData:
     """The probe's windows from a labelled corpus (ValueError if it has no labels or splits)."""
     manifest = load_manifest(path)
@@ -76,7 +51,8 @@ def load_probe_data(path: str | Path, max_windows: int) -> ProbeData:
         raise ValueError(f"probe corpus {path} has no labels (class_names is empty)")
     splits = {}
     for split in ("train", "val"):
-        d = read_spread(path, split, max_windows, manifest)
+        d = read_split(path, split, ["labels", "signal"], max_windows=max_windows, labelled_only=True,
+                       manifest=manifest)
         if len(d["signal"]) < 2:
             raise ValueError(f"probe corpus {path}: fewer than 2 labelled {split} windows")
         splits[split] = ProbeSplit(d["signal"], d["multihot"], d["label"])

@@ -1,5 +1,7 @@
 """The paper's result tables from saved fine-tuning runs (comparison, lead reduction, training
-fraction), as Markdown and CSV, plus every run in all_runs.csv.
+fraction), as Markdown, CSV and LaTeX, plus every run in all_runs.csv. Every method's cell is
+compared with a reference method's (default CoRe-ECG) by a paired bootstrap over the same test
+patients (coreecg/eval/significance.py); differences whose interval excludes 0 are marked.
 
 Contract: the fine-tuning job writes RUN_DIR/metrics.json as
 
@@ -22,9 +24,11 @@ selection {metric, best_epoch (0-based), best_step, val_auroc, epochs, steps}, c
 classes_absent_from_train, aggregation, bootstrap_resamples and unlabelled_windows_skipped.
 Metrics are fractions in [0, 1] (null where undefined; NaN is read as null); the tables print
 test metrics in percent.
-The report reads method, dataset, mode, leads, train_fraction, seed and test.{acc, f1, auroc};
-a folder without metrics.json, or one missing any of these or with a wrong type, is a RunError
-naming the folder.
+The report reads method, dataset, mode, leads, train_fraction, seed and test.{acc, f1, auroc}
+(and with report.f1=argmax multilabel and, single-label, test.f1_argmax); a folder without
+metrics.json, or one missing any of these or with a wrong type, is a RunError naming the folder.
+Paired differences read RUN_DIR/predictions.csv (one row per test record) and multilabel and
+class_names; a run without predictions.csv leaves its cells without a difference.
 """
 from __future__ import annotations
 
@@ -37,6 +41,9 @@ from typing import Sequence
 
 import numpy as np
 
+from coreecg.config import ReportConfig
+from coreecg.eval.significance import PREDICTIONS, PairedDifference, PairingError, cell_differences, paired_seeds
+
 METRICS = {"acc": "ACC", "f1": "F1", "auroc": "AUROC"}
 DATASETS = {"ptbxl": "PTB-XL", "icbeb2018": "ICBEB2018", "ningbo": "Ningbo"}   # the paper's order
 DATASET_ALIASES = {"cpsc2018": "icbeb2018"}
@@ -45,6 +52,8 @@ LEADS = ("12", "6", "1")
 FRACTIONS = (1.0, 0.5, 0.05)
 MISSING = "–"
 UNAVAILABLE = "n/a"
+F1_KEYS = {"threshold": "f1", "argmax": "f1_argmax"}
+NO_PREDICTIONS, NO_COMMON_SEED = "no predictions.csv", "no seed in common"
 
 
 class RunError(ValueError):
@@ -115,14 +124,15 @@ class TableSpec:
     name: str
     title: str
     variants: tuple[tuple[str, float, str], ...]   # (leads, train_fraction, column label part)
+    block: str = ""       # LaTeX: heading of the first column when rows come in one block per variant
 
 
 TABLES = (
     TableSpec("comparison", "Comparison (12 leads, all training data)", (("12", 1.0, ""),)),
     TableSpec("lead_reduction", "Lead reduction (all training data)",
-              tuple((lead, 1.0, f"{lead}-lead") for lead in LEADS)),
+              tuple((lead, 1.0, f"{lead}-lead") for lead in LEADS), "Leads"),
     TableSpec("train_fraction", "Reduced fine-tuning data (12 leads)",
-              tuple(("12", f, f"{f:.0%}") for f in FRACTIONS)),
+              tuple(("12", f, f"{f:.0%}") for f in FRACTIONS), "Data ratio"),
 )
 
 
@@ -138,6 +148,21 @@ def _dataset_order(runs: Sequence[Run]) -> list[str]:
     return [d for d in DATASETS if d in seen] + [d for d in seen if d not in DATASETS]
 
 
+def _multilabel(run: Run) -> bool:
+    value = run.record.get("multilabel")
+    if not isinstance(value, bool):
+        raise RunError(f"{run.path}: metrics.json 'multilabel' is {value!r}, not true or false")
+    return value
+
+
+def metric_key(run: Run, metric: str, f1: str = "threshold") -> str:
+    """The metrics.json test key a column prints: F1 is test.f1 (the paper's 0.5 threshold) or,
+    with f1="argmax", test.f1_argmax on a single-label run (a multi-label run has no argmax F1)."""
+    if metric == "f1" and f1 == "argmax" and not _multilabel(run):
+        return "f1_argmax"
+    return metric
+
+
 def format_cell(values: Sequence[float]) -> str:
     """'93.6 ± 0.4' (mean ± sample std over seeds, in percent), '93.6' for one run, '' for none."""
     if not values:
@@ -146,22 +171,67 @@ def format_cell(values: Sequence[float]) -> str:
     return f"{mean:.1f}" if len(values) == 1 else f"{mean:.1f} ± {100 * np.std(values, ddof=1):.1f}"
 
 
+Cell = tuple[str, str, float]   # (dataset, leads, train_fraction): one run per method and seed
+
+
+@dataclass
+class Significance:
+    """Paired differences to `reference` (coreecg/eval/significance.py) for every (method, cell)
+    of the tables: {metric column: PairedDifference}, or why there is none (NO_PREDICTIONS,
+    NO_COMMON_SEED). Empty when n_resamples is 0."""
+
+    reference: str
+    n_resamples: int
+    level: float
+    cells: dict[tuple[str, Cell], dict[str, PairedDifference] | str] = field(default_factory=dict)
+
+
 @dataclass
 class Table:
     spec: TableSpec
     columns: list[Column]
     cells: dict[str, list[list[float]]]     # method -> per column, the test values over seeds
     unavailable: dict[str, str] = field(default_factory=dict)   # method -> why it has no run
+    f1: str = "threshold"                   # report.f1: which F1 the F1 columns print
+    f1_fallback: tuple[str, ...] = ()       # datasets printing the 0.5-threshold F1 under f1="argmax"
+    members: dict[str, set[Cell]] = field(default_factory=dict)  # method -> cells it has runs in
+    significance: Significance | None = None
+
+    def _means(self, j: int) -> list[float]:
+        return sorted({round(100 * np.mean(v[j]), 1) for v in self.cells.values() if v[j]}, reverse=True)
 
     def best(self, j: int) -> float | None:
         """The column's best mean as printed (rounded), so equal printed values are both bold."""
-        means = [round(100 * np.mean(v[j]), 1) for v in self.cells.values() if v[j]]
-        return max(means) if means else None
+        means = self._means(j)
+        return means[0] if means else None
+
+    def second(self, j: int) -> float | None:
+        """The column's second-best printed mean (LaTeX underlines it, as the paper does)."""
+        means = self._means(j)
+        return means[1] if len(means) > 1 else None
+
+    def difference(self, method: str, j: int) -> PairedDifference | str | None:
+        """Column j's paired difference of `method` to the reference; a str says why there is
+        none; None where none is asked for (the reference's own row, an n/a row, no runs of the
+        method or of the reference in that cell, differences off)."""
+        sig, c = self.significance, self.columns[j]
+        cell = (c.dataset, c.leads, c.fraction)
+        if sig is None or not sig.n_resamples or method == sig.reference or method in self.unavailable \
+                or cell not in self.members.get(method, ()) or cell not in self.members.get(sig.reference, ()):
+            return None
+        found = sig.cells.get((method, cell))
+        return found if found is None or isinstance(found, str) else found[c.metric]
+
+    def marked(self, method: str, j: int) -> bool:
+        d = self.difference(method, j)
+        return isinstance(d, PairedDifference) and d.significant
 
 
-def build_table(spec: TableSpec, runs: Sequence[Run]) -> Table:
+def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold") -> Table:
     """Rows: methods in first-seen order; columns: dataset x variant x metric. RunError if a cell
     holds two runs with one seed (the same run passed twice, or two runs that collide)."""
+    if f1 not in F1_KEYS:
+        raise ValueError(f"f1={f1!r} is not one of {tuple(F1_KEYS)}")
     members = [(r, v) for r in runs if (v := _variant(spec, r))]
     columns = [Column(d, v[0], v[1], m, " ".join(filter(None, (DATASETS.get(d, d), v[2], label))),
                       " ".join(filter(None, (DATASETS.get(d, d), v[2]))))
@@ -170,31 +240,77 @@ def build_table(spec: TableSpec, runs: Sequence[Run]) -> Table:
     index = {(c.dataset, c.leads, c.fraction, c.metric): j for j, c in enumerate(columns)}
     cells: dict[str, list[list[float]]] = {}
     seeds: dict[tuple, Run] = {}
+    cell_members: dict[str, set[Cell]] = {}
+    fallback = []
     for run, (leads, fraction, _) in members:
         key = (run.method, run.dataset, leads, fraction, run.seed)
         if key in seeds:
             raise RunError(f"{run.path} and {seeds[key].path}: two runs of {run.method} on {run.dataset} "
                            f"({leads} leads, fraction {fraction}) with seed {run.seed}")
         seeds[key] = run
+        cell_members.setdefault(run.method, set()).add((run.dataset, leads, fraction))
         row = cells.setdefault(run.method, [[] for _ in columns])
         for metric in METRICS:
-            value = run.record["test"][metric]
+            name = metric_key(run, metric, f1)
+            if f1 == "argmax" and metric == "f1" and name == "f1":
+                fallback.append(run.dataset)
+            value = _require(run.record["test"], name, (int, float, type(None)), run.path, parent="test.")
             if value is not None and value == value:     # null (or NaN): undefined in this run
                 row[index[(run.dataset, leads, fraction, metric)]].append(float(value))
-    return Table(spec, columns, cells)
+    return Table(spec, columns, cells, f1=f1, f1_fallback=tuple(dict.fromkeys(fallback)), members=cell_members)
 
 
 def _markdown_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
+def _f1_note(table: Table) -> str:
+    """Which F1 the table prints (report.f1)."""
+    if table.f1 == "threshold":
+        return "F1: macro F1 at the paper's fixed 0.5 threshold (metrics.json test.f1)."
+    text = ("F1: macro F1 of argmax decisions, as ST-MEM's code computes it (metrics.json test.f1_argmax), "
+            "not the paper's 0.5 threshold")
+    if table.f1_fallback:
+        names = ", ".join(DATASETS.get(d, d) for d in table.f1_fallback)
+        text += f"; {names}: multi-label, no argmax decision, so F1 at the 0.5 threshold (test.f1)"
+    return text + "."
+
+
+def _significance_note(table: Table, mark: str) -> str:
+    """The legend of the significance mark: reference, level, resamples, cells without a difference."""
+    sig = table.significance
+    if sig is None:
+        return ""
+    if not sig.n_resamples:
+        return "No paired differences (report.bootstrap_resamples = 0)."
+    if sig.reference not in table.members:
+        return f"No {sig.reference} runs in this table: no paired differences."
+    lacking: dict[str, int] = {}
+    for method in table.cells:
+        for j in range(len(table.columns)):
+            if isinstance(d := table.difference(method, j), str):
+                lacking[d] = lacking.get(d, 0) + 1
+    text = (f"{mark} the difference to {sig.reference} has a {100 * sig.level:g} % paired-bootstrap interval that "
+            f"excludes 0 ({sig.n_resamples:,} resamples of the same test patients, and of the seeds where a cell "
+            f"has several; docs/evaluation.md, Paired differences); {sig.reference}'s row is the reference.")
+    if lacking:
+        text += (f" {sum(lacking.values())} cell(s) have no difference: "
+                 + ", ".join(f"{n} with {why}" for why, n in lacking.items()) + ".")
+    return text
+
+
+def _pp(x: float | None) -> str:
+    return MISSING if x is None else f"{100 * x:+.1f}"
+
+
 def table_markdown(table: Table) -> str:
-    """The table as the paper prints it, then a runs-per-cell table (n per dataset block; shown
-    as 'ACC/F1/AUROC' counts when a metric was undefined in some run)."""
+    """The table as the paper prints it (best per column in bold, a significant difference to the
+    reference marked \\*), then a runs-per-cell table (n per dataset block; shown as 'ACC/F1/AUROC'
+    counts when a metric was undefined in some run) and the differences to the reference."""
     cols = table.columns
     lines = [f"# {table.spec.title}", "",
              "Test-set metrics in percent: mean ± sample standard deviation over seeds (the mean alone "
-             f"for one run). Best per column in **bold**; {MISSING}: no run.", "",
+             f"for one run). Best per column in **bold**; {MISSING}: no run. {_f1_note(table)}", "",
              _markdown_row(["Method"] + [c.label for c in cols]), _markdown_row(["---"] * (len(cols) + 1))]
     for method, row in table.cells.items():
         if method in table.unavailable:
@@ -204,10 +320,13 @@ def table_markdown(table: Table) -> str:
         for j, values in enumerate(row):
             text = format_cell(values) or MISSING
             bold = values and round(100 * np.mean(values), 1) == table.best(j)
-            out.append(f"**{text}**" if bold else text)
+            out.append((f"**{text}**" if bold else text) + ("\\*" if table.marked(method, j) else ""))
         lines.append(_markdown_row([method] + out))
-    if table.unavailable:
-        lines += [""] + [f"† {UNAVAILABLE}: {m}: {why}" for m, why in table.unavailable.items()]
+    notes = [f"† {UNAVAILABLE}: {m}: {why}" for m, why in table.unavailable.items()]
+    if note := _significance_note(table, "\\*"):
+        notes.append(note)
+    if notes:
+        lines += [""] + notes
     groups = list(dict.fromkeys(c.group for c in cols))
     lines += ["", "Runs per cell:", "",
               _markdown_row(["Method"] + groups), _markdown_row(["---"] * (len(groups) + 1))]
@@ -217,19 +336,117 @@ def table_markdown(table: Table) -> str:
             n = [len(row[j]) for j, c in enumerate(cols) if c.group == g]
             counts.append(MISSING if not any(n) else str(n[0]) if len(set(n)) == 1 else "/".join(map(str, n)))
         lines.append(_markdown_row([method] + counts))
+    diffs = {m: [table.difference(m, j) for j in range(len(cols))] for m in table.cells}
+    diffs = {m: row for m, row in diffs.items() if any(isinstance(d, PairedDifference) for d in row)}
+    if diffs:
+        sig = table.significance
+        lines += ["", f"Differences to {sig.reference} in percentage points (the method minus {sig.reference}, "
+                      f"mean over the seeds both ran) [{100 * sig.level:g} % paired-bootstrap interval]; "
+                      "p-values and seed counts in the CSV:", "",
+                  _markdown_row(["Method"] + [c.label for c in cols]), _markdown_row(["---"] * (len(cols) + 1))]
+        for method, row in diffs.items():
+            lines.append(_markdown_row([method] + [
+                f"{_pp(d.diff)} [{_pp(d.low)}, {_pp(d.high)}]" if isinstance(d, PairedDifference) and d.diff is not None
+                else MISSING for d in row]))
     return "\n".join(lines) + "\n"
 
 
+DIFF_FIELDS = ("diff", "diff low", "diff high", "p", "diff seeds")
+
+
+def _diff_fields(d: PairedDifference | str | None) -> list:
+    """The CSV's difference fields of one cell: percentage points, p, paired seeds ('' for none)."""
+    if not isinstance(d, PairedDifference):
+        return [""] * len(DIFF_FIELDS)
+    pp = ["" if x is None else f"{100 * x:.2f}" for x in (d.diff, d.low, d.high)]
+    return pp + ["" if d.p_value is None else f"{d.p_value:.3g}", len(d.seeds)]
+
+
 def write_table_csv(table: Table, path: Path) -> None:
-    """One row per method; per column the printed cell ('' when missing) and its run count."""
+    """One row per method; per column the printed cell ('' when missing) and its run count, then a
+    note; after it, per column the paired difference to the reference in percentage points (diff,
+    diff low, diff high), its p-value and the number of paired seeds ('' where there is none)."""
+    diff_header = [f"{c.label} {name}" for c in table.columns for name in DIFF_FIELDS]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["method"] + [h for c in table.columns for h in (c.label, f"{c.label} n")] + ["note"])
+        w.writerow(["method"] + [h for c in table.columns for h in (c.label, f"{c.label} n")] + ["note"]
+                   + diff_header)
         for method, row in table.cells.items():
             if method in table.unavailable:
-                w.writerow([method] + [UNAVAILABLE, 0] * len(table.columns) + [table.unavailable[method]])
+                w.writerow([method] + [UNAVAILABLE, 0] * len(table.columns) + [table.unavailable[method]]
+                           + [""] * len(diff_header))
                 continue
-            w.writerow([method] + [x for values in row for x in (format_cell(values), len(values))] + [""])
+            w.writerow([method] + [x for values in row for x in (format_cell(values), len(values))] + [""]
+                       + [x for j in range(len(table.columns)) for x in _diff_fields(table.difference(method, j))])
+
+
+MARK = "\x00"      # stands for the significance mark until the caption is escaped
+_LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+                  "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
+                  "–": "--", "±": r"$\pm$", "†": r"\textsuperscript{\dag}"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def _latex_cell(table: Table, method: str, j: int) -> str:
+    values = table.cells[method][j]
+    if method in table.unavailable:
+        return UNAVAILABLE
+    if not values:
+        return "--"
+    text = format_cell(values).replace(" ± ", r" $\pm$ ")
+    mean = round(100 * np.mean(values), 1)
+    if mean == table.best(j):
+        text = rf"\textbf{{{text}}}"
+    elif mean == table.second(j):
+        text = rf"\underline{{{text}}}"
+    return text + (r"\textsuperscript{*}" if table.marked(method, j) else "")
+
+
+def table_latex(table: Table) -> str:
+    """The table as a booktabs `table` in the paper's layout: methods x datasets x (ACC, F1, AUROC),
+    best per column bold, second underlined, a significant difference to the reference marked
+    \\textsuperscript{*}; a table of several variants (leads, fractions) gets one row block per
+    variant, as the paper's Tables 2 and 3. Needs \\usepackage{booktabs, multirow}."""
+    cols, variants = table.columns, table.spec.variants
+    datasets = list(dict.fromkeys(c.dataset for c in cols))
+    index = {(c.dataset, c.leads, c.fraction, c.metric): j for j, c in enumerate(cols)}
+    lead = 2 if len(variants) > 1 else 1
+    k = len(METRICS)
+    caption = [f"{table.spec.title}. Test-set metrics in percent, mean ± standard deviation over seeds; best per "
+               "column in bold, second underlined.", _f1_note(table)]
+    caption += [f"† {UNAVAILABLE}: {m}: {why}." for m, why in table.unavailable.items()]
+    caption += [note] if (note := _significance_note(table, MARK)) else []
+    lines = [f"% {table.spec.name}: written by coreecg/eval/report.py; needs \\usepackage{{booktabs,multirow}}",
+             r"\begin{table}[t]", r"\centering",
+             r"\caption{" + latex_escape(" ".join(caption)).replace(MARK, r"\textsuperscript{*}") + "}",
+             rf"\label{{tab:{table.spec.name}}}",
+             r"\begin{tabular}{" + "l" * lead + " " + " ".join("c" * k for _ in datasets) + "}", r"\toprule"]
+    head = ([rf"\multirow{{2}}{{*}}{{\textbf{{{latex_escape(table.spec.block)}}}}}"] if lead == 2 else [])
+    head += [r"\multirow{2}{*}{\textbf{Method}}"]
+    head += [rf"\multicolumn{{{k}}}{{c}}{{\textbf{{{latex_escape(DATASETS.get(d, d))}}}}}" for d in datasets]
+    lines += [" & ".join(head) + r" \\",
+              " ".join(rf"\cmidrule(lr){{{lead + 1 + i * k}-{lead + (i + 1) * k}}}" for i in range(len(datasets))),
+              " & ".join([""] * lead + [label for _ in datasets for label in METRICS.values()]) + r" \\", r"\midrule"]
+    blocks = []
+    for leads, fraction, label in variants:
+        js = [index[(d, leads, fraction, m)] for d in datasets for m in METRICS]
+        methods = [m for m, row in table.cells.items()
+                   if lead == 1 or m in table.unavailable or any(row[j] for j in js)]
+        rows = []
+        for i, method in enumerate(methods):
+            name = latex_escape(method) + (r"\textsuperscript{\dag}" if method in table.unavailable else "")
+            first = ([rf"\multirow{{{len(methods)}}}{{*}}{{{latex_escape(label.replace('-lead', ''))}}}" if i == 0
+                      else ""] if lead == 2 else [])
+            rows.append(" & ".join(first + [name] + [_latex_cell(table, method, j) for j in js]) + r" \\")
+        if rows:
+            blocks.append(rows)
+    for i, rows in enumerate(blocks):
+        lines += ([r"\midrule"] if i else []) + rows
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
 
 
 RUN_FIELDS = ("method", "dataset", "mode", "leads", "train_fraction", "seed")
@@ -260,43 +477,106 @@ def write_all_runs_csv(runs: Sequence[Run], tables: Sequence[Table], path: Path)
             w.writerow(row)
 
 
+
 def method_table(name: str, title: str, methods: Sequence[str], runs: Sequence[Run],
-                 unavailable: dict[str, str] | None = None) -> Table:
+                 unavailable: dict[str, str] | None = None, f1: str = "threshold") -> Table:
     """A comparison-style table (12 leads, all training data) of the named methods, in that order
     (the paper's Table 1 and ablation tables: one row per variant; a variant with no run is a row
     of –, one in `unavailable` a row of n/a with its reason under the table)."""
     spec = TableSpec(name, title, TABLES[0].variants)
-    full = build_table(spec, [r for r in runs if r.method in methods])
+    full = build_table(spec, [r for r in runs if r.method in methods], f1)
     empty = [[] for _ in full.columns]
     why = {m: r for m, r in (unavailable or {}).items() if m in methods}
-    return Table(spec, full.columns, {m: full.cells.get(m, empty) for m in methods}, why)
+    return Table(spec, full.columns, {m: full.cells.get(m, empty) for m in methods}, why, f1, full.f1_fallback,
+                 full.members)
+
+
+def _task(run: Run) -> tuple[bool, list[str]]:
+    names = run.record.get("class_names")
+    if not isinstance(names, list) or not names or not all(isinstance(c, str) for c in names):
+        raise RunError(f"{run.path}: metrics.json 'class_names' is {names!r}, not a list of class names")
+    return _multilabel(run), names
+
+
+def paired_cells(runs: Sequence[Run], reference: str, f1: str = "threshold", n_resamples: int = 1000,
+                 level: float = 0.95, seed: int = 0) -> Significance:
+    """Paired differences to `reference` for every (method, cell) the tables hold, from the runs'
+    predictions.csv: one `cell_differences` per cell (so each run is resampled once however many
+    tables show it). A method sharing no seed with the reference, or whose paired runs (or the
+    reference's) lack predictions.csv, gets the reason instead; runs that cannot be paired (other
+    test records, labels or classes) are a RunError naming them."""
+    settings = {(v[0], v[1]) for spec in TABLES for v in spec.variants}
+    cells: dict[Cell, dict[str, list[Run]]] = {}
+    for run in runs:
+        setting = next((s for s in settings if s[0] == run.leads and isclose(s[1], run.train_fraction)), None)
+        if run.mode in TABLE_MODES and setting:
+            cells.setdefault((run.dataset, *setting), {}).setdefault(run.method, []).append(run)
+    sig = Significance(reference, n_resamples, level)
+    for cell, by_method in cells.items():
+        ref = by_method.get(reference)
+        if not ref or len(by_method) < 2 or not n_resamples:
+            continue
+        ready = {}
+        try:
+            for method, method_runs in by_method.items():
+                if method == reference:
+                    continue
+                seeds, _ = paired_seeds(ref, method_runs)
+                used = [r for r in (*ref, *method_runs) if r.seed in seeds]
+                if not seeds:
+                    sig.cells[(method, cell)] = NO_COMMON_SEED
+                elif any(not (r.path / PREDICTIONS).is_file() for r in used):
+                    sig.cells[(method, cell)] = NO_PREDICTIONS
+                else:
+                    ready[method] = method_runs
+            if not ready:
+                continue
+            multilabel, class_names = _task(ref[0])
+            for method_runs in ready.values():
+                if _task(method_runs[0])[1] != class_names:
+                    raise RunError(f"{method_runs[0].path} and {ref[0].path}: one table cell, other class names")
+            keys = {m: metric_key(ref[0], m, f1) for m in METRICS}    # column -> metrics.json key
+            found = cell_differences({reference: ref, **ready}, reference, list(dict.fromkeys(keys.values())),
+                                     multilabel, class_names, n_resamples, seed, level)
+            for method, by_metric in found.items():
+                sig.cells[(method, cell)] = {m: by_metric[key] for m, key in keys.items()}
+        except PairingError as e:
+            raise RunError(str(e)) from None
+    return sig
 
 
 def write_report(run_dirs: Sequence[str | Path], output: str | Path,
                  method_tables: dict[str, Sequence[str]] | None = None,
-                 unavailable: dict[str, str] | None = None) -> list[Path]:
-    """Read every run folder, write comparison / lead_reduction / train_fraction (.md, .csv) and
-    all_runs.csv into `output`, plus one table per `method_tables` entry (name -> methods in row
+                 unavailable: dict[str, str] | None = None, *, report: ReportConfig | None = None,
+                 seed: int = 0) -> list[Path]:
+    """Read every run folder, write comparison / lead_reduction / train_fraction (.md, .csv, .tex)
+    and all_runs.csv into `output`, plus one table per `method_tables` entry (name -> methods in row
     order; `ablation_<name>`, except that an entry named `comparison` replaces the comparison
     table with the paper's Table 1 rows in that order); `unavailable`: method -> why it has no
-    run (an n/a row). -> the files written. RunError on an unreadable folder."""
+    run (an n/a row). `report` (the config's `report` section, defaults if None): which F1 the
+    tables print, the reference method of the paired differences, their resamples and level;
+    `seed`: the bootstrap's. -> the files written. RunError on an unreadable folder."""
     if not run_dirs:
         raise RunError("no run folders given")
+    report = report or ReportConfig()
     runs = [load_run(d) for d in run_dirs]
     method_tables = dict(method_tables or {})
     ordered = method_tables.pop(TABLES[0].name, None)
-    tables = [method_table(spec.name, spec.title, ordered, runs, unavailable)
-              if spec is TABLES[0] and ordered is not None else build_table(spec, runs) for spec in TABLES]
+    tables = [method_table(spec.name, spec.title, ordered, runs, unavailable, report.f1)
+              if spec is TABLES[0] and ordered is not None else build_table(spec, runs, report.f1) for spec in TABLES]
     tables += [method_table(f"ablation_{name}", f"Ablation: {name} (12 leads, all training data)", methods, runs,
-                            unavailable)
+                            unavailable, report.f1)
                for name, methods in method_tables.items()]
+    significance = paired_cells(runs, report.reference, report.f1, report.bootstrap_resamples, report.level, seed)
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     written = []
     for table in tables:
-        md, csv_path = output / f"{table.spec.name}.md", output / f"{table.spec.name}.csv"
+        table.significance = significance
+        md, csv_path, tex = (output / f"{table.spec.name}.{ext}" for ext in ("md", "csv", "tex"))
         md.write_text(table_markdown(table))
         write_table_csv(table, csv_path)
-        written += [md, csv_path]
+        tex.write_text(table_latex(table))
+        written += [md, csv_path, tex]
     write_all_runs_csv(runs, tables, output / "all_runs.csv")
     return written + [output / "all_runs.csv"]

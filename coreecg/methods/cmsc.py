@@ -14,7 +14,7 @@ from torch import nn
 
 from coreecg.config import CMSCOptions, Config
 from coreecg.losses import cmsc_contrastive
-from coreecg.methods import register_method
+from coreecg.methods.registry import register_method
 from coreecg.methods.base import PretrainMethod
 from coreecg.model.encoder import Encoder, default_lead_idx
 

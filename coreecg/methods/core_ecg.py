@@ -12,7 +12,7 @@ from coreecg.config import Config
 from coreecg.devices import to_device
 from coreecg.losses import info_nce, masked_mse
 from coreecg.masking import make_masks
-from coreecg.methods import register_method
+from coreecg.methods.registry import register_method
 from coreecg.methods.base import PretrainMethod
 from coreecg.model.decoders import LatentDecoder, Projection, TimeDecoder
 from coreecg.model.embed import patchify

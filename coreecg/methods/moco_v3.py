@@ -13,7 +13,7 @@ from torch import nn
 
 from coreecg.config import Config, MoCoV3Options
 from coreecg.losses import moco_contrastive
-from coreecg.methods import register_method
+from coreecg.methods.registry import register_method
 from coreecg.methods.base import PretrainMethod
 from coreecg.methods.views import random_view
 from coreecg.model.encoder import Encoder, default_lead_idx

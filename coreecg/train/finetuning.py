@@ -1,7 +1,8 @@
-"""Downstream fine-tuning, linear probing and the supervised-from-scratch baseline, on the shared
-loop (`coreecg.train.loop.train_worker`) and the same Ray Train plumbing as pretraining.
+"""Downstream fine-tuning, linear probing and the supervised-from-scratch baseline: the task for
+the shared loop (`coreecg.train.loop.train_worker`) and its planner (`plan_finetune`, no Ray).
+Run one with `coreecg.train.distributed.finetune`:
 
-    from coreecg.train.finetuning import finetune
+    from coreecg.train.distributed import finetune
     result = finetune(load_config(overrides=["data.corpus=corpora/ptbxl",
                                              "finetune.encoder=runs/pretrain/encoder.pt"]))
 
@@ -18,7 +19,6 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,11 @@ import torch
 
 from coreecg.config import STANDARD_LEADS, Config, ModelConfig, load_config
 from coreecg.data.corpus import load_manifest, write_json
+from coreecg.data.reading import META_COLUMNS, read_split
 from coreecg.train.checkpoint import CheckpointError, load_checkpoint, load_encoder, save_checkpoint
-from coreecg.train.ingest import split_uids, to_model_input
+from coreecg.train.ingest import to_model_input
 from coreecg.train.loop import RunWriter, WorkerContext
+from coreecg.train.plan import FinetuneSpec, RunPlan, preflight, steps_per_epoch
 from coreecg.train.step import FinetuneStep, Schedule
 
 BEST_FILE = "best.pt"
@@ -78,21 +80,21 @@ def dataset_name(manifest: dict) -> str:
 
 
 class FinetuneTask:
-    """spec (from `prepare`): corpus, encoder ("" for scratch), lead_rows, class_names, multilabel,
-    meta (metrics.json fields fixed before training)."""
+    """The fine-tuning of a plan (`plan_finetune`) on one worker's device."""
 
     name = "finetune"
 
-    def __init__(self, config: Config, spec: dict[str, Any], rank: int, device: torch.device):
-        self.config, self.spec, self.rank, self.device = config, spec, rank, device
-        f = config.finetune
+    def __init__(self, plan: RunPlan, device: torch.device):
+        spec = plan.finetune
+        self.config, self.spec, self.corpus, self.device = plan.config, spec, plan.corpus, device
+        f = self.config.finetune
         self.epochs, self.global_batch = f.epochs, f.batch_size
-        self.class_names, self.multilabel = list(spec["class_names"]), bool(spec["multilabel"])
-        self.lead_rows = list(spec["lead_rows"])
-        n_stored = int(spec["stored_leads"])
-        self._rows = None if self.lead_rows == list(range(n_stored)) else torch.tensor(self.lead_rows, device=device)
+        self.class_names, self.multilabel = list(spec.class_names), spec.multilabel
+        self.lead_rows = list(spec.lead_rows)
+        self._rows = (None if self.lead_rows == list(range(spec.stored_leads))
+                      else torch.tensor(self.lead_rows, device=device))
         # Targets by uid: the train split's labels are tiny next to its signals.
-        self.targets = torch.from_numpy(split_uids(spec["corpus"], "train")["multihot"]).to(device)
+        self.targets = torch.from_numpy(read_split(self.corpus, "train", ["labels"])["multihot"]).to(device)
         self._splits: dict[str, Any] = {}
 
     def build(self, ctx: WorkerContext):
@@ -100,7 +102,7 @@ class FinetuneTask:
         from coreecg.model.encoder import Encoder
 
         cfg, f = self.config, self.config.finetune
-        encoder = load_encoder(self.spec["encoder"]) if self.spec["encoder"] else Encoder.from_config(cfg.model)
+        encoder = load_encoder(self.spec.encoder) if self.spec.encoder else Encoder.from_config(cfg.model)
         model = Classifier(encoder, len(self.class_names), f.leads, self.multilabel,
                            frozen_encoder=f.mode == "linear").to(ctx.device)
         schedule = Schedule(ctx.steps_per_epoch, f.epochs, f.warmup_epochs)
@@ -123,7 +125,7 @@ class FinetuneTask:
         from coreecg.eval.downstream import load_split
 
         if name not in self._splits:
-            self._splits[name] = load_split(self.spec["corpus"], name)
+            self._splits[name] = load_split(self.corpus, name)
         return self._splits[name]
 
     def _records(self, core, split: str):
@@ -166,13 +168,13 @@ class FinetuneTask:
         seed, n_boot = cfg.train.seed, f.bootstrap_resamples
         val, test = self._records(core, "val"), self._records(core, "test")
         metrics = {
-            **self.spec["meta"],
+            **self.spec.meta,
             "selection": {"metric": "validation macro AUROC (one-vs-rest)", "best_epoch": int(payload["epoch"]),
                           "best_step": int(payload["step"]), "val_auroc": payload["val"]["val_auroc"],
                           "epochs": self.epochs, "steps": int(summary.get("step", 0))},
             "test": score(test, self.multilabel, self.class_names, n_boot, seed),
             "val": score(val, self.multilabel, self.class_names, n_boot, seed),
-            "crop_rule": crop_rule(int(self.spec["stored_samples"]), cfg.data.crop_samples, f.eval_crops),
+            "crop_rule": crop_rule(self.spec.stored_samples, cfg.data.crop_samples, f.eval_crops),
             "aggregation": "record = mean of its windows' probabilities; CIs resample patients",
             "bootstrap_resamples": n_boot,
             "unlabelled_windows_skipped": {s: int(self._split(s).unlabelled) for s in ("val", "test")},
@@ -206,27 +208,20 @@ def _json_ready(obj: Any) -> Any:
     return obj
 
 
-# ---------------------------------------------------------------------------- the driver
+# ---------------------------------------------------------------------------- the plan
 
 
-@dataclass
-class Prepared:
-    config: Config                 # the run's config: model from the encoder checkpoint
-    spec: dict[str, Any]           # FinetuneTask's spec
-    keep: np.ndarray               # (N,) bool over the train split's uids
-    kept_patients: list[str]       # the patients of the kept rows, sorted (train_subset.csv)
-
-
-def prepare(config: Config) -> Prepared:
-    """Every check that can fail before training, and the run's fixed facts.
+def plan_finetune(config: Config) -> RunPlan:
+    """Every check that can fail before training, and the run's fixed facts, as a RunPlan.
 
     FinetuneError / CheckpointError / SubsetError (ValueErrors naming the file or key) for: a
     corpus without labels or without labelled val/test windows, a lead it does not store, an
     encoder checkpoint that is unreadable, holds no encoder, or has another shape than asked,
-    a scratch run given an encoder (or a fine-tune given none), a fraction that empties a class.
+    a scratch run given an encoder (or a fine-tune given none), a fraction that empties a class,
+    a run folder that holds another run.
     """
+    from coreecg.data.locate import training_corpus
     from coreecg.data.subsets import stratified_patient_subset, subset_summary
-    from coreecg.train.distributed import training_corpus
 
     f = config.finetune
     corpus = training_corpus(config)
@@ -267,12 +262,12 @@ def prepare(config: Config) -> Prepared:
         raise FinetuneError(f"{corpus}: windows of {stored_samples} samples are shorter than the model's input "
                             f"({config.data.crop_samples})")
 
-    train = split_uids(corpus, "train")
+    train = read_split(corpus, "train", META_COLUMNS)
     labelled = train["multihot"].any(axis=1)
     if not labelled.any():
         raise FinetuneError(f"{corpus}: no labelled windows in the train split")
     for split in ("val", "test"):
-        if not split_uids(corpus, split)["multihot"].any(axis=1).any():
+        if not read_split(corpus, split, ["labels"])["multihot"].any(axis=1).any():
             raise FinetuneError(f"{corpus}: no labelled windows in the {split} split "
                                 f"({'model selection' if split == 'val' else 'the final metrics'} needs them)")
     keep = np.zeros(len(labelled), dtype=bool)
@@ -290,10 +285,15 @@ def prepare(config: Config) -> Prepared:
                                        keep[labelled], names),
         "counts": {"train_windows": int(keep.sum()), "train_unlabelled_windows_skipped": int((~labelled).sum())},
     }
-    spec = {"corpus": str(corpus), "encoder": f.encoder, "lead_rows": [stored.index(x) for x in f.leads],
-            "stored_leads": len(stored), "stored_samples": stored_samples, "class_names": names,
-            "multilabel": bool(manifest["multilabel"]), "meta": meta}
-    return Prepared(config, spec, keep, sorted(set(train["patient_id"][keep])))
+    spec = FinetuneSpec(encoder=f.encoder, lead_rows=tuple(stored.index(x) for x in f.leads),
+                        stored_leads=len(stored), stored_samples=stored_samples, class_names=tuple(names),
+                        multilabel=bool(manifest["multilabel"]), meta=meta,
+                        kept_patients=tuple(sorted(set(train["patient_id"][keep]))))
+    _check_run_folder(config.train.run_dir, config)
+    n = int(keep.sum())
+    spe = steps_per_epoch(corpus, n, f.batch_size, config.train.num_workers, "finetune.batch_size")
+    notes = preflight(config.train.run_dir, config)
+    return RunPlan("finetune", config, corpus, n, spe, finetune=spec, resume_notes=tuple(notes), keep=keep)
 
 
 def _check_run_folder(run_dir: Path, config: Config) -> None:
@@ -309,66 +309,3 @@ def _check_run_folder(run_dir: Path, config: Config) -> None:
     if diffs:
         raise CheckpointError(f"{run_dir}: holds a run with other settings ({'; '.join(diffs)}); "
                               "use another --output")
-
-
-@dataclass
-class FinetuneResult:
-    run_dir: Path
-    metrics: dict[str, Any]         # metrics.json
-    best: Path
-
-
-def build_finetune_trainer(config: Config, *, quiet: bool = False, callbacks: list | None = None):
-    """Checks, the train subset, and the TorchTrainer -> (trainer, run_dir, prepared).
-    Tune trials call this and `fit()` themselves."""
-    from coreecg.train.distributed import make_trainer, preflight, start_ray, steps_per_epoch
-    from coreecg.train.ingest import training_dataset
-
-    prep = prepare(config)
-    cfg, f, t = prep.config, prep.config.finetune, prep.config.train
-    run_dir = t.run_dir
-    _check_run_folder(run_dir, cfg)
-    start_ray(cfg)
-    corpus = Path(prep.spec["corpus"])
-    n = int(prep.keep.sum())
-    spe = steps_per_epoch(corpus, n, f.batch_size, t.num_workers, "finetune.batch_size")
-    notes = preflight(run_dir, cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cfg.to_yaml(run_dir / "config.yaml")
-    kept = prep.kept_patients                     # read once, in prepare()
-    (run_dir / "train_subset.csv").write_text("patient_id\n" + "".join(f"{p}\n" for p in kept))
-    meta = prep.spec["meta"]
-    if not quiet:
-        print(f"run folder: {run_dir}")
-        print(f"task: {meta['dataset']} ({len(meta['class_names'])} classes, "
-              f"{'multi' if meta['multilabel'] else 'single'}-label), mode {f.mode}, leads {meta['leads']}, "
-              f"method {meta['method']}")
-        print(f"train: {n} windows of {len(kept)} patients (fraction {f.train_fraction}), {spe} steps/epoch of "
-              f"{f.batch_size} over {t.num_workers} worker(s)")
-        if meta["classes_absent_from_train"]:
-            print(f"warning: no training window of {meta['classes_absent_from_train']}")
-        if notes:
-            print(f"resuming with changed settings: {', '.join(notes)}")
-    loop_config = {"task": "finetune", "steps_per_epoch": spe, "spec": prep.spec}
-    dataset = training_dataset(corpus, t.seed, cfg.data.cache_in_memory_gb, keep=prep.keep)
-    trainer = make_trainer(cfg, loop_config, dataset, f.epochs, quiet=quiet, callbacks=callbacks)
-    return trainer, run_dir, prep
-
-
-def finetune(config: Config, *, quiet: bool = False) -> FinetuneResult:
-    """Run (or resume) one fine-tuning; a finished run folder with the same config is returned as is."""
-    run_dir = config.train.run_dir
-    done = run_dir / "metrics.json"
-    if done.is_file() and (run_dir / "config.yaml").is_file():
-        prep = prepare(config)
-        if load_config(run_dir / "config.yaml") == prep.config:
-            if not quiet:
-                print(f"{run_dir}: already finished (metrics.json); nothing to do")
-            return FinetuneResult(run_dir, json.loads(done.read_text()), run_dir / BEST_FILE)
-    trainer, run_dir, _ = build_finetune_trainer(config, quiet=quiet)
-    for stale in ("metrics.json", "predictions.csv"):   # a finished run resumed with more epochs
-        (run_dir / stale).unlink(missing_ok=True)
-    trainer.fit()
-    if not done.is_file():
-        raise RuntimeError(f"{run_dir}: training ended without metrics.json")
-    return FinetuneResult(run_dir, json.loads(done.read_text()), run_dir / BEST_FILE)

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 
 from coreecg.data.corpus import decode_signals, load_manifest, split_files
+from coreecg.data.reading import read_shard
 from coreecg.devices import to_device
 
 
@@ -77,7 +77,7 @@ def _read_shard(batch: dict[str, np.ndarray], shape: tuple[int, ...], dtype: str
     """map_batches fn: one shard file -> {"signal": (n, C, T) stored dtype, "uid": (n,) int64},
     only the rows whose uid is True in `keep` (the split's (N,) bool mask) when given."""
     path, first_uid = str(batch["path"][0]), int(batch["first_uid"][0])
-    table = pq.read_table(path, columns=["signal"])
+    table = read_shard(path, ["signal"])
     uid = np.arange(first_uid, first_uid + table.num_rows, dtype=np.int64)
     if keep is not None:
         rows = np.flatnonzero(keep[uid])
@@ -86,31 +86,10 @@ def _read_shard(batch: dict[str, np.ndarray], shape: tuple[int, ...], dtype: str
     return {"signal": signal, "uid": uid}
 
 
-def train_windows(corpus: str | Path, split: str = "train") -> int:
-    """Number of windows in one split (from the manifest; no file read)."""
-    return sum(s["rows"] for s in load_manifest(corpus)["shards"] if s["split"] == split)
-
-
-def split_uids(corpus: str | Path, split: str = "train") -> dict[str, np.ndarray]:
-    """The split's row metadata in uid order (uid = row index over the split's files in manifest
-    order, as `training_dataset` numbers them), without reading signals: {"record_id": (N,),
-    "patient_id": (N,), "label": (N,) first class or -1, "multihot": (N, K) float32}."""
-    import pyarrow as pa
-
-    from coreecg.data.corpus import decode_labels
-
-    manifest = load_manifest(corpus)
-    table = pa.concat_tables(pq.read_table(f, columns=["record_id", "patient_id", "labels"])
-                             for f in split_files(corpus, split, manifest))
-    label, multihot = decode_labels(table.column("labels"), len(manifest["class_names"]))
-    return {"record_id": table.column("record_id").to_numpy(zero_copy_only=False),
-            "patient_id": table.column("patient_id").to_numpy(zero_copy_only=False),
-            "label": label, "multihot": multihot}
-
-
 def training_dataset(corpus: str | Path, seed: int, cache_in_memory_gb: float = 2.0, split: str = "train",
                      keep: np.ndarray | None = None):
-    """The split's windows as a Ray Dataset of {"signal": (C, T) float16, "uid": int64}.
+    """The split's windows as a Ray Dataset of {"signal": (C, T) float16, "uid": int64} (uids
+    numbered as `coreecg.data.reading.read_split` numbers them).
 
     One block per shard file, in an order shuffled once with `seed`. A split smaller than
     `cache_in_memory_gb` is materialised in the object store, so epochs re-read no Parquet.

@@ -12,6 +12,7 @@ then on rank 0 the task's evaluation when it asks for one, then one report with 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -24,10 +25,11 @@ import torch
 from coreecg.config import Config
 from coreecg.train.checkpoint import CheckpointError, check_compatible, load_checkpoint, save_checkpoint
 from coreecg.train.ingest import memory_epoch_batches, seed_for
+from coreecg.train.plan import CHECKPOINT_FILE, RunPlan, checkpoint_dirs
 from coreecg.train.speed import release_freed_memory
 from coreecg.train.step import TrainStep
 
-CHECKPOINT_FILE = "checkpoint.pt"
+log = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -56,7 +58,6 @@ class WorkerContext:
     report: Callable[[dict[str, float], dict[str, Any] | None], None]
     latest: Callable[[], tuple[dict, Config, Path] | None]
     wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m
-    quiet: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -156,7 +157,7 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
     core, step = task.build(ctx)
     step_gen = torch.Generator()    # on the host: masks need no device sync (CoReECG._masks)
     writer = RunWriter(ctx.run_dir, ctx.is_main)
-    say = print if ctx.is_main and not ctx.quiet else (lambda *a, **k: None)
+    say = log.info if ctx.is_main else (lambda *a, **k: None)
 
     epoch, done_in_epoch, state = 0, 0, {}
     resumed = ctx.latest()
@@ -175,7 +176,7 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
             epoch, done_in_epoch = epoch + 1, 0
         writer.line({"event": "resume", "step": step.step, "epoch": epoch, "batches_done": done_in_epoch,
                      "checkpoint": str(path)})
-        say(f"resumed from {path}: step {step.step}, epoch {epoch}, {done_in_epoch} batches into it")
+        say("resumed from %s: step %d, epoch %d, %d batches into it", path, step.step, epoch, done_in_epoch)
     else:
         torch.manual_seed(seed_for("torch", cfg.train.seed, ctx.rank))
         if ctx.is_main:
@@ -229,7 +230,7 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
         summary.update({k: v for k, v in state.items() if isinstance(v, float)})
         writer.line({"kind": "epoch", **summary})
         writer.scalars("epoch", {k: v for k, v in summary.items() if k not in ("epoch", "step")}, step.step)
-        say(progress_line(summary, task.epochs))
+        say("%s", progress_line(summary, task.epochs))
         ctx.report(summary, payload_now(spe, summary))
         epoch += 1
     if ctx.is_main:
@@ -253,30 +254,19 @@ def progress_line(s: dict[str, float], epochs: int) -> str:
 # ---------------------------------------------------------------------------- plain (no Ray)
 
 
-def step_of(checkpoint_dir: Path) -> int:
-    """The step a `checkpoint_step<N>` folder was written at."""
-    return int(Path(checkpoint_dir).name.rsplit("step", 1)[-1])
-
-
-def checkpoint_dirs(run_dir: Path) -> list[Path]:
-    """The run's checkpoint folders, oldest first (names carry the zero-padded step)."""
-    return sorted((p for p in Path(run_dir).glob("checkpoint_step*") if (p / CHECKPOINT_FILE).is_file()),
-                  key=step_of)
-
-
-def run_local(task: Task, config: Config, windows: np.ndarray, run_dir: str | Path | None = None,
-              quiet: bool = True) -> dict[str, float]:
+def run_local(plan: RunPlan, task: Task, windows: np.ndarray) -> dict[str, float]:
     """The no-Ray reference: one process, in-memory train windows (n, C, T_stored) float32/16 whose
-    row index is the uid, the same loop. Checkpoints go to run_dir/checkpoint_step<N>/ (the last
-    `train.keep_checkpoints` kept); re-running with the same run_dir resumes."""
-    run_dir = Path(run_dir) if run_dir is not None else config.train.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config.to_yaml(run_dir / "config.yaml")
+    row index is the uid (`plan` from `coreecg.train.plan.plan_local`), the same loop. Checkpoints
+    go to the run folder's checkpoint_step<N>/ (the last `train.keep_checkpoints` kept);
+    re-running with the same run folder resumes."""
+    from coreecg.train.plan import write_run_folder
+
+    config, run_dir = plan.config, write_run_folder(plan)
     device = resolve_device(config.train.device)
     data = torch.from_numpy(np.ascontiguousarray(windows))
+    if len(data) != plan.train_windows:
+        raise ValueError(f"{len(data)} windows for a plan of {plan.train_windows}")
     bs = task.global_batch
-    if len(data) < bs:
-        raise ValueError(f"{len(data)} windows are fewer than one batch of {bs}")
 
     def report(metrics: dict[str, float], payload: dict[str, Any] | None) -> None:
         if payload is None:
@@ -296,7 +286,7 @@ def run_local(task: Task, config: Config, windows: np.ndarray, run_dir: str | Pa
         return (*load_checkpoint(path, device), path)
 
     ctx = WorkerContext(
-        rank=0, world_size=1, device=device, steps_per_epoch=len(data) // bs, run_dir=run_dir,
+        rank=0, world_size=1, device=device, steps_per_epoch=plan.steps_per_epoch, run_dir=run_dir,
         epoch_batches=lambda epoch: memory_epoch_batches(data, bs, epoch, config.train.seed, device),
-        report=report, latest=latest, quiet=quiet)
+        report=report, latest=latest)
     return train_worker(task, config, ctx)

@@ -1,9 +1,11 @@
 """The pretraining task for the shared loop (`coreecg.train.loop.train_worker`): the configured
 method (`pretrain.method`: CoRe-ECG, MoCo v3, CMSC or a plugin's) and its step, random
 2,250-sample crops, the representation probe and (for methods that reconstruct) the
-reconstruction figure each eval epoch, and `encoder.pt` at the end."""
+reconstruction figure each eval epoch, and `encoder.pt` at the end; and its planner
+(`plan_pretrain`: corpus, batches, probe and run folder checks, no Ray)."""
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,10 @@ from coreecg.methods import PretrainMethod, build_method
 from coreecg.train.checkpoint import export_encoder
 from coreecg.train.ingest import to_model_input
 from coreecg.train.loop import RunWriter, WorkerContext, run_local
+from coreecg.train.plan import RunPlan, plan_local, preflight, steps_per_epoch
 from coreecg.train.step import PretrainStep, Schedule
+
+log = logging.getLogger(__name__)
 
 
 class PretrainTask:
@@ -59,8 +64,7 @@ class PretrainTask:
             return {}
         auroc = self._probe(core, ctx)["probe_auroc"]
         writer.line({"event": "probe_init", "step": 0, "epoch": 0, "probe_auroc": auroc})
-        if not ctx.quiet:
-            print(f"probe_auroc of the randomly initialised encoder: {auroc:.4f}")
+        log.info("probe_auroc of the randomly initialised encoder: %.4f", auroc)
         return {"probe_auroc_init": auroc}
 
     def should_evaluate(self, epoch: int) -> bool:
@@ -95,13 +99,56 @@ class PretrainTask:
                state: dict[str, Any]) -> None:
         path = export_encoder(ctx.run_dir / "encoder.pt", core, self.config,
                               step=int(summary.get("step", 0)), metrics=summary)
-        if not ctx.quiet:
-            print(f"encoder exported: {path}")
+        log.info("encoder exported: %s", path)
+
+
+def plan_pretrain(config: Config) -> RunPlan:
+    """A pretraining's plan: its corpus (data.corpus or the embedded synthetic one), batches per
+    epoch over train.num_workers, the probe's corpus, and the run folder's checks (`preflight`)."""
+    from coreecg.data.locate import probe_corpus, training_corpus
+    from coreecg.data.reading import split_rows
+
+    t = config.train
+    corpus = training_corpus(config)
+    n = split_rows(corpus, "train")
+    spe = steps_per_epoch(corpus, n, config.optim.batch_size, t.num_workers, "optim.batch_size")
+    notes = preflight(t.run_dir, config)
+    return RunPlan("pretrain", config, corpus, n, spe, probe_corpus=probe_corpus(config, corpus),
+                   resume_notes=tuple(notes))
+
+
+def figure_windows(corpus: Path, crop: int, n: int = 2) -> torch.Tensor:
+    """The reconstruction figure's fixed windows: `n` evenly spaced validation windows (train
+    windows when the corpus has no val split), centre-cropped: (n, C, crop) float32."""
+    from coreecg.data.reading import read_split, splits_of
+    from coreecg.eval.probe import center_crop
+
+    split = "val" if "val" in splits_of(corpus) else "train"
+    windows = read_split(corpus, split, ["signal"], max_windows=n)["signal"]
+    return center_crop(torch.from_numpy(windows), crop)
+
+
+def task_from_plan(plan: RunPlan, rank: int) -> PretrainTask:
+    """The task a worker runs: the probe's data and the figure's windows on rank 0 only; record
+    ids of the train split for methods that need them (CMSC)."""
+    from coreecg.data.reading import record_index
+    from coreecg.eval.probe import load_probe_data
+    from coreecg.methods import method_class
+
+    cfg = plan.config
+    probe = figures = None
+    if rank == 0:
+        probe = load_probe_data(plan.probe_corpus, cfg.data.probe_max_windows) if plan.probe_corpus else None
+        figures = figure_windows(plan.corpus, cfg.data.crop_samples) if cfg.train.figures else None
+    record_of = (torch.from_numpy(record_index(plan.corpus, "train"))
+                 if method_class(cfg.pretrain.method).needs_record_ids else None)
+    return PretrainTask(cfg, probe, figures, record_of)
 
 
 def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | None = None,
-                   probe: Any = None, quiet: bool = True, record_of: np.ndarray | None = None) -> dict[str, float]:
+                   probe: Any = None, record_of: np.ndarray | None = None) -> dict[str, float]:
     """The no-Ray reference pretraining on in-memory windows (n, C, T_stored); see `run_local`.
     record_of: (n,) recording id of each window (methods that need record ids); None: one per window."""
     record = torch.as_tensor(record_of, dtype=torch.int64) if record_of is not None else None
-    return run_local(PretrainTask(config, probe, record_of=record), config, windows, run_dir, quiet)
+    plan = plan_local(config, len(windows), run_dir)
+    return run_local(plan, PretrainTask(plan.config, probe, record_of=record), windows)

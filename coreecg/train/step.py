@@ -1,13 +1,13 @@
 """One pretraining step, reused by every loop (plain PyTorch, Ray Train workers, Tune trials)."""
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from coreecg.config import Config
+from coreecg.devices import autocast
 from coreecg.train.optim import adamw, build_optimizer, cosine_lr, ema_momentum, param_groups
 from coreecg.train.speed import apply_speed_options
 
@@ -27,13 +27,6 @@ class Schedule:
     @property
     def warmup_steps(self) -> int:
         return int(round(self.warmup_epochs * self.steps_per_epoch))
-
-
-def autocast(precision: str, device: torch.device):
-    """bf16 autocast when asked for, or by default ("auto") on CUDA; fp32 otherwise."""
-    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 class TrainStep:

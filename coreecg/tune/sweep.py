@@ -14,6 +14,7 @@ and the sweep's plots and tables (written by jobs/).
 from __future__ import annotations
 
 import csv
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ from coreecg.tune.trial import pretrain_trial
 
 EXPERIMENT = "tune"
 METRIC = "probe_auroc"
+
+log = logging.getLogger(__name__)
 
 
 class SweepError(ValueError):
@@ -73,7 +76,7 @@ def _concurrency(settings: SweepSettings) -> int:
 
 
 def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_alg=None, scheduler=None,
-              num_samples: int = 1, quiet: bool = False):
+              num_samples: int = 1):
     """Fit (or, with settings.resume, restore and continue) the sweep -> Tune's ResultGrid."""
     from ray import tune
 
@@ -85,12 +88,11 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
     concurrency = _concurrency(settings)
     init_ray(concurrency * _per_trial_cpus(settings), reserve_for_data=concurrency + 1)
     trainable = tune.with_resources(pretrain_trial, resources)
-    callbacks = [] if quiet else [_progress_callback()]
+    callbacks = [_progress_callback()]
     if settings.resume:
         if not tune.Tuner.can_restore(str(experiment)):
             raise SweepError(f"{experiment}: no sweep to resume here (run without --resume to start one)")
-        if not quiet:
-            print(f"resuming the sweep in {experiment}: finished trials are kept, unfinished ones continue")
+        log.info("resuming the sweep in %s: finished trials are kept, unfinished ones continue", experiment)
         tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True,
                                    resume_errored=False, restart_errored=False)
         return tuner.fit()
@@ -117,7 +119,7 @@ def absolute_data_paths(settings: SweepSettings) -> list[str]:
     """The base overrides plus absolute corpus paths: trials run in working folders of their own
     (and, on a cluster, on other nodes: the corpora must be on shared storage). The embedded
     synthetic corpus is built here once, not once per trial."""
-    from coreecg.train.distributed import training_corpus
+    from coreecg.data.locate import training_corpus
 
     cfg = load_config(settings.config_file, settings.base)
     fixed = [f"data.corpus={training_corpus(cfg)}", f"data.cache_dir={Path(cfg.data.cache_dir).resolve()}"]
@@ -137,14 +139,14 @@ def _progress_callback():
             m = trial.last_result or {}
             params = {k: v for k, v in trial.config.items() if k != "sweep"}
             self.done += 1
-            print(f"[{self.done} done] trial {trial.trial_id} {params}: probe_auroc "
-                  f"{m.get(METRIC, float('nan')):.4f} after {int(m.get('epoch', -1)) + 1} epoch(s), "
-                  f"{m.get('time_total_s', 0):.0f} s", flush=True)
+            log.info("[%d done] trial %s %s: probe_auroc %.4f after %d epoch(s), %.0f s", self.done,
+                     trial.trial_id, params, m.get(METRIC, float("nan")), int(m.get("epoch", -1)) + 1,
+                     m.get("time_total_s", 0))
 
         def on_trial_error(self, iteration, trials, trial, **info):
             params = {k: v for k, v in trial.config.items() if k != "sweep"}
             self.done += 1
-            print(f"[{self.done} done] trial {trial.trial_id} {params} FAILED (recorded in results.csv)", flush=True)
+            log.warning("[%d done] trial %s %s FAILED (recorded in results.csv)", self.done, trial.trial_id, params)
 
     return Progress()
 

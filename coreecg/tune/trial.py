@@ -63,42 +63,36 @@ def _pretrain_on_train(cfg: Config) -> dict[str, Any]:
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from coreecg.train.distributed import build_trainer
+    from coreecg.train.pretraining import plan_pretrain
 
-    trainer, _ = build_trainer(cfg, quiet=True, callbacks=[TuneReportCallback()])
-    result = trainer.fit()
+    result = build_trainer(plan_pretrain(cfg), callbacks=[TuneReportCallback()]).fit()
     return {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
 
 
 def _pretrain_in_process(cfg: Config) -> dict[str, Any]:
-    """The loop in this process: the same corpus, probe and task as a Train worker of rank 0."""
+    """The loop in this process: the same plan and task as a Train worker of rank 0."""
     import logging
 
     import torch
     from ray import tune
     from ray.data import DataContext
 
-    from coreecg.train.distributed import preflight, probe_corpus, run_task, steps_per_epoch, training_corpus
-    from coreecg.train.ingest import train_windows, training_dataset
+    from coreecg.train.distributed import run_task
+    from coreecg.train.ingest import training_dataset
+    from coreecg.train.plan import write_run_folder
+    from coreecg.train.pretraining import plan_pretrain
 
-    corpus = training_corpus(cfg)
-    n = train_windows(corpus)
-    spe = steps_per_epoch(corpus, n, cfg.optim.batch_size, 1, "optim.batch_size")
-    probe = probe_corpus(cfg, corpus)
-    if probe is None:
-        raise ValueError(f"{corpus}: a sweep trial is judged by probe_auroc, but the corpus has no labels; "
+    plan = plan_pretrain(cfg)
+    if plan.probe_corpus is None:
+        raise ValueError(f"{plan.corpus}: a sweep trial is judged by probe_auroc, but the corpus has no labels; "
                          "set data.probe_corpus")
-    run_dir = cfg.train.run_dir
-    preflight(run_dir, cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cfg.to_yaml(run_dir / "config.yaml")
-    loop_config = {"config": cfg.to_dict(), "run_dir": str(run_dir), "task": "pretrain", "steps_per_epoch": spe,
-                   "corpus": str(corpus), "probe_corpus": str(probe)}
+    write_run_folder(plan)
     device = torch.device("cuda" if cfg.train.use_gpu and torch.cuda.is_available() else "cpu")
     ctx = DataContext.get_current()        # the sweep's console shows trials, not Ray Data progress
     ctx.enable_progress_bars = ctx.enable_operator_progress_bars = False
     for name in ("ray.data", "ray.tune", "ray.train"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    data = training_dataset(corpus, cfg.train.seed, cfg.data.cache_in_memory_gb).iterator()
+    data = training_dataset(plan.corpus, cfg.train.seed, cfg.data.cache_in_memory_gb).iterator()
     last = {}
 
     def report(metrics: dict[str, float], checkpoint=None) -> None:
@@ -106,6 +100,6 @@ def _pretrain_in_process(cfg: Config) -> dict[str, Any]:
         last.update(metrics)
         tune.report(metrics, checkpoint=checkpoint)
 
-    run_task(loop_config, data, 0, 1, device, report_fn=report, get_checkpoint=tune.get_checkpoint,
+    run_task(plan, data, 0, 1, device, report_fn=report, get_checkpoint=tune.get_checkpoint,
              checkpoint_cls=tune.Checkpoint)
     return dict(last)

@@ -45,7 +45,7 @@ SUBSETS: tuple[str, ...] = ("CPSC", "CPSC-Extra", "StPetersburg", "PTB", "PTB-XL
                             "Chapman-Shaoxing", "Ningbo", "SPH")
 _ID_RE = re.compile(r"^([A-Z]+)(\d+)$")
 # Every SNOMED-CT code of the two challenge tables: others are counted as unrecognised.
-KNOWN_CODES: frozenset[str] = frozenset(row.code for row in DX_ROWS)
+KNOWN_CODES: frozenset[str] = frozenset(row[0] for row in DX_ROWS)   # (code, abbr, dx, scored, counts)
 
 
 def subset_of(record_id: str) -> str:

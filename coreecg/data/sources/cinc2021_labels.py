@@ -110,7 +110,7 @@ def build_class_map(kind: str = "scored26", *, min_count: int = 1, count_column:
     if rows is None or pairs is None:
         from coreecg.data.sources._cinc2021_dx_table import DX_ROWS, EQUIVALENT_CODES
 
-        rows = DX_ROWS if rows is None else rows
+        rows = tuple(DxRow(*r) for r in DX_ROWS) if rows is None else rows   # plain tuples: no import circle
         pairs = EQUIVALENT_CODES if pairs is None else pairs
     if kind not in CLASS_MAP_KINDS:
         raise ValueError(f"unknown class_map {kind!r}; known: {', '.join(CLASS_MAP_KINDS)}")
@@ -137,13 +137,11 @@ def render_table_module(rows: tuple[DxRow, ...], pairs: tuple[tuple[str, str], .
         "",
         "DX_ROWS: (SNOMED-CT code, abbreviation, description, scored, counts per DB_COLUMNS).",
         '"""',
-        "from coreecg.data.sources.cinc2021_labels import DxRow",
-        "",
         f"EQUIVALENT_CODES = {tuple(pairs)!r}",
         "",
         "DX_ROWS = (",
     ]
-    lines += [f"    DxRow({r.code!r}, {r.abbr!r}, {r.dx!r}, {r.scored!r}, {r.counts!r})," for r in rows]
+    lines += [f"    ({r.code!r}, {r.abbr!r}, {r.dx!r}, {r.scored!r}, {r.counts!r})," for r in rows]
     lines += [")", ""]
     return "\n".join(lines)
 

@@ -1,0 +1,50 @@
+"""Which corpus a run reads: `data.corpus`, else the embedded synthetic corpus (built on first
+use under `data.cache_dir`); and the probe's corpus. No Ray here: planning a run resolves its
+corpora before any cluster starts (building the synthetic corpus starts one, through the
+preprocessing pipeline, only when it is missing)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+from coreecg.config import Config
+
+log = logging.getLogger(__name__)
+
+
+def synthetic_corpus(config: Config) -> Path:
+    """The embedded synthetic corpus as Parquet under `data.cache_dir`, built on first use
+    (a re-run skips finished shards, so this is cheap once built)."""
+    from coreecg.data.pipeline import build_corpus
+
+    d = config.data
+    path = (Path(d.cache_dir) / f"synthetic-n{d.synthetic_records}-seed{d.sources.synthetic_seed}").resolve()
+    options = d.sources.for_source("synthetic", d.synthetic_records)
+    manifest = path / "manifest.json"
+    if manifest.is_file():
+        m = json.loads(manifest.read_text())
+        wanted = json.loads(json.dumps([options, dataclasses.asdict(d.preprocess), d.split_ratios, d.shard_records]))
+        if [m.get("source_options"), m.get("preprocess"), m.get("split_ratios"), m.get("shard_records")] == wanted:
+            return path
+    log.info("building the embedded synthetic corpus (%d records) at %s", d.synthetic_records, path)
+    build_corpus("synthetic", None, path, d, source_options=options)
+    return path
+
+
+def training_corpus(config: Config) -> Path:
+    """data.corpus (resolved), else the embedded synthetic corpus."""
+    return Path(config.data.corpus).resolve() if config.data.corpus else synthetic_corpus(config)
+
+
+def probe_corpus(config: Config, corpus: Path) -> Path | None:
+    """data.probe_corpus, else the training corpus when it is labelled, else None."""
+    from coreecg.data.corpus import load_manifest
+
+    if config.data.probe_corpus:
+        path = Path(config.data.probe_corpus).resolve()
+        if not load_manifest(path)["class_names"]:
+            raise ValueError(f"data.probe_corpus={path} has no labels")
+        return path
+    return corpus if load_manifest(corpus)["class_names"] else None

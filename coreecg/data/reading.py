@@ -1,0 +1,97 @@
+"""The one reader of a corpus split into memory: every consumer (training ingest's metadata,
+the probe, downstream evaluation, figures, tests and benchmarks) reads through `read_split`.
+
+Row numbering: a split's `uid` is its row index over the split's shard files in manifest
+order. Training ingest numbers rows the same way (`coreecg.train.ingest`), so a uid from a
+training batch indexes any array this module returns for that split.
+
+Without Ray: reading a split must not start a cluster (the streaming reader for training lives
+in `coreecg.train.ingest`; both read shard files through `read_shard`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from coreecg.data.corpus import ALL_COLUMNS, decode_labels, decode_signals, load_manifest, split_files
+
+META_COLUMNS = ("record_id", "patient_id", "labels")
+
+
+def split_rows(corpus: str | Path, split: str = "train", manifest: dict[str, Any] | None = None) -> int:
+    """Windows in one split (from the manifest; no file read)."""
+    manifest = manifest or load_manifest(corpus)
+    return sum(s["rows"] for s in manifest["shards"] if s["split"] == split)
+
+
+def splits_of(corpus: str | Path, manifest: dict[str, Any] | None = None) -> list[str]:
+    """The splits the corpus holds, in train/val/test order."""
+    manifest = manifest or load_manifest(corpus)
+    present = {s["split"] for s in manifest["shards"]}
+    return [s for s in ("train", "val", "test") if s in present] + sorted(present - {"train", "val", "test"})
+
+
+def read_shard(path: str | Path, columns: Iterable[str]) -> pa.Table:
+    """One shard file's columns as an Arrow table (signals still encoded)."""
+    return pq.read_table(str(path), columns=list(columns))
+
+
+def read_split(corpus: str | Path, split: str = "train", columns: Iterable[str] = ALL_COLUMNS, *,
+               max_windows: int | None = None, labelled_only: bool = False, as_stored: bool = False,
+               manifest: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+    """One split's rows as numpy arrays.
+
+    columns: stored columns to read; "labels" decodes to label (n,) int64 (first class, -1 if
+        none) and multihot (n, K) float32; "signal" to (n, C, T) float32 (or the stored dtype,
+        float16, with `as_stored`); string columns to object arrays. "uid" (n,) int64 is always
+        returned.
+    max_windows: at most this many rows, evenly spaced over the split (every ceil(N / max)-th
+        row in uid order): deterministic, spread over the whole split, and only those rows are
+        decoded.
+    labelled_only: drop unlabelled rows (after the spacing, before the `max_windows` cut).
+    """
+    manifest = manifest or load_manifest(corpus)
+    columns = list(dict.fromkeys(columns))
+    read_cols = list(dict.fromkeys([*columns, *(["labels"] if labelled_only else [])]))
+    total = split_rows(corpus, split, manifest)
+    stride = max(1, -(-total // max_windows)) if max_windows else 1
+    tables, uids, seen = [], [], 0
+    for f in split_files(corpus, split, manifest):
+        t = read_shard(f, read_cols)
+        uid = np.arange(seen, seen + t.num_rows, dtype=np.int64)
+        seen += t.num_rows
+        if stride > 1:
+            idx = np.flatnonzero(uid % stride == 0)
+            t, uid = t.take(pa.array(idx)), uid[idx]
+        if labelled_only:
+            labelled = pc.greater(pc.list_value_length(t["labels"]), 0)
+            uid = uid[labelled.to_numpy(zero_copy_only=False)]
+            t = t.filter(labelled)
+        tables.append(t)
+        uids.append(uid)
+    table = pa.concat_tables(tables)
+    uid = np.concatenate(uids)
+    if max_windows is not None:
+        table, uid = table.slice(0, max_windows), uid[:max_windows]
+    out: dict[str, np.ndarray] = {"uid": uid}
+    for name in columns:
+        col = table.column(name)
+        if name == "signal":
+            out["signal"] = decode_signals(col, tuple(manifest["signal"]["shape"]), manifest["signal"]["dtype"],
+                                           as_stored=as_stored)
+        elif name == "labels":
+            out["label"], out["multihot"] = decode_labels(col, len(manifest["class_names"]))
+        else:
+            out[name] = col.to_numpy(zero_copy_only=False)
+    return out
+
+
+def record_index(corpus: str | Path, split: str = "train") -> np.ndarray:
+    """(N,) int64 over the split's uids: windows of one recording share an index."""
+    _, ids = np.unique(read_split(corpus, split, ["record_id"])["record_id"], return_inverse=True)
+    return ids.astype(np.int64)

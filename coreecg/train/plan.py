@@ -1,0 +1,203 @@
+"""A run plan: one typed, validated description of a training run, decided before any worker
+starts. Every way of starting a run builds one and hands it to the one loop:
+
+    jobs, studies      -> plan_pretrain / plan_finetune -> coreecg.train.distributed.fit (Ray Train)
+    Tune trials        -> the same planners             -> distributed.fit, or the trial's process
+    no-Ray reference   -> plan_local                    -> coreecg.train.loop.run_local
+
+The planners (`coreecg.train.pretraining.plan_pretrain`, `coreecg.train.finetuning.plan_finetune`,
+`plan_local` here) resolve the corpus, count batches, check the run folder and, for
+fine-tuning, fix the label subset and the metrics.json fields; they start no Ray.
+A worker receives `plan.to_dict()` (plain data: a plugin method's options re-import on the
+worker) and rebuilds it with `RunPlan.from_dict`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coreecg.config import Config, ConfigError, config_from_dict, load_config
+from coreecg.train.checkpoint import CheckpointError, changed_keys, check_compatible, load_checkpoint, \
+    verify_checkpoint
+
+TASKS = ("pretrain", "finetune")
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+class PlanError(ValueError):
+    """A run that cannot be planned (the message names the key or file)."""
+
+
+@dataclass(frozen=True)
+class FinetuneSpec:
+    """What a fine-tuning fixes before training (`plan_finetune`)."""
+
+    encoder: str                    # encoder checkpoint, "" for the supervised baseline
+    lead_rows: tuple[int, ...]      # stored lead rows fed to the model, in finetune.leads order
+    stored_leads: int
+    stored_samples: int             # samples per stored window
+    class_names: tuple[str, ...]
+    multilabel: bool
+    meta: dict[str, Any]            # metrics.json fields known before training
+    kept_patients: tuple[str, ...]  # patients of the label subset (train_subset.csv)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run. `keep` (the train subset, (N,) bool over the split's uids) stays on the driver:
+    the dataset is built there; workers get the plan without it."""
+
+    task: str                               # "pretrain" | "finetune"
+    config: Config                          # resolved: train.run_dir is the run folder
+    corpus: Path | None                     # None: in-memory windows (the no-Ray reference)
+    train_windows: int                      # windows trained on per epoch (after `keep`)
+    steps_per_epoch: int                    # full batches per epoch on every rank
+    probe_corpus: Path | None = None        # pretraining: the representation probe's corpus
+    finetune: FinetuneSpec | None = None    # fine-tuning only
+    resume_notes: tuple[str, ...] = ()      # config keys changed against the saved run
+    keep: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise PlanError(f"task {self.task!r}: expected one of {TASKS}")
+        if (self.task == "finetune") != (self.finetune is not None):
+            raise PlanError(f"a {self.task} plan {'needs' if self.task == 'finetune' else 'takes no'} FinetuneSpec")
+        if self.steps_per_epoch < 1 or self.train_windows < self.global_batch:
+            raise PlanError(f"{self.corpus}: {self.train_windows} training windows give no full batch of "
+                            f"{self.global_batch}")
+        if self.keep is not None and int(np.count_nonzero(self.keep)) != self.train_windows:
+            raise PlanError(f"{self.corpus}: the train subset holds {int(np.count_nonzero(self.keep))} windows, "
+                            f"the plan {self.train_windows}")
+
+    @property
+    def run_dir(self) -> Path:
+        return self.config.train.run_dir
+
+    @property
+    def epochs(self) -> int:
+        return self.config.finetune.epochs if self.task == "finetune" else self.config.optim.epochs
+
+    @property
+    def global_batch(self) -> int:
+        return self.config.finetune.batch_size if self.task == "finetune" else self.config.optim.batch_size
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for a worker (no `keep`)."""
+        return {"task": self.task, "config": self.config.to_dict(),
+                "corpus": str(self.corpus) if self.corpus else None, "train_windows": self.train_windows,
+                "steps_per_epoch": self.steps_per_epoch,
+                "probe_corpus": str(self.probe_corpus) if self.probe_corpus else None,
+                "finetune": dataclasses.asdict(self.finetune) if self.finetune else None,
+                "resume_notes": list(self.resume_notes)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunPlan":
+        spec = d["finetune"]
+        if spec is not None:
+            spec = FinetuneSpec(**{**spec, **{k: tuple(spec[k]) for k in ("lead_rows", "class_names",
+                                                                           "kept_patients")}})
+        return cls(task=d["task"], config=config_from_dict(d["config"]),
+                   corpus=Path(d["corpus"]) if d["corpus"] else None, train_windows=int(d["train_windows"]),
+                   steps_per_epoch=int(d["steps_per_epoch"]),
+                   probe_corpus=Path(d["probe_corpus"]) if d["probe_corpus"] else None, finetune=spec,
+                   resume_notes=tuple(d["resume_notes"]))
+
+    def describe(self) -> list[str]:
+        """The console's account of the run, before it starts."""
+        cfg, t = self.config, self.config.train
+        lines = [f"run folder: {self.run_dir}"]
+        if self.task == "pretrain":
+            lines += [f"method: {cfg.method_label} (pretrain.method={cfg.pretrain.method})",
+                      f"corpus: {self.corpus} ({self.train_windows} training windows, {self.steps_per_epoch} "
+                      f"steps/epoch of {self.global_batch} over {t.num_workers} worker(s))",
+                      "probe: " + (str(self.probe_corpus) if self.probe_corpus else
+                                   "none (the training corpus has no labels; set data.probe_corpus)")]
+        else:
+            f, meta = cfg.finetune, self.finetune.meta
+            lines += [f"task: {meta['dataset']} ({len(meta['class_names'])} classes, "
+                      f"{'multi' if meta['multilabel'] else 'single'}-label), mode {f.mode}, leads {meta['leads']}, "
+                      f"method {meta['method']}",
+                      f"train: {self.train_windows} windows of {len(self.finetune.kept_patients)} patients "
+                      f"(fraction {f.train_fraction}), {self.steps_per_epoch} steps/epoch of {self.global_batch} "
+                      f"over {t.num_workers} worker(s)"]
+            if meta["classes_absent_from_train"]:
+                lines.append(f"warning: no training window of {meta['classes_absent_from_train']}")
+        if self.resume_notes:
+            lines.append(f"resuming with changed settings: {', '.join(self.resume_notes)}")
+        return lines
+
+
+# ---------------------------------------------------------------------------- shared planning steps
+
+
+def steps_per_epoch(corpus: Path | str | None, n_windows: int, global_batch: int, num_workers: int,
+                    key: str) -> int:
+    """Full batches per epoch on every rank (PlanError naming `key` when there is not even one)."""
+    steps = (n_windows // num_workers) // max(1, global_batch // num_workers)
+    if steps == 0:
+        raise PlanError(f"{corpus}: {n_windows} training windows give no full batch of {global_batch} "
+                        f"over {num_workers} workers; lower {key}")
+    return steps
+
+
+def step_of(checkpoint_dir: Path) -> int:
+    """The step a `checkpoint_step<N>` folder was written at."""
+    return int(Path(checkpoint_dir).name.rsplit("step", 1)[-1])
+
+
+def checkpoint_dirs(run_dir: Path) -> list[Path]:
+    """The run's checkpoint folders, oldest first (names carry the zero-padded step)."""
+    return sorted((p for p in Path(run_dir).glob("checkpoint_step*") if (p / CHECKPOINT_FILE).is_file()),
+                  key=step_of)
+
+
+def preflight(run_dir: Path, config: Config) -> list[str]:
+    """Before any worker starts: an existing run folder must hold this model's config and
+    intact checkpoints (CheckpointError naming the file otherwise). Returns the config keys
+    that differ from the saved run (allowed: schedule, logging, data; reported on resume)."""
+    notes: list[str] = []
+    saved_yaml = run_dir / "config.yaml"
+    if saved_yaml.is_file():
+        try:
+            saved = load_config(saved_yaml)
+        except ConfigError as e:
+            raise CheckpointError(f"{saved_yaml}: the run folder's config is not valid here: {e}") from e
+        check_compatible(saved_yaml, saved, config)
+        notes = changed_keys(saved, config)
+    dirs = checkpoint_dirs(run_dir)
+    for d in dirs[:-1]:
+        verify_checkpoint(d / CHECKPOINT_FILE)
+    if dirs:
+        _, saved = load_checkpoint(dirs[-1] / CHECKPOINT_FILE)
+        check_compatible(dirs[-1] / CHECKPOINT_FILE, saved, config)
+    return notes
+
+
+def plan_local(config: Config, n_windows: int, run_dir: str | Path | None = None, task: str = "pretrain") -> RunPlan:
+    """The no-Ray reference's plan: in-memory windows, one process, the run folder `run_dir`
+    (default train.run_dir). Pretraining only: fine-tuning needs a corpus's splits."""
+    if task != "pretrain":
+        raise PlanError("the in-memory reference runs pretraining only; fine-tune through plan_finetune")
+    if run_dir is not None:
+        run_dir = Path(run_dir).resolve()
+        config = dataclasses.replace(config, train=dataclasses.replace(
+            config.train, storage_path=str(run_dir.parent), name=run_dir.name)).validate()
+    bs = config.optim.batch_size
+    if n_windows < bs:
+        raise PlanError(f"{n_windows} windows are fewer than one batch of {bs}")
+    return RunPlan("pretrain", config, None, n_windows, n_windows // bs)
+
+
+def write_run_folder(plan: RunPlan) -> Path:
+    """Create the run folder with its config.yaml (and a fine-tuning's train_subset.csv)."""
+    run_dir = plan.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plan.config.to_yaml(run_dir / "config.yaml")
+    if plan.finetune is not None:
+        (run_dir / "train_subset.csv").write_text(
+            "patient_id\n" + "".join(f"{p}\n" for p in plan.finetune.kept_patients))
+    return run_dir

@@ -1,0 +1,68 @@
+"""Run a study: the paper's experiment section from one YAML file, resumable, with its report.
+
+    python jobs/study.py studies/tiny.yaml --output studies-out/tiny
+    python jobs/study.py studies/tiny.yaml --output studies-out/tiny --resume     # after a crash or kill
+    python jobs/study.py studies/paper.yaml --output /mnt/shared/paper --set train.use_gpu=true
+    RAY_AUTH_MODE=token ray job submit --address http://127.0.0.1:8265 --working-dir . -- \\
+        python jobs/study.py studies/paper.yaml --output /mnt/shared/paper
+
+The study file (coreecg/study/spec.py; docs/studies.md) is validated against the typed config
+before Ray starts: an unknown key, variant, method, corpus, source, mode or lead name is an error
+naming it. Then: the downstream corpora are built (or reused), every pretraining runs as a Ray
+Tune trial, then every fine-tuning whose encoder exists; a failed run is recorded in runs.csv with
+its error and the others go on. With --resume, finished runs are kept and unfinished ones continue
+from their latest checkpoint. --set a.b=c applies to every run (after the study's own settings).
+
+Outputs in --output: study.json, corpora/, runs/pretrain/*, runs/finetune/*, runs.csv, and
+report/ (tables as Markdown, CSV and LaTeX, figures as PNG, README.md naming each with its runs).
+Exit codes: 0 every run finished and the report is written; 1 some runs failed or were skipped
+(see runs.csv; the report holds what finished); 2 the study file, the folder or --set is invalid.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _cli import config_parser  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = config_parser(__doc__.splitlines()[0])
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = __doc__
+    parser.add_argument("study", help="a study YAML file (studies/*.yaml)")
+    parser.add_argument("--output", required=True, help="the study folder (re-run with --resume to continue)")
+    parser.add_argument("--resume", action="store_true", help="continue the study in --output")
+    parser.add_argument("--concurrency", type=int, default=0, help="trials at once (0: what the cluster's CPUs allow)")
+    args = parser.parse_args(argv)
+    if args.config:
+        parser.exit(2, "error: a study names its own config (its `config:` key); use --set to change values\n")
+
+    from coreecg.study.report import write_study_report
+    from coreecg.study.runner import StudyRunError, run_study
+    from coreecg.study.spec import StudyError, load_study
+
+    try:
+        study = load_study(args.study, args.overrides)
+    except StudyError as e:
+        parser.exit(2, f"error: {e}\n")
+    print(f"study {study.name}: {len(study.pretrain_runs())} pretraining run(s), "
+          f"{len(study.finetune_runs())} fine-tuning run(s) -> {Path(args.output).resolve()}")
+    try:
+        rows = run_study(study, args.output, resume=args.resume, concurrency=args.concurrency)
+    except StudyRunError as e:
+        parser.exit(2, f"error: {e}\n")
+    bad = [r for r in rows if r["status"] != "done"]
+    index = write_study_report(study, args.output)
+    print(f"\n{len(rows) - len(bad)} of {len(rows)} run(s) finished; runs: {Path(args.output).resolve() / 'runs.csv'}")
+    for r in bad:
+        print(f"  {r['status']}: {r['phase']} {r['run']}: {r['error']}", file=sys.stderr)
+    print(f"report: {index}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

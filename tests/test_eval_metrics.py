@@ -191,3 +191,19 @@ def test_bootstrap_counts_resamples_missing_a_rare_class():
     assert 0 < missed < 200
     assert ci["auroc"]["undefined_resamples"] == ci["f1"]["undefined_resamples"] == missed
     assert ci["acc"]["undefined_resamples"] == 0
+
+
+def test_rank_correlation_of_cells_matches_ranks_and_brackets_rho():
+    from coreecg.tune.mask_rates import rank_correlation
+
+    rng = np.random.default_rng(1)
+    probe = rng.normal(size=12)
+    finetuned = probe + rng.normal(scale=0.5, size=12)
+    out = rank_correlation(probe, finetuned, n_resamples=500)
+    ranks = lambda v: np.argsort(np.argsort(v)).astype(float)      # noqa: E731  (no ties here)
+    expected = np.corrcoef(ranks(probe), ranks(finetuned))[0, 1]   # Spearman = Pearson of ranks
+    assert out["rho"] == pytest.approx(expected) and out["cells"] == 12
+    assert out["low"] <= out["rho"] <= out["high"] and out["high"] - out["low"] > 0.01
+    assert np.isnan(rank_correlation([1, 2], [2, 1])["rho"])                  # < 3 cells: undefined
+    flat = rank_correlation([0.5, 0.5, 0.5], [0.1, 0.3, 0.2])                 # ties everywhere: no ranks
+    assert np.isnan(flat["rho"]) and "same probe score" in flat["note"]

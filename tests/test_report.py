@@ -80,11 +80,11 @@ def test_comparison_table(runs, tmp_path):
     # mean ± sample std over the three seeds; the linear run (0.99) is not averaged in
     assert md["CoRe-ECG"]["PTB-XL ACC"] == "**81.0 ± 1.0**"
     assert md["CoRe-ECG"]["PTB-XL F1"] == "**69.0 ± 1.4**"           # seeds 0 and 1 only
-    assert md["ST-MEM"]["PTB-XL ACC"] == "80.9"                      # one run: the mean alone
+    assert md["ST-MEM"]["PTB-XL ACC"] == "<u>80.9</u>"                      # one run: the mean alone
     assert md["Supervised"]["PTB-XL ACC"] == "71.4"
     # equal printed values are both best
     assert md["CoRe-ECG"]["PTB-XL AUROC"] == "**94.2 ± 0.0**" and md["ST-MEM"]["PTB-XL AUROC"] == "**94.2**"
-    assert md["Supervised"]["PTB-XL AUROC"] == "89.6"
+    assert md["Supervised"]["PTB-XL AUROC"] == "<u>89.6</u>"
     assert md["ST-MEM"]["ICBEB2018 ACC"] == "–" and md["CoRe-ECG"]["ICBEB2018 ACC"] == "**86.9 ± 0.0**"
     text = (out / "comparison.md").read_text()
     assert md["CoRe-ECG"]["ICBEB2018 F1"] == "**84.0**"            # NaN read as undefined; cpsc2018 alias
@@ -105,7 +105,7 @@ def test_lead_and_fraction_tables(runs, tmp_path):
     write_report(runs, out)
     leads = read_md_table(out / "lead_reduction.md")
     assert leads["CoRe-ECG"]["PTB-XL 6-lead ACC"] == "**77.1 ± 0.1**"    # "6" and 6 are one setting
-    assert leads["ST-MEM"]["PTB-XL 6-lead ACC"] == "76.8"
+    assert leads["ST-MEM"]["PTB-XL 6-lead ACC"] == "<u>76.8</u>"
     assert leads["CoRe-ECG"]["PTB-XL 1-lead ACC"] == "**69.5**" and leads["ST-MEM"]["PTB-XL 1-lead ACC"] == "–"
     assert leads["CoRe-ECG"]["PTB-XL 12-lead ACC"] == "**81.0 ± 1.0**"
     assert "ICBEB2018 1-lead AUROC" in leads["CoRe-ECG"]

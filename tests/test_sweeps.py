@@ -74,7 +74,9 @@ def test_mask_rate_grid_records_a_failing_trial_and_goes_on(env, tmp_path):
     space = tmp_path / "grid.yaml"
     space.write_text("grid:\n  masking.p_time: [0.3, 0.6]\n  optim.batch_size: [32, 4096]\n")
     out = tmp_path / "grid"
-    _run("sweep_mask_rates.py", "--space", str(space), "--output", str(out), *sets, env=environ)
+    corpus = _synthetic(env)              # labelled: every finished cell's encoder is fine-tuned on it
+    _run("sweep_mask_rates.py", "--space", str(space), "--output", str(out), *sets, "--set", "finetune.epochs=1",
+         "--finetune", str(corpus), env=environ)
     rows = _rows(out / "results.csv")
     assert len(rows) == 4
     failed = [r for r in rows if r["status"] == "error"]
@@ -83,6 +85,15 @@ def test_mask_rate_grid_records_a_failing_trial_and_goes_on(env, tmp_path):
     ok = [r for r in rows if r["status"] == "completed"]
     assert len(ok) == 2 and all(r["epochs"] == "2" and float(r["probe_auroc"]) > 0 for r in ok)
     assert (out / "heatmap.png").stat().st_size > 5_000
+    # --finetune: the finished cells' encoders fine-tuned, the paper's per-dataset F1 and AUROC heatmaps.
+    ft = _rows(out / "finetune_results.csv")
+    assert sorted(r["masking.p_time"] for r in ft) == ["0.3", "0.6"] and all(r["status"] == "done" for r in ft)
+    assert all(0 <= float(r["auroc"]) <= 1 and r["dataset"] == "synthetic" for r in ft)
+    for metric in ("f1", "auroc"):
+        assert (out / f"heatmap_synthetic_{metric}.png").stat().st_size > 5_000
+    (corr,) = _rows(out / "rank_correlation.csv")
+    assert corr["dataset"] == "synthetic" and corr["cells"] == "2"      # < 3 cells: no rho (nan), said so
+    assert corr["rho"] == "nan" and "3 needed" in corr["note"]
 
 
 def test_a_killed_sweep_resumes_without_rerunning_finished_trials(env, tmp_path):

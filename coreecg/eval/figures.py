@@ -11,35 +11,46 @@ import torch
 from coreecg.config import STANDARD_LEADS
 
 
-def reconstruction_figure(model: torch.nn.Module, windows: torch.Tensor, seed: int = 0, title: str = ""):
-    """A matplotlib Figure: one column per window, one row per lead. Blue: the original
-    (cropped, z-scored) signal; red: the Time Decoder's output on masked patches; grey
-    shading: masked patches (the loss lives there); hatched: dropped patches (never
-    supervised). The masks come from a generator seeded with `seed`, so figures of one run
-    at different epochs show the same windows under the same masks.
+def reconstruction_figure(model, windows: torch.Tensor, seed: int = 0, title: str = ""):
+    """A matplotlib Figure: one row per lead; one column per window, or, for several models
+    ({label: model}), one column per (window, model), side by side on the same windows and the
+    same masks (the first model draws them). Blue: the original (cropped, z-scored) signal; red:
+    the Time Decoder's output on masked patches; grey shading: masked patches (the loss lives
+    there); hatched: dropped patches (never supervised). The masks come from a generator seeded
+    with `seed`, so figures of one run at different epochs show the same windows under the same
+    masks.
 
-    model: a CoReECG (its `reconstruct`); windows: (W, C, T) with T = model.input_samples.
+    model: a CoReECG (its `reconstruct`) or {label: CoReECG}; windows: (W, C, T) with
+    T = model.input_samples.
     """
     import matplotlib
     matplotlib.use("Agg")   # files only, no display
     import matplotlib.pyplot as plt
 
-    device = next(model.parameters()).device
+    models = dict(model) if isinstance(model, dict) else {"": model}
+    first = next(iter(models.values()))
+    device = next(first.parameters()).device
     gen = torch.Generator(device).manual_seed(seed)
-    was_training = model.training
-    model.eval()
     x = windows.to(device, torch.float32)
-    recon, visible, masked, dropped = model.reconstruct(x, gen)
-    model.train(was_training)
+    outputs, masks = {}, None
+    for label, m in models.items():
+        was_training = m.training
+        m.eval()
+        recon, *drawn = m.reconstruct(x.to(next(m.parameters()).device), gen, masks=masks)
+        m.train(was_training)
+        masks = masks or tuple(drawn)
+        outputs[label] = recon.float().cpu().numpy()
     W, C, T = x.shape
-    N, P = recon.shape[2], recon.shape[3]
-    x, recon = x.cpu().numpy(), recon.float().cpu().numpy()
-    masked, dropped = masked.cpu().numpy(), dropped.cpu().numpy()
+    N, P = next(iter(outputs.values())).shape[2:]
+    x = x.cpu().numpy()
+    masked, dropped = masks[1].cpu().numpy(), masks[2].cpu().numpy()
     t = np.arange(N * P)
-    fig, axes = plt.subplots(C, W, figsize=(5.5 * W, 0.9 * C + 0.8), sharex=True, squeeze=False)
-    for w in range(W):
+    cols = [(w, label) for w in range(W) for label in models]
+    fig, axes = plt.subplots(C, len(cols), figsize=(5.5 * len(cols), 0.9 * C + 0.8), sharex=True, squeeze=False)
+    for j, (w, label) in enumerate(cols):
+        recon = outputs[label]
         for c in range(C):
-            ax = axes[c, w]
+            ax = axes[c, j]
             for n in range(N):
                 if masked[w, c, n]:
                     ax.axvspan(n * P, (n + 1) * P, color="0.88", lw=0)
@@ -49,11 +60,11 @@ def reconstruction_figure(model: torch.nn.Module, windows: torch.Tensor, seed: i
             shown = np.where(np.repeat(masked[w, c], P), recon[w, c].reshape(-1), np.nan)
             ax.plot(t, shown, color="tab:red", lw=0.7)
             ax.set_yticks([])
-            if w == 0:
+            if j == 0:
                 ax.set_ylabel(STANDARD_LEADS[c] if C == len(STANDARD_LEADS) else str(c), rotation=0,
                               ha="right", va="center", fontsize=8)
-        axes[0, w].set_title(f"window {w}", fontsize=9)
-        axes[-1, w].set_xlabel("sample (250 Hz)")
+        axes[0, j].set_title(f"{label}, window {w}" if label else f"window {w}", fontsize=9)
+        axes[-1, j].set_xlabel("sample (250 Hz)")
     fig.suptitle(title or "original (blue), reconstruction of masked patches (red); "
                  "grey: masked, hatched: dropped", fontsize=9)
     fig.tight_layout()
@@ -112,33 +123,35 @@ def tsne_figure(features: np.ndarray, multihot: np.ndarray, class_names: Sequenc
     max_points points a seeded, class-stratified subset is shown ("m of n shown" in the title).
     Same inputs and seed give the same figure. Raises ValueError for fewer than 5 points.
     """
+    return tsne_panels([(title, features)], multihot, class_names, multilabel, seed, max_points)
+
+
+def tsne_panels(panels: Sequence[tuple[str, np.ndarray]], multihot: np.ndarray, class_names: Sequence[str],
+                multilabel: bool, seed: int = 0, max_points: int = 2000, title: str = ""):
+    """Side-by-side t-SNE panels of several encoders' embeddings of the SAME records (e.g. ST-MEM
+    vs CoRe-ECG on one test set): the same points, colours and subset in every panel, so the
+    panels differ only by the encoder. panels: [(panel title, features (n, D))]; the rest as
+    `tsne_figure`."""
     import matplotlib
     matplotlib.use("Agg")   # files only, no display
     import matplotlib.pyplot as plt
     from sklearn.manifold import TSNE
     from sklearn.preprocessing import StandardScaler
 
-    x = np.asarray(features, dtype=np.float64)
     y = np.asarray(multihot)
-    if x.ndim != 2 or y.ndim != 2 or len(x) != len(y):
-        raise ValueError(f"features (n, D) and multihot (n, K) must match, got {x.shape} and {y.shape}")
+    xs = [np.asarray(f, dtype=np.float64) for _, f in panels]
+    for x in xs:
+        if x.ndim != 2 or y.ndim != 2 or len(x) != len(y):
+            raise ValueError(f"features (n, D) and multihot (n, K) must match, got {x.shape} and {y.shape}")
     if y.shape[1] != len(class_names):
         raise ValueError(f"{len(class_names)} class names for {y.shape[1]} label columns")
-    n_all = len(x)
+    n_all = len(y)
     if n_all < 5 or max_points < 5:
         raise ValueError(f"t-SNE needs at least 5 points (got {n_all}, max_points={max_points})")
     labels = tsne_labels(y, multilabel)
-    if n_all > max_points:
-        keep = _subsample(labels, max_points, seed)
-        x, labels = x[keep], labels[keep]
-    n = len(x)
-
-    x = StandardScaler().fit_transform(x)
-    # sklearn uses 3 * perplexity + 1 neighbours, at most n - 1: so tiny sets still work
-    tsne = TSNE(n_components=2, init="pca" if x.shape[1] >= 2 else "random", random_state=seed,
-                perplexity=min(30.0, (n - 1) / 3), learning_rate="auto")
-    z = tsne.fit_transform(x)                               # (n, 2)
-
+    keep = _subsample(labels, max_points, seed) if n_all > max_points else np.arange(n_all)
+    labels = labels[keep]
+    n = len(keep)
     K = len(class_names)
     # qualitative maps keep neighbouring classes distinguishable; a continuous map only past 20
     if K <= 10:
@@ -147,19 +160,29 @@ def tsne_figure(features: np.ndarray, multihot: np.ndarray, class_names: Sequenc
         colours = plt.get_cmap("tab20").colors[:K]
     else:
         colours = plt.get_cmap("turbo")(np.linspace(0.05, 0.95, K))
-    fig, ax = plt.subplots(figsize=(8.0, 5.5), layout="constrained")  # constrained: room for the legend
-    none = labels < 0
-    if none.any():   # first, so class colours are drawn on top of the grey
-        ax.scatter(z[none, 0], z[none, 1], s=6, color="0.75", lw=0, label=f"no label ({none.sum()})")
-    for k in range(K):   # one scatter per class: the legend names the class with its count
-        sel = labels == k
-        if sel.any():
-            ax.scatter(z[sel, 0], z[sel, 1], s=6, color=colours[k], lw=0, label=f"{class_names[k]} ({sel.sum()})")
-    ax.set_xticks([])   # t-SNE axes carry no meaning
-    ax.set_yticks([])
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, markerscale=2.0, frameon=False,
-              ncol=1 if K <= 25 else 2)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.0 * len(panels) + 2.0, 5.5), layout="constrained",
+                             squeeze=False)  # constrained: room for the legend
     what = "coloured by the most frequent positive label" if multilabel else "coloured by class"
     shown = f"{n} of {n_all} shown" if n < n_all else f"{n} points"
-    ax.set_title("\n".join(filter(None, [title, f"t-SNE of embeddings, {what} ({shown})"])), fontsize=9)
+    for ax, (panel_title, _), x in zip(axes[0], panels, xs):
+        x = StandardScaler().fit_transform(x[keep])
+        # sklearn uses 3 * perplexity + 1 neighbours, at most n - 1: so tiny sets still work
+        z = TSNE(n_components=2, init="pca" if x.shape[1] >= 2 else "random", random_state=seed,
+                 perplexity=min(30.0, (n - 1) / 3), learning_rate="auto").fit_transform(x)   # (n, 2)
+        none = labels < 0
+        if none.any():   # first, so class colours are drawn on top of the grey
+            ax.scatter(z[none, 0], z[none, 1], s=6, color="0.75", lw=0, label=f"no label ({none.sum()})")
+        for k in range(K):   # one scatter per class: the legend names the class with its count
+            sel = labels == k
+            if sel.any():
+                ax.scatter(z[sel, 0], z[sel, 1], s=6, color=colours[k], lw=0,
+                           label=f"{class_names[k]} ({sel.sum()})")
+        ax.set_xticks([])   # t-SNE axes carry no meaning
+        ax.set_yticks([])
+        header = [panel_title] if len(panels) > 1 else [panel_title or title]
+        ax.set_title("\n".join(filter(None, [*header, f"t-SNE of embeddings, {what} ({shown})"])), fontsize=9)
+    axes[0, -1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, markerscale=2.0, frameon=False,
+                       ncol=1 if K <= 25 else 2)
+    if len(panels) > 1 and title:
+        fig.suptitle(title, fontsize=10)
     return fig

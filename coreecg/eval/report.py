@@ -304,13 +304,14 @@ def _pp(x: float | None) -> str:
 
 
 def table_markdown(table: Table) -> str:
-    """The table as the paper prints it (best per column in bold, a significant difference to the
+    """The table as the paper prints it (best per column in bold, second underlined, a significant difference to the
     reference marked \\*), then a runs-per-cell table (n per dataset block; shown as 'ACC/F1/AUROC'
     counts when a metric was undefined in some run) and the differences to the reference."""
     cols = table.columns
     lines = [f"# {table.spec.title}", "",
              "Test-set metrics in percent: mean ± sample standard deviation over seeds (the mean alone "
-             f"for one run). Best per column in **bold**; {MISSING}: no run. {_f1_note(table)}", "",
+             f"for one run). Best per column in **bold**, second <u>underlined</u>; {MISSING}: no run. "
+             f"{_f1_note(table)}", "",
              _markdown_row(["Method"] + [c.label for c in cols]), _markdown_row(["---"] * (len(cols) + 1))]
     for method, row in table.cells.items():
         if method in table.unavailable:
@@ -319,8 +320,12 @@ def table_markdown(table: Table) -> str:
         out = []
         for j, values in enumerate(row):
             text = format_cell(values) or MISSING
-            bold = values and round(100 * np.mean(values), 1) == table.best(j)
-            out.append((f"**{text}**" if bold else text) + ("\\*" if table.marked(method, j) else ""))
+            mean = round(100 * np.mean(values), 1) if values else None
+            if mean is not None and mean == table.best(j):
+                text = f"**{text}**"
+            elif mean is not None and mean == table.second(j):
+                text = f"<u>{text}</u>"          # GitHub renders it, as the paper underlines
+            out.append(text + ("\\*" if table.marked(method, j) else ""))
         lines.append(_markdown_row([method] + out))
     notes = [f"† {UNAVAILABLE}: {m}: {why}" for m, why in table.unavailable.items()]
     if note := _significance_note(table, "\\*"):

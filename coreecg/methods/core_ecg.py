@@ -113,17 +113,20 @@ class CoReECG(PretrainMethod):
         return out
 
     @torch.no_grad()
-    def reconstruct(self, x: torch.Tensor, generator: torch.Generator | None = None
+    def reconstruct(self, x: torch.Tensor, generator: torch.Generator | None = None,
+                    masks: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The Time Decoder's output under fresh masks (for figures), in eval mode.
+        """The Time Decoder's output under fresh masks, or under given `masks` (another model's,
+        so two methods can be compared on the same patches), for figures; in eval mode.
 
-        x: (B, C, T) -> reconstruction (B, C, N, P) and the (visible, masked, dropped) masks (B, C, N).
+        x: (B, C, T); masks: (visible, masked, dropped), each (B, C, N) bool -> reconstruction
+        (B, C, N, P) and the (visible, masked, dropped) masks used.
         """
         if self.time_decoder is None:
             raise ValueError("this model has no Time Decoder (loss.alpha = 0): nothing to reconstruct")
         B, C, _ = x.shape
         lead_idx = default_lead_idx(C, x.device, self.config.model.n_leads)
-        visible, masked, dropped = self._masks(B, C, generator, x.device)
+        visible, masked, dropped = masks if masks is not None else self._masks(B, C, generator, x.device)
         recon = self.time_decoder(self.encoder(x, lead_idx, visible), lead_idx)
         return recon, *(to_device(m, x.device) for m in (visible, masked, dropped))
 

@@ -3,11 +3,15 @@ differences to the reference method) and figures, and `report/README.md`, an ind
 table and figure with the runs behind it."""
 from __future__ import annotations
 
+import json
 import logging
 from math import isclose
 from pathlib import Path
 
+import numpy as np
+
 from coreecg.config import load_config
+from coreecg.data.corpus import load_manifest
 from coreecg.eval.report import TABLE_MODES, TABLES, RunError, load_run, write_report
 from coreecg.study.runner import DONE, run_dir
 from coreecg.study.spec import Study
@@ -31,6 +35,140 @@ def _members(table: str, methods: list[str] | None, runs: dict[str, object]) -> 
         if any(run.leads == leads and isclose(run.train_fraction, frac) for leads, frac, _ in spec.variants):
             out.append(name)
     return out
+
+
+def _pair(candidates: list[str], reference: str) -> list[str]:
+    """The two methods a paired figure shows: ST-MEM-like against the reference (the paper's
+    figures), else the first two candidates."""
+    if "ST-MEM-like" in candidates and reference in candidates and reference != "ST-MEM-like":
+        return ["ST-MEM-like", reference]
+    return candidates[:2]
+
+
+def reconstruction_figure(study: Study, output: Path, reference: str, seed: int) -> tuple[Path, list[str]] | None:
+    """Two pretrained methods that reconstruct, side by side on the same validation windows of
+    the pretraining corpus and under the same masks (the first method's), from each run's last
+    checkpoint. -> (figure, runs) or None when fewer than one such run finished."""
+    from coreecg.data.locate import training_corpus
+    from coreecg.eval.figures import reconstruction_figure as draw
+    from coreecg.eval.figures import save_figure
+    from coreecg.methods import build_method
+    from coreecg.train.checkpoint import load_checkpoint
+    from coreecg.train.plan import CHECKPOINT_FILE, checkpoint_dirs
+    from coreecg.train.pretraining import figure_windows
+
+    finished = finished_runs(study, output, "pretrain")
+    models, runs, windows = {}, [], None
+    by_method: dict[str, str] = {}
+    for r in study.pretrain_runs():          # each method's first finished seed; never a mask-rate cell
+        if r.name in finished and not r.params:
+            by_method.setdefault(r.variant, r.name)
+    loaded = {}
+    for method, name in by_method.items():
+        dirs = checkpoint_dirs(finished[name])
+        if not dirs:
+            continue
+        payload, config = load_checkpoint(dirs[-1] / CHECKPOINT_FILE)
+        model = build_method(config)
+        if model.can_reconstruct:
+            model.load_state_dict(payload["model"])
+            loaded[method] = (model, config, name)
+    chosen = _pair(list(loaded), reference)
+    if not chosen:
+        return None
+    for method in chosen:
+        model, config, name = loaded[method]
+        models[method] = model
+        runs.append(name)
+        if windows is None:
+            windows = figure_windows(training_corpus(config), config.model.input_samples)
+    fig = draw(models, windows, seed=seed,
+               title=" vs ".join(chosen) + ": original (blue), reconstruction of masked patches (red) on the "
+                     "same windows and masks; grey: masked, hatched: dropped")
+    return save_figure(fig, output / "report" / "figures" / "reconstruction.png"), runs
+
+
+def classifier_features(run: Path) -> tuple[np.ndarray, np.ndarray, list[str], bool]:
+    """A fine-tuning run's selected classifier (best.pt) on its corpus's test split: pooled
+    features (records, D) averaged over crops and windows, multi-hot labels, class names, multi-label."""
+    import torch
+
+    from coreecg.eval.downstream import load_split, predict, to_records
+    from coreecg.model.classifier import Classifier
+    from coreecg.model.encoder import Encoder
+    from coreecg.train.checkpoint import load_checkpoint
+
+    metrics = json.loads((run / "metrics.json").read_text())
+    payload, config = load_checkpoint(run / "best.pt")
+    f = config.finetune
+    model = Classifier(Encoder.from_config(config.model), len(metrics["class_names"]), f.leads,
+                       bool(metrics["multilabel"]), frozen_encoder=f.mode == "linear")
+    model.load_state_dict(payload["model"])
+    split = load_split(config.data.corpus, "test")
+    stored = list(load_manifest(config.data.corpus)["signal"]["leads"])
+    probs, feats = predict(model, split.signal, [stored.index(x) for x in f.leads], config.data.crop_samples,
+                           f.eval_crops, torch.device("cpu"), f.eval_batch_size)
+    records = to_records(split, probs, feats)
+    return records.features, records.y, list(metrics["class_names"]), bool(metrics["multilabel"])
+
+
+def tsne_figures(study: Study, output: Path, reference: str, seed: int) -> list[tuple[Path, list[str]]]:
+    """Per downstream corpus: paired t-SNE panels of two fine-tuned encoders (12 leads, all
+    training data, the first seed; fine-tuning mode first) on the same test records."""
+    from coreecg.eval.figures import save_figure, tsne_panels
+
+    finished = finished_runs(study, output, "finetune")
+    out = []
+    for corpus in study.corpora:
+        for mode in ("finetune", "linear"):
+            cands = {r.method: r.name for r in study.finetune_runs()
+                     if r.corpus == corpus.name and r.mode == mode and r.leads == "12" and r.fraction == 1.0
+                     and r.name in finished and r.seed == min(g.seeds[0] for g in study.grids)}
+            chosen = _pair(list(cands), reference)
+            if len(chosen) == 2:
+                break
+        if not chosen:
+            continue
+        panels, y, names, multilabel = [], None, None, False
+        for method in chosen:
+            feats, y, names, multilabel = classifier_features(finished[cands[method]])
+            panels.append((method, feats))
+        fig = tsne_panels(panels, y, names, multilabel, seed=seed,
+                          title=f"{' vs '.join(chosen)}: {'fine-tuned' if mode == 'finetune' else 'linear-probed'} "
+                                f"encoders on the {corpus.name} test records")
+        out.append((save_figure(fig, output / "report" / "figures" / f"tsne_{corpus.name}.png"),
+                    [cands[m] for m in chosen]))
+    return out
+
+
+def mask_rate_figures(study: Study, output: Path) -> list[tuple[Path, list[str]]]:
+    """The paper's mask-rate figure: fine-tuned F1 and AUROC heatmaps per dataset over the grid,
+    and the rank correlation between each cell's probe_auroc (the cheap mode) and its fine-tuned
+    AUROC (coreecg.tune.mask_rates)."""
+    from coreecg.tune.mask_rates import write_finetune_figures
+
+    m = study.mask_rates
+    x, y = m.keys
+    probe_rows, ft_rows = [], []
+    for run in m.runs():
+        done = run_dir(output, "pretrain", run.name) / DONE["pretrain"]
+        if done.is_file():
+            last = json.loads(done.read_text())
+            probe_rows.append({x: run.params[0][1], y: run.params[1][1], "seed": run.seed, "status": "completed",
+                               "probe_auroc": last.get("probe_auroc", float("nan"))})
+    for run in study.mask_rate_runs():
+        folder = run_dir(output, "finetune", run.name)
+        done = (folder / DONE["finetune"]).is_file()
+        test = json.loads((folder / "metrics.json").read_text())["test"] if done else {}
+        ft_rows.append({x: run.encoder.params[0][1], y: run.encoder.params[1][1], "seed": run.seed,
+                        "dataset": run.corpus, "trial_id": run.encoder.name,
+                        **{k: float("nan") if test.get(k) is None else test[k] for k in ("acc", "f1", "auroc")},
+                        "status": "done" if done else "failed", "error": "", "run_dir": str(folder)})
+    figures = output / "report" / "figures" / "mask_rates"
+    figures.mkdir(parents=True, exist_ok=True)
+    written = write_finetune_figures(probe_rows, ft_rows, x, y, figures)
+    behind = [r.name for r in study.mask_rate_runs() if (run_dir(output, "finetune", r.name) / DONE["finetune"]).is_file()]
+    return [(p, behind) for p in written]
 
 
 def write_study_report(study: Study, output: str | Path) -> Path:
@@ -70,6 +208,22 @@ def write_study_report(study: Study, output: str | Path) -> Path:
         lines.append("")
     else:
         lines += ["No fine-tuning run finished: no tables.", ""]
+    figures: list[tuple[Path, list[str]]] = []
+    if "reconstruction" in study.figures:
+        made = reconstruction_figure(study, output, cfg.report.reference, cfg.train.seed)
+        figures += [made] if made else []
+        if not made:
+            lines.append("reconstruction: no finished pretraining of a method that reconstructs.")
+    if "tsne" in study.figures:
+        figures += tsne_figures(study, output, cfg.report.reference, cfg.train.seed)
+    if "mask_rates" in study.figures:
+        figures += mask_rate_figures(study, output)
+    if figures:
+        lines += ["## Figures", ""]
+        for path, runs_behind in figures:
+            rel = path.relative_to(report_dir)
+            lines.append(f"- [`{rel}`]({rel}): " + ", ".join(f"`{r}`" for r in runs_behind))
+        lines.append("")
     index = report_dir / "README.md"
     index.write_text("\n".join(lines) + "\n")
     return index

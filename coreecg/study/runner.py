@@ -51,7 +51,8 @@ def describe(study: Study) -> dict[str, Any]:
     return {"name": study.name, "file": str(study.path), "config": study.config_file,
             "pretrain": {r.name: study.pretrain_overrides(r) for r in study.pretrain_runs()},
             "finetune": {r.name: {**asdict(r), "encoder": r.encoder.name if r.encoder else None,
-                                  "overrides": study.finetune_overrides(r)} for r in study.finetune_runs()},
+                                  "overrides": study.finetune_overrides(r)}
+                         for r in [*study.finetune_runs(), *study.mask_rate_runs()]},
             "corpora": [asdict(c) for c in study.corpora]}
 
 
@@ -109,6 +110,9 @@ def study_trial(trial: dict[str, Any]) -> None:
     overrides = [*spec["overrides"], f"train.storage_path={out.parent}", f"train.name={out.name}"]
     cfg = load_config(spec["config_file"], overrides)
     t0 = _time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "trials.jsonl", "a") as f:        # every attempt's start (bench/study.py reads it)
+        f.write(json.dumps({"event": "trial_start", "time": round(_time.time(), 3)}) + "\n")
     if spec["phase"] == "pretrain":
         from coreecg.train.pretraining import plan_pretrain
 
@@ -171,13 +175,12 @@ def _fit_in_process(plan) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- phases
 
 
-def _resources(study: Study, phase: str) -> tuple[dict[str, float], int]:
+def _resources(cfg) -> tuple[dict[str, float], int]:
     """Per-trial resources and concurrency from the config (as the sweeps do)."""
     import os
 
     import ray
 
-    cfg = load_config(study.config_file, [*study.base, *study.extra])
     t = cfg.train
     if t.num_workers == 1:
         per = {"cpu": t.cpus_per_worker, "gpu": 1.0 if t.use_gpu else 0.0}
@@ -188,18 +191,20 @@ def _resources(study: Study, phase: str) -> tuple[dict[str, float], int]:
     return per, max(1, int(cpus // (need + 1)))     # one CPU per running trial left to Ray Data
 
 
-def run_phase(study: Study, output: Path, phase: str, runs: list[tuple[str, list[str]]],
-              concurrency: int = 0) -> list[dict[str, Any]]:
-    """Run (name, overrides) pairs of one phase as Tune trials -> one row per run."""
+def run_phase(output: Path, phase: str, config_file: str | None, runs: list[tuple[str, list[str]]],
+              concurrency: int = 0, tune_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Run (name, overrides) pairs of one phase (pretrain | finetune) as Tune trials, each in
+    `output/runs/<phase>/<name>/`, Tune's experiment in `tune_dir/<phase>-<attempt>` (default
+    output/tune) -> one row per run. Resources per trial come from the first run's config."""
     from ray import tune
 
     if not runs:
         return []
-    per, auto = _resources(study, phase)
+    per, auto = _resources(load_config(config_file, runs[0][1]))
     concurrency = concurrency or auto
-    tune_dir = output / "tune"
+    tune_dir = tune_dir or output / "tune"
     attempt = 1 + sum(1 for p in tune_dir.glob(f"{phase}-*")) if tune_dir.is_dir() else 1
-    specs = [{"phase": phase, "name": name, "config_file": study.config_file, "overrides": overrides,
+    specs = [{"phase": phase, "name": name, "config_file": config_file, "overrides": overrides,
               "run_dir": str(run_dir(output, phase, name))} for name, overrides in runs]
     tuner = tune.Tuner(
         tune.with_resources(study_trial, per),
@@ -285,10 +290,11 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
         else:
             pending.append((r.name, study.pretrain_overrides(r)))
     log.info("pretraining: %d run(s), %d finished before", len(study.pretrain_runs()), len(study.pretrain_runs()) - len(pending))
-    rows += run_phase(study, output, "pretrain", pending, concurrency)
+    rows += run_phase(output, "pretrain", study.config_file, pending, concurrency)
 
     pending = []
-    for r in study.finetune_runs():
+    finetunes = [*study.finetune_runs(), *study.mask_rate_runs()]
+    for r in finetunes:
         if is_done(output, "finetune", r.name):
             rows.append(finished("finetune", r.name))
             continue
@@ -301,8 +307,8 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
                 continue
             extra.append(f"finetune.encoder={encoder}")
         pending.append((r.name, study.finetune_overrides(r, extra)))
-    log.info("fine-tuning: %d run(s), %d to run", len(study.finetune_runs()), len(pending))
-    rows += run_phase(study, output, "finetune", pending, concurrency)
+    log.info("fine-tuning: %d run(s), %d to run", len(finetunes), len(pending))
+    rows += run_phase(output, "finetune", study.config_file, pending, concurrency)
     write_runs_csv(rows, output / "runs.csv")
     return rows
 

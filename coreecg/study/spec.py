@@ -46,13 +46,14 @@ import yaml
 from coreecg.config import ConfigError, load_config
 
 MODES = ("finetune", "linear")
-FIGURES = ("reconstruction", "tsne")
+FIGURES = ("reconstruction", "tsne", "mask_rates")
 BUILT_IN_TABLES = ("comparison", "lead_reduction", "train_fraction")
-TOP_KEYS = {"name", "config", "set", "variants", "pretrain", "downstream", "report"}
+TOP_KEYS = {"name", "config", "set", "variants", "pretrain", "downstream", "mask_rates", "report"}
 SECTION_KEYS = {
     "pretrain": {"methods", "seeds", "set"},
     "downstream": {"corpora", "methods", "modes", "leads", "fractions", "seeds", "set", "grids"},
     "report": {"tables", "figures", "set"},
+    "mask_rates": {"space", "variant", "corpora", "seeds"},
 }
 CORPUS_KEYS = {"path", "source", "input", "set"}
 PATH_KEYS = ("data.corpus", "data.probe_corpus", "data.cache_dir")   # resolved before any trial runs
@@ -99,10 +100,16 @@ class Grid:
 class PretrainRun:
     variant: str
     seed: int
+    params: tuple[tuple[str, float], ...] = ()     # a mask-rate grid cell: ((key, value), ...)
 
     @property
     def name(self) -> str:
-        return f"{slug(self.variant)}-s{self.seed}"
+        cell = "".join(f"-{slug(k.rsplit('.', 1)[-1])}{v:g}" for k, v in self.params)
+        return f"{slug(self.variant)}{cell}-s{self.seed}"
+
+    @property
+    def cell(self) -> str:
+        return ", ".join(f"{k.rsplit('.', 1)[-1]}={v:g}" for k, v in self.params)
 
 
 @dataclass(frozen=True)
@@ -117,8 +124,25 @@ class FinetuneRun:
 
     @property
     def name(self) -> str:
-        return (f"{slug(self.method)}-{slug(self.corpus)}-{self.mode}-l{slug(self.leads)}-"
+        cell = "".join(f"-{slug(k.rsplit('.', 1)[-1])}{v:g}" for k, v in self.encoder.params) if self.encoder else ""
+        return (f"{slug(self.method)}{cell}-{slug(self.corpus)}-{self.mode}-l{slug(self.leads)}-"
                 f"{fraction_label(self.fraction)}-s{self.seed}")
+
+
+@dataclass(frozen=True)
+class MaskRates:
+    """The mask-rate figure: a two-key grid over one variant, each cell pretrained per seed and
+    fine-tuned on the named corpora (12 leads, all training data, mode finetune)."""
+
+    variant: str
+    keys: tuple[str, str]
+    values: tuple[tuple[float, ...], tuple[float, ...]]
+    corpora: tuple[str, ...]
+    seeds: tuple[int, ...]
+
+    def runs(self) -> list[PretrainRun]:
+        return [PretrainRun(self.variant, s, ((self.keys[0], a), (self.keys[1], b)))
+                for a in self.values[0] for b in self.values[1] for s in self.seeds]
 
 
 @dataclass(frozen=True)
@@ -139,12 +163,22 @@ class Study:
     tables: tuple[str, ...]
     figures: tuple[str, ...]
     report_set: tuple[str, ...]
+    mask_rates: MaskRates | None = None
     extra: tuple[str, ...] = field(default=())   # --set of the command line, over everything
 
     # ------------------------------------------------------------------ runs
 
     def pretrain_runs(self) -> list[PretrainRun]:
-        return [PretrainRun(v, s) for v in self.pretrain_methods for s in self.pretrain_seeds]
+        runs = [PretrainRun(v, s) for v in self.pretrain_methods for s in self.pretrain_seeds]
+        return runs + (self.mask_rates.runs() if self.mask_rates else [])
+
+    def mask_rate_runs(self) -> list[FinetuneRun]:
+        """The mask-rate figure's fine-tunings (kept out of the tables)."""
+        m = self.mask_rates
+        if m is None:
+            return []
+        return [FinetuneRun(m.variant, corpus, "finetune", "12", 1.0, run.seed, run)
+                for run in m.runs() for corpus in m.corpora]
 
     def encoder_for(self, method: str, seed: int) -> PretrainRun | None:
         if self.variants.get(method) == "scratch":
@@ -173,16 +207,21 @@ class Study:
         return list(dict.fromkeys(m for g in self.grids for m in g.methods))
 
     def pretrain_overrides(self, run: PretrainRun) -> list[str]:
-        return [*self.base, *self.variants[run.variant], *self.pretrain_set, f"train.seed={run.seed}",
-                f"train.variant={run.variant}", *self.extra]
+        cell = [f"{k}={v}" for k, v in run.params]
+        # a mask-rate cell is judged by its probe too (the cheap mode the figure compares against)
+        probe = ["train.eval_every_epochs=1"] if run.params else []
+        label = f"{run.variant} ({run.cell})" if run.params else run.variant
+        return [*self.base, *self.variants[run.variant], *self.pretrain_set, *cell, *probe,
+                f"train.seed={run.seed}", f"train.variant={label}", *self.extra]
 
     def finetune_overrides(self, run: FinetuneRun, more: list[str] | tuple[str, ...] = ()) -> list[str]:
         """The run's overrides; `more` (its corpus and encoder) before the command line's --set."""
         from coreecg.train.finetuning import parse_leads
 
         leads = parse_leads(run.leads)
+        method = f"{run.method} ({run.encoder.cell})" if run.encoder and run.encoder.params else run.method
         out = [*self.base, *self.downstream_set, f"finetune.mode={run.mode}", f"finetune.leads=[{','.join(leads)}]",
-               f"finetune.train_fraction={run.fraction}", f"train.seed={run.seed}", f"finetune.method={run.method}",
+               f"finetune.train_fraction={run.fraction}", f"train.seed={run.seed}", f"finetune.method={method}",
                f"finetune.dataset={run.corpus}"]
         return [*out, *more, *self.extra]
 
@@ -368,6 +407,31 @@ def load_study(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Stu
         raise StudyError(f"{path}: report.figures: unknown figure(s) {[f for f in figures if f not in FIGURES]}; "
                          f"known: {list(FIGURES)}")
     report_set = _overrides(path, "report.set", rep.get("set"))
+    mask_rates = None
+    if data.get("mask_rates") is not None:
+        mr = _keys(path, "mask_rates", data["mask_rates"], SECTION_KEYS["mask_rates"])
+        if not mr.get("space"):
+            raise StudyError(f"{path}: mask_rates.space (a grid file, e.g. tune_spaces/mask_rates.yaml) is required")
+        variant = str(mr.get("variant") or "CoRe-ECG")
+        known("mask_rates.variant", [variant])
+        try:
+            if not isinstance(space.variants[variant], list):
+                raise StudyError(f"{path}: mask_rates.variant {variant!r} has no pretraining")
+            grid_space = load_space(_relative(path, mr["space"]), config_file, [*base, *space.variants[variant]])
+        except SpaceError as e:
+            raise StudyError(f"{path}: mask_rates.space: {e}") from None
+        if len(grid_space.grid) != 2:
+            raise StudyError(f"{path}: mask_rates.space: a mask-rate grid needs exactly two grid keys, "
+                             f"got {list(grid_space.grid)}")
+        names = [c.name for c in corpora]
+        mr_corpora = _list(path, "mask_rates.corpora", mr.get("corpora"), str, names)
+        if not mr_corpora or [c for c in mr_corpora if c not in names]:
+            raise StudyError(f"{path}: mask_rates.corpora: {mr_corpora} must name downstream.corpora ({names})")
+        keys = tuple(grid_space.grid)
+        mask_rates = MaskRates(variant, keys, tuple(tuple(float(v) for v in grid_space.grid[k]) for k in keys),
+                               tuple(mr_corpora), tuple(_list(path, "mask_rates.seeds", mr.get("seeds"), int, [0])))
+    if "mask_rates" in figures and mask_rates is None:
+        raise StudyError(f"{path}: report.figures names mask_rates but the study has no mask_rates section")
     if not pretrain_methods and not has_downstream:
         raise StudyError(f"{path}: nothing to run (no pretrain.methods and no downstream.corpora)")
 
@@ -377,10 +441,10 @@ def load_study(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Stu
                   pretrain_methods=tuple(pretrain_methods), pretrain_seeds=tuple(pretrain_seeds),
                   pretrain_set=pretrain_set, corpora=tuple(corpora), grids=tuple(grids),
                   downstream_set=downstream_set, tables=tuple(tables), figures=tuple(figures),
-                  report_set=report_set, extra=extra)
+                  report_set=report_set, mask_rates=mask_rates, extra=extra)
     for run in study.pretrain_runs():        # every run's config, once, before Ray
         _config(path, f"pretraining {run.variant!r} (seed {run.seed})", config_file, study.pretrain_overrides(run))
-    for run in study.finetune_runs():
+    for run in [*study.finetune_runs(), *study.mask_rate_runs()]:
         _config(path, f"fine-tuning {run.method!r} on {run.corpus} ({run.mode}, leads {run.leads}, "
                       f"fraction {run.fraction}, seed {run.seed})", config_file, study.finetune_overrides(run))
     _config(path, "report.set", config_file, study.report_overrides())

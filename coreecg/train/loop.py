@@ -78,8 +78,9 @@ class RunWriter:
             self._tb = SummaryWriter(str(run_dir / "tensorboard"))
 
     def line(self, record: dict[str, Any]) -> None:
+        """One JSON line in metrics.jsonl, stamped with the wall-clock `time` (s since the epoch)."""
         if self.enabled:
-            self._log.write(json.dumps(record) + "\n")
+            self._log.write(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
             self._log.flush()
 
     def scalars(self, prefix: str, values: dict[str, float], step: int) -> None:
@@ -190,6 +191,7 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
                 "torch_rng": torch.get_rng_state()}
 
     summary: dict[str, float] = {}
+    first_step = True
     while epoch < task.epochs:
         t_epoch = t_log = time.perf_counter()
         sums: dict[str, torch.Tensor] = {}
@@ -209,6 +211,9 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
             for k, v in metrics.items():     # summed on the device: no host sync per step
                 sums[k] = sums.get(k, 0) + v.detach().float()
             count, log_steps = count + 1, log_steps + 1
+            if first_step and ctx.is_main:      # start-up cost of this session: see bench/study.py
+                writer.line({"event": "first_step", "step": step.step, "epoch": epoch})
+                first_step = False
             if step.step % cfg.train.log_every == 0 and ctx.is_main:
                 now = time.perf_counter()
                 values = _floats(metrics)

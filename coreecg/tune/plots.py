@@ -26,8 +26,9 @@ def heatmap_grid(rows: Sequence[dict], x: str, y: str, key: str = "probe_auroc")
         return xs, ys, np.where(count > 0, total / np.maximum(count, 1), np.nan), count
 
 
-def heatmap(rows: Sequence[dict], x: str, y: str, path: Path, key: str = "probe_auroc") -> Path:
-    """Mean `key` over seeds per (x, y) cell, annotated (value and run count), the best cell boxed."""
+def heatmap(rows: Sequence[dict], x: str, y: str, path: Path, key: str = "probe_auroc", title: str = "") -> Path:
+    """Mean `key` over seeds per (x, y) cell, annotated (value and run count), the best cell boxed;
+    `title` says what the values are (default: "mean <key> over seeds")."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,8 +53,8 @@ def heatmap(rows: Sequence[dict], x: str, y: str, path: Path, key: str = "probe_
     if finite.any():
         i, j = np.unravel_index(np.nanargmax(mean), mean.shape)
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
-        ax.set_title(f"mean {key} over seeds\nbest {mean[i, j]:.3f} at {x}={xs[j]:g}, {y}={ys[i]:g} (red box)",
-                     fontsize=9)
+        ax.set_title(f"{title or f'mean {key} over seeds'}\nbest {mean[i, j]:.3f} at {x}={xs[j]:g}, "
+                     f"{y}={ys[i]:g} (red box)", fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)

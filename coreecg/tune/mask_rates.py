@@ -1,0 +1,128 @@
+"""The paper's mask-rate figure: every P_time x P_lead cell's encoder fine-tuned on each named
+corpus, F1 and AUROC heatmaps per dataset, and how well the cheap probe ranks the cells the way
+fine-tuning does (Spearman's rho with a bootstrap interval over cells).
+
+The fine-tunings are Ray Tune trials through the study runner (`coreecg.study.runner.run_phase`),
+so they resume like a study: a cell already fine-tuned (its metrics.json exists) is not re-run.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from coreecg.study.spec import slug
+
+METRICS = ("f1", "auroc")
+
+
+def cell_label(x: str, y: str, row: dict) -> str:
+    return f"{x}={row[x]:g}, {y}={row[y]:g}"
+
+
+def finetune_cells(rows: Sequence[dict], x: str, y: str, corpora: Sequence[str | Path], output: Path,
+                   config_file: str | None, base: Sequence[str], concurrency: int = 0) -> list[dict[str, Any]]:
+    """Fine-tune the encoder of every finished grid trial on every corpus (12 leads, all training
+    data, mode finetune, the trial's seed). -> one row per (trial, corpus): the cell, seed,
+    dataset, test acc/f1/auroc (NaN where the run failed), status, run folder."""
+    import json
+
+    from coreecg.data.corpus import load_manifest
+    from coreecg.study.runner import is_done, run_dir, run_phase
+    from coreecg.train.finetuning import dataset_name
+
+    trials = [r for r in rows if r["status"] != "error" and Path(r["run_dir"], "encoder.pt").is_file()]
+    jobs, meta = [], {}
+    for corpus in (Path(c).expanduser().resolve() for c in corpora):
+        dataset = dataset_name(load_manifest(corpus))
+        for r in trials:
+            name = f"{slug(dataset)}-{slug(x)}{r[x]:g}-{slug(y)}{r[y]:g}-s{r['seed']}"
+            meta[name] = {x: r[x], y: r[y], "seed": r["seed"], "dataset": dataset, "trial_id": r["trial_id"]}
+            if is_done(output, "finetune", name):
+                continue
+            jobs.append((name, [*base, f"data.corpus={corpus}", f"finetune.encoder={Path(r['run_dir']) / 'encoder.pt'}",
+                                "finetune.mode=finetune", f"train.seed={r['seed']}",
+                                f"finetune.method={cell_label(x, y, r)}"]))
+    # Tune's experiments beside the sweep's own (output/tune is the sweep's, restored by --resume)
+    phase = {row["run"]: row for row in run_phase(output, "finetune", config_file, jobs, concurrency,
+                                                  tune_dir=output / "tune-finetune")}
+    out = []
+    for name, m in meta.items():
+        folder = run_dir(output, "finetune", name)
+        done = is_done(output, "finetune", name)
+        test = json.loads((folder / "metrics.json").read_text())["test"] if done else {}
+        out.append({**m, **{k: (math.nan if test.get(k) is None else test[k]) for k in ("acc", *METRICS)},
+                    "status": "done" if done else "failed", "error": phase.get(name, {}).get("error", ""),
+                    "run_dir": str(folder)})
+    return out
+
+
+def rank_correlation(probe: Sequence[float], finetuned: Sequence[float], n_resamples: int = 2000,
+                     seed: int = 0, level: float = 0.95) -> dict[str, float]:
+    """Spearman's rho between the cells' probe scores and their fine-tuned scores, with a
+    percentile bootstrap interval over cells (scipy.stats.bootstrap, pairs kept together).
+    -> {rho, low, high, p (scipy's test of rho = 0), cells, note}; NaN, with the reason in
+    `note`, with fewer than 3 cells or when one side takes a single value (no ranks)."""
+    from scipy.stats import bootstrap, spearmanr
+
+    a, b = np.asarray(probe, dtype=float), np.asarray(finetuned, dtype=float)
+    ok = np.isfinite(a) & np.isfinite(b)
+    a, b = a[ok], b[ok]
+    out = {"rho": math.nan, "low": math.nan, "high": math.nan, "p": math.nan, "cells": int(len(a)), "note": ""}
+    if len(a) < 3:
+        return {**out, "note": f"undefined: {len(a)} cell(s) with both scores, 3 needed"}
+    for side, v in (("probe", a), ("fine-tuned", b)):
+        if np.ptp(v) == 0:
+            return {**out, "note": f"undefined: every cell has the same {side} score ({v[0]:.4g})"}
+    test = spearmanr(a, b)
+    out.update(rho=float(test.statistic), p=float(test.pvalue))
+    ci = bootstrap((a, b), lambda u, v: spearmanr(u, v).statistic, paired=True, vectorized=False,
+                   n_resamples=n_resamples, confidence_level=level, method="percentile",
+                   random_state=np.random.default_rng(seed)).confidence_interval
+    out.update(low=float(ci.low), high=float(ci.high))
+    return out
+
+
+def cell_means(rows: Sequence[dict], x: str, y: str, key: str) -> dict[tuple[float, float], float]:
+    """Mean of `key` over seeds per (x, y) cell (finite values only)."""
+    groups: dict[tuple[float, float], list[float]] = {}
+    for r in rows:
+        v = r.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            groups.setdefault((r[x], r[y]), []).append(float(v))
+    return {k: float(np.mean(v)) for k, v in groups.items()}
+
+
+def write_finetune_figures(probe_rows: Sequence[dict], ft_rows: Sequence[dict], x: str, y: str,
+                           output: Path) -> list[Path]:
+    """Per dataset: heatmap_<dataset>_f1.png and heatmap_<dataset>_auroc.png (the paper's figure),
+    finetune_results.csv, and rank_correlation.csv (probe_auroc vs fine-tuned AUROC over cells)."""
+    from coreecg.tune.plots import heatmap
+
+    written = []
+    fields = [x, y, "seed", "dataset", "trial_id", "acc", *METRICS, "status", "error", "run_dir"]
+    with open(output / "finetune_results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fields)
+        w.writeheader()
+        w.writerows(ft_rows)
+    written.append(output / "finetune_results.csv")
+    probe = cell_means(probe_rows, x, y, "probe_auroc")
+    corr_rows = []
+    for dataset in dict.fromkeys(r["dataset"] for r in ft_rows):
+        rows = [{**r, "status": "completed" if r["status"] == "done" else "error"}
+                for r in ft_rows if r["dataset"] == dataset]
+        for metric in METRICS:
+            written.append(heatmap(rows, x, y, output / f"heatmap_{slug(dataset)}_{metric}.png", key=metric,
+                                   title=f"fine-tuned {metric.upper()} on {dataset} (mean over seeds)"))
+        ft = cell_means(rows, x, y, "auroc")
+        cells = sorted(set(probe) & set(ft))
+        corr_rows.append({"dataset": dataset, **rank_correlation([probe[c] for c in cells], [ft[c] for c in cells])})
+    with open(output / "rank_correlation.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, ["dataset", "rho", "low", "high", "p", "cells", "note"])
+        w.writeheader()
+        w.writerows(corr_rows)
+    written.append(output / "rank_correlation.csv")
+    return written

@@ -11,8 +11,11 @@ local Ray). Read back from the study folder:
 - runs/*/*/metrics.jsonl: the `first_step` event (after the first optimiser step of the attempt)
   and each epoch line's `seconds` (the loop's step time: batches and steps, no evaluation);
 - the job's own wall time.
+- the run's finished marker (done.json, metrics.json): its modification time ends the trial.
 time to first step = first_step - trial_start (config, plan, Ray Data dataset, model build, the
-first batch and step); training share = sum of epoch seconds / (wall x concurrency).
+first batch and step); training share = sum of epoch seconds / (wall x concurrency); in-trial
+share = sum of (marker - trial_start) / (wall x concurrency): the rest is the driver (validation,
+corpora, Ray and Tune start-up, scheduling between trials, the report).
 """
 from __future__ import annotations
 
@@ -29,8 +32,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+MARKERS = {"pretrain": "done.json", "finetune": "metrics.json"}
+
+
 def read_runs(out: Path) -> dict:
-    firsts, steps, per_phase = [], 0.0, {}
+    firsts, steps, in_trials, per_phase = [], 0.0, 0.0, {}
     for run in sorted(out.glob("runs/*/*")):
         trials = run / "trials.jsonl"
         metrics = run / "metrics.jsonl"
@@ -42,13 +48,17 @@ def read_runs(out: Path) -> dict:
         epoch_s = sum(x["seconds"] for x in lines if x.get("kind") == "epoch")
         steps += epoch_s
         phase = run.parent.name
-        per_phase.setdefault(phase, {"runs": 0, "train_step_s": 0.0})
+        marker = run / MARKERS[phase]
+        in_trial = marker.stat().st_mtime - start if marker.is_file() else 0.0
+        in_trials += in_trial
+        per_phase.setdefault(phase, {"runs": 0, "train_step_s": 0.0, "in_trial_s": 0.0})
         per_phase[phase]["runs"] += 1
-        per_phase[phase]["train_step_s"] += round(epoch_s, 2)
+        per_phase[phase]["train_step_s"] = round(per_phase[phase]["train_step_s"] + epoch_s, 2)
+        per_phase[phase]["in_trial_s"] = round(per_phase[phase]["in_trial_s"] + in_trial, 2)
         if first:
             firsts.append(first[0] - start)
     return {"runs": sum(p["runs"] for p in per_phase.values()), "per_phase": per_phase,
-            "train_step_s_total": round(steps, 1),
+            "train_step_s_total": round(steps, 1), "in_trial_s_total": round(in_trials, 1),
             "time_to_first_step_s": {"median": round(statistics.median(firsts), 2) if firsts else None,
                                      "max": round(max(firsts), 2) if firsts else None, "n": len(firsts)}}
 
@@ -73,6 +83,7 @@ def main() -> int:
         r = {"study": args.study, "concurrency": c, "exit": done.returncode, "wall_s": round(wall, 1),
              **read_runs(out)}
         r["train_step_share_of_wall"] = round(r["train_step_s_total"] / (wall * c), 3)
+        r["in_trial_share_of_wall"] = round(r["in_trial_s_total"] / (wall * c), 3)
         if done.returncode not in (0, 1):
             r["stderr_tail"] = done.stderr[-2000:]
         results.append(r)

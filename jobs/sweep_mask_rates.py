@@ -14,7 +14,7 @@ encoder.pt). With --finetune (12 leads, all training data, the finetune section 
 runs/finetune/<dataset>-<cell>-s<seed>/ (fine-tuning run folders), finetune_results.csv,
 heatmap_<dataset>_f1.png and heatmap_<dataset>_auroc.png (the paper's figure), and
 rank_correlation.csv: Spearman's rho between the cells' probe_auroc and their fine-tuned AUROC
-with a 95 % bootstrap interval over cells, per dataset: whether the cheap mode (and ASHA, which
+with a 95 % Fisher-z interval (Bonett-Wright), per dataset: whether the cheap mode (and ASHA, which
 stops trials on it) ranks the cells as fine-tuning does.
 Exit codes: 0 done (failed trials are recorded in results.csv), 2 bad arguments, space or config.
 """

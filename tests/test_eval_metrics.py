@@ -199,11 +199,17 @@ def test_rank_correlation_of_cells_matches_ranks_and_brackets_rho():
     rng = np.random.default_rng(1)
     probe = rng.normal(size=12)
     finetuned = probe + rng.normal(scale=0.5, size=12)
-    out = rank_correlation(probe, finetuned, n_resamples=500)
+    out = rank_correlation(probe, finetuned)
     ranks = lambda v: np.argsort(np.argsort(v)).astype(float)      # noqa: E731  (no ties here)
     expected = np.corrcoef(ranks(probe), ranks(finetuned))[0, 1]   # Spearman = Pearson of ranks
     assert out["rho"] == pytest.approx(expected) and out["cells"] == 12
     assert out["low"] <= out["rho"] <= out["high"] and out["high"] - out["low"] > 0.01
+    # Fisher's z with the Bonett-Wright variance, computed here independently
+    se = np.sqrt((1 + expected**2 / 2) / (12 - 3))
+    assert (out["low"], out["high"]) == pytest.approx(np.tanh(np.arctanh(expected) + np.array([-1.96, 1.96]) * se),
+                                                      abs=1e-3)
+    few = rank_correlation([0.1, 0.2, 0.3, 0.4], [0.2, 0.1, 0.4, 0.3])       # 4 cells: an interval, a wide one
+    assert few["rho"] == pytest.approx(0.6) and few["low"] < 0 < few["high"]
     assert np.isnan(rank_correlation([1, 2], [2, 1])["rho"])                  # < 3 cells: undefined
     flat = rank_correlation([0.5, 0.5, 0.5], [0.1, 0.3, 0.2])                 # ties everywhere: no ranks
     assert np.isnan(flat["rho"]) and "same probe score" in flat["note"]

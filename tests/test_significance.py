@@ -41,7 +41,7 @@ def make_probs(y: np.ndarray, multilabel: bool, noise: int, sharpen: float = 0.0
 
 
 def make_run(root: Path, name: str, method: str, seed: int, task, probs, multilabel: bool,
-             dataset: str = "ptbxl", rows=None, predictions: bool = True) -> Path:
+             dataset: str = "ptbxl", rows=None, predictions: bool = True, leads: str = "12") -> Path:
     """A fine-tuning run folder: predictions.csv (rows in the order `rows`) and a metrics.json whose
     test metrics are classification_metrics of that file, as the fine-tuning job writes them."""
     rids, pids, y = task
@@ -52,7 +52,7 @@ def make_run(root: Path, name: str, method: str, seed: int, task, probs, multila
     write_predictions(run / "predictions.csv", scores, CLASSES)
     back = read_predictions(run / "predictions.csv", CLASSES)
     test = classification_metrics(back.y, back.probs, multilabel, CLASSES)
-    record = {"method": method, "dataset": dataset, "mode": "finetune", "leads": "12", "train_fraction": 1.0,
+    record = {"method": method, "dataset": dataset, "mode": "finetune", "leads": leads, "train_fraction": 1.0,
               "seed": seed, "multilabel": multilabel, "class_names": CLASSES, "test": {**test, "ci": {}},
               "val": test, "crop_rule": "test", "encoder": None, "encoder_config_hash": "x"}
     (run / "metrics.json").write_text(json.dumps(record))
@@ -281,8 +281,8 @@ def test_report_csv_holds_difference_interval_and_p(report):
     assert rows["Sharp"]["PTB-XL ACC n"] == "2" and rows["Sharp"]["PTB-XL ACC"]      # old columns unchanged
 
 
-def test_report_writes_latex(report):
-    out, written, _ = report
+def test_report_writes_latex(report, tmp_path):
+    out, written, runs = report
     assert {p.name for p in written} >= {"comparison.tex", "lead_reduction.tex", "train_fraction.tex"}
     tex = (out / "comparison.tex").read_text()
     assert tex.index(r"\toprule") < tex.index(r"\midrule") < tex.index(r"\bottomrule")
@@ -294,5 +294,13 @@ def test_report_writes_latex(report):
     assert r"\textsuperscript{*}" not in core and r"$\pm$" in core
     assert r"\underline{" in tex                                        # second best
     assert r"\textsuperscript{*} the difference to CoRe-ECG has a 95 \% paired-bootstrap interval" in tex
-    lead = (out / "lead_reduction.tex").read_text()
-    assert r"\multirow{2}{*}{\textbf{Leads}}" in lead and r"\multirow{5}{*}{12}" in lead
+    # 12 leads only: one column block, no block layout
+    assert r"\textbf{Leads}" not in (out / "lead_reduction.tex").read_text()
+    # with 6-lead runs of two methods: the paper's Table 2 layout, a row block per lead set, those two methods
+    task = make_task(False)
+    six = [make_run(tmp_path / "six", f"{m}-6", m, 0, task, make_probs(task[2], False, 40 + i), False, leads="6")
+           for i, m in enumerate(("CoRe-ECG", "Sharp"))]
+    write_report([*runs, *six], tmp_path / "report6", report=ReportConfig(bootstrap_resamples=20))
+    lead = (tmp_path / "report6" / "lead_reduction.tex").read_text()
+    assert r"\multirow{2}{*}{\textbf{Leads}}" in lead and r"\multirow{2}{*}{12}" in lead and r"\multirow{2}{*}{6}" in lead
+    assert "Copy" not in lead and "Seed7" not in lead

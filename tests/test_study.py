@@ -86,6 +86,18 @@ def test_an_unknown_corpus_source_or_missing_input_is_named(tmp_path, ecg_data):
         load_study(_study(tmp_path, ecg_data, downstream__corpora=corpora))
 
 
+def test_data_paths_expand_environment_variables_and_an_unset_one_is_named(tmp_path, ecg_data, monkeypatch):
+    # On a cluster (ray job submit uploads the repository elsewhere) paths point at shared storage.
+    monkeypatch.setenv("ECG_DATA", str(ecg_data))
+    corpora = {"ptbxl": {"source": "ptbxl", "input": "$ECG_DATA/ptbxl"}}
+    study = load_study(_study(tmp_path, ecg_data, downstream__corpora=corpora,
+                              downstream__methods=["CoRe-ECG"], mask_rates__corpora=["ptbxl"]))
+    assert [c.input for c in study.corpora] == [str(ecg_data / "ptbxl")]
+    monkeypatch.delenv("ECG_DATA")
+    with pytest.raises(StudyError, match=r"\$ECG_DATA/ptbxl.*environment variable not set"):
+        load_study(_study(tmp_path, ecg_data, downstream__corpora=corpora))
+
+
 @pytest.mark.slow
 def test_a_killed_study_resumes_without_rerunning_a_finished_run(ray_session, ecg_data, tmp_path):
     path = _study(tmp_path, ecg_data)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import isclose
 from pathlib import Path
 from typing import Sequence
@@ -136,7 +136,31 @@ TABLES = (
 )
 
 
-def _variant(spec: TableSpec, run: Run) -> tuple[str, float, str] | None:
+def _lead_label(leads: str) -> str:
+    return f"{leads}-lead" if leads.isdigit() else leads
+
+
+def table_specs(runs: Sequence[Run]) -> tuple[TableSpec, ...]:
+    """TABLES with the columns of the settings the runs hold: lead sets (all training data) and
+    fractions (12 leads), the paper's (12/6/1, 100/50/5 %) in its order, then others (a study's
+    own: leads as first seen, fractions from the largest). A paper column that no run fills is
+    left out when the runs fill others (a study with 20 % in place of 5 % shows no empty 5 %)."""
+    table = [r for r in runs if r.mode in TABLE_MODES]
+    lead_sets = {r.leads for r in table if isclose(r.train_fraction, 1.0)}
+    leads = [*(x for x in LEADS if x in lead_sets), *dict.fromkeys(r.leads for r in table if r.leads not in LEADS
+                                                                    and isclose(r.train_fraction, 1.0))]
+    ran = [r.train_fraction for r in table if r.leads == "12"]
+    fractions = [*(f for f in FRACTIONS if any(isclose(f, g) for g in ran)),
+                 *sorted({f for f in ran if not any(isclose(f, g) for g in FRACTIONS)}, reverse=True)]
+    comparison, lead_table, fraction_table = TABLES
+    return (comparison,
+            replace(lead_table, variants=tuple((lead, 1.0, _lead_label(lead)) for lead in leads)
+                    or lead_table.variants),
+            replace(fraction_table, variants=tuple(("12", f, f"{f:.0%}") for f in fractions)
+                    or fraction_table.variants))
+
+
+def variant_of(spec: TableSpec, run: Run) -> tuple[str, float, str] | None:
     """The table variant (column block) a run belongs to, or None if it is not in the table."""
     if run.mode not in TABLE_MODES:
         return None
@@ -232,7 +256,7 @@ def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold") -> 
     holds two runs with one seed (the same run passed twice, or two runs that collide)."""
     if f1 not in F1_KEYS:
         raise ValueError(f"f1={f1!r} is not one of {tuple(F1_KEYS)}")
-    members = [(r, v) for r in runs if (v := _variant(spec, r))]
+    members = [(r, v) for r in runs if (v := variant_of(spec, r))]
     columns = [Column(d, v[0], v[1], m, " ".join(filter(None, (DATASETS.get(d, d), v[2], label))),
                       " ".join(filter(None, (DATASETS.get(d, d), v[2]))))
                for d in _dataset_order([r for r, _ in members]) for v in spec.variants
@@ -471,7 +495,7 @@ def write_all_runs_csv(runs: Sequence[Run], tables: Sequence[Table], path: Path)
             rec = run.record
             row = {"run_dir": str(run.path), **{k: getattr(run, k) for k in RUN_FIELDS},
                    "multilabel": rec.get("multilabel"),
-                   "tables": ";".join(t.spec.name for t in tables if _variant(t.spec, run) and run.method in t.cells),
+                   "tables": ";".join(t.spec.name for t in tables if variant_of(t.spec, run) and run.method in t.cells),
                    **{k: rec.get(k) for k in ("encoder", "encoder_config_hash", "crop_rule")}}
             for split in ("test", "val"):
                 metrics = rec.get(split) or {}
@@ -496,6 +520,16 @@ def method_table(name: str, title: str, methods: Sequence[str], runs: Sequence[R
                  full.members)
 
 
+def table_runs(spec: TableSpec, runs: Sequence[Run]) -> list[Run]:
+    """The runs of a lead or fraction table: the methods run beyond 12 leads and all data (the
+    paper's Tables 2 and 3 compare those only), or every method when none was."""
+    if spec is TABLES[0] or spec.name == TABLES[0].name:
+        return list(runs)
+    first = spec.variants[0]
+    varied = {r.method for r in runs if (v := variant_of(spec, r)) and v != first}
+    return [r for r in runs if r.method in varied] if varied else list(runs)
+
+
 def _task(run: Run) -> tuple[bool, list[str]]:
     names = run.record.get("class_names")
     if not isinstance(names, list) or not names or not all(isinstance(c, str) for c in names):
@@ -510,7 +544,7 @@ def paired_cells(runs: Sequence[Run], reference: str, f1: str = "threshold", n_r
     tables show it). A method sharing no seed with the reference, or whose paired runs (or the
     reference's) lack predictions.csv, gets the reason instead; runs that cannot be paired (other
     test records, labels or classes) are a RunError naming them."""
-    settings = {(v[0], v[1]) for spec in TABLES for v in spec.variants}
+    settings = {(v[0], v[1]) for spec in table_specs(runs) for v in spec.variants}
     cells: dict[Cell, dict[str, list[Run]]] = {}
     for run in runs:
         setting = next((s for s in settings if s[0] == run.leads and isclose(s[1], run.train_fraction)), None)
@@ -568,7 +602,8 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
     method_tables = dict(method_tables or {})
     ordered = method_tables.pop(TABLES[0].name, None)
     tables = [method_table(spec.name, spec.title, ordered, runs, unavailable, report.f1)
-              if spec is TABLES[0] and ordered is not None else build_table(spec, runs, report.f1) for spec in TABLES]
+              if spec is TABLES[0] and ordered is not None else build_table(spec, table_runs(spec, runs), report.f1)
+              for spec in table_specs(runs)]
     tables += [method_table(f"ablation_{name}", f"Ablation: {name} (12 leads, all training data)", methods, runs,
                             unavailable, report.f1)
                for name, methods in method_tables.items()]

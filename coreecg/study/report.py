@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
-from math import isclose
 from pathlib import Path
 
 import numpy as np
 
 from coreecg.config import load_config
 from coreecg.data.corpus import load_manifest
-from coreecg.eval.report import TABLE_MODES, TABLES, RunError, load_run, write_report
+from coreecg.eval.report import RunError, load_run, table_runs, table_specs, variant_of, write_report
 from coreecg.study.runner import DONE, run_dir
 from coreecg.study.spec import Study
 
@@ -26,15 +25,12 @@ def finished_runs(study: Study, output: Path, phase: str) -> dict[str, Path]:
 
 
 def _members(table: str, methods: list[str] | None, runs: dict[str, object]) -> list[str]:
-    """The run folders (names) a table's cells are computed from."""
-    spec = next((t for t in TABLES if t.name == table), TABLES[0])
-    out = []
-    for name, run in runs.items():
-        if run.mode not in TABLE_MODES or (methods is not None and run.method not in methods):
-            continue
-        if any(run.leads == leads and isclose(run.train_fraction, frac) for leads, frac, _ in spec.variants):
-            out.append(name)
-    return out
+    """The run folders (names) a table's cells are computed from (as coreecg.eval.report picks them)."""
+    specs = table_specs(list(runs.values()))
+    spec = next((t for t in specs if t.name == table), specs[0])
+    shown = {id(r) for r in table_runs(spec, list(runs.values()))}
+    return [name for name, run in runs.items()
+            if id(run) in shown and (methods is None or run.method in methods) and variant_of(spec, run)]
 
 
 def _pair(candidates: list[str], reference: str) -> list[str]:

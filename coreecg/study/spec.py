@@ -36,6 +36,7 @@ naming the file and the entry), so a typo costs a second, not a cluster hour.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,17 +265,27 @@ def _keys(path: Path, where: str, data: Any, allowed: set[str]) -> dict:
     return data
 
 
+def _expand(path: Path, value: str) -> Path:
+    """~ and $VARS (the driver's environment: shared storage on a cluster, e.g. ray job submit
+    --runtime-env-json '{"env_vars": {"CORPORA": "/mnt/shared/corpora"}}'); an unset one is an error."""
+    expanded = os.path.expandvars(str(value))
+    if "$" in expanded:
+        raise StudyError(f"{path}: {value!r}: environment variable not set")
+    return Path(expanded).expanduser()
+
+
 def _relative(path: Path, value: str) -> str:
-    p = Path(str(value)).expanduser()
+    p = _expand(path, value)
     return str(p if p.is_absolute() else (path.parent / p).resolve())
 
 
-def _absolute_paths(overrides: tuple[str, ...], folder: Path) -> list[str]:
+def _absolute_paths(overrides: tuple[str, ...], folder: Path, path: Path) -> list[str]:
     out = []
     for o in overrides:
         key, _, value = o.partition("=")
-        if key.strip() in PATH_KEYS and value.strip() and not Path(value.strip()).expanduser().is_absolute():
-            o = f"{key.strip()}={(folder / value.strip()).resolve()}"
+        if key.strip() in PATH_KEYS and value.strip():
+            p = _expand(path, value.strip())
+            o = f"{key.strip()}={p if p.is_absolute() else (folder / p).resolve()}"
         out.append(o)
     return out
 
@@ -304,8 +315,8 @@ def load_study(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Stu
     config_file = _relative(path, data["config"]) if data.get("config") else None
     # Data paths: in the study's `set` relative to the study file, on the command line and in
     # the config to the current folder; trials run elsewhere (and on other nodes), so absolute.
-    base = tuple(_absolute_paths(_overrides(path, "set", data.get("set")), path.parent))
-    extra = tuple(_absolute_paths(tuple(extra), Path.cwd()))
+    base = tuple(_absolute_paths(_overrides(path, "set", data.get("set")), path.parent, path))
+    extra = tuple(_absolute_paths(tuple(extra), Path.cwd(), path))
     cfg = _config(path, "config + set + --set", config_file, [*base, *extra])
     given = {o.partition("=")[0].strip() for o in (*base, *extra)}
     extra += tuple(f"{key}={Path(getattr(cfg.data, key[5:])).expanduser().resolve()}" for key in PATH_KEYS

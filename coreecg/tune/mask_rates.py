@@ -1,6 +1,6 @@
 """The paper's mask-rate figure: every P_time x P_lead cell's encoder fine-tuned on each named
 corpus, F1 and AUROC heatmaps per dataset, and how well the cheap probe ranks the cells the way
-fine-tuning does (Spearman's rho with a bootstrap interval over cells).
+fine-tuning does (Spearman's rho with a Fisher-z interval).
 
 The fine-tunings are Ray Tune trials through the study runner (`coreecg.study.runner.run_phase`),
 so they resume like a study: a cell already fine-tuned (its metrics.json exists) is not re-run.
@@ -60,29 +60,33 @@ def finetune_cells(rows: Sequence[dict], x: str, y: str, corpora: Sequence[str |
     return out
 
 
-def rank_correlation(probe: Sequence[float], finetuned: Sequence[float], n_resamples: int = 2000,
-                     seed: int = 0, level: float = 0.95) -> dict[str, float]:
-    """Spearman's rho between the cells' probe scores and their fine-tuned scores, with a
-    percentile bootstrap interval over cells (scipy.stats.bootstrap, pairs kept together).
-    -> {rho, low, high, p (scipy's test of rho = 0), cells, note}; NaN, with the reason in
-    `note`, with fewer than 3 cells or when one side takes a single value (no ranks)."""
-    from scipy.stats import bootstrap, spearmanr
+def rank_correlation(probe: Sequence[float], finetuned: Sequence[float], level: float = 0.95) -> dict[str, Any]:
+    """Spearman's rho between the cells' probe scores and their fine-tuned scores (scipy), its
+    test of rho = 0, and an interval from Fisher's z with Bonett and Wright's (2000) variance for
+    Spearman, (1 + rho^2 / 2) / (n - 3): closed form, so it holds for a few cells, where a
+    bootstrap over cells resamples mostly ties (undefined). -> {rho, low, high, p, cells, note};
+    NaN, with the reason in `note`, with fewer than 3 cells (4 for the interval) or when one side
+    takes a single value (no ranks)."""
+    from scipy.stats import norm, spearmanr
 
     a, b = np.asarray(probe, dtype=float), np.asarray(finetuned, dtype=float)
     ok = np.isfinite(a) & np.isfinite(b)
     a, b = a[ok], b[ok]
-    out = {"rho": math.nan, "low": math.nan, "high": math.nan, "p": math.nan, "cells": int(len(a)), "note": ""}
-    if len(a) < 3:
-        return {**out, "note": f"undefined: {len(a)} cell(s) with both scores, 3 needed"}
+    n = len(a)
+    out = {"rho": math.nan, "low": math.nan, "high": math.nan, "p": math.nan, "cells": int(n), "note": ""}
+    if n < 3:
+        return {**out, "note": f"undefined: {n} cell(s) with both scores, 3 needed"}
     for side, v in (("probe", a), ("fine-tuned", b)):
         if np.ptp(v) == 0:
             return {**out, "note": f"undefined: every cell has the same {side} score ({v[0]:.4g})"}
     test = spearmanr(a, b)
-    out.update(rho=float(test.statistic), p=float(test.pvalue))
-    ci = bootstrap((a, b), lambda u, v: spearmanr(u, v).statistic, paired=True, vectorized=False,
-                   n_resamples=n_resamples, confidence_level=level, method="percentile",
-                   random_state=np.random.default_rng(seed)).confidence_interval
-    out.update(low=float(ci.low), high=float(ci.high))
+    rho = float(test.statistic)
+    out.update(rho=rho, p=float(test.pvalue))
+    if n < 4:
+        return {**out, "note": "no interval: 4 cells needed"}
+    z = math.atanh(min(max(rho, -0.999999), 0.999999))
+    half = norm.ppf(0.5 + level / 2) * math.sqrt((1 + rho * rho / 2) / (n - 3))
+    out.update(low=math.tanh(z - half), high=math.tanh(z + half))
     return out
 
 

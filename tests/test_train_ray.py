@@ -154,6 +154,8 @@ def test_resume_after_the_driver_is_killed(fresh_ray, tmp_path):
     assert killed_at < 4 * steps_per_epoch, "the driver must be killed mid-run"
     assert epochs[-1]["epoch"] == 3 and epochs[-1]["step"] == 4 * steps_per_epoch   # as uninterrupted
     assert "encoder.pt" in done.stdout
+    console = done.stdout + done.stderr           # each epoch once: the controller's line, not the worker's too
+    assert [sum(f"epoch {e}/4 |" in line for line in console.splitlines()) for e in (3, 4)] == [1, 1], console[-3000:]
 
 
 def test_a_killed_worker_is_replaced_and_training_resumes(fresh_ray, tmp_path):

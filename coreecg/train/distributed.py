@@ -104,6 +104,9 @@ def _quiet_worker_logs() -> None:
 
     # Ray hands read-only Arrow buffers to torch; the batch is never written in place.
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    # The controller callback prints each epoch's line on the driver; the worker's would repeat it.
+    from coreecg.train.loop import progress_log
+    progress_log.setLevel(logging.WARNING)
     # Train logs every report (the whole metrics dict) at INFO under a logger named after its
     # file, outside LoggingConfig's reach; the controller callback prints one line instead.
     try:

@@ -30,6 +30,9 @@ from coreecg.train.speed import release_freed_memory
 from coreecg.train.step import TrainStep
 
 log = logging.getLogger(__name__)
+# Epoch lines have their own logger: under Ray Train the controller prints them (one line per
+# epoch on the driver's console), so the workers turn this one off (coreecg.train.distributed).
+progress_log = logging.getLogger(f"{__name__}.progress")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -235,7 +238,8 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
         summary.update({k: v for k, v in state.items() if isinstance(v, float)})
         writer.line({"kind": "epoch", **summary})
         writer.scalars("epoch", {k: v for k, v in summary.items() if k not in ("epoch", "step")}, step.step)
-        say("%s", progress_line(summary, task.epochs))
+        if ctx.is_main:
+            progress_log.info("%s", progress_line(summary, task.epochs))
         ctx.report(summary, payload_now(spe, summary))
         epoch += 1
     if ctx.is_main:

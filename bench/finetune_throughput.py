@@ -165,7 +165,7 @@ class LineClock(threading.Thread):
 
 
 def ray_path(cfg) -> dict:
-    from coreecg.train.finetuning import finetune
+    from coreecg.train.distributed import finetune
 
     run_dir = cfg.train.run_dir
     clock = LineClock(run_dir / "metrics.jsonl")

@@ -287,12 +287,14 @@ class ReportConfig:
     reference: the method every other row is compared with (paired bootstrap differences).
     bootstrap_resamples: resamples of those differences; 0 computes none.
     level: their interval's coverage.
+    seed: the seed of their resampling (the same seed gives the same intervals).
     """
 
     f1: Literal["threshold", "argmax"] = "threshold"
     reference: str = "CoRe-ECG"
     bootstrap_resamples: int = 1000
     level: float = 0.95
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if not self.reference:

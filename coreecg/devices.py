@@ -31,3 +31,15 @@ def generator_on(generator: torch.Generator | None, device: torch.device) -> tor
         return generator
     seed = int(torch.randint(0, 2**62, (), generator=generator, device=generator.device))
     return torch.Generator(device).manual_seed(seed)
+
+
+def trial_device(use_gpu: bool) -> torch.device:
+    """The device of a run in a Tune trial's own process: CUDA when the config asks for a GPU
+    (Ray then gave the trial one), else CPU. A GPU asked for and absent is an error, never a
+    silent run on the CPU."""
+    if not use_gpu:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("train.use_gpu=true but this process sees no CUDA device "
+                           "(set train.use_gpu=false to train on CPU)")
+    return torch.device("cuda")

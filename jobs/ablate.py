@@ -20,17 +20,12 @@ Exit codes: 0 done (failed trials are recorded), 2 bad arguments, variants or co
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _sweep_cli import fail, settings, sweep_parser  # noqa: E402
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
 
 
 def main(argv=None) -> int:
@@ -45,6 +40,7 @@ def main(argv=None) -> int:
 
     from coreecg.config import load_config
     from coreecg.eval.report import write_report
+    from coreecg.study.spec import slug
     from coreecg.train.distributed import finetune
     from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, SpaceError, load_space
     from coreecg.tune.sweep import SweepError, result_rows, run_sweep, write_results

@@ -42,3 +42,23 @@ def run_on_ranks(fn, *args, world: int = 2) -> dict:
         results = manager.dict()
         mp.spawn(_rank_entry, args=(world, port, fn, args, results), nprocs=world, join=True)
         return dict(results)
+
+
+def kill_after_first(args: list[str], env: dict, cwd, marker: str, timeout: float):
+    """Start a job, SIGKILL it once `marker` (an absolute glob pattern)
+    matches a file, and return {folder of each match: its metrics.jsonl text} at that moment."""
+    import glob
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    while not glob.glob(marker) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = [Path(p).parent for p in glob.glob(marker)]
+    assert finished, f"nothing matched {marker} before the job ended or {timeout} s passed"
+    return {d: (d / "metrics.jsonl").read_text() for d in finished}

@@ -93,14 +93,14 @@ def test_string_fields_keep_their_text_in_overrides():
 def test_report_section():
     assert load_config().report == ReportConfig()
     r = ReportConfig()
-    assert (r.f1, r.reference, r.bootstrap_resamples, r.level) == ("threshold", "CoRe-ECG", 1000, 0.95)
+    assert (r.f1, r.reference, r.bootstrap_resamples, r.level, r.seed) == ("threshold", "CoRe-ECG", 1000, 0.95, 0)
     c = load_config(overrides=["report.f1=argmax", "report.reference=ST-MEM", "report.level=0.9",
-                               "report.bootstrap_resamples=0"])
+                               "report.bootstrap_resamples=0", "report.seed=3"])
     r = c.report
-    assert (r.f1, r.reference, r.level, r.bootstrap_resamples) == ("argmax", "ST-MEM", 0.9, 0)
+    assert (r.f1, r.reference, r.level, r.bootstrap_resamples, r.seed) == ("argmax", "ST-MEM", 0.9, 0, 3)
     assert config_from_dict(c.to_dict()) == c
     for override, needle in [("report.f1=macro", r"report\.f1"), ("report.level=1", r"report\.level"),
                              ("report.bootstrap_resamples=-1", r"report\.bootstrap_resamples"),
-                             ("report.reference=", r"report\.reference"), ("report.seed=1", r"report\.seed")]:
+                             ("report.reference=", r"report\.reference"), ("report.seeds=1", r"report\.seeds")]:
         with pytest.raises(ConfigError, match=needle):
             load_config(overrides=[override])

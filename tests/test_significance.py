@@ -304,3 +304,12 @@ def test_report_writes_latex(report, tmp_path):
     lead = (tmp_path / "report6" / "lead_reduction.tex").read_text()
     assert r"\multirow{2}{*}{\textbf{Leads}}" in lead and r"\multirow{2}{*}{12}" in lead and r"\multirow{2}{*}{6}" in lead
     assert "Copy" not in lead and "Seed7" not in lead
+
+
+def test_the_bootstrap_seed_comes_from_the_config(report, tmp_path):
+    _, _, runs = report
+    diffs = {}
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        write_report(runs, tmp_path / name, report=ReportConfig(bootstrap_resamples=50, seed=seed))
+        diffs[name] = (tmp_path / name / "comparison.csv").read_text()
+    assert diffs["a"] == diffs["b"] and diffs["a"] != diffs["c"]     # same seed, same intervals

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import csv
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from coreecg.study.spec import StudyError, load_study
-from tests.helpers import TINY
+from tests.helpers import TINY, kill_after_first
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -107,15 +105,7 @@ def test_a_killed_study_resumes_without_rerunning_a_finished_run(ray_session, ec
     out = tmp_path / "out"
     env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
     args = [sys.executable, "jobs/study.py", str(path), "--output", str(out), "--concurrency", "1"]
-    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 600
-    while not list(out.glob("runs/pretrain/*/done.json")) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    finished = [p.parent for p in out.glob("runs/pretrain/*/done.json")]
-    assert len(finished) >= 1
-    before = {d: (d / "metrics.jsonl").read_text() for d in finished}
+    before = kill_after_first(args, env, REPO, str(out / "runs/pretrain/*/done.json"), 600)
 
     again = subprocess.run([*args, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]

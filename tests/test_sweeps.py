@@ -7,10 +7,8 @@ from __future__ import annotations
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ import yaml
 
 from coreecg.config import load_config
 from coreecg.methods import CoReECG
+from tests.helpers import kill_after_first
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -103,15 +102,7 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_trials(env, tmp_path)
     out = tmp_path / "resume"
     args = [sys.executable, "jobs/sweep_mask_rates.py", "--space", str(space), "--output", str(out),
             "--concurrency", "1", *sets]
-    proc = subprocess.Popen(args, cwd=REPO, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not list(out.glob("trials/*/done.json")) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    finished = [p.parent for p in out.glob("trials/*/done.json")]
-    assert len(finished) >= 1
-    before = {d: (d / "metrics.jsonl").read_text() for d in finished}
+    before = kill_after_first(args, environ, REPO, str(out / "trials/*/done.json"), 300)
 
     again = subprocess.run([*args, "--resume"], cwd=REPO, env=environ, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]

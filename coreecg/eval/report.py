@@ -182,8 +182,8 @@ def _multilabel(run: Run) -> bool:
 def metric_key(run: Run, metric: str, f1: str = "threshold") -> str:
     """The metrics.json test key a column prints: F1 is test.f1 (the paper's 0.5 threshold) or,
     with f1="argmax", test.f1_argmax on a single-label run (a multi-label run has no argmax F1)."""
-    if metric == "f1" and f1 == "argmax" and not _multilabel(run):
-        return "f1_argmax"
+    if metric == "f1" and not _multilabel(run):
+        return F1_KEYS[f1]
     return metric
 
 
@@ -537,13 +537,14 @@ def _task(run: Run) -> tuple[bool, list[str]]:
     return _multilabel(run), names
 
 
-def paired_cells(runs: Sequence[Run], reference: str, f1: str = "threshold", n_resamples: int = 1000,
-                 level: float = 0.95, seed: int = 0) -> Significance:
-    """Paired differences to `reference` for every (method, cell) the tables hold, from the runs'
-    predictions.csv: one `cell_differences` per cell (so each run is resampled once however many
+def paired_cells(runs: Sequence[Run], report: ReportConfig) -> Significance:
+    """Paired differences to `report.reference` for every (method, cell) the tables hold (its F1,
+    resamples, level and seed), from the runs' predictions.csv: one `cell_differences` per cell (so each run is resampled once however many
     tables show it). A method sharing no seed with the reference, or whose paired runs (or the
     reference's) lack predictions.csv, gets the reason instead; runs that cannot be paired (other
     test records, labels or classes) are a RunError naming them."""
+    reference, f1, n_resamples, level, seed = (report.reference, report.f1, report.bootstrap_resamples,
+                                               report.level, report.seed)
     settings = {(v[0], v[1]) for spec in table_specs(runs) for v in spec.variants}
     cells: dict[Cell, dict[str, list[Run]]] = {}
     for run in runs:
@@ -586,15 +587,14 @@ def paired_cells(runs: Sequence[Run], reference: str, f1: str = "threshold", n_r
 
 def write_report(run_dirs: Sequence[str | Path], output: str | Path,
                  method_tables: dict[str, Sequence[str]] | None = None,
-                 unavailable: dict[str, str] | None = None, *, report: ReportConfig | None = None,
-                 seed: int = 0) -> list[Path]:
+                 unavailable: dict[str, str] | None = None, *, report: ReportConfig | None = None) -> list[Path]:
     """Read every run folder, write comparison / lead_reduction / train_fraction (.md, .csv, .tex)
     and all_runs.csv into `output`, plus one table per `method_tables` entry (name -> methods in row
     order; `ablation_<name>`, except that an entry named `comparison` replaces the comparison
     table with the paper's Table 1 rows in that order); `unavailable`: method -> why it has no
     run (an n/a row). `report` (the config's `report` section, defaults if None): which F1 the
-    tables print, the reference method of the paired differences, their resamples and level;
-    `seed`: the bootstrap's. -> the files written. RunError on an unreadable folder."""
+    tables print, the reference method of the paired differences, their resamples, level and
+    seed. -> the files written. RunError on an unreadable folder."""
     if not run_dirs:
         raise RunError("no run folders given")
     report = report or ReportConfig()
@@ -607,7 +607,7 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
     tables += [method_table(f"ablation_{name}", f"Ablation: {name} (12 leads, all training data)", methods, runs,
                             unavailable, report.f1)
                for name, methods in method_tables.items()]
-    significance = paired_cells(runs, report.reference, report.f1, report.bootstrap_resamples, report.level, seed)
+    significance = paired_cells(runs, report)
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     written = []

@@ -12,7 +12,7 @@ import numpy as np
 from coreecg.config import load_config
 from coreecg.data.corpus import load_manifest
 from coreecg.eval.report import RunError, load_run, table_runs, table_specs, variant_of, write_report
-from coreecg.study.runner import DONE, run_dir
+from coreecg.study.runner import DONE, is_done, run_dir
 from coreecg.study.spec import Study
 
 log = logging.getLogger(__name__)
@@ -20,8 +20,7 @@ log = logging.getLogger(__name__)
 
 def finished_runs(study: Study, output: Path, phase: str) -> dict[str, Path]:
     runs = study.pretrain_runs() if phase == "pretrain" else study.finetune_runs()
-    return {r.name: run_dir(output, phase, r.name) for r in runs
-            if (run_dir(output, phase, r.name) / DONE[phase]).is_file()}
+    return {r.name: run_dir(output, phase, r.name) for r in runs if is_done(output, phase, r.name)}
 
 
 def _members(table: str, methods: list[str] | None, runs: dict[str, object]) -> list[str]:
@@ -141,7 +140,7 @@ def mask_rate_figures(study: Study, output: Path) -> list[tuple[Path, list[str]]
     """The paper's mask-rate figure: fine-tuned F1 and AUROC heatmaps per dataset over the grid,
     and the rank correlation between each cell's probe_auroc (the cheap mode) and its fine-tuned
     AUROC (coreecg.tune.mask_rates)."""
-    from coreecg.tune.mask_rates import write_finetune_figures
+    from coreecg.tune.mask_rates import cell_result, write_finetune_figures
 
     m = study.mask_rates
     x, y = m.keys
@@ -153,13 +152,9 @@ def mask_rate_figures(study: Study, output: Path) -> list[tuple[Path, list[str]]
             probe_rows.append({x: run.params[0][1], y: run.params[1][1], "seed": run.seed, "status": "completed",
                                "probe_auroc": last.get("probe_auroc", float("nan"))})
     for run in study.mask_rate_runs():
-        folder = run_dir(output, "finetune", run.name)
-        done = (folder / DONE["finetune"]).is_file()
-        test = json.loads((folder / "metrics.json").read_text())["test"] if done else {}
-        ft_rows.append({x: run.encoder.params[0][1], y: run.encoder.params[1][1], "seed": run.seed,
-                        "dataset": run.corpus, "trial_id": run.encoder.name,
-                        **{k: float("nan") if test.get(k) is None else test[k] for k in ("acc", "f1", "auroc")},
-                        "status": "done" if done else "failed", "error": "", "run_dir": str(folder)})
+        ft_rows.append(cell_result(run_dir(output, "finetune", run.name),
+                                   {x: run.encoder.params[0][1], y: run.encoder.params[1][1], "seed": run.seed,
+                                    "dataset": run.corpus, "trial_id": run.encoder.name}))
     figures = output / "report" / "figures" / "mask_rates"
     figures.mkdir(parents=True, exist_ok=True)
     written = write_finetune_figures(probe_rows, ft_rows, x, y, figures)

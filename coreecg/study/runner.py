@@ -101,18 +101,16 @@ def build_corpora(study: Study, output: Path) -> dict[str, Path]:
 def study_trial(trial: dict[str, Any]) -> None:
     """Tune function trainable: one run of the study (trial["run"]: phase, name, config file,
     overrides, run folder). Reports every epoch; checkpoints go to the run folder."""
-    import time as _time
-
     from ray import tune
 
     spec = trial["run"]
     out = Path(spec["run_dir"])
     overrides = [*spec["overrides"], f"train.storage_path={out.parent}", f"train.name={out.name}"]
     cfg = load_config(spec["config_file"], overrides)
-    t0 = _time.perf_counter()
+    t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "trials.jsonl", "a") as f:        # every attempt's start (bench/study.py reads it)
-        f.write(json.dumps({"event": "trial_start", "time": round(_time.time(), 3)}) + "\n")
+        f.write(json.dumps({"event": "trial_start", "time": round(time.time(), 3)}) + "\n")
     if spec["phase"] == "pretrain":
         from coreecg.train.pretraining import plan_pretrain
 
@@ -123,10 +121,10 @@ def study_trial(trial: dict[str, Any]) -> None:
         plan = plan_finetune(cfg)
     last = _fit_in_process(plan) if cfg.train.num_workers == 1 else _fit_on_train(plan)
     if spec["phase"] == "pretrain":
-        (out / DONE["pretrain"]).write_text(json.dumps({**last, "wall_s": _time.perf_counter() - t0}))
+        (out / DONE["pretrain"]).write_text(json.dumps({**last, "wall_s": time.perf_counter() - t0}))
     elif not (out / DONE["finetune"]).is_file():
         raise RuntimeError(f"{out}: fine-tuning ended without metrics.json")
-    tune.report({"finished": 1.0, "wall_s": _time.perf_counter() - t0})
+    tune.report({"finished": 1.0, "wall_s": time.perf_counter() - t0})
 
 
 def _fit_on_train(plan) -> dict[str, Any]:
@@ -140,16 +138,16 @@ def _fit_on_train(plan) -> dict[str, Any]:
 
 def _fit_in_process(plan) -> dict[str, Any]:
     """The loop in the trial's process (no Train worker group), checkpoints in the run folder."""
-    import torch
     from ray import tune
     from ray.data import DataContext
 
+    from coreecg.devices import trial_device
     from coreecg.train.distributed import run_task
     from coreecg.train.ingest import training_dataset
     from coreecg.train.plan import checkpoint_dirs, write_run_folder
 
     cfg, folder = plan.config, write_run_folder(plan)
-    device = torch.device("cuda" if cfg.train.use_gpu and torch.cuda.is_available() else "cpu")
+    device = trial_device(cfg.train.use_gpu)
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = ctx.enable_operator_progress_bars = False
     data = training_dataset(plan.corpus, cfg.train.seed, cfg.data.cache_in_memory_gb, keep=plan.keep).iterator()

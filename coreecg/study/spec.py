@@ -22,10 +22,18 @@ typed config before any Ray starts.
       grids:                                     # optional: several grids, each overriding the
         leads: {methods: [ST-MEM-like, CoRe-ECG], leads: ["12", "6", "1"]}   # fields above;
         fractions: {methods: [ST-MEM-like, CoRe-ECG], fractions: [1.0, 0.5, 0.05]}   # runs are shared
+    mask_rates:                                  # optional: the paper's mask-rate figure
+      space: ../tune_spaces/mask_rates.yaml      # a two-key grid; every cell pretrained ...
+      variant: CoRe-ECG
+      corpora: [ptbxl, icbeb2018]                # ... and fine-tuned on these downstream corpora
+      seeds: [0]
     report:
       tables: [comparison, lead_reduction, train_fraction, paradigm, stdm_fda]
-      figures: [reconstruction, tsne]
+      figures: [reconstruction, tsne, mask_rates]
       set: [report.reference=CoRe-ECG]
+
+Paths are relative to the study file (data.* paths given with --set: to the current folder);
+~ and $VARS are expanded, an unset variable is an error.
 
 The downstream runs are the union of the grids' corpora x methods x modes x leads x fractions x
 seeds (without `grids`, the one grid of the section's fields); a run two grids share runs once.

@@ -234,6 +234,7 @@ def build_trainer(plan: RunPlan, callbacks: list | None = None):
 
 def pretrain(config: Config) -> PretrainResult:
     """Run (or resume) a pretraining on the Ray cluster; returns where everything went."""
+    start_ray(config)           # before planning: a first build of the synthetic corpus runs on Ray
     plan = plan_pretrain(config)
     result = build_trainer(plan).fit()
     return PretrainResult(run_dir=plan.run_dir, metrics=dict(result.metrics or {}),
@@ -243,6 +244,7 @@ def pretrain(config: Config) -> PretrainResult:
 
 def finetune(config: Config) -> FinetuneResult:
     """Run (or resume) one fine-tuning; a finished run folder with the same config is returned as is."""
+    start_ray(config)           # before planning, as pretrain()
     plan = plan_finetune(config)
     run_dir = plan.run_dir
     done = run_dir / "metrics.json"

@@ -1,13 +1,15 @@
 """A run plan: one typed, validated description of a training run, decided before any worker
 starts. Every way of starting a run builds one and hands it to the one loop:
 
-    jobs, studies      -> plan_pretrain / plan_finetune -> coreecg.train.distributed.fit (Ray Train)
-    Tune trials        -> the same planners             -> distributed.fit, or the trial's process
+    jobs, studies      -> plan_pretrain / plan_finetune -> distributed.build_trainer(plan).fit() (Ray Train)
+    Tune trials        -> the same planners             -> the same, or distributed.run_task in the trial's process
     no-Ray reference   -> plan_local                    -> coreecg.train.loop.run_local
 
 The planners (`coreecg.train.pretraining.plan_pretrain`, `coreecg.train.finetuning.plan_finetune`,
 `plan_local` here) resolve the corpus, count batches, check the run folder and, for
-fine-tuning, fix the label subset and the metrics.json fields; they start no Ray.
+fine-tuning, fix the label subset and the metrics.json fields; they start no training. One
+exception writes: the embedded synthetic corpus is built (a Ray Data job) on first use, so
+callers start Ray first (distributed.pretrain / finetune, the study runner).
 A worker receives `plan.to_dict()` (plain data: a plugin method's options re-import on the
 worker) and rebuilds it with `RunPlan.from_dict`.
 """

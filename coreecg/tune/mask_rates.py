@@ -28,8 +28,6 @@ def finetune_cells(rows: Sequence[dict], x: str, y: str, corpora: Sequence[str |
     """Fine-tune the encoder of every finished grid trial on every corpus (12 leads, all training
     data, mode finetune, the trial's seed). -> one row per (trial, corpus): the cell, seed,
     dataset, test acc/f1/auroc (NaN where the run failed), status, run folder."""
-    import json
-
     from coreecg.data.corpus import load_manifest
     from coreecg.study.runner import is_done, run_dir, run_phase
     from coreecg.train.finetuning import dataset_name
@@ -49,15 +47,21 @@ def finetune_cells(rows: Sequence[dict], x: str, y: str, corpora: Sequence[str |
     # Tune's experiments beside the sweep's own (output/tune is the sweep's, restored by --resume)
     phase = {row["run"]: row for row in run_phase(output, "finetune", config_file, jobs, concurrency,
                                                   tune_dir=output / "tune-finetune")}
-    out = []
-    for name, m in meta.items():
-        folder = run_dir(output, "finetune", name)
-        done = is_done(output, "finetune", name)
-        test = json.loads((folder / "metrics.json").read_text())["test"] if done else {}
-        out.append({**m, **{k: (math.nan if test.get(k) is None else test[k]) for k in ("acc", *METRICS)},
-                    "status": "done" if done else "failed", "error": phase.get(name, {}).get("error", ""),
-                    "run_dir": str(folder)})
-    return out
+    return [cell_result(run_dir(output, "finetune", name), m, phase.get(name, {}).get("error", ""))
+            for name, m in meta.items()]
+
+
+def cell_result(folder: Path, cell: dict[str, Any], error: str = "") -> dict[str, Any]:
+    """One fine-tuned cell's row: `cell` (grid values, seed, dataset, trial_id) and its test
+    acc/f1/auroc from metrics.json (NaN and status failed when the run did not finish)."""
+    import json
+
+    from coreecg.study.runner import DONE
+
+    done = (folder / DONE["finetune"]).is_file()
+    test = json.loads((folder / DONE["finetune"]).read_text())["test"] if done else {}
+    return {**cell, **{k: (math.nan if test.get(k) is None else test[k]) for k in ("acc", *METRICS)},
+            "status": "done" if done else "failed", "error": error, "run_dir": str(folder)}
 
 
 def rank_correlation(probe: Sequence[float], finetuned: Sequence[float], level: float = 0.95) -> dict[str, Any]:

@@ -73,10 +73,10 @@ def _pretrain_in_process(cfg: Config) -> dict[str, Any]:
     """The loop in this process: the same plan and task as a Train worker of rank 0."""
     import logging
 
-    import torch
     from ray import tune
     from ray.data import DataContext
 
+    from coreecg.devices import trial_device
     from coreecg.train.distributed import run_task
     from coreecg.train.ingest import training_dataset
     from coreecg.train.plan import write_run_folder
@@ -87,7 +87,7 @@ def _pretrain_in_process(cfg: Config) -> dict[str, Any]:
         raise ValueError(f"{plan.corpus}: a sweep trial is judged by probe_auroc, but the corpus has no labels; "
                          "set data.probe_corpus")
     write_run_folder(plan)
-    device = torch.device("cuda" if cfg.train.use_gpu and torch.cuda.is_available() else "cpu")
+    device = trial_device(cfg.train.use_gpu)
     ctx = DataContext.get_current()        # the sweep's console shows trials, not Ray Data progress
     ctx.enable_progress_bars = ctx.enable_operator_progress_bars = False
     for name in ("ray.data", "ray.tune", "ray.train"):

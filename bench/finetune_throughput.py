@@ -188,7 +188,7 @@ def ray_path(cfg) -> dict:
         # rank 0's step lines (log_every=1): per-step rate incl. waiting for its next batch and the
         # DDP all-reduce; epochs after the first
         "step_lines_samples_per_s_median": float(np.median([x["samples_per_s"] for _, x in steps
-                                                            if x["epoch"] >= 1])) if len(epochs) > 1 else None,
+                                                            if x["epoch"] >= 2])) if len(epochs) > 1 else None,
         "seconds_to_first_step": (steps[0][0] - t0) if steps else None,
         "seconds_total": t_end - t0,
         "steps": int(epochs[-1][1]["step"]) if epochs else 0,

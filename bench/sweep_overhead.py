@@ -256,7 +256,7 @@ def read_trial(run_dir: Path, tune_dir: Path, start: float | None) -> dict:
     # each epoch's step timer start, from its first logged step
     epoch_start: dict[int, float] = {}
     for s in steps:
-        ep = int(s["epoch"])
+        ep = int(s["epoch"]) - 1                      # epochs count from 1
         if ep in epoch_start or int(s["step"]) not in step_wall or not s.get("samples_per_s"):
             continue
         k = int(s["step"]) - ep * spe                 # steps since the epoch's timer started

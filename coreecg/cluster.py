@@ -11,21 +11,43 @@ from __future__ import annotations
 import os
 
 
+def console_options() -> dict:
+    """What Ray prints on the job's console. A job without --verbose (coreecg.cli sets
+    COREECG_VERBOSE=0) keeps workers' output and Ray's INFO lines in Ray's log files
+    (/tmp/ray/session_latest/logs): the driver prints progress from the run folder instead
+    (coreecg.train.distributed.RunFollower) and failures reach it as exceptions. Library use
+    (no COREECG_VERBOSE) keeps Ray's defaults."""
+    import logging
+
+    if os.environ.get("COREECG_VERBOSE") != "0":
+        return {}
+    # Ray's notice that token authentication is on (it is, by design: README "Security").
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    return {"log_to_driver": False, "logging_level": logging.WARNING}
+
+
+def _passed_env() -> dict[str, str]:
+    """The job's own variables its Ray processes need: the run record's command line, the console."""
+    return {k: os.environ[k] for k in ("COREECG_COMMAND", "COREECG_VERBOSE") if k in os.environ}
+
+
 def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
     """Idempotent. worker_cpus: CPUs the Train workers will hold (num_workers * cpus_per_worker)."""
     import ray
 
     if ray.is_initialized():
         return
+    console = console_options()
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"])
+        ray.init(address=os.environ["RAY_ADDRESS"], **console)
         return
     try:
-        ray.init(address="auto")          # a `ray start --head` already running here
+        ray.init(address="auto", **console)   # a `ray start --head` already running here
         return
     except (ConnectionError, RuntimeError, ValueError):
         pass                              # none running: start a local one below
     # Ray Data logs two INFO lines per execution (every epoch) from its coordinator actors.
     ray.init(num_cpus=max(os.cpu_count() or 1, worker_cpus + reserve_for_data),
-             include_dashboard=True, dashboard_host="127.0.0.1",
-             runtime_env={"env_vars": {"RAY_DATA_LOG_LEVEL": os.environ.get("RAY_DATA_LOG_LEVEL", "WARNING")}})
+             include_dashboard=True, dashboard_host="127.0.0.1", **console,
+             runtime_env={"env_vars": {"RAY_DATA_LOG_LEVEL": os.environ.get("RAY_DATA_LOG_LEVEL", "WARNING"),
+                                      **_passed_env()}})

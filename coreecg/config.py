@@ -315,6 +315,7 @@ class TrainConfig:
     device: str = "auto"              # plain (no-Ray) loop and benchmarks only: auto | cpu | cuda
     precision: Literal["auto", "fp32", "bf16"] = "auto"   # auto: bf16 autocast on CUDA, fp32 on CPU
     log_every: int = 10               # steps between logged step metrics
+    progress_every_s: float = 30.0    # a progress line within an epoch (step, samples/s, ETA); 0: none
     num_workers: int = 2
     use_gpu: bool = False
     cpus_per_worker: int = 1
@@ -333,8 +334,15 @@ class TrainConfig:
     # The method name under which downstream tables list encoders from this run; "" = the
     # pretraining method's label (CoRe-ECG, MoCo V3, CMSC, ...). Ablation variants set their own.
     variant: str = ""
+    # Experiment tracking beside the run folder: "mlflow" logs the config as params and every
+    # epoch's metrics to MLflow through Ray's integration (pip install coreecg[mlflow]).
+    tracking: Literal["none", "mlflow"] = "none"
+    tracking_uri: str = ""            # "": a file store at <storage_path>/mlruns (no server)
+    tracking_experiment: str = "coreecg"
 
     def __post_init__(self) -> None:
+        if self.progress_every_s < 0:
+            raise ConfigError(f"train.progress_every_s={self.progress_every_s} must be >= 0 (0: no progress lines)")
         if self.num_workers < 1 or self.cpus_per_worker < 1:
             raise ConfigError("train.num_workers and train.cpus_per_worker must be >= 1")
         if min(self.checkpoint_every_steps, self.max_failures, self.eval_every_epochs) < 0 \

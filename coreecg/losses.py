@@ -22,11 +22,14 @@ def masked_mse(pred: torch.Tensor, target: torch.Tensor, masked: torch.Tensor) -
 def _gather_with_grad(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     """All ranks' rows, concatenated in rank order, with gradients flowing back to each rank."""
     import torch.distributed as dist
-    import torch.distributed.nn.functional as dist_fn
+    from torch.distributed._functional_collectives import all_gather_single_autograd, wait_tensor
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return t, 0
-    return torch.cat(dist_fn.all_gather(t), dim=0), dist.get_rank() * t.shape[0]
+    # Functional collective (torch.distributed.nn's all_gather is deprecated and warned every
+    # step): the backward is a reduce-scatter, so each rank's rows get every rank's gradient.
+    gathered = wait_tensor(all_gather_single_autograd(t.contiguous(), 0, dist.group.WORLD))
+    return gathered, dist.get_rank() * t.shape[0]
 
 
 def info_nce(student: torch.Tensor, teacher: torch.Tensor, tau: float, gather: bool = False) -> torch.Tensor:

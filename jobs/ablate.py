@@ -23,19 +23,17 @@ import logging
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _sweep_cli import fail, settings, sweep_parser  # noqa: E402
+from coreecg.cli import fail, parse_args, sweep_parser, sweep_settings
 
 
 def main(argv=None) -> int:
-    parser = sweep_parser(__doc__.splitlines()[0], "ablations.yaml", "sweeps/ablations")
+    parser = sweep_parser(__doc__, "ablations.yaml", "sweeps/ablations")
     parser.add_argument("--variants", dest="space", help="variants YAML (default tune_spaces/ablations.yaml)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per variant (train.seed = 0..N-1)")
     parser.add_argument("--only", help="comma list of variant names to run")
     parser.add_argument("--finetune", nargs="+", default=[], metavar="CORPUS", help="labelled corpora to fine-tune on")
-    args = parser.parse_args(argv)
-    s = settings(args, parser)
+    args = parse_args(parser, argv)
+    s = sweep_settings(parser, args)
     from ray import tune
 
     from coreecg.config import load_config

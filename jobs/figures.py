@@ -1,13 +1,15 @@
 """Figures from saved runs.
 
-    python jobs/figures.py reconstruction --checkpoint runs/quickstart/checkpoint_step000000294/checkpoint.pt \
-        --corpus corpora/ptbxl --output recon.png [--split val] [--windows 2] [--seed 0]
+    python jobs/figures.py reconstruction --encoder runs/quickstart --corpus corpora/ptbxl --output recon.png
+    python jobs/figures.py reconstruction --encoder runs/quickstart/checkpoint_step000000294/checkpoint.pt \
+        --corpus corpora/ptbxl --output recon.png --split test --windows 4 --seed 1
 
 `reconstruction`: the paper's reconstruction figure (original vs the Time Decoder's output on
 masked patches, masked patches shaded, dropped ones hatched) for fixed windows of a corpus
 split, with the same plotting code as the in-loop figure (`coreecg.eval.figures`). Needs a
-full pretraining checkpoint (`checkpoint_step*/checkpoint.pt`); `encoder.pt` holds only the
-encoder. Exit codes: 0 written, 2 bad arguments or input.
+full pretraining checkpoint (`checkpoint_step*/checkpoint.pt`, or a run folder: its latest);
+`encoder.pt` holds only the encoder. Writes the PNG named by --output.
+Exit codes: 0 written, 2 bad arguments or input.
 """
 from __future__ import annotations
 
@@ -25,9 +27,17 @@ def reconstruction(args: argparse.Namespace) -> Path:
     from coreecg.methods import build_method
     from coreecg.train.checkpoint import CheckpointError, load_checkpoint
 
-    payload, config = load_checkpoint(args.checkpoint)
+    from coreecg.train.plan import CHECKPOINT_FILE, checkpoint_dirs
+
+    source = Path(args.encoder)
+    if source.is_dir():
+        dirs = checkpoint_dirs(source)
+        if not dirs:
+            raise CheckpointError(f"{source}: a folder without checkpoint_step*/ (a pretraining run folder?)")
+        source = dirs[-1] / CHECKPOINT_FILE
+    payload, config = load_checkpoint(source)
     if not any(k.startswith("time_decoder.") for k in payload["model"]):
-        raise CheckpointError(f"{args.checkpoint}: holds no Time Decoder weights (encoder.pt keeps only the "
+        raise CheckpointError(f"{source}: holds no Time Decoder weights (encoder.pt keeps only the "
                               "encoder, and a method without one, e.g. MoCo V3 or CMSC, reconstructs "
                               "nothing); pass a CoRe-ECG run's checkpoint_step*/checkpoint.pt")
     model = build_method(config)
@@ -38,23 +48,26 @@ def reconstruction(args: argparse.Namespace) -> Path:
     x = center_crop(torch.from_numpy(windows), config.model.input_samples)
     step = payload.get("trainer", {}).get("step", "?")
     fig = reconstruction_figure(model, x, seed=args.seed,
-                                title=f"{Path(args.checkpoint).parent.name} (step {step}), {args.split} windows: "
+                                title=f"{source.parent.name} (step {step}), {args.split} windows: "
                                       "original (blue), reconstruction of masked patches (red); "
                                       "grey: masked, hatched: dropped")
     return save_figure(fig, args.output)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from coreecg.cli import HelpFormatter, job_parser, parse_args
+
+    p = job_parser(__doc__, config=False)
     sub = p.add_subparsers(dest="figure", required=True)
-    r = sub.add_parser("reconstruction", help="original vs reconstructed signal of fixed windows")
-    r.add_argument("--checkpoint", required=True, help="a pretraining checkpoint.pt")
+    r = sub.add_parser("reconstruction", help="original vs reconstructed signal of fixed windows",
+                       description=__doc__, formatter_class=HelpFormatter)
+    r.add_argument("--encoder", required=True, help="a pretraining checkpoint.pt, or a run folder (its latest)")
     r.add_argument("--corpus", required=True, help="a corpus folder (jobs/preprocess.py output)")
     r.add_argument("--output", required=True, help="PNG file to write")
     r.add_argument("--split", default="val", choices=["train", "val", "test"])
     r.add_argument("--windows", type=int, default=2, help="windows shown, evenly spaced over the split")
     r.add_argument("--seed", type=int, default=0, help="seed of the masks shown")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
     from coreecg.data.corpus import CorpusError
     from coreecg.train.checkpoint import CheckpointError
 

@@ -26,9 +26,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _cli import config_parser, flag_overrides  # noqa: E402
+from coreecg.cli import job_parser, parse_args, resolve_config
 
 
 def _fmt(m: dict, key: str) -> str:
@@ -42,17 +40,17 @@ def _fmt(m: dict, key: str) -> str:
 
 
 def main(argv=None) -> int:
-    parser = config_parser(__doc__.splitlines()[0])
-    parser.add_argument("--encoder", required=True, help="encoder.pt or a pretraining checkpoint; 'none' = scratch")
+    parser = job_parser(__doc__)
+    parser.add_argument("--encoder", required=True,
+                        help="encoder.pt, a pretraining checkpoint, run or export folder; 'none' = scratch")
     parser.add_argument("--corpus", required=True, help="a labelled corpus folder (jobs/preprocess.py)")
     parser.add_argument("--mode", choices=("finetune", "linear", "scratch"))
     parser.add_argument("--leads", help="12 | 6 | 1 | comma list of lead names (default: finetune.leads, all 12)")
     parser.add_argument("--train-fraction", type=float, help="default: finetune.train_fraction (1.0)")
     parser.add_argument("--seed", type=int, help="default: train.seed (0)")
     parser.add_argument("--output", required=True, help="run folder (re-run to resume)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
 
-    from coreecg.config import ConfigError, load_config
     from coreecg.data.corpus import CorpusError
     from coreecg.train.checkpoint import CheckpointError
     from coreecg.train.distributed import finetune
@@ -66,7 +64,7 @@ def main(argv=None) -> int:
     output = Path(args.output).expanduser().resolve()
     try:
         leads = parse_leads(args.leads) if args.leads is not None else None
-        overrides = flag_overrides(parser, args.overrides, {
+        cfg = resolve_config(parser, args, {
             "finetune.mode": ("--encoder none", "scratch") if scratch else ("--mode", args.mode),
             "finetune.encoder": ("--encoder", "" if scratch else args.encoder),
             "finetune.leads": ("--leads", f"[{','.join(leads)}]" if leads else None),
@@ -75,8 +73,7 @@ def main(argv=None) -> int:
             "data.corpus": ("--corpus", Path(args.corpus).expanduser().resolve()),
             "train.storage_path": ("--output", output.parent),
             "train.name": ("--output", output.name)})
-        cfg = load_config(args.config, overrides)
-    except (ConfigError, FinetuneError, FileNotFoundError) as e:
+    except FinetuneError as e:
         parser.exit(2, f"error: {e}\n")
 
     try:
@@ -94,7 +91,7 @@ def main(argv=None) -> int:
     sel = m["selection"]
     print(f"\ndone: {m['method']} ({m['mode']}) on {m['dataset']}, leads {m['leads']}, "
           f"train fraction {m['train_fraction']}, seed {m['seed']}")
-    print(f"selected epoch {sel['best_epoch'] + 1} of {sel['epochs']} by validation macro AUROC "
+    print(f"selected epoch {sel['best_epoch']} of {sel['epochs']} by validation macro AUROC "
           f"({sel['val_auroc'] if sel['val_auroc'] is None else round(sel['val_auroc'], 4)})")
     t = m["test"]
     print(f"test ({t['n']} records, {t['patients']} patients; 95% CI by patient bootstrap): "

@@ -19,19 +19,18 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _cli import config_parser, parse_config  # noqa: E402
-from coreecg.data.pipeline import build_corpus  # noqa: E402
-from coreecg.data.sources import SOURCES, get_source  # noqa: E402
+from coreecg.cli import job_parser, parse_args as parse_cli, resolve_config
+from coreecg.data.pipeline import build_corpus
+from coreecg.data.sources import SOURCES, get_source
 
 
 def parse_args(argv: list[str] | None = None):
-    p = config_parser(__doc__.split("\n\n")[0])
+    p = job_parser(__doc__)
     p.add_argument("--source", required=True, help=" | ".join(SOURCES))
-    p.add_argument("--input", help="the source's root folder (not needed for synthetic)")
+    p.add_argument("--input", help="the source's root folder of raw records (not needed for synthetic)")
     p.add_argument("--output", required=True, help="corpus folder to write (or resume)")
-    return parse_config(p, argv)
+    args = parse_cli(p, argv)
+    return args, resolve_config(p, args)
 
 
 def init_ray() -> None:

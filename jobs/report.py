@@ -14,20 +14,17 @@ first appear among RUN_DIRS. Exit codes: 0 written, 2 a run folder or the config
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _cli import config_parser, parse_config  # noqa: E402
-
-from coreecg.eval.report import RunError, write_report  # noqa: E402
+from coreecg.cli import job_parser, parse_args, resolve_config
+from coreecg.eval.report import RunError, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = config_parser(__doc__.split("\n\n")[0])
+    p = job_parser(__doc__)
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a folder holding metrics.json")
     p.add_argument("--output", required=True, help="folder for the tables (created if missing)")
-    args, cfg = parse_config(p, argv)
+    args = parse_args(p, argv)
+    cfg = resolve_config(p, args)
     try:
         written = write_report(args.run_dirs, args.output, report=cfg.report)
     except RunError as e:

@@ -20,24 +20,19 @@ Exit codes: 0 every run finished and the report is written; 1 some runs failed o
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _cli import config_parser  # noqa: E402
+from coreecg.cli import job_parser, parse_args
 
 
 def main(argv=None) -> int:
-    parser = config_parser(__doc__.splitlines()[0])
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.description = __doc__
+    parser = job_parser(__doc__)
     parser.add_argument("study", help="a study YAML file (studies/*.yaml)")
     parser.add_argument("--output", required=True, help="the study folder (re-run with --resume to continue)")
     parser.add_argument("--resume", action="store_true", help="continue the study in --output")
     parser.add_argument("--concurrency", type=int, default=0, help="trials at once (0: what the cluster's CPUs allow)")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if args.config:
         parser.exit(2, "error: a study names its own config (its `config:` key); use --set to change values\n")
 
@@ -49,6 +44,11 @@ def main(argv=None) -> int:
         study = load_study(args.study, args.overrides)
     except StudyError as e:
         parser.exit(2, f"error: {e}\n")
+    if args.print_config:      # a study has a config per run: the base every run starts from
+        from coreecg.config import load_config
+
+        sys.stdout.write(load_config(study.config_file, [*study.base, *study.extra]).to_yaml())
+        return 0
     print(f"study {study.name}: {len(study.pretrain_runs())} pretraining run(s), "
           f"{len(study.finetune_runs())} fine-tuning run(s) -> {Path(args.output).resolve()}")
     try:

@@ -14,19 +14,21 @@ is), tune/ and trials/<id>/. Exit codes: 0 done, 2 bad arguments, space or confi
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from coreecg.cli import fail, parse_args, sweep_parser, sweep_settings
 
-from _sweep_cli import fail, settings, sweep_parser  # noqa: E402
+from coreecg.tune.sweep import OBJECTIVES
 
 
 def main(argv=None) -> int:
-    parser = sweep_parser(__doc__.splitlines()[0], "core.yaml", "sweeps/core")
+    parser = sweep_parser(__doc__, "core.yaml", "sweeps/core")
     parser.add_argument("--num-samples", type=int, default=8, help="trials to sample")
     parser.add_argument("--seed", type=int, default=0, help="Optuna's sampler seed")
-    args = parser.parse_args(argv)
-    s = settings(args, parser)
+    parser.add_argument("--metric", default="probe_auroc", choices=sorted(OBJECTIVES),
+                        help="the objective, from each epoch's report (loss*: minimised, probe*: maximised)")
+    args = parse_args(parser, argv)
+    s = sweep_settings(parser, args)
+    s.metric = args.metric
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
@@ -34,7 +36,7 @@ def main(argv=None) -> int:
     from coreecg.config import load_config
     from coreecg.tune.plots import importance_plot
     from coreecg.tune.spaces import SpaceError, load_space, optuna_space, trial_config
-    from coreecg.tune.sweep import METRIC, SweepError, best_row, result_rows, run_sweep, write_results
+    from coreecg.tune.sweep import SweepError, best_row, result_rows, run_sweep, write_results
 
     try:
         space = load_space(args.space, args.config, args.overrides)
@@ -42,7 +44,7 @@ def main(argv=None) -> int:
             return fail(f"{args.space}: needs a 'params' section of Optuna distributions")
         epochs = load_config(args.config, args.overrides).optim.epochs
         distributions = optuna_space(space)
-        searcher = OptunaSearch(space=distributions, metric=METRIC, mode="max", seed=args.seed)
+        searcher = OptunaSearch(space=distributions, metric=s.metric, mode=s.mode, seed=args.seed)
         if args.concurrency:
             searcher = ConcurrencyLimiter(searcher, max_concurrent=args.concurrency)
         scheduler = ASHAScheduler(time_attr="training_iteration", max_t=epochs, grace_period=1, reduction_factor=2)
@@ -52,14 +54,14 @@ def main(argv=None) -> int:
     rows = result_rows(grid, list(space.params), s)
     out = s.output
     write_results(rows, out / "results.csv")
-    importance_plot(rows, distributions, out / "importance.png")
-    best = best_row(rows)
+    importance_plot(rows, distributions, out / "importance.png", key=s.metric)
+    best = best_row(rows, s.metric, s.mode)
     if best is None:
-        print(f"no trial finished with a probe_auroc: see {out / 'results.csv'}", file=sys.stderr)
+        print(f"no trial finished with a {s.metric}: see {out / 'results.csv'}", file=sys.stderr)
         return 1
     cfg = trial_config(args.config, [*args.overrides, "train.name=best"], {k: best[k] for k in space.params})
     cfg.to_yaml(out / "best_config.yaml")
-    print(f"{len(rows)} trials; best probe_auroc {best['probe_auroc']:.4f} (trial {best['trial_id']}): "
+    print(f"{len(rows)} trials; best {s.metric} {best[s.metric]:.4f} (trial {best['trial_id']}): "
           + ", ".join(f"{k}={best[k]:.4g}" if isinstance(best[k], float) else f"{k}={best[k]}" for k in space.params))
     print(f"results: {out / 'results.csv'}, {out / 'importance.png'}, {out / 'best_config.yaml'}")
     return 0

@@ -24,18 +24,16 @@ import csv
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _sweep_cli import fail, settings, sweep_parser  # noqa: E402
+from coreecg.cli import fail, parse_args, sweep_parser, sweep_settings
 
 
 def main(argv=None) -> int:
-    parser = sweep_parser(__doc__.splitlines()[0], "mask_rates.yaml", "sweeps/mask-rates")
+    parser = sweep_parser(__doc__, "mask_rates.yaml", "sweeps/mask-rates")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per grid cell (train.seed = 0..N-1)")
     parser.add_argument("--finetune", nargs="+", default=[], metavar="CORPUS",
                         help="labelled corpora: fine-tune every cell's encoder on each (F1/AUROC heatmaps per dataset)")
-    args = parser.parse_args(argv)
-    s = settings(args, parser)
+    args = parse_args(parser, argv)
+    s = sweep_settings(parser, args)
     from ray import tune
 
     from coreecg.tune.plots import heatmap

@@ -1,4 +1,6 @@
 """InfoNCE with negatives gathered from every data-parallel rank (2 gloo processes on CPU)."""
+import warnings
+
 import torch
 
 from coreecg.losses import info_nce
@@ -9,7 +11,9 @@ def _worker(rank, world, s_all, t_all):
     b = s_all.shape[0] // world
     s = s_all[rank * b:(rank + 1) * b].clone().requires_grad_(True)
     t = t_all[rank * b:(rank + 1) * b].clone().requires_grad_(True)
-    loss = info_nce(s, t, 0.2, gather=True)
+    with warnings.catch_warnings():     # the deprecated all_gather warned on every step
+        warnings.simplefilter("error")
+        loss = info_nce(s, t, 0.2, gather=True)
     # DDP averages gradients over ranks; mimic it so grads compare with the single-process loss.
     (loss / world).backward()
     return loss.detach(), s.grad.clone(), t.grad.clone()

@@ -21,12 +21,12 @@ def test_reconstruction_figure_from_a_checkpoint(ray_session, tmp_path):
     job = [sys.executable, "jobs/figures.py", "reconstruction", "--corpus", str(corpus)]
 
     out = tmp_path / "recon.png"
-    done = subprocess.run([*job, "--checkpoint", str(ckpt), "--output", str(out), "--split", "train"],
+    done = subprocess.run([*job, "--encoder", str(ckpt), "--output", str(out), "--split", "train"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
 
-    encoder_only = subprocess.run([*job, "--checkpoint", str(tmp_path / "run" / "encoder.pt"),
+    encoder_only = subprocess.run([*job, "--encoder", str(tmp_path / "run" / "encoder.pt"),
                                    "--output", str(tmp_path / "x.png")],
                                   cwd=REPO, capture_output=True, text=True, timeout=300)
     assert encoder_only.returncode == 2 and "no Time Decoder weights" in encoder_only.stderr

@@ -191,7 +191,7 @@ def test_finetune_end_to_end_on_real_ptbxl(runs, corpora, encoder):
     epochs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"kind": "epoch"' in x]
     assert len(epochs) == 30 and all("val_auroc" in e for e in epochs)
     best = max(range(30), key=lambda i: (epochs[i]["val_auroc"], -i))
-    assert m["selection"]["best_epoch"] == best and m["selection"]["val_auroc"] == pytest.approx(epochs[best]["val_auroc"])
+    assert m["selection"]["best_epoch"] == best + 1 and m["selection"]["val_auroc"] == pytest.approx(epochs[best]["val_auroc"])
     assert (run / "figures" / "tsne.png").stat().st_size > 10_000
     assert any(f.name.startswith("events.out.tfevents") for f in (run / "tensorboard").iterdir())
     saved = load_config(run / "config.yaml")
@@ -200,7 +200,7 @@ def test_finetune_end_to_end_on_real_ptbxl(runs, corpora, encoder):
     # The selected weights fit the training set well above chance (macro AUROC over the classes
     # with at least 5 training records: this subset has one HYP record, whose AUROC is noise).
     payload, cfg = load_checkpoint(r.best)
-    assert payload["epoch"] == best
+    assert payload["epoch"] == best + 1                               # epochs count from 1
     model = Classifier(Encoder.from_config(cfg.model), 5, STANDARD_LEADS, multilabel=False)
     model.load_state_dict(payload["model"])
     train = load_split(corpora / "ptbxl", "train")

@@ -53,7 +53,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, monkeypatch):
         assert torch.equal(value, b["model"][key]), key
     lines = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines if x.get("event") == "resume"] == [3]
-    assert [x["epoch"] for x in lines if x.get("kind") == "epoch"] == [0, 1, 2]
+    assert [x["epoch"] for x in lines if x.get("kind") == "epoch"] == [1, 2, 3]     # epochs count from 1
     assert len(loop.checkpoint_dirs(tmp_path / "b")) == cfg.train.keep_checkpoints
 
 
@@ -89,4 +89,4 @@ def test_resume_refuses_a_different_model(tmp_path):
     # a longer schedule on the same model is a legitimate resume
     summary = pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "train.eval_every_epochs=0"),
                                   windows, tmp_path)
-    assert summary["epoch"] == 1 and summary["step"] == 2
+    assert summary["epoch"] == 2 and summary["step"] == 2

@@ -65,7 +65,7 @@ def test_end_to_end_on_real_records(finished_run):
     run = result.run_dir
     epochs = [x for x in _lines(run) if x.get("kind") == "epoch"]
     steps = [x for x in _lines(run) if x.get("kind") == "step"]
-    assert [e["epoch"] for e in epochs] == [0, 1, 2]
+    assert [e["epoch"] for e in epochs] == [1, 2, 3]
     assert epochs[-1]["loss"] < epochs[0]["loss"]                    # it learns
     for key in ("loss_rec", "loss_con", "lr", "ema_momentum", "grad_norm", "visible_frac", "masked_frac",
                 "dropped_frac", "fda_rel_perturbation", "teacher_student_cos", "samples_per_s"):
@@ -150,12 +150,33 @@ def test_resume_after_the_driver_is_killed(fresh_ray, tmp_path):
     resumes = [x for x in lines if x.get("event") == "resume"]
     assert [r["step"] for r in resumes] == [killed_at]                # continued, not restarted
     epochs = [x for x in lines if x.get("kind") == "epoch"]
-    steps_per_epoch = next(x["step"] for x in epochs if x["epoch"] == 0)
+    steps_per_epoch = next(x["step"] for x in epochs if x["epoch"] == 1)
     assert killed_at < 4 * steps_per_epoch, "the driver must be killed mid-run"
-    assert epochs[-1]["epoch"] == 3 and epochs[-1]["step"] == 4 * steps_per_epoch   # as uninterrupted
+    assert epochs[-1]["epoch"] == 4 and epochs[-1]["step"] == 4 * steps_per_epoch   # as uninterrupted
     assert "encoder.pt" in done.stdout
     console = done.stdout + done.stderr           # each epoch once: the controller's line, not the worker's too
     assert [sum(f"epoch {e}/4 |" in line for line in console.splitlines()) for e in (3, 4)] == [1, 1], console[-3000:]
+
+
+def test_the_quickstart_job_prints_progress_and_no_warning(fresh_ray, tmp_path):
+    """The default job (quickstart config, 2 Ray Train workers), shortened: its console is
+    coreecg's lines only: no Warning line (FutureWarnings, Ray deprecations, hints), no Ray INFO
+    line, each epoch once, progress lines within epochs, and the closing summary."""
+    args = [sys.executable, "jobs/pretrain.py", "--set", "data.synthetic_records=256", "--set", "optim.epochs=2",
+            "--set", f"data.cache_dir={tmp_path / 'cache'}", "--set", "train.progress_every_s=0.5",
+            "--output", str(tmp_path / "runs" / "quick")]
+    env = {**os.environ, "RAY_ADDRESS": fresh_ray.get_runtime_context().gcs_address}
+    done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    console = done.stdout + done.stderr
+    assert done.returncode == 0, console[-3000:]
+    lines = console.splitlines()
+    assert not [x for x in lines if "warning" in x.lower()], console
+    assert not [x for x in lines if " INFO " in x or x.startswith("(")], console       # Ray's own lines
+    assert [sum(x.startswith(f"epoch {e}/2 |") for x in lines) for e in (1, 2)] == [1, 1], console
+    assert any(x.startswith("  epoch ") and "ETA epoch" in x for x in lines), console
+    assert "done: step" in done.stdout and "leaderboard:" in done.stdout
+    run = json.loads((tmp_path / "runs" / "quick" / "run.json").read_text())["sessions"][-1]
+    assert run["status"] == "completed" and "jobs/pretrain.py" in run["command"]
 
 
 def test_a_killed_worker_is_replaced_and_training_resumes(fresh_ray, tmp_path):
@@ -181,7 +202,7 @@ def test_a_killed_worker_is_replaced_and_training_resumes(fresh_ray, tmp_path):
     resumes = [x for x in lines if x.get("event") == "resume"]
     assert resumes and resumes[0]["step"] >= 3                       # from the checkpoint, not from 0
     epochs = [x for x in lines if x.get("kind") == "epoch"]
-    assert epochs[-1]["epoch"] == 5 and out["result"].metrics["step"] == epochs[-1]["step"]
+    assert epochs[-1]["epoch"] == 6 and out["result"].metrics["step"] == epochs[-1]["step"]
 
 
 def test_synthetic_corpus_is_built_once_and_reused(fresh_ray, tmp_path, monkeypatch):

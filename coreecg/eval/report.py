@@ -20,7 +20,7 @@ Contract: the fine-tuning job writes RUN_DIR/metrics.json as
      "crop_rule": "...", "encoder": "path or null", "encoder_config_hash": "..."}
 
 `jobs/finetune.py` (coreecg.train.finetuning) also writes lead_names, corpus, config_hash,
-selection {metric, best_epoch (0-based), best_step, val_auroc, epochs, steps}, counts, train_subset,
+selection {metric, best_epoch (from 1), best_step, val_auroc, epochs, steps}, counts, train_subset,
 classes_absent_from_train, aggregation, bootstrap_resamples and unlabelled_windows_skipped.
 Metrics are fractions in [0, 1] (null where undefined; NaN is read as null); the tables print
 test metrics in percent.

@@ -13,6 +13,7 @@ that dies is replaced up to `train.max_failures` times and resumes the same way.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import tempfile
@@ -22,43 +23,90 @@ from typing import Any
 
 import torch
 
-from coreecg import log as console
 from coreecg.config import Config, load_config
 from coreecg.train.checkpoint import load_checkpoint, save_checkpoint
 from coreecg.train.finetuning import BEST_FILE, FinetuneTask, plan_finetune
 from coreecg.train.ingest import epoch_batches, training_dataset
-from coreecg.train.loop import WorkerContext, progress_line, train_worker
+from coreecg.train.loop import WorkerContext, progress_line, progress_log, progress_text, train_worker
 from coreecg.train.plan import CHECKPOINT_FILE, RunPlan, checkpoint_dirs, step_of, write_run_folder
 from coreecg.train.pretraining import plan_pretrain, task_from_plan
 
 log = logging.getLogger(__name__)
 
 
-def _progress_callback(epochs: int):
-    """A Ray Train UserCallback (runs in the Train controller) that logs one line per epoch
-    from rank 0's report, so the console shows progress once, not once per worker. It shows
-    what the driver's console shows: the level travels with the callback."""
+def _failure_callback():
+    """A Ray Train UserCallback (runs in the Train controller) that logs a failed worker's error
+    where the controller's output goes (the console with --verbose, Ray's logs otherwise)."""
     from ray.train import UserCallback
 
-    level = logging.INFO if log.isEnabledFor(logging.INFO) else logging.WARNING
-
-    class Progress(UserCallback):
-        def after_report(self, run_context, metrics, checkpoint):
-            m = metrics[0] if metrics else {}
-            if "seconds" in m:              # epoch reports; mid-epoch checkpoints carry no timing
-                _controller_log(level).info("%s", progress_line(m, epochs))
-
+    class Failures(UserCallback):
         def after_exception(self, run_context, worker_exceptions):
             for rank, exc in worker_exceptions.items():
-                _controller_log(level).warning(
-                    "worker %s failed: %s: %s", rank, type(exc).__name__, exc)
+                logging.getLogger(__name__).warning("worker %s failed: %s: %s", rank, type(exc).__name__, exc)
 
-    return Progress()
+    return Failures()
 
 
-def _controller_log(level: int) -> logging.Logger:
-    console.console(level)
-    return logging.getLogger(__name__)
+@contextlib.contextmanager
+def _failed_session(run_dir: Path):
+    """A fit that raises closes the run record's session as failed, with the cause."""
+    from coreecg.record import end_session
+
+    try:
+        yield
+    except BaseException as e:
+        cause = getattr(e, "__cause__", None) or e
+        end_session(run_dir, "failed", f"{type(cause).__name__}: {cause}")
+        raise
+
+
+class RunFollower:
+    """The driver's console during a Ray Train fit: prints the epoch and progress records that
+    rank 0 appends to the run's metrics.jsonl, once each, as they arrive.
+
+    The run folder is on storage the driver sees (a shared filesystem on a cluster), so this
+    works wherever the workers run, and the console needs none of Ray's log forwarding (off
+    without --verbose: coreecg.cluster.console_options). Only records appended after it starts
+    are printed: a resumed run does not repeat its history."""
+
+    def __init__(self, metrics: Path, epochs: int, poll_s: float = 0.5):
+        import threading
+
+        self.path, self.epochs, self.poll_s = Path(metrics), epochs, poll_s
+        self._offset = self.path.stat().st_size if self.path.is_file() else 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="coreecg-run-follower", daemon=True)
+
+    def __enter__(self) -> "RunFollower":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._drain()                     # what the last epoch wrote just before fit() returned
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self._drain()
+
+    def _drain(self) -> None:
+        if not self.path.is_file():
+            return
+        with open(self.path) as f:
+            f.seek(self._offset)
+            text = f.read()
+        complete = text[:text.rfind("\n") + 1]          # a line still being written waits
+        self._offset += len(complete.encode())
+        for line in complete.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("kind") == "epoch":
+                progress_log.info("%s", progress_line(record, self.epochs))
+            elif record.get("kind") == "progress":
+                progress_log.info("%s", progress_text(record))
 
 
 @dataclass
@@ -104,8 +152,7 @@ def _quiet_worker_logs() -> None:
 
     # Ray hands read-only Arrow buffers to torch; the batch is never written in place.
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-    # The controller callback prints each epoch's line on the driver; the worker's would repeat it.
-    from coreecg.train.loop import progress_log
+    # The driver prints each epoch's line from metrics.jsonl (RunFollower); the worker's would repeat it.
     progress_log.setLevel(logging.WARNING)
     # Train logs every report (the whole metrics dict) at INFO under a logger named after its
     # file, outside LoggingConfig's reach; the controller callback prints one line instead.
@@ -199,8 +246,7 @@ def start_ray(config: Config) -> None:
 
 
 def make_trainer(plan: RunPlan, dataset, callbacks: list | None = None):
-    """The TorchTrainer of a plan: workers, failures, checkpoints, logging (a progress line per
-    epoch on the console when the driver shows INFO)."""
+    """The TorchTrainer of a plan: workers, failures, checkpoints, logging."""
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -215,7 +261,7 @@ def make_trainer(plan: RunPlan, dataset, callbacks: list | None = None):
             failure_config=ray.train.FailureConfig(max_failures=t.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=t.keep_checkpoints),
             logging_config=ray.train.LoggingConfig(log_level="WARNING"),
-            callbacks=[*(callbacks or []), _progress_callback(plan.epochs)]),
+            callbacks=[*(callbacks or []), _failure_callback()]),
         datasets={"train": dataset},
     )
 
@@ -236,7 +282,9 @@ def pretrain(config: Config) -> PretrainResult:
     """Run (or resume) a pretraining on the Ray cluster; returns where everything went."""
     start_ray(config)           # before planning: a first build of the synthetic corpus runs on Ray
     plan = plan_pretrain(config)
-    result = build_trainer(plan).fit()
+    trainer = build_trainer(plan)
+    with RunFollower(plan.run_dir / "metrics.jsonl", plan.epochs), _failed_session(plan.run_dir):
+        result = trainer.fit()
     return PretrainResult(run_dir=plan.run_dir, metrics=dict(result.metrics or {}),
                           checkpoint=result.checkpoint.path if result.checkpoint else None,
                           encoder=plan.run_dir / "encoder.pt")
@@ -254,7 +302,8 @@ def finetune(config: Config) -> FinetuneResult:
     trainer = build_trainer(plan)
     for stale in ("metrics.json", "predictions.csv"):   # a finished run resumed with more epochs
         (run_dir / stale).unlink(missing_ok=True)
-    trainer.fit()
+    with RunFollower(run_dir / "metrics.jsonl", plan.epochs), _failed_session(run_dir):
+        trainer.fit()
     if not done.is_file():
         raise RuntimeError(f"{run_dir}: training ended without metrics.json")
     return FinetuneResult(run_dir, json.loads(done.read_text()), run_dir / BEST_FILE)

@@ -117,9 +117,9 @@ class FinetuneTask:
     def start(self, core, ctx: WorkerContext, writer: RunWriter) -> dict[str, Any]:
         return {}
 
-    def should_evaluate(self, epoch: int) -> bool:
+    def should_evaluate(self, number: int) -> bool:
         every = self.config.train.eval_every_epochs or self.epochs   # selection needs at least one
-        return (epoch + 1) % every == 0 or epoch + 1 == self.epochs
+        return number % every == 0 or number == self.epochs
 
     def _split(self, name: str):
         from coreecg.eval.downstream import load_split

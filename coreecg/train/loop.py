@@ -4,10 +4,16 @@ mapping and the rank-0 evaluation, and a `WorkerContext` supplies the environmen
 batches come from, how the model is wrapped (DDP or not), and how metrics and checkpoints are
 persisted (`ray.train.report` or files in the run folder). Tune trials reuse it unchanged.
 
-Per epoch: steps (log every `train.log_every`, checkpoint every `train.checkpoint_every_steps`),
-then on rank 0 the task's evaluation when it asks for one, then one report with a checkpoint
-(a barrier on all ranks under Ray). After the last epoch, rank 0 runs the task's `finish`
-(pretraining: export encoder.pt; fine-tuning: test metrics with the selected weights).
+Per epoch: steps (log every `train.log_every`, a progress line every `train.progress_every_s`
+seconds, checkpoint every `train.checkpoint_every_steps`), then on rank 0 the task's evaluation
+when it asks for one, then one report with a checkpoint (a barrier on all ranks under Ray). After
+the last epoch, rank 0 runs the task's `finish` (pretraining: export encoder.pt; fine-tuning:
+test metrics with the selected weights).
+
+Epochs are numbered from 1 wherever a person reads them: the console ("epoch 2/6"), every record
+of metrics.jsonl and every report (`"epoch": 2`: the epoch the record belongs to), TensorBoard
+and file names (`reconstruction_epoch2.png`), a task's `should_evaluate` / `evaluate`. Only the
+loop's own position (the checkpoint payload's "epoch", `Task.inputs`' crop seed) counts from 0.
 """
 from __future__ import annotations
 
@@ -68,23 +74,38 @@ class WorkerContext:
 
 
 class RunWriter:
-    """Rank 0's outputs in the run folder: metrics.jsonl (appended), TensorBoard, figures."""
+    """Rank 0's outputs in the run folder: metrics.jsonl (appended), TensorBoard, figures, and,
+    with `train.tracking=mlflow`, the same epoch metrics in MLflow (coreecg.train.tracking)."""
 
-    def __init__(self, run_dir: Path, enabled: bool):
+    def __init__(self, run_dir: Path, enabled: bool, config: Config | None = None):
         self.enabled, self.run_dir = enabled, run_dir
-        self._log = self._tb = None
+        self._log = self._tb = self._tracker = None
         if enabled:
             from tensorboardX import SummaryWriter
 
             run_dir.mkdir(parents=True, exist_ok=True)
             self._log = open(run_dir / "metrics.jsonl", "a")
             self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+            if config is not None and config.train.tracking != "none":
+                from coreecg.train.tracking import start_tracking
+
+                self._tracker = start_tracking(config, run_dir)
 
     def line(self, record: dict[str, Any]) -> None:
-        """One JSON line in metrics.jsonl, stamped with the wall-clock `time` (s since the epoch)."""
+        """One JSON line in metrics.jsonl, stamped with the wall-clock `time` (s since the epoch);
+        epoch and test records also go to the tracker."""
         if self.enabled:
             self._log.write(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
             self._log.flush()
+            if self._tracker is not None and (record.get("kind") == "epoch" or record.get("event") == "test"):
+                self._tracker.metrics(record)
+
+    def hparams(self, params: dict[str, Any], metrics: dict[str, float], step: int) -> None:
+        """TensorBoard's HParams view: this run's knobs beside its final metrics."""
+        if self.enabled:
+            metrics = {f"hparam/{k}": float(v) for k, v in metrics.items()
+                       if isinstance(v, (int, float)) and math.isfinite(v)}
+            self._tb.add_hparams(params, metrics, name="hparams", global_step=step)
 
     def scalars(self, prefix: str, values: dict[str, float], step: int) -> None:
         if self.enabled:
@@ -103,6 +124,8 @@ class RunWriter:
         if self.enabled:
             self._log.close()
             self._tb.close()
+            if self._tracker is not None:
+                self._tracker.close()
 
 
 def _floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -144,7 +167,7 @@ class Task(Protocol):
     def inputs(self, signal: torch.Tensor, uid: torch.Tensor, epoch: int,
                generator: torch.Generator) -> tuple[tuple, dict]: ...
     def start(self, core: torch.nn.Module, ctx: "WorkerContext", writer: "RunWriter") -> dict[str, Any]: ...
-    def should_evaluate(self, epoch: int) -> bool: ...
+    def should_evaluate(self, number: int) -> bool: ...     # number: the epoch, from 1
     def evaluate(self, core: torch.nn.Module, ctx: "WorkerContext", writer: "RunWriter", epoch: int, step: int,
                  state: dict[str, Any]) -> dict[str, float]: ...
     def finish(self, core: torch.nn.Module, ctx: "WorkerContext", writer: "RunWriter", summary: dict[str, float],
@@ -160,7 +183,7 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
     torch.manual_seed(seed_for("init", cfg.train.seed))        # identical init on every rank
     core, step = task.build(ctx)
     step_gen = torch.Generator()    # on the host: masks need no device sync (CoReECG._masks)
-    writer = RunWriter(ctx.run_dir, ctx.is_main)
+    writer = RunWriter(ctx.run_dir, ctx.is_main, cfg)
     say = log.info if ctx.is_main else (lambda *a, **k: None)
 
     epoch, done_in_epoch, state = 0, 0, {}
@@ -178,7 +201,7 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
             torch.set_rng_state(payload["torch_rng"])
         if done_in_epoch >= spe:
             epoch, done_in_epoch = epoch + 1, 0
-        writer.line({"event": "resume", "step": step.step, "epoch": epoch, "batches_done": done_in_epoch,
+        writer.line({"event": "resume", "step": step.step, "epoch": epoch + 1, "batches_done": done_in_epoch,
                      "checkpoint": str(path)})
         say("resumed from %s: step %d, epoch %d, %d batches into it", path, step.step, epoch, done_in_epoch)
     else:
@@ -195,8 +218,11 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
 
     summary: dict[str, float] = {}
     first_step = True
+    every_s = cfg.train.progress_every_s
     while epoch < task.epochs:
-        t_epoch = t_log = time.perf_counter()
+        number = epoch + 1                  # the epoch as people count it (module docstring)
+        t_epoch = t_log = t_progress = time.perf_counter()
+        t_first, first_i = None, 0          # speed is timed from the epoch's first step (start-up apart)
         sums: dict[str, torch.Tensor] = {}
         count, log_steps = 0, 0
         batches = iter(ctx.epoch_batches(epoch))
@@ -215,26 +241,34 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
                 sums[k] = sums.get(k, 0) + v.detach().float()
             count, log_steps = count + 1, log_steps + 1
             if first_step and ctx.is_main:      # start-up cost of this session: see bench/study.py
-                writer.line({"event": "first_step", "step": step.step, "epoch": epoch})
+                writer.line({"event": "first_step", "step": step.step, "epoch": number})
                 first_step = False
+            if t_first is None:
+                t_first, first_i = time.perf_counter(), i
+            elif every_s and ctx.is_main and time.perf_counter() - t_progress >= every_s and i + 1 < spe:
+                t_progress = time.perf_counter()
+                record = progress_record(number, task.epochs, i + 1, spe, step.step, task.global_batch,
+                                         (t_progress - t_first) / (i - first_i))
+                writer.line(record)
+                progress_log.info("%s", progress_text(record))
             if step.step % cfg.train.log_every == 0 and ctx.is_main:
                 now = time.perf_counter()
                 values = _floats(metrics)
                 values["samples_per_s"] = log_steps * task.global_batch / (now - t_log)
                 t_log, log_steps = now, 0
                 writer.scalars(task.name, values, step.step)
-                writer.line({"kind": "step", "step": step.step, "epoch": epoch, **values})
+                writer.line({"kind": "step", "step": step.step, "epoch": number, **values})
             every = cfg.train.checkpoint_every_steps
             if every and step.step % every == 0 and i + 1 < spe:
-                ctx.report({"step": step.step, "epoch": epoch, **_floats(metrics)}, payload_now(i + 1, {}))
+                ctx.report({"step": step.step, "epoch": number, **_floats(metrics)}, payload_now(i + 1, {}))
         done_in_epoch = 0
         release_freed_memory()
         seconds = time.perf_counter() - t_epoch
         summary = _mean_over_ranks(sums, count, ctx.world_size, ctx.device) if sums else {}
-        summary.update(epoch=epoch, step=step.step, seconds=seconds,
+        summary.update(epoch=number, step=step.step, seconds=seconds,
                        samples_per_s=count * task.global_batch / seconds if count else 0.0)
-        if ctx.is_main and task.should_evaluate(epoch):
-            summary.update(task.evaluate(core, ctx, writer, epoch, step.step, state))
+        if ctx.is_main and task.should_evaluate(number):
+            summary.update(task.evaluate(core, ctx, writer, number, step.step, state))
         summary.update({k: v for k, v in state.items() if isinstance(v, float)})
         writer.line({"kind": "epoch", **summary})
         writer.scalars("epoch", {k: v for k, v in summary.items() if k not in ("epoch", "step")}, step.step)
@@ -243,13 +277,38 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
         ctx.report(summary, payload_now(spe, summary))
         epoch += 1
     if ctx.is_main:
+        from coreecg.record import end_session
+
         task.finish(core, ctx, writer, summary, state)
+        end_session(ctx.run_dir, "completed")
     writer.close()
     return summary
 
 
+def progress_record(number: int, epochs: int, batch: int, steps_per_epoch: int, step: int, global_batch: int,
+                    seconds_per_step: float) -> dict[str, Any]:
+    """A mid-epoch progress record (metrics.jsonl `"kind": "progress"`): where the run is, its
+    speed over this epoch's steps so far, and the time left in the epoch and in the run
+    (steps only: evaluations come on top)."""
+    left_epoch = (steps_per_epoch - batch) * seconds_per_step
+    return {"kind": "progress", "epoch": number, "epochs": epochs, "batch": batch, "batches": steps_per_epoch,
+            "step": step, "samples_per_s": global_batch / seconds_per_step,
+            "eta_epoch_s": left_epoch, "eta_run_s": left_epoch + (epochs - number) * steps_per_epoch * seconds_per_step}
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+def progress_text(r: dict[str, Any]) -> str:
+    return (f"  epoch {r['epoch']}/{r['epochs']} | batch {r['batch']}/{r['batches']} | step {r['step']} | "
+            f"{r['samples_per_s']:.1f} samples/s | ETA epoch {_duration(r['eta_epoch_s'])}, "
+            f"run {_duration(r['eta_run_s'])}")
+
+
 def progress_line(s: dict[str, float], epochs: int) -> str:
-    parts = [f"epoch {int(s['epoch']) + 1}/{epochs}", f"step {int(s['step'])}"]
+    parts = [f"epoch {int(s['epoch'])}/{epochs}", f"step {int(s['step'])}"]
     for key, label in (("loss", "loss"), ("loss_rec", "rec"), ("loss_con", "con"), ("probe_auroc", "probe_auroc"),
                        ("probe_auroc_init", "at init"), ("val_auroc", "val_auroc"), ("val_acc", "val_acc"),
                        ("best_val_auroc", "best")):

@@ -195,10 +195,14 @@ def plan_local(config: Config, n_windows: int, run_dir: str | Path | None = None
 
 
 def write_run_folder(plan: RunPlan) -> Path:
-    """Create the run folder with its config.yaml (and a fine-tuning's train_subset.csv)."""
+    """Create the run folder with its config.yaml, a new session in run.json
+    (coreecg.record) and a fine-tuning's train_subset.csv."""
+    from coreecg.record import start_session
+
     run_dir = plan.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     plan.config.to_yaml(run_dir / "config.yaml")
+    start_session(run_dir)
     if plan.finetune is not None:
         (run_dir / "train_subset.csv").write_text(
             "patient_id\n" + "".join(f"{p}\n" for p in plan.finetune.kept_patients))

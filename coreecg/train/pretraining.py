@@ -67,9 +67,9 @@ class PretrainTask:
         log.info("probe_auroc of the randomly initialised encoder: %.4f", auroc)
         return {"probe_auroc_init": auroc}
 
-    def should_evaluate(self, epoch: int) -> bool:
+    def should_evaluate(self, number: int) -> bool:
         every = self.config.train.eval_every_epochs
-        return bool(every) and ((epoch + 1) % every == 0 or epoch + 1 == self.epochs)
+        return bool(every) and (number % every == 0 or number == self.epochs)
 
     def _probe(self, core: PretrainMethod, ctx: WorkerContext) -> dict[str, float]:
         from coreecg.eval.probe import run_probe
@@ -97,9 +97,14 @@ class PretrainTask:
 
     def finish(self, core: PretrainMethod, ctx: WorkerContext, writer: RunWriter, summary: dict[str, float],
                state: dict[str, Any]) -> None:
+        from coreecg.record import hparams
+
         path = export_encoder(ctx.run_dir / "encoder.pt", core, self.config,
                               step=int(summary.get("step", 0)), metrics=summary)
         log.info("encoder exported: %s", path)
+        final = {k: summary[k] for k in ("loss", "loss_rec", "loss_con", "probe_auroc", "probe_auroc_full",
+                                         "probe_auroc_init") if k in summary}
+        writer.hparams(hparams(self.config), final, int(summary.get("step", 0)))
 
 
 def plan_pretrain(config: Config) -> RunPlan:

@@ -25,6 +25,8 @@ from coreecg.tune.trial import pretrain_trial
 
 EXPERIMENT = "tune"
 METRIC = "probe_auroc"
+# What a sweep may optimise (every one is in each epoch's report) and in which direction.
+OBJECTIVES = {"probe_auroc": "max", "probe_auroc_full": "max", "loss_rec": "min", "loss_con": "min", "loss": "min"}
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,13 @@ class SweepSettings:
     gpus_per_trial: float = 0.0              # single-worker trials: a fraction of a GPU is fine
     resume: bool = False
     variants: dict[str, list[str]] = field(default_factory=dict)
+    metric: str = METRIC                     # the objective (OBJECTIVES); its direction follows
+
+    @property
+    def mode(self) -> str:
+        if self.metric not in OBJECTIVES:
+            raise SweepError(f"--metric {self.metric}: not one of {', '.join(OBJECTIVES)}")
+        return OBJECTIVES[self.metric]
 
 
 def trial_resources(settings: SweepSettings) -> dict[str, float]:
@@ -88,7 +97,7 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
     concurrency = _concurrency(settings)
     init_ray(concurrency * _per_trial_cpus(settings), reserve_for_data=concurrency + 1)
     trainable = tune.with_resources(pretrain_trial, resources)
-    callbacks = [_progress_callback()]
+    callbacks = [_progress_callback(settings.metric)]
     if settings.resume:
         if not tune.Tuner.can_restore(str(experiment)):
             raise SweepError(f"{experiment}: no sweep to resume here (run without --resume to start one)")
@@ -97,6 +106,8 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
                                    resume_errored=False, restart_errored=False)
         return tuner.fit()
     settings.base = absolute_data_paths(settings)
+    if settings.config_file:    # trials run in working folders of their own: a relative path breaks there
+        settings.config_file = str(Path(settings.config_file).expanduser().resolve())
     if experiment.exists():
         raise SweepError(f"{experiment} exists: pass --resume to continue that sweep, or another --output")
     out.mkdir(parents=True, exist_ok=True)
@@ -104,7 +115,7 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
                                       "storage": str(out / "trials"), "variants": settings.variants}}
     tuner = tune.Tuner(
         trainable, param_space=space,
-        tune_config=tune.TuneConfig(metric=METRIC, mode="max", search_alg=search_alg, scheduler=scheduler,
+        tune_config=tune.TuneConfig(metric=settings.metric, mode=settings.mode, search_alg=search_alg, scheduler=scheduler,
                                     num_samples=num_samples,
                                     max_concurrent_trials=concurrency,
                                     trial_dirname_creator=lambda t: t.trial_id),
@@ -128,7 +139,7 @@ def absolute_data_paths(settings: SweepSettings) -> list[str]:
     return [*settings.base, *fixed]
 
 
-def _progress_callback():
+def _progress_callback(metric: str):
     """One line per finished or failed trial (Tune's own tables are off: verbose=0)."""
     from ray import tune
 
@@ -139,8 +150,8 @@ def _progress_callback():
             m = trial.last_result or {}
             params = {k: v for k, v in trial.config.items() if k != "sweep"}
             self.done += 1
-            log.info("[%d done] trial %s %s: probe_auroc %.4f after %d epoch(s), %.0f s", self.done,
-                     trial.trial_id, params, m.get(METRIC, float("nan")), int(m.get("epoch", -1)) + 1,
+            log.info("[%d done] trial %s %s: %s %.4f after %d epoch(s), %.0f s", self.done,
+                     trial.trial_id, params, metric, m.get(metric, float("nan")), int(m.get("epoch", 0)),
                      m.get("time_total_s", 0))
 
         def on_trial_error(self, iteration, trials, trial, **info):
@@ -157,13 +168,14 @@ def _progress_callback():
 def _status(result, epochs: int) -> str:
     if result.error is not None:
         return "error"
-    done = int((result.metrics or {}).get("epoch", -1)) + 1
+    done = int((result.metrics or {}).get("epoch", 0))       # epochs count from 1
     return "completed" if done >= epochs else "stopped_early"
 
 
 def result_rows(grid, params: list[str], settings: SweepSettings) -> list[dict[str, Any]]:
     """One row per trial: trial_id, status, the parameters, seed, probe_auroc (final, best, at
-    init), steps, epochs, wall seconds, run folder, error."""
+    init), the last epoch's losses, the objective when it is another metric (final, best), steps,
+    epochs, wall seconds, run folder, error."""
     cfg = load_config(settings.config_file, settings.base)
     rows = []
     for result in grid:
@@ -177,12 +189,26 @@ def result_rows(grid, params: list[str], settings: SweepSettings) -> list[dict[s
             "seed": conf.get("train.seed", cfg.train.seed),
             "probe_auroc": m.get(METRIC, math.nan), "probe_auroc_best": best,
             "probe_auroc_init": m.get("probe_auroc_init", math.nan),
-            "steps": m.get("step"), "epochs": int(m["epoch"]) + 1 if "epoch" in m else 0,
+            **{k: m.get(k, math.nan) for k in ("loss", "loss_rec", "loss_con")},
+            **_objective_columns(settings, history),
+            "steps": m.get("step"), "epochs": int(m.get("epoch", 0)),
             "wall_s": m.get("trial_wall_s", m.get("time_total_s")),     # a re-reported finished trial: its own
             "run_dir": str(settings.output.resolve() / "trials" / trial_id),
             "error": _error_text(result.error),
         })
     return sorted(rows, key=lambda r: r["trial_id"])
+
+
+def _objective_columns(settings: SweepSettings, history) -> dict[str, float]:
+    """`<metric>_best` over the trial's epochs when the sweep optimises something other than
+    probe_auroc (its final value is already a column)."""
+    metric = settings.metric
+    if metric == METRIC:
+        return {}
+    if history is None or metric not in history:
+        return {f"{metric}_best": math.nan}
+    column = history[metric]
+    return {f"{metric}_best": float(column.max() if settings.mode == "max" else column.min())}
 
 
 def _error_text(error: BaseException | None) -> str:
@@ -201,6 +227,8 @@ def write_results(rows: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def best_row(rows: list[dict[str, Any]], key: str = "probe_auroc") -> dict[str, Any] | None:
-    scored = [r for r in rows if isinstance(r[key], float) and not math.isnan(r[key])]
-    return max(scored, key=lambda r: r[key]) if scored else None
+def best_row(rows: list[dict[str, Any]], key: str = "probe_auroc", mode: str = "max") -> dict[str, Any] | None:
+    scored = [r for r in rows if isinstance(r.get(key), float) and not math.isnan(r[key])]
+    if not scored:
+        return None
+    return (max if mode == "max" else min)(scored, key=lambda r: r[key])

@@ -100,6 +100,9 @@ def quiet_ray(verbose: bool) -> None:
     if verbose:
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    # Tune's new console output prints an experiment table even at verbose=0; the legacy
+    # reporter at verbose=0 prints nothing (our sweeps print one line per trial).
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     for name in ("ray", "ray.tune", "ray.train", "ray.data"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # Ray Data's hint that progress bars are off (we turn them off: the job prints its own progress)

@@ -28,7 +28,7 @@ import torch
 from coreecg.config import STANDARD_LEADS, Config, ModelConfig, load_config
 from coreecg.data.corpus import load_manifest, write_json
 from coreecg.data.reading import META_COLUMNS, read_split
-from coreecg.train.checkpoint import CheckpointError, load_checkpoint, load_encoder, save_checkpoint
+from coreecg.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from coreecg.train.ingest import to_model_input
 from coreecg.train.loop import RunWriter, WorkerContext
 from coreecg.train.plan import FinetuneSpec, RunPlan, preflight, steps_per_epoch
@@ -102,7 +102,12 @@ class FinetuneTask:
         from coreecg.model.encoder import Encoder
 
         cfg, f = self.config, self.config.finetune
-        encoder = load_encoder(self.spec.encoder) if self.spec.encoder else Encoder.from_config(cfg.model)
+        if self.spec.encoder:
+            from coreecg.hub import load_encoder
+
+            encoder = load_encoder(self.spec.encoder)
+        else:
+            encoder = Encoder.from_config(cfg.model)
         model = Classifier(encoder, len(self.class_names), f.leads, self.multilabel,
                            frozen_encoder=f.mode == "linear").to(ctx.device)
         schedule = Schedule(ctx.steps_per_epoch, f.epochs, f.warmup_epochs)
@@ -150,8 +155,10 @@ class FinetuneTask:
         improved = best is None or (not math.isnan(out["val_auroc"])
                                     and (math.isnan(best) or out["val_auroc"] > best))
         if improved:
+            # self-contained: what the classifier predicts travels with its weights (coreecg.hub)
             save_checkpoint(ctx.run_dir / BEST_FILE, core.state_dict(), self.config, task=self.name, epoch=epoch,
-                            step=step, val=out)
+                            step=step, val=out, class_names=list(self.class_names), multilabel=self.multilabel,
+                            leads=list(self.config.finetune.leads))
             state.update(best_val_auroc=out["val_auroc"], best_epoch=epoch, best_step=step)
         out["val_seconds"] = time.perf_counter() - t0
         return out
@@ -244,14 +251,17 @@ def plan_finetune(config: Config) -> RunPlan:
         if not f.encoder:
             raise FinetuneError(f"finetune.mode={f.mode} needs an encoder checkpoint (--encoder PATH); "
                                 "use --mode scratch for the supervised baseline")
+        from coreecg.hub import load_model
+
         path = Path(f.encoder).expanduser().resolve()
-        _, saved = load_checkpoint(path)
+        # encoder.pt, a checkpoint, a run folder or an export folder; its weights are checked
+        # against its own config here (CheckpointError naming the file otherwise)
+        saved = load_model(path).config
         if config.model != ModelConfig() and config.model != saved.model:
             diff = [f"model.{k.name}: {getattr(saved.model, k.name)} in the checkpoint, {getattr(config.model, k.name)} "
                     "asked" for k in dataclasses.fields(ModelConfig)
                     if getattr(saved.model, k.name) != getattr(config.model, k.name)]
             raise CheckpointError(f"{path}: an encoder of another shape than the config asks for ({'; '.join(diff[:4])})")
-        load_encoder(path)      # its weights must match its own config (CheckpointError otherwise)
         config = dataclasses.replace(
             config, model=saved.model, data=dataclasses.replace(config.data, crop_samples=saved.model.input_samples),
             finetune=dataclasses.replace(f, encoder=str(path))).validate()

@@ -117,13 +117,20 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
         trainable, param_space=space,
         tune_config=tune.TuneConfig(metric=settings.metric, mode=settings.mode, search_alg=search_alg, scheduler=scheduler,
                                     num_samples=num_samples,
-                                    max_concurrent_trials=concurrency,
+                                    # a ConcurrencyLimiter already limits (Tune warns when both do)
+                                    max_concurrent_trials=None if _limits(search_alg) else concurrency,
                                     trial_dirname_creator=lambda t: t.trial_id),
         run_config=tune.RunConfig(name=EXPERIMENT, storage_path=str(out),
                                   failure_config=tune.FailureConfig(max_failures=0),
                                   callbacks=callbacks, verbose=0),
     )
     return tuner.fit()
+
+
+def _limits(search_alg) -> bool:
+    from ray.tune.search import ConcurrencyLimiter
+
+    return isinstance(search_alg, ConcurrencyLimiter)
 
 
 def absolute_data_paths(settings: SweepSettings) -> list[str]:

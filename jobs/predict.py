@@ -1,0 +1,132 @@
+"""Score raw ECG recordings with a trained model: class probabilities or embeddings per record.
+
+    python jobs/predict.py --model runs/ft-ptbxl --input ../shared/ecg-data/ptbxl --output preds/
+    python jobs/predict.py --model exports/ft-ptbxl --input a.hea b.hea more/records/ --output out/p.csv
+    python jobs/predict.py --model runs/quickstart --input ../shared/ecg-data/mimic-iv-ecg-layout --output emb/
+    python jobs/predict.py --model runs/ft-ptbxl --input recs/ --output emb/ --embeddings
+
+(runs/quickstart is a pretraining run: an encoder writes embeddings.)
+
+--model: a fine-tuning run folder (best.pt), a pretraining run folder (encoder.pt), a .pt file or
+an export folder (coreecg.hub.export_model). --input: files and folders. A folder of a database with its own
+reader (PTB-XL's ptbxl_database.csv, MIMIC-IV-ECG's record_list.csv, CPSC2018's REFERENCE.csv)
+is read by that reader (record ids as in its corpus); any other folder as WFDB records (every .hea
+below it, ids relative to the folder); a file is one WFDB record (.hea, .dat or .mat).
+
+Each record is preprocessed exactly as training's corpus was (coreecg.data.preprocess, with the
+model's saved settings), its leads picked by name (a model fine-tuned on 6 or 1 leads takes
+those), and scored under the fine-tuning evaluation's crop rule; a record's score is the mean
+over its 10 s windows (docs/inference.md).
+
+Outputs (--output FOLDER, or a file name in it):
+    predictions.csv      a classifier: record_id, path, p_<class> per class (the columns and number
+                         format of a fine-tuning run's predictions.csv): softmax (single-label)
+                         or sigmoid (multi-label) probabilities
+    embeddings.parquet   an encoder, or --embeddings: record_id, path, embedding (float32 list of
+                         the encoder's width): the pooled token encodings, averaged as above
+    failed.csv           record_id, path, reason for every record (or input) that gave no output;
+                         only when one failed (an earlier run's copy is removed); the console lists them
+
+Exit codes: 0 every record predicted, 1 some records failed (the others are written), 2 bad
+arguments, a model that cannot be loaded, or no readable input (nothing written but failed.csv).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from coreecg.cli import fail, job_parser, parse_args
+
+parser = job_parser(__doc__, config=False)
+parser.add_argument("--model", required=True, metavar="RUN_OR_EXPORT",
+                    help="fine-tuning or pretraining run folder, best.pt / encoder.pt, or an export folder")
+parser.add_argument("--input", required=True, nargs="+", metavar="FILES_OR_FOLDER",
+                    help="WFDB record files (.hea/.dat/.mat) and folders (a known database layout or any WFDB tree)")
+parser.add_argument("--output", required=True, metavar="F",
+                    help="folder for predictions.csv / embeddings.parquet (and failed.csv), or that file's name")
+parser.add_argument("--embeddings", action="store_true",
+                    help="write a classifier's encoder embeddings (embeddings.parquet) instead of probabilities")
+parser.add_argument("--batch-size", type=int, default=None, metavar="N",
+                    help="windows per forward pass (each as the crop rule's crops); default: the model's "
+                         "finetune.eval_batch_size")
+parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
+                    help="where the model runs (auto: cuda when available)")
+
+
+def output_file(output: str, name: str) -> Path:
+    """--output as the file to write: FOLDER/name for a folder (existing, ending in '/', or without
+    a suffix), else the file itself, which must have `name`'s suffix (ValueError otherwise)."""
+    out = Path(output).expanduser()
+    if out.is_dir() or output.endswith(("/", "\\")) or not out.suffix:
+        return out / name
+    if out.suffix.lower() != Path(name).suffix:
+        raise ValueError(f"--output {output}: this model writes {name} ({Path(name).suffix}); give a folder "
+                         f"or a {Path(name).suffix} file")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(parser, argv)
+    from coreecg.hub import load_model
+    from coreecg.inference import (
+        EMBEDDINGS_FILE, FAILED_FILE, PREDICTIONS_FILE, InferenceError, list_inputs, resolve_device,
+        run_inference, write_embeddings_parquet, write_failures_csv, write_predictions_csv,
+    )
+
+    if args.batch_size is not None and args.batch_size < 1:
+        return fail(f"--batch-size {args.batch_size}: must be >= 1")
+    try:
+        device = resolve_device(args.device)
+    except InferenceError as e:
+        return fail(str(e))
+    try:
+        loaded = load_model(args.model, map_location="cpu")
+    except (ValueError, OSError) as e:           # CheckpointError is a ValueError naming the file
+        return fail(f"--model {args.model}: {e}")
+    embeddings = args.embeddings or loaded.kind == "encoder"
+    try:
+        target = output_file(args.output, EMBEDDINGS_FILE if embeddings else PREDICTIONS_FILE)
+    except ValueError as e:
+        return fail(str(e))
+
+    items, failures = list_inputs(args.input, loaded.config)
+    if not items:
+        _print_failures(failures)
+        return fail("no readable input: no record was found in " + ", ".join(args.input))
+    try:
+        result = run_inference(loaded, items, embeddings=embeddings, batch_size=args.batch_size,
+                               device=device, failures=failures)
+    except InferenceError as e:
+        return fail(f"--model {args.model}: {e}")
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    failed_csv = target.parent / FAILED_FILE
+    if result.failures:
+        write_failures_csv(failed_csv, result.failures)
+    else:
+        failed_csv.unlink(missing_ok=True)      # an earlier run's list would be read as this one's
+    _print_failures(result.failures)
+    if not result.record_id:
+        return fail(f"no readable input: all {len(items)} record(s) failed (see {failed_csv})")
+    if embeddings:
+        meta = {"coreecg": json.dumps({"model": str(loaded.source), "kind": loaded.kind,
+                                       "leads": list(loaded.contract.get("leads", [])),
+                                       "dim": int(result.embeddings.shape[1])})}
+        write_embeddings_parquet(target, result, meta)
+    else:
+        write_predictions_csv(target, result)
+    print(f"{len(result.record_id)} record(s) predicted -> {target}")
+    if result.failures:
+        print(f"{len(result.failures)} failed -> {failed_csv}")
+        return 1
+    return 0
+
+
+def _print_failures(failures) -> None:
+    for f in failures:
+        print(f"failed: {f.record_id} ({f.path}): {f.reason}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

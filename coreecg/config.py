@@ -351,6 +351,9 @@ class TrainConfig:
                               "keep_checkpoints and log_every >= 1")
         if not self.name or "/" in self.name or self.name in (".", ".."):
             raise ConfigError(f"train.name={self.name!r} must be a plain folder name")
+        # Relative to where the command runs, fixed now: Ray Train's workers run in a working
+        # folder of their own (artifacts/<name>), where "runs" would name another folder.
+        self.storage_path = str(Path(self.storage_path).expanduser().resolve())
 
     @property
     def run_dir(self) -> Path:

@@ -118,6 +118,8 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
     from coreecg.record import COMMAND_ENV
 
     args = parser.parse_args(argv)
+    if getattr(args, "config", None):   # trials and workers run in folders of their own
+        args.config = str(Path(args.config).expanduser().resolve())
     console(getattr(args, "verbose", False))
     # The run record's command line (coreecg.record), also in processes Ray starts.
     shown = [parser.prog, *(sys.argv[1:] if argv is None else argv)]

@@ -147,14 +147,15 @@ def flag_overrides(parser: argparse.ArgumentParser, overrides: list[str],
     """`overrides` (the --set list) plus `key=value` for every job flag that was given.
 
     flags: config key -> (the flag as the user typed it, its value; None = not given).
-    Exits 2 with a message naming both when a --set sets a key a given flag also sets.
+    Exits 2 with a message naming both when a --set sets a key a given flag also sets to another
+    value (the same value both ways says one thing and stands).
     """
     set_keys = {o.partition("=")[0].strip(): o for o in overrides}
     out = list(overrides)
     for key, (flag, value) in flags.items():
         if value is None:
             continue
-        if key in set_keys:
+        if key in set_keys and set_keys[key].partition("=")[2].strip() != str(value):
             parser.exit(2, f"error: {key} is set twice: by {flag} and by --set {set_keys[key]}; give it one way\n")
         out.append(f"{key}={value}")
     return out

@@ -316,14 +316,17 @@ def _is_classifier(payload: dict[str, Any]) -> bool:
 
 
 def _classifier_source(file: Path, shown: Path, payload: dict, config: Config) -> _Source:
-    """best.pt (or a fine-tuning checkpoint): class names and task from the run's metrics.json,
-    else from the fine-tuning corpus's manifest (a run still training has no metrics.json)."""
+    """best.pt (or a fine-tuning checkpoint): class names and task from the payload itself (a
+    best.pt written since they travel with it), else the run's metrics.json, else the fine-tuning
+    corpus's manifest (a run still training has no metrics.json)."""
     n_classes = int(payload["model"]["head.weight"].shape[0])
     # best.pt sits in the run folder, a checkpoint one level down (checkpoint_step*/checkpoint.pt)
     run = file.parent.parent if file.parent.name.startswith("checkpoint_step") else file.parent
     metrics = _read_json(run / METRICS_FILE)
     manifest = _manifest(config)
-    task = metrics or manifest
+    own = ({"class_names": payload["class_names"], "multilabel": payload["multilabel"]}
+           if payload.get("class_names") and payload.get("multilabel") is not None else None)
+    task = own or metrics or manifest
     if task is None or not task.get("class_names"):
         raise CheckpointError(f"{file}: no class names for its {n_classes} outputs: neither {run / METRICS_FILE} "
                               f"nor the fine-tuning corpus's {MANIFEST_FILE} ({config.data.corpus or 'none'}) "
@@ -331,7 +334,7 @@ def _classifier_source(file: Path, shown: Path, payload: dict, config: Config) -
     names, multilabel = list(task["class_names"]), bool(task["multilabel"])
     if len(names) != n_classes:
         raise CheckpointError(f"{file}: {n_classes} outputs but {len(names)} class names in "
-                              f"{'metrics.json' if metrics else 'the corpus manifest'}")
+                              f"{'the checkpoint' if own else 'metrics.json' if metrics else 'the corpus manifest'}")
     if metrics and metrics.get("lead_names") and list(metrics["lead_names"]) != list(config.finetune.leads):
         raise CheckpointError(f"{file}: its config's finetune.leads {list(config.finetune.leads)} differ from "
                               f"metrics.json's lead_names {metrics['lead_names']}")
@@ -701,8 +704,8 @@ def _metrics_lines(ft: dict[str, Any]) -> list[str]:
                     if iv.get("low") is not None and iv.get("high") is not None else "n/a")
         out.append(f"| {label} | {shown} | {interval} |")
     sel = ft.get("selection") or {}
-    chosen = (f"epoch {sel['best_epoch']} (0-based) of {sel.get('epochs')}, by {sel.get('metric')}"
-              if "best_epoch" in sel else f"epoch {ft.get('best_epoch')} (0-based), by validation macro AUROC")
+    chosen = (f"epoch {sel['best_epoch']} of {sel.get('epochs')}, by {sel.get('metric')}"
+              if "best_epoch" in sel else f"epoch {ft.get('best_epoch')}, by validation macro AUROC")
     return out + ["", f"Weights: the {chosen}; the test split was scored once, with them.", ""]
 
 

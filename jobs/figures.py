@@ -1,7 +1,7 @@
 """Figures from saved runs.
 
     python jobs/figures.py reconstruction --encoder runs/quickstart --corpus corpora/ptbxl --output recon.png
-    python jobs/figures.py reconstruction --encoder runs/quickstart/checkpoint_step000000294/checkpoint.pt \
+    python jobs/figures.py reconstruction --encoder runs/quickstart/checkpoint_step000000594/checkpoint.pt \
         --corpus corpora/ptbxl --output recon.png --split test --windows 4 --seed 1
 
 `reconstruction`: the paper's reconstruction figure (original vs the Time Decoder's output on

@@ -27,14 +27,17 @@ from coreecg.cli import job_parser, parse_args
 
 
 def main(argv=None) -> int:
-    parser = job_parser(__doc__)
+    # A study names its own config (its `config:` key): --set and --print-config, no --config.
+    parser = job_parser(__doc__, config=False)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
+                        help="override one config value in every run (repeatable), after the study's own settings")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the config every run starts from (the study's config + set + --set) and exit")
     parser.add_argument("study", help="a study YAML file (studies/*.yaml)")
     parser.add_argument("--output", required=True, help="the study folder (re-run with --resume to continue)")
     parser.add_argument("--resume", action="store_true", help="continue the study in --output")
     parser.add_argument("--concurrency", type=int, default=0, help="trials at once (0: what the cluster's CPUs allow)")
     args = parse_args(parser, argv)
-    if args.config:
-        parser.exit(2, "error: a study names its own config (its `config:` key); use --set to change values\n")
 
     from coreecg.study.report import write_study_report
     from coreecg.study.runner import StudyRunError, run_study

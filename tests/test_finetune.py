@@ -201,6 +201,7 @@ def test_finetune_end_to_end_on_real_ptbxl(runs, corpora, encoder):
     # with at least 5 training records: this subset has one HYP record, whose AUROC is noise).
     payload, cfg = load_checkpoint(r.best)
     assert payload["epoch"] == best + 1                               # epochs count from 1
+    assert payload["class_names"] == ["NORM", "MI", "STTC", "CD", "HYP"] and payload["multilabel"] is False
     model = Classifier(Encoder.from_config(cfg.model), 5, STANDARD_LEADS, multilabel=False)
     model.load_state_dict(payload["model"])
     train = load_split(corpora / "ptbxl", "train")

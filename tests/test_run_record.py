@@ -3,6 +3,7 @@ times), progress records within an epoch, epochs counted from 1, TensorBoard HPa
 MLflow run (a real local file store) and the pretraining leaderboard."""
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from coreecg.eval.leaderboard import find_pretraining_runs, leaderboard_rows, write_leaderboard
 from coreecg.train import loop
 from coreecg.train.pretraining import pretrain_local
-from coreecg.record import hparams, sessions, wall_seconds
+from coreecg.record import COMMAND_ENV, hparams, sessions, wall_seconds
 from tests.helpers import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,7 +36,12 @@ def tracked_run(tmp_path_factory):
     cfg = tiny_config("optim.batch_size=8", "optim.epochs=2", "optim.warmup_epochs=1", "train.eval_every_epochs=0",
                       "train.progress_every_s=1e-9", "train.tracking=mlflow", f"train.tracking_uri={store.as_uri()}",
                       "train.tracking_experiment=tests", f"train.storage_path={root}", "train.name=tracked")
-    summary = pretrain_local(cfg, _windows(32), root / "tracked")     # 4 steps per epoch
+    command = os.environ.get(COMMAND_ENV)
+    os.environ[COMMAND_ENV] = "coreecg-pretrain --set a.b=c"          # what coreecg.cli sets for a job
+    try:
+        summary = pretrain_local(cfg, _windows(32), root / "tracked")     # 4 steps per epoch
+    finally:
+        os.environ.pop(COMMAND_ENV) if command is None else os.environ.update({COMMAND_ENV: command})
     return cfg, root / "tracked", store, summary
 
 
@@ -43,7 +49,7 @@ def test_run_json_records_the_session(tracked_run):
     _, run, _, _ = tracked_run
     (s,) = sessions(run)
     assert s["status"] == "completed" and s["ended"] >= s["started"]
-    assert "pytest" in s["command"] or "python" in s["command"]
+    assert s["command"] == "coreecg-pretrain --set a.b=c" and s["cwd"] == os.getcwd()
     assert {"coreecg", "torch", "ray", "numpy", "python"} <= set(s["versions"])
     assert s["host"]["cpus"] >= 1 and s["host"]["name"]
     assert s["git"] is None or len(s["git"]["commit"]) == 40          # a checkout: its commit
@@ -155,6 +161,7 @@ def test_leaderboard_ranks_pretraining_runs_and_skips_finetuning_ones(tracked_ru
     assert rows[1]["epochs"] == "2/2" and math.isnan(rows[1]["probe_auroc"])
     csv_path, md = write_leaderboard(rows, tmp_path / "board")
     assert md.read_text().count("\n| ") == 2 + 1                           # header + two rows
+    assert str(run.resolve()) in md.read_text()                             # the run folder is shown
     done = subprocess.run([sys.executable, "jobs/leaderboard.py", str(tmp_path), "--output", str(tmp_path / "b2")],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and (tmp_path / "b2" / "leaderboard.csv").is_file(), done.stderr

@@ -96,7 +96,7 @@ def write_leaderboard(rows: list[dict[str, Any]], output: Path) -> list[Path]:
         w = csv.DictWriter(f, COLUMNS)
         w.writeheader()
         w.writerows(rows)
-    shown = [c for c in COLUMNS if c != "run_dir"]
+    shown = list(COLUMNS)
     lines = ["# Pretraining leaderboard", "",
              "probe_auroc: the in-loop few-label linear probe (docs/decisions.md), last evaluation; "
              "probe_gain = probe_auroc - probe_auroc_init (the randomly initialised encoder). "

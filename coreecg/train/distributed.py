@@ -155,7 +155,7 @@ def _quiet_worker_logs() -> None:
     # The driver prints each epoch's line from metrics.jsonl (RunFollower); the worker's would repeat it.
     progress_log.setLevel(logging.WARNING)
     # Train logs every report (the whole metrics dict) at INFO under a logger named after its
-    # file, outside LoggingConfig's reach; the controller callback prints one line instead.
+    # file, outside LoggingConfig's reach; the driver prints one line instead (RunFollower).
     try:
         from ray.train.v2._internal.execution import context as _train_context
         logging.getLogger(_train_context.__file__).setLevel(logging.WARNING)

@@ -203,7 +203,7 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
             epoch, done_in_epoch = epoch + 1, 0
         writer.line({"event": "resume", "step": step.step, "epoch": epoch + 1, "batches_done": done_in_epoch,
                      "checkpoint": str(path)})
-        say("resumed from %s: step %d, epoch %d, %d batches into it", path, step.step, epoch, done_in_epoch)
+        say("resumed from %s: step %d, epoch %d, %d batches into it", path, step.step, epoch + 1, done_in_epoch)
     else:
         torch.manual_seed(seed_for("torch", cfg.train.seed, ctx.rank))
         if ctx.is_main:

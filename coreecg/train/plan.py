@@ -161,6 +161,10 @@ def preflight(run_dir: Path, config: Config) -> list[str]:
     """Before any worker starts: an existing run folder must hold this model's config and
     intact checkpoints (CheckpointError naming the file otherwise). Returns the config keys
     that differ from the saved run (allowed: schedule, logging, data; reported on resume)."""
+    import importlib.util
+
+    if config.train.tracking == "mlflow" and importlib.util.find_spec("mlflow") is None:
+        raise PlanError("train.tracking=mlflow needs MLflow, which is not installed: pip install 'coreecg[mlflow]'")
     notes: list[str] = []
     saved_yaml = run_dir / "config.yaml"
     if saved_yaml.is_file():

@@ -10,7 +10,7 @@ workers fed by Ray Data, checkpoints every epoch, resumable.
     ray job submit --working-dir . -- python jobs/pretrain.py --output $PWD/runs/x ...   # on a cluster
 
 Without --config the quickstart config (configs/quickstart.yaml: a small model on the embedded
-synthetic corpus, about 4 minutes on 2 cores) applies; configs/paper.yaml is the paper's setting.
+synthetic corpus, about 5 minutes on 2 cores) applies; configs/paper.yaml is the paper's setting.
 Reads the train split of --corpus (data.corpus), or the embedded synthetic corpus (written as
 Parquet under data.cache_dir on first use) when none is given.
 

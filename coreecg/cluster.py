@@ -1,7 +1,8 @@
 """Connect to the Ray cluster a job runs on, or start a local one with safe defaults.
 
 Under `ray job submit` (RAY_ADDRESS set) or beside a `ray start --head` on this machine,
-`ray.init()` joins that cluster. Otherwise a local cluster starts with the dashboard and job
+`ray.init()` joins that cluster; a RAY_ADDRESS nothing answers at is a ClusterError naming it
+within seconds (Ray's own connection retries last minutes). Otherwise a local cluster starts with the dashboard and job
 API on 127.0.0.1 only (Ray's token authentication is on by default for a local `ray.init()`),
 and with more logical CPUs than the Train workers take, because Ray Data needs CPUs of its
 own: with every CPU held by workers a Parquet read waits forever.
@@ -9,6 +10,33 @@ own: with every CPU held by workers a Parquet read waits forever.
 from __future__ import annotations
 
 import os
+import socket
+
+REACH_TIMEOUT_S = 5.0
+
+
+class ClusterError(ValueError):
+    """The cluster a job was pointed at cannot be reached; the message names the address."""
+
+
+def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Fail fast on a RAY_ADDRESS nothing answers at: Ray itself retries a dead GCS for minutes.
+
+    address: host:port (a GCS, as `ray job submit` sets it), or ray://host:port / http(s)://host:port
+    (Ray Client, the dashboard). "auto" and "local" are Ray's own keywords and are not checked.
+    """
+    if address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ClusterError(f"RAY_ADDRESS={address}: not host:port (e.g. 127.0.0.1:6379)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise ClusterError(f"RAY_ADDRESS={address}: no Ray cluster answers there ({e}); start one "
+                           "(ray start --head) or unset RAY_ADDRESS to run on a local cluster") from None
 
 
 def console_options() -> dict:
@@ -39,6 +67,7 @@ def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
         return
     console = console_options()
     if os.environ.get("RAY_ADDRESS"):
+        check_reachable(os.environ["RAY_ADDRESS"])
         ray.init(address=os.environ["RAY_ADDRESS"], **console)
         return
     try:

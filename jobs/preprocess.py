@@ -10,12 +10,13 @@ Re-running with the same arguments skips finished shards. Exit codes: 0 done (qu
 records are listed in CORPUS/quarantine.csv), 2 bad arguments / missing input / unknown source.
 At the end, after the JSON summary, warnings go to stderr ("warning: ..."): diagnosis codes
 the reader did not recognise, records without a patient id (see manifest.json).
-Under `ray job submit` (RAY_ADDRESS set) it joins that cluster; otherwise it starts a local one.
+Ray comes from coreecg.cluster, as for every job: under `ray job submit` (RAY_ADDRESS set) it
+joins that cluster (an address nothing answers at is an error naming it), beside a `ray start`
+cluster it joins that, otherwise it starts a local one.
 """
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -33,17 +34,6 @@ def parse_args(argv: list[str] | None = None):
     return args, resolve_config(p, args)
 
 
-def init_ray() -> None:
-    import ray
-
-    if ray.is_initialized():
-        return
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address="auto")
-    else:
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=True, configure_logging=False)
-
-
 def main(argv: list[str] | None = None) -> int:
     args, config = parse_args(argv)
     cfg = config.data
@@ -53,8 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     options = cfg.sources.for_source(args.source, cfg.synthetic_records)
     try:  # unknown source, missing or empty input: fail before paying for Ray start-up
         refs = get_source(args.source, **options).list_records(Path(args.input) if args.input else None)
-        init_ray()
-        result = build_corpus(args.source, args.input, args.output, cfg, source_options=options, refs=refs,
+        from coreecg.cluster import init_ray
+
+        init_ray()                        # the one way every job joins or starts Ray
+        # absolute: Ray Data's tasks run in working folders of their own
+        source_root = str(Path(args.input).expanduser().resolve()) if args.input else None
+        result = build_corpus(args.source, source_root, str(Path(args.output).expanduser().resolve()), cfg, source_options=options, refs=refs,
                               log_warnings=False)  # printed below, after the summary
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -82,11 +82,15 @@ def host() -> dict[str, Any]:
 
 
 def _read(run_dir: Path) -> dict[str, Any]:
+    """The record, or an empty one for a folder without it. Writes are atomic (_write), so an
+    unreadable run.json was damaged outside coreecg: an error naming it, never a silent reset."""
     path = run_dir / RECORD_FILE
-    try:
-        return json.loads(path.read_text()) if path.is_file() else {"sessions": []}
-    except ValueError:              # a torn write of a killed session: start the record again
+    if not path.is_file():
         return {"sessions": []}
+    try:
+        return json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not a readable run record ({e}); move it aside to start a new one") from e
 
 
 def _write(run_dir: Path, record: dict[str, Any]) -> None:

@@ -62,3 +62,19 @@ def kill_after_first(args: list[str], env: dict, cwd, marker: str, timeout: floa
     finished = [Path(p).parent for p in glob.glob(marker)]
     assert finished, f"nothing matched {marker} before the job ended or {timeout} s passed"
     return {d: (d / "metrics.jsonl").read_text() for d in finished}
+
+
+def crash_on_save(monkeypatch, n: int, message: str = "simulated crash") -> None:
+    """Make the training loop's `n`-th checkpoint save (counting from 1) raise KeyboardInterrupt
+    right after the checkpoint is written: a kill between two checkpoints."""
+    from coreecg.train import loop
+
+    real_save, calls = loop.save_checkpoint, {"n": 0}
+
+    def save_then_crash(*a, **k):
+        real_save(*a, **k)
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt(message)
+
+    monkeypatch.setattr(loop, "save_checkpoint", save_then_crash)

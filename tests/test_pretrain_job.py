@@ -10,7 +10,7 @@ import torch
 from coreecg.train import loop
 from coreecg.train.pretraining import pretrain_local
 from coreecg.train.checkpoint import CheckpointError, load_checkpoint
-from tests.helpers import tiny_config
+from tests.helpers import crash_on_save, tiny_config
 
 REPO_JOB = "jobs/pretrain.py"
 
@@ -32,15 +32,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, monkeypatch):
     pretrain_local(cfg, windows, tmp_path / "a")
 
     real_save = loop.save_checkpoint
-    calls = {"n": 0}
-
-    def crash_after_second(*a, **k):   # epoch 0's end (step 2), then mid-epoch 1 (step 3)
-        real_save(*a, **k)
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt("simulated crash")
-
-    monkeypatch.setattr(loop, "save_checkpoint", crash_after_second)
+    crash_on_save(monkeypatch, 2)      # epoch 0's end (step 2), then mid-epoch 1 (step 3)
     with pytest.raises(KeyboardInterrupt):
         pretrain_local(cfg, windows, tmp_path / "b")
     assert _latest(tmp_path / "b")["trainer"]["step"] == 3

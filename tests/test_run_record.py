@@ -15,7 +15,7 @@ from coreecg.eval.leaderboard import find_pretraining_runs, leaderboard_rows, wr
 from coreecg.train import loop
 from coreecg.train.pretraining import pretrain_local
 from coreecg.record import COMMAND_ENV, hparams, sessions, wall_seconds
-from tests.helpers import tiny_config
+from tests.helpers import crash_on_save, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,15 +59,8 @@ def test_run_json_records_the_session(tracked_run):
 def test_a_resumed_run_adds_a_session_and_a_killed_one_stays_running(tmp_path, monkeypatch):
     cfg = tiny_config("optim.batch_size=8", "optim.epochs=2", "train.eval_every_epochs=0",
                       "train.checkpoint_every_steps=1")
-    real_save, calls = loop.save_checkpoint, {"n": 0}
-
-    def crash_after_first(*a, **k):
-        real_save(*a, **k)
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise KeyboardInterrupt("simulated kill")
-
-    monkeypatch.setattr(loop, "save_checkpoint", crash_after_first)
+    real_save = loop.save_checkpoint
+    crash_on_save(monkeypatch, 1, "simulated kill")
     with pytest.raises(KeyboardInterrupt):
         pretrain_local(cfg, _windows(), tmp_path / "r")
     assert [s["status"] for s in sessions(tmp_path / "r")] == ["running"]     # killed: never ended

@@ -1,11 +1,17 @@
-"""Connect to the Ray cluster a job runs on, or start a local one with safe defaults.
+"""Connect to the Ray cluster a job runs on, or start a private local one with safe defaults.
 
-Under `ray job submit` (RAY_ADDRESS set) or beside a `ray start --head` on this machine,
-`ray.init()` joins that cluster; a RAY_ADDRESS nothing answers at is a ClusterError naming it
-within seconds (Ray's own connection retries last minutes). Otherwise a local cluster starts with the dashboard and job
-API on 127.0.0.1 only (Ray's token authentication is on by default for a local `ray.init()`),
-and with more logical CPUs than the Train workers take, because Ray Data needs CPUs of its
-own: with every CPU held by workers a Parquet read waits forever.
+A job joins only a cluster meant to be shared:
+- RAY_ADDRESS (as `ray job submit` sets it, or set by hand);
+- else the cluster a `ray start --head` on this machine recorded in Ray's address file
+  (`<RAY_TMPDIR or /tmp>/ray/ray_current_cluster`; `ray stop` removes it).
+Never another job's private cluster: Ray's own `address="auto"` joins any Ray process it finds
+on the machine, and when that job ended and shut its cluster down the joined job died with it.
+An address nothing answers at is a ClusterError naming it within seconds (Ray's own connection
+retries last minutes); so is a cluster that refuses the job (an auth token that does not match).
+Otherwise a private local cluster starts, with the dashboard and job API on 127.0.0.1 only (Ray's
+token authentication is on by default for a local `ray.init()`), and with more logical CPUs than
+the Train workers take, because Ray Data needs CPUs of its own: with every CPU held by workers a
+Parquet read waits forever. A private cluster writes no address file, so no other job finds it.
 """
 from __future__ import annotations
 
@@ -59,6 +65,32 @@ def _passed_env() -> dict[str, str]:
     return {k: os.environ[k] for k in ("COREECG_COMMAND", "COREECG_VERBOSE") if k in os.environ}
 
 
+def shared_address() -> tuple[str, str] | None:
+    """(address, where it came from) of the shared cluster this job should join, or None.
+
+    RAY_ADDRESS first, then the address file a `ray start --head` wrote; a stale file (its
+    cluster gone without `ray stop`) is named in a warning and ignored."""
+    from ray._private.utils import read_ray_address
+    from ray._common.utils import get_ray_address_file
+
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+    recorded = read_ray_address()
+    if not recorded:
+        return None
+    where = get_ray_address_file(None)
+    try:
+        check_reachable(recorded)
+    except ClusterError:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "%s names %s, where no Ray cluster answers (a `ray start` cluster gone without "
+            "`ray stop`): starting a private local cluster", where, recorded)
+        return None
+    return recorded, where
+
+
 def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
     """Idempotent. worker_cpus: CPUs the Train workers will hold (num_workers * cpus_per_worker)."""
     import ray
@@ -66,15 +98,19 @@ def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
     if ray.is_initialized():
         return
     console = console_options()
-    if os.environ.get("RAY_ADDRESS"):
-        check_reachable(os.environ["RAY_ADDRESS"])
-        ray.init(address=os.environ["RAY_ADDRESS"], **console)
+    shared = shared_address()
+    if shared is not None:
+        address, source = shared
+        check_reachable(address)
+        try:
+            ray.init(address=address, **console)
+        except Exception as e:        # refused (auth), or gone between the check and the join
+            raise ClusterError(
+                f"{source}: the Ray cluster at {address} did not accept this job ({type(e).__name__}: {e}); "
+                "a cluster started under another user or HOME refuses a job whose auth token differs "
+                "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token: Ray's lines above say "
+                "InvalidAuthToken), and one that stopped meanwhile no longer answers") from None
         return
-    try:
-        ray.init(address="auto", **console)   # a `ray start --head` already running here
-        return
-    except (ConnectionError, RuntimeError, ValueError):
-        pass                              # none running: start a local one below
     # Ray Data logs two INFO lines per execution (every epoch) from its coordinator actors.
     ray.init(num_cpus=max(os.cpu_count() or 1, worker_cpus + reserve_for_data),
              include_dashboard=True, dashboard_host="127.0.0.1", **console,

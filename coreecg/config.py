@@ -351,6 +351,12 @@ class TrainConfig:
                               "keep_checkpoints and log_every >= 1")
         if not self.name or "/" in self.name or self.name in (".", ".."):
             raise ConfigError(f"train.name={self.name!r} must be a plain folder name")
+        if "://" in self.storage_path:
+            raise ConfigError(
+                f"train.storage_path={self.storage_path}: a URI; the run folder (metrics.jsonl, "
+                "checkpoints, encoder) is written with POSIX file operations, so it must be a path "
+                "every node mounts: NFS/EFS/Filestore/Lustre, or a bucket through a POSIX mount "
+                "(README \"Clusters: shared storage\")")
         # Relative to where the command runs, fixed now: Ray Train's workers run in a working
         # folder of their own (artifacts/<name>), where "runs" would name another folder.
         self.storage_path = str(Path(self.storage_path).expanduser().resolve())

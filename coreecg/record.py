@@ -7,6 +7,8 @@ for TensorBoard's HParams and MLflow.
                    "git": {"commit": "a806fd5...", "dirty": false} | null,
                    "versions": {"coreecg": ..., "torch": ..., "ray": ..., "python": ..., "numpy": ...},
                    "host": {"name": ..., "platform": ..., "cpus": 2, "cuda": null | "NVIDIA H100 ..."},
+                   "ray": {"address": "127.0.0.1:61234", "nodes": 1, "node": "<id>"} | null
+                          (the cluster it ran on, its live nodes, the node of the process writing it),
                    "started": "2026-11-23T20:41:07+00:00", "ended": ... | absent while running or killed,
                    "status": "running" | "completed" | "failed", "error": "..." (failed only)}]}
 
@@ -81,6 +83,21 @@ def host() -> dict[str, Any]:
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
+def ray_cluster() -> dict[str, Any] | None:
+    """The Ray cluster this process is connected to: its GCS address, live node count and the
+    node this process runs on (a sweep trial's own node)."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        return {"address": ray.get_runtime_context().gcs_address,
+                "nodes": sum(1 for n in ray.nodes() if n.get("Alive")),
+                "node": ray.get_runtime_context().get_node_id()}
+    except Exception:                 # provenance only: never fail a run over it
+        return None
+
+
 def _read(run_dir: Path) -> dict[str, Any]:
     """The record, or an empty one for a folder without it. Writes are atomic (_write), so an
     unreadable run.json was damaged outside coreecg: an error naming it, never a silent reset."""
@@ -102,7 +119,8 @@ def _write(run_dir: Path, record: dict[str, Any]) -> None:
 def start_session(run_dir: Path) -> None:
     record = _read(run_dir)
     record["sessions"].append({"command": command_line(), "cwd": os.getcwd(), "git": git_state(),
-                               "versions": versions(), "host": host(), "started": _now(), "status": "running"})
+                               "versions": versions(), "host": host(),
+                               "ray": ray_cluster(), "started": _now(), "status": "running"})
     _write(run_dir, record)
 
 

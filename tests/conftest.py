@@ -23,6 +23,9 @@ def ray_session():
     """One local Ray cluster shared by every test that needs it (start-up costs seconds).
 
     num_cpus is above what any test's Train workers take, so Ray Data keeps CPUs of its own.
+    While it runs, RAY_ADDRESS names it: the jobs tests start as subprocesses join it (a job
+    never joins a private cluster it was not pointed at: coreecg.cluster) instead of paying
+    for a Ray start-up each.
     """
     import ray
 
@@ -30,13 +33,16 @@ def ray_session():
         start_local_ray()
     yield ray
     ray.shutdown()
+    os.environ.pop("RAY_ADDRESS", None)
 
 
 def start_local_ray() -> None:
     import ray
 
+    os.environ.pop("RAY_ADDRESS", None)          # this cluster's own, from a previous start
     ray.init(num_cpus=4, include_dashboard=True, dashboard_host="127.0.0.1",
              log_to_driver=False, configure_logging=False)
+    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
 
 
 @pytest.fixture(scope="module")

@@ -51,3 +51,94 @@ def test_jobs_fail_fast_on_an_unreachable_ray_address(job, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and f"RAY_ADDRESS={address}" in done.stderr, done.stderr[-2000:]
     assert time.monotonic() - start < 60
+
+
+def _job_env() -> dict:
+    """The environment of a job started by hand: no RAY_ADDRESS (conftest sets it to the session's
+    cluster for the other tests' jobs)."""
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+
+
+@pytest.mark.slow
+def test_two_jobs_at_once_each_run_on_a_private_cluster_and_the_second_outlives_the_first(tmp_path):
+    """Was: the second job joined the first's private cluster (Ray's address="auto" finds any Ray
+    process on the machine) and died mid-training when the first finished and shut it down. Now
+    each job starts its own cluster, no other job finds it, and both finish."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import TINY
+
+    def job(name: str, epochs: int) -> list[str]:
+        sets = [*TINY, "train.num_workers=1", "optim.batch_size=8", f"optim.epochs={epochs}",
+                "data.synthetic_records=64", f"data.cache_dir={tmp_path / name / 'cache'}",
+                "train.eval_every_epochs=0"]
+        return [sys.executable, "jobs/pretrain.py", "--output", str(tmp_path / "runs" / name),
+                *sum((["--set", s] for s in sets), [])]
+
+    env = _job_env()
+    first = subprocess.Popen(job("first", 1), cwd=REPO, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    record = tmp_path / "runs" / "first" / "run.json"
+    deadline = time.time() + 180
+    while not record.is_file() and first.poll() is None and time.time() < deadline:
+        time.sleep(0.2)                                  # the first job's cluster is up and training
+    second = subprocess.Popen(job("second", 4), cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    first_out, _ = first.communicate(timeout=400)
+    assert first.returncode == 0, first_out[-3000:]
+    if second.poll() is not None:                        # the old failure: it died with the first's cluster
+        pytest.fail(f"the second job ended with the first (exit {second.returncode}):\n"
+                    f"{second.stdout.read()[-3000:]}")
+    second_out, _ = second.communicate(timeout=400)
+    assert second.returncode == 0, second_out[-3000:]
+
+    clusters = {}
+    for name, epochs in (("first", 1), ("second", 4)):
+        run = tmp_path / "runs" / name
+        session = json.loads((run / "run.json").read_text())["sessions"][-1]
+        assert session["status"] == "completed" and session["ray"]["nodes"] == 1
+        clusters[name] = session["ray"]["address"]
+        lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [x["epoch"] for x in lines if x.get("kind") == "epoch"] == list(range(1, epochs + 1))
+    assert clusters["first"] != clusters["second"], clusters
+
+
+def test_a_job_joins_only_a_cluster_meant_to_be_shared(tmp_path, monkeypatch, ray_session):
+    """RAY_ADDRESS first; else the address file a `ray start --head` writes (a stale one, its
+    cluster gone, is ignored with a warning); never a Ray process merely found on the machine."""
+    from coreecg.cluster import shared_address
+
+    live = ray_session.get_runtime_context().gcs_address
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))               # Ray's address file lives under it
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert shared_address() is None                                # the session's cluster is running
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{_closed_port()}")
+    assert shared_address() is None                                # stale: its cluster is gone
+    (tmp_path / "ray" / "ray_current_cluster").write_text(live)
+    assert shared_address() == (live, str(tmp_path / "ray" / "ray_current_cluster"))
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert shared_address() == ("10.0.0.1:6379", "RAY_ADDRESS")
+
+
+def test_a_cluster_that_refuses_the_job_is_an_error_naming_it(tmp_path, ray_session):
+    """Was (another HOME, another auth token): Ray's connection retries went on for minutes.
+    Now: exit 2 within a minute, the address and the likely cause named."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    address = ray_session.get_runtime_context().gcs_address
+    env = {**os.environ, "RAY_ADDRESS": address, "RAY_AUTH_TOKEN": "0" * 64}      # not this cluster's
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "jobs/pretrain.py", "--output", str(tmp_path / "run")], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"the Ray cluster at {address} did not accept this job" in done.stderr and "auth token" in done.stderr
+    assert time.monotonic() - start < 60

@@ -104,3 +104,12 @@ def test_report_section():
                              ("report.reference=", r"report\.reference"), ("report.seeds=1", r"report\.seeds")]:
         with pytest.raises(ConfigError, match=needle):
             load_config(overrides=[override])
+
+
+def test_a_storage_uri_is_refused_with_what_to_use_instead():
+    """The run folder is written with POSIX file operations (appends, renames): a bucket URI would
+    have become a local folder named "s3:"; it is refused, naming shared mounts."""
+    from coreecg.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="s3://bucket/runs: a URI.*every node mounts"):
+        load_config(overrides=["train.storage_path=s3://bucket/runs"])

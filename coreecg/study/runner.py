@@ -198,7 +198,8 @@ def run_phase(output: Path, phase: str, config_file: str | None, runs: list[tupl
 
     if not runs:
         return []
-    per, auto = _resources(load_config(config_file, runs[0][1]))
+    first = load_config(config_file, runs[0][1])
+    per, auto = _resources(first)
     concurrency = concurrency or auto
     tune_dir = tune_dir or output / "tune"
     attempt = 1 + sum(1 for p in tune_dir.glob(f"{phase}-*")) if tune_dir.is_dir() else 1
@@ -210,7 +211,9 @@ def run_phase(output: Path, phase: str, config_file: str | None, runs: list[tupl
         tune_config=tune.TuneConfig(max_concurrent_trials=concurrency,
                                     trial_dirname_creator=lambda t: t.config["run"]["name"][:120]),
         run_config=tune.RunConfig(name=f"{phase}-{attempt}", storage_path=str(tune_dir),
-                                  failure_config=tune.FailureConfig(max_failures=0), verbose=0,
+                                  # a run whose process or node died restarts from its checkpoint
+                                  failure_config=tune.FailureConfig(max_failures=first.train.max_failures),
+                                  verbose=0,
                                   callbacks=[_progress(phase, len(runs))]),
     )
     t0 = time.perf_counter()

@@ -96,6 +96,7 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
     resources = trial_resources(settings)
     concurrency = _concurrency(settings)
     init_ray(concurrency * _per_trial_cpus(settings), reserve_for_data=concurrency + 1)
+    retries = load_config(settings.config_file, settings.base).train.max_failures
     trainable = tune.with_resources(pretrain_trial, resources)
     callbacks = [_progress_callback(settings.metric)]
     if settings.resume:
@@ -121,7 +122,9 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
                                     max_concurrent_trials=None if _limits(search_alg) else concurrency,
                                     trial_dirname_creator=lambda t: t.trial_id),
         run_config=tune.RunConfig(name=EXPERIMENT, storage_path=str(out),
-                                  failure_config=tune.FailureConfig(max_failures=0),
+                                  # a trial whose process or node died restarts from its last
+                                  # epoch's checkpoint; one that keeps failing is recorded as error
+                                  failure_config=tune.FailureConfig(max_failures=retries),
                                   callbacks=callbacks, verbose=0),
     )
     return tuner.fit()

@@ -1,0 +1,180 @@
+"""Beyond one machine, simulated: a multi-node Ray cluster on this machine (`ray.cluster_utils.Cluster`:
+a head and worker nodes, each with its own raylet, object store and CPUs), and a node removed
+while it runs pretraining workers or sweep trials. The run folders are on a path every node
+sees (this machine's disk; NFS on a real cluster: README "Clusters").
+
+Sizing for 2 cores: a head and three worker nodes of 1 CPU each. Two Train workers (1 CPU
+each) land on two nodes; after one node is gone the other three still hold both workers and a
+CPU for Ray Data, so the run resumes "on what is left"."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from coreecg.config import load_config
+from tests.conftest import start_local_ray
+from tests.helpers import TINY
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+# Node death is noticed in ~3 s (default: 5 missed 3-s health checks; a real cluster keeps those).
+FAST_HEALTH = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
+               "health_check_failure_threshold": 3}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_session):
+    """Head (1 CPU: the driver's Ray Data tasks may run there) + 3 worker nodes of 1 CPU. The
+    session's single-node cluster is stopped meanwhile and restarted afterwards."""
+    from ray._common.utils import reset_ray_address
+    from ray.cluster_utils import Cluster
+
+    ray_session.shutdown()
+    os.environ.pop("RAY_ADDRESS", None)
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "object_store_memory": 200 * 2**20, "_system_config": FAST_HEALTH,
+        "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": _free_port()})
+    for _ in range(3):
+        c.add_node(num_cpus=1, object_store_memory=150 * 2**20)
+    ray_session.init(address=c.address, log_to_driver=False, configure_logging=False)
+    c.wait_for_nodes()
+    try:
+        yield c
+    finally:
+        ray_session.shutdown()
+        c.shutdown()
+        reset_ray_address()               # Cluster writes Ray's address file, as `ray start` does
+        start_local_ray()
+
+
+def _nodes_of(class_name: str) -> list[str]:
+    """Node ids of the live actors of a class (Ray's state API)."""
+    from ray.util.state import list_actors
+
+    return [a.node_id for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True, raise_on_missing_output=False)
+            if class_name in a.class_name]
+
+
+def _removable(cluster, node_ids) -> list:
+    """Worker nodes (never the head: it holds the GCS and this driver) among node_ids."""
+    return [n for n in cluster.worker_nodes if n.node_id in set(node_ids)]
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_pretraining_survives_the_loss_of_a_node(cluster, tmp_path):
+    """Two Train workers on two nodes; the node of one is removed mid-epoch, between two
+    checkpoints. The run restarts its worker group on the nodes left, resumes from the last
+    checkpoint (losing at most one checkpoint interval of steps) and finishes every epoch."""
+    from coreecg.train.distributed import pretrain
+    from coreecg.train.plan import checkpoint_dirs
+
+    every = 3
+    cfg = load_config(overrides=[
+        *TINY, "optim.batch_size=8", "optim.warmup_epochs=1", "optim.epochs=2", "train.num_workers=2",
+        "data.synthetic_records=96", f"data.cache_dir={tmp_path / 'cache'}", f"train.storage_path={tmp_path}",
+        "train.name=node-loss", "train.log_every=1", f"train.checkpoint_every_steps={every}",
+        "train.eval_every_epochs=0", "train.max_failures=2"])
+    run = cfg.train.run_dir
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.setdefault("result", pretrain(cfg)))
+    thread.start()
+
+    def steps() -> list[int]:
+        path = run / "metrics.jsonl"
+        return [x["step"] for x in _lines(path) if x.get("kind") == "step"] if path.is_file() else []
+
+    first = None
+    while thread.is_alive() and first is None:          # mid-epoch, past the first checkpoint
+        time.sleep(0.2)
+        if checkpoint_dirs(run) and steps() and steps()[-1] % every and steps()[-1] > every:
+            first = steps()[-1]
+    assert first is not None, "the run ended before a node could be removed"
+    workers = _nodes_of("RayTrainWorker")
+    assert len(set(workers)) == 2, f"the two workers must run on two nodes: {workers}"
+    victim = _removable(cluster, workers)[0]
+    cluster.remove_node(victim, allow_graceful=False)
+    thread.join(timeout=600)
+    assert "result" in out, "the run did not finish after a node was lost"
+
+    lines = _lines(run / "metrics.jsonl")
+    resumes = [i for i, x in enumerate(lines) if x.get("event") == "resume"]
+    assert len(resumes) == 1, [lines[i] for i in resumes]
+    resumed_at = lines[resumes[0]]["step"]
+    reached = max(x["step"] for x in lines[:resumes[0]] if x.get("kind") == "step")
+    assert first <= reached and 0 <= reached - resumed_at <= every     # lost at most one interval
+    epochs = [x for x in lines if x.get("kind") == "epoch"]
+    steps_per_epoch = epochs[0]["step"]
+    assert [e["epoch"] for e in epochs] == [1, 2] and epochs[-1]["step"] == 2 * steps_per_epoch
+    assert victim.node_id not in _nodes_of("RayTrainWorker")           # done on what is left
+    assert out["result"].metrics["step"] == 2 * steps_per_epoch and out["result"].encoder.is_file()
+
+
+def test_a_sweep_survives_the_loss_of_a_node(cluster, tmp_path):
+    """Three single-process trials, two at a time on different nodes; the node of a running trial
+    that has finished its first epoch is removed. That trial is retried from its last epoch's
+    checkpoint on another node; every trial's result is recorded once, none lost, none trained
+    twice to the end."""
+    from jobs.sweep_mask_rates import main as sweep_mask_rates
+
+    cluster.add_node(num_cpus=1, object_store_memory=150 * 2**20)     # back to 4 CPUs
+    cluster.wait_for_nodes()
+    space = tmp_path / "grid.yaml"
+    space.write_text("grid:\n  masking.p_time: [0.3, 0.5, 0.7]\n  masking.p_lead: [0.2]\n")
+    out = tmp_path / "sweep"
+    sets = [*TINY, "data.synthetic_records=96", "optim.epochs=3", "data.probe_max_windows=64",
+            f"data.cache_dir={tmp_path / 'cache'}", "train.max_failures=2"]
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.setdefault("rc", sweep_mask_rates(
+        ["--space", str(space), "--output", str(out), "--concurrency", "2", *sum((["--set", s] for s in sets), [])])))
+    thread.start()
+
+    victim = hit = None
+    while thread.is_alive() and victim is None:        # a running trial past its first epoch, off the head
+        time.sleep(0.3)
+        for trial in map(Path, glob.glob(str(out / "trials" / "*"))):
+            if (trial / "done.json").is_file() or not (trial / "metrics.jsonl").is_file():
+                continue
+            if any(x.get("kind") == "epoch" for x in _lines(trial / "metrics.jsonl")):
+                node = json.loads((trial / "run.json").read_text())["sessions"][-1]["ray"]["node"]
+                nodes = _removable(cluster, [node])
+                if nodes:
+                    victim, hit = nodes[0], trial.name
+                    break
+    assert victim is not None, "the sweep ended before a node could be removed"
+    cluster.remove_node(victim, allow_graceful=False)
+    thread.join(timeout=600)
+    assert result.get("rc") == 0
+
+    import csv
+
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert sorted(float(r["masking.p_time"]) for r in rows) == [0.3, 0.5, 0.7]
+    assert all(r["status"] == "completed" and r["epochs"] == "3" for r in rows), rows
+    for trial in (out / "trials").iterdir():
+        lines = _lines(trial / "metrics.jsonl")
+        resumes = [x for x in lines if x.get("event") == "resume"]
+        assert [x["epoch"] for x in lines if x.get("kind") == "epoch"] == [1, 2, 3], trial.name   # each epoch once
+        assert (trial / "done.json").is_file()
+        sessions = json.loads((trial / "run.json").read_text())["sessions"]
+        if trial.name == hit:                           # retried on another node, from its checkpoint
+            assert len(resumes) == 1 and resumes[0]["epoch"] >= 2 and len(sessions) == 2
+            assert sessions[-1]["ray"]["node"] != victim.node_id and sessions[-1]["status"] == "completed"
+        else:
+            assert not resumes and len(sessions) == 1

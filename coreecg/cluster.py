@@ -65,6 +65,20 @@ def _passed_env() -> dict[str, str]:
     return {k: os.environ[k] for k in ("COREECG_COMMAND", "COREECG_VERBOSE") if k in os.environ}
 
 
+def quiet_data() -> None:
+    """Ray Data's progress bars off and its per-execution INFO lines (two per dataset run: every
+    epoch, every corpus build) down to warnings; the job prints its own progress. Called after
+    `ray.init`, which configures Ray's loggers. The DataContext propagates to Train workers."""
+    import logging
+
+    from ray.data import DataContext
+
+    ctx = DataContext.get_current()
+    ctx.enable_progress_bars = ctx.enable_operator_progress_bars = False
+    if os.environ.get("COREECG_VERBOSE") != "1":
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
 def shared_address() -> tuple[str, str] | None:
     """(address, where it came from) of the shared cluster this job should join, or None.
 
@@ -111,8 +125,9 @@ def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
                 "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token: Ray's lines above say "
                 "InvalidAuthToken), and one that stopped meanwhile no longer answers") from None
         return
+    # "local": a new cluster even where Ray's address file names one (a stale one, ignored above).
     # Ray Data logs two INFO lines per execution (every epoch) from its coordinator actors.
-    ray.init(num_cpus=max(os.cpu_count() or 1, worker_cpus + reserve_for_data),
+    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, worker_cpus + reserve_for_data),
              include_dashboard=True, dashboard_host="127.0.0.1", **console,
              runtime_env={"env_vars": {"RAY_DATA_LOG_LEVEL": os.environ.get("RAY_DATA_LOG_LEVEL", "WARNING"),
                                       **_passed_env()}})

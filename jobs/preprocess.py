@@ -43,9 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     options = cfg.sources.for_source(args.source, cfg.synthetic_records)
     try:  # unknown source, missing or empty input: fail before paying for Ray start-up
         refs = get_source(args.source, **options).list_records(Path(args.input) if args.input else None)
-        from coreecg.cluster import init_ray
+        from coreecg.cluster import init_ray, quiet_data
 
         init_ray()                        # the one way every job joins or starts Ray
+        quiet_data()
         # absolute: Ray Data's tasks run in working folders of their own
         source_root = str(Path(args.input).expanduser().resolve()) if args.input else None
         result = build_corpus(args.source, source_root, str(Path(args.output).expanduser().resolve()), cfg, source_options=options, refs=refs,

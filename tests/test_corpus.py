@@ -5,16 +5,21 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import wfdb
 
 from coreecg.config import DataConfig, PreprocessConfig
 from coreecg.data import load_manifest, open_corpus, read_split, verify_corpus
+from coreecg.data.corpus import sha256_file
 from coreecg.data.pipeline import build_corpus
 from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import RecordRef
@@ -388,11 +393,20 @@ def test_cpsc_run_first_label_view_and_unrecognised_codes(ecg_data, tmp_path, ra
 # ---------------------------------------------------------------------------- the job
 
 
-def _job(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+def _job_command(*args: str) -> list[str]:
+    return [sys.executable, str(REPO / "jobs" / "preprocess.py"), *args]
+
+
+def _job_env(ray_address: str | None = None) -> dict[str, str]:
     # PYTHONPATH: the job must import this checkout's coreecg, not whichever one is installed.
+    # RAY_ADDRESS: the job joins the session's cluster (ray_session) instead of starting its own.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, str(REPO / "jobs" / "preprocess.py"), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+    return {**env, "RAY_ADDRESS": ray_address} if ray_address else env
+
+
+def _job(*args: str, timeout: int = 120, ray_address: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(_job_command(*args), capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          env=_job_env(ray_address))
 
 
 @pytest.mark.parametrize("args, message", [
@@ -447,3 +461,60 @@ def test_job_cinc2021_on_cinc2020_abbreviations_quarantines_and_warns(ecg_data, 
 def summary_split(out: Path) -> str:
     return next(s["split"] for s in load_manifest(out)["shards"])
 
+
+# ---------------------------------------------------------------------------- killed and resumed
+
+
+def _markers(out: Path) -> dict[str, dict]:
+    """The shard markers on disk: {name: {"mtime_ns", "files": {path: (sha256 in the marker, file mtime_ns)}}}."""
+    found = {}
+    for m in sorted((out / "_state").glob("shard-*.json")):
+        files = json.loads(m.read_text())["files"]      # written atomically: never half a marker
+        found[m.name] = {"mtime_ns": m.stat().st_mtime_ns,
+                         "files": {f["path"]: (f["sha256"], (out / f["path"]).stat().st_mtime_ns) for f in files}}
+    return found
+
+
+@pytest.mark.slow
+def test_job_killed_part_way_resumes_without_losing_or_rewriting_a_shard(tmp_path, ray_session):
+    """SIGKILLed once 8 of 32 shards are done, then re-run: the done shards are skipped and their
+    files left alone (same mtime and sha256), the others built; each shard exactly once, each
+    record in one file. bench/large_corpus.py does the same at 100,000 records."""
+    records, shard_records, n_shards, kill_at = 2000, 64, 32, 8   # one window per synthetic record
+    out = tmp_path / "syn"
+    args = ["--source", "synthetic", "--output", str(out), "--set", f"data.synthetic_records={records}",
+            "--set", f"data.shard_records={shard_records}"]
+    address = ray_session.get_runtime_context().gcs_address
+    proc = subprocess.Popen(_job_command(*args), cwd=REPO, env=_job_env(address),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while len(_markers(out)) < kill_at and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    at_kill = _markers(out)
+    assert kill_at <= len(at_kill) < n_shards, f"{len(at_kill)} of {n_shards} shards done at the kill"
+    time.sleep(1.0)     # Ray stops the dead job's tasks; one may still have finished its shard
+    done = _markers(out)
+    assert done.items() >= at_kill.items()
+
+    p = _job(*args, ray_address=address)
+    assert p.returncode == 0, p.stderr[-2000:]
+    summary = json.loads(p.stdout[p.stdout.index("{"):])
+    assert summary["shards"] == n_shards and summary["shards_skipped"] == len(done)
+    after = _markers(out)
+    assert sorted(after) == [f"shard-{i:05d}.json" for i in range(n_shards)]
+    assert {name: after[name] for name in done} == done          # not rewritten: same mtimes
+    assert all(sha256_file(out / path) == sha for m in done.values() for path, (sha, _) in m["files"].items())
+
+    manifest = load_manifest(out)
+    listed = [s["path"] for s in manifest["shards"]]
+    on_disk = [str(f.relative_to(out)) for split in SPLITS for f in (out / split).glob("shard-*.parquet")]
+    assert len(set(listed)) == len(listed) and sorted(listed) == sorted(on_disk)
+    assert verify_corpus(out) == []
+    assert not list(out.rglob(".*.tmp-*"))          # a write the kill cut short leaves no temporary file
+    rows = sum(pq.ParquetFile(out / f).metadata.num_rows for f in listed)
+    assert rows == manifest["counts"]["windows_total"] == records
+    files_per_record = Counter(rid for f in listed
+                               for rid in set(pq.read_table(out / f, columns=["record_id"])["record_id"].to_pylist()))
+    assert len(files_per_record) == records and max(files_per_record.values()) == 1

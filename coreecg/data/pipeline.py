@@ -274,8 +274,13 @@ def _write_csv(path: Path, rows: list[dict[str, str]]) -> None:
 
 
 def _remove_stale(out: Path, keep: set[str], n_shards: int) -> list[str]:
-    """Shard files and markers a previous run with other inputs left behind (not in this manifest)."""
+    """Shard files and markers a previous run with other inputs left behind (not in this manifest),
+    and the temporary files of writes a killed run cut short (`write_atomic`'s .NAME.tmp-PID)."""
     removed = []
+    for folder in (out, out / STATE_DIR, *(out / split for split in SPLITS)):
+        for f in sorted(folder.glob(".*.tmp-*")):
+            f.unlink(missing_ok=True)
+            removed.append(str(f.relative_to(out)))
     for split in SPLITS:
         for f in sorted((out / split).glob("shard-*.parquet")):
             if f"{split}/{f.name}" not in keep:

@@ -233,16 +233,12 @@ def _checkpoint_step(ckpt) -> int:
 
 def start_ray(config: Config) -> None:
     """Connect to (or start) the cluster with CPUs for the workers plus Ray Data's own, and quiet
-    Ray Data's per-epoch progress output (the context propagates to the Train workers)."""
-    from ray.data import DataContext
-
-    from coreecg.cluster import init_ray
+    Ray Data's per-epoch progress output."""
+    from coreecg.cluster import init_ray, quiet_data
 
     t = config.train
     init_ray(t.num_workers * t.cpus_per_worker)
-    ctx = DataContext.get_current()
-    ctx.enable_progress_bars = ctx.enable_operator_progress_bars = False
-    logging.getLogger("ray.data").setLevel(logging.WARNING)   # per-execution INFO lines, every epoch
+    quiet_data()
 
 
 def make_trainer(plan: RunPlan, dataset, callbacks: list | None = None):

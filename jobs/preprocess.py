@@ -23,6 +23,7 @@ from pathlib import Path
 from coreecg.cli import job_parser, parse_args as parse_cli, resolve_config
 from coreecg.data.pipeline import build_corpus
 from coreecg.data.sources import SOURCES, get_source
+from coreecg.record import ray_cluster
 
 
 def parse_args(argv: list[str] | None = None):
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                       "patients": c["patients"], "patient_id_fallbacks": c["patient_id_fallbacks"],
                       "label_view": result["label_view"], "unrecognised_codes": result["unrecognised_codes"],
                       "shards": run["shards"], "shards_skipped": run["shards_skipped"],
-                      "wall_s": round(run["wall_s"], 2), "notes": result["notes"],
+                      "wall_s": round(run["wall_s"], 2), "ray": ray_cluster(), "notes": result["notes"],
                       "warnings": result["warnings"]}, indent=1))
     if c["records_quarantined"]:
         print(f"{c['records_quarantined']} record(s) quarantined: see {Path(args.output) / 'quarantine.csv'}",

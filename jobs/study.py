@@ -52,8 +52,10 @@ def main(argv=None) -> int:
 
         sys.stdout.write(load_config(study.config_file, [*study.base, *study.extra]).to_yaml())
         return 0
+    masks = len(study.mask_rate_runs())      # the mask-rate figure's fine-tunings run too
     print(f"study {study.name}: {len(study.pretrain_runs())} pretraining run(s), "
-          f"{len(study.finetune_runs())} fine-tuning run(s) -> {Path(args.output).resolve()}")
+          f"{len(study.finetune_runs()) + masks} fine-tuning run(s)"
+          f"{f' ({masks} for the mask-rate figure)' if masks else ''} -> {Path(args.output).resolve()}")
     try:
         rows = run_study(study, args.output, resume=args.resume, concurrency=args.concurrency)
     except StudyRunError as e:

@@ -61,6 +61,12 @@ def cluster(ray_session):
         start_local_ray()
 
 
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    """One synthetic corpus for both scenarios (built by the first, reused by the second)."""
+    return tmp_path_factory.mktemp("corpora")
+
+
 def _nodes_of(class_name: str) -> list[str]:
     """Node ids of the live actors of a class (Ray's state API)."""
     from ray.util.state import list_actors
@@ -78,9 +84,9 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def test_pretraining_survives_the_loss_of_a_node(cluster, tmp_path):
+def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     """Two Train workers on two nodes; the node of one is removed mid-epoch, between two
-    checkpoints. The run restarts its worker group on the nodes left, resumes from the last
+    checkpoints (its worker dies with it: this is also the killed-worker case). The run restarts its worker group on the nodes left, resumes from the last
     checkpoint (losing at most one checkpoint interval of steps) and finishes every epoch."""
     from coreecg.train.distributed import pretrain
     from coreecg.train.plan import checkpoint_dirs
@@ -88,7 +94,7 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, tmp_path):
     every = 3
     cfg = load_config(overrides=[
         *TINY, "optim.batch_size=8", "optim.warmup_epochs=1", "optim.epochs=2", "train.num_workers=2",
-        "data.synthetic_records=96", f"data.cache_dir={tmp_path / 'cache'}", f"train.storage_path={tmp_path}",
+        "data.synthetic_records=96", f"data.cache_dir={cache}", f"train.storage_path={tmp_path}",
         "train.name=node-loss", "train.log_every=1", f"train.checkpoint_every_steps={every}",
         "train.eval_every_epochs=0", "train.max_failures=2"])
     run = cfg.train.run_dir
@@ -126,7 +132,7 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, tmp_path):
     assert out["result"].metrics["step"] == 2 * steps_per_epoch and out["result"].encoder.is_file()
 
 
-def test_a_sweep_survives_the_loss_of_a_node(cluster, tmp_path):
+def test_a_sweep_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     """Three single-process trials, two at a time on different nodes; the node of a running trial
     that has finished its first epoch is removed. That trial is retried from its last epoch's
     checkpoint on another node; every trial's result is recorded once, none lost, none trained
@@ -139,7 +145,7 @@ def test_a_sweep_survives_the_loss_of_a_node(cluster, tmp_path):
     space.write_text("grid:\n  masking.p_time: [0.3, 0.5, 0.7]\n  masking.p_lead: [0.2]\n")
     out = tmp_path / "sweep"
     sets = [*TINY, "data.synthetic_records=96", "optim.epochs=3", "data.probe_max_windows=64",
-            f"data.cache_dir={tmp_path / 'cache'}", "train.max_failures=2"]
+            f"data.cache_dir={cache}", "train.max_failures=2"]
     result: dict = {}
     thread = threading.Thread(target=lambda: result.setdefault("rc", sweep_mask_rates(
         ["--space", str(space), "--output", str(out), "--concurrency", "2", *sum((["--set", s] for s in sets), [])])))

@@ -1,0 +1,380 @@
+"""Capacity plan at the paper's scale: MIMIC-IV-ECG preprocessing core-hours, corpus bytes, and
+pretraining + fine-tuning FLOPs -> GPU-hours on 4x RTX 3090 and 8x H100, per method, for the
+mask-rate grid and for the whole study. Arithmetic only: no training, no Ray. Prints JSON.
+
+    python bench/capacity.py                                      # 800,000 records, MFU 0.35
+    python bench/capacity.py --mfu 0.25                           # another utilisation
+    python bench/capacity.py --mfu-rtx3090 0.45 --mfu-h100 0.30   # one per GPU
+    python bench/capacity.py --records 400000 --preprocess-rps-per-core 74.0
+
+What comes from where:
+- windows per record, bytes per window: `data.preprocess.*` of --config (the rate, the window,
+  the leads), the resampling factors of `coreecg.data.preprocess.resample_factors` and the stored
+  dtype `coreecg.data.corpus.SIGNAL_DTYPE`, for records of --record-seconds at --record-rate
+  (MIMIC-IV-ECG: 10 s at 500 Hz); the training share of windows from `data.split_ratios`.
+- the Parquet overhead over the signal payload: the shard files of an existing corpus
+  (--overhead-corpus; default the largest under corpora/), file bytes / (rows x window bytes).
+- records/s/core of preprocessing: --preprocess-rps-per-core, measured by `python
+  bench/preprocess.py --pipeline` on real PTB-XL 500 Hz records (docs/data_pipeline.md, Throughput).
+- every pretraining and fine-tuning run: `coreecg.study.spec.load_study(--study)` (the plan
+  `jobs/study.py` runs), each run's config built with the study's own overrides.
+- training FLOPs per sample: `bench/flops.py` (`pretrain_flops_per_sample`; the fine-tuned
+  encoder with its `transformer_flops`, on the run's `finetune.leads` x `model.n_patches` tokens),
+  samples per epoch as `coreecg.train.plan.steps_per_epoch` counts full batches.
+- downstream corpora: records from the paper's dataset section (--ptbxl-records etc.); windows per
+  ICBEB2018 record and the share of PTB-XL records in the single-label view from the shared
+  real records (../shared/ecg-data), read with the project's own source readers (index files and
+  headers only, no signals).
+- evaluation: the pretraining probe (2 x `data.probe_max_windows` encoder forwards per evaluated
+  epoch and at init) and fine-tuning validation (`finetune.eval_crops` forwards per val window per
+  evaluated epoch, then val + test once more) are counted apart from training.
+- GPU-hours = FLOPs / (peak dense bf16 tensor FLOP/s x MFU); wall hours = GPU-hours / GPUs (ideal:
+  data parallel or one run per GPU, no input bottleneck). Peaks: RTX 3090 71 TFLOP/s (NVIDIA
+  Ampere GA102 whitepaper, FP16/BF16 tensor with FP32 accumulate, dense), H100 SXM 989 TFLOP/s
+  (NVIDIA H100 datasheet, BF16 tensor, dense).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.flops import pretrain_flops_per_sample, transformer_flops  # noqa: E402
+from coreecg.config import Config, PreprocessConfig, load_config  # noqa: E402
+from coreecg.data.corpus import SIGNAL_DTYPE, load_manifest  # noqa: E402
+from coreecg.data.preprocess import resample_factors  # noqa: E402
+from coreecg.train.plan import steps_per_epoch  # noqa: E402
+
+SHARED = REPO.parent / "shared" / "ecg-data"
+# Peak dense tensor throughput for bf16 inputs (fp32 accumulate), FLOP/s, and GPUs per node.
+PLATFORMS = {
+    "4x RTX 3090": {"gpus": 4, "peak_flops_per_gpu": 71e12,
+                    "peak_source": "NVIDIA Ampere GA102 GPU architecture whitepaper: RTX 3090 peak "
+                                   "FP16/BF16 tensor TFLOPS with FP32 accumulate 71 (142 with sparsity)"},
+    "8x H100 SXM": {"gpus": 8, "peak_flops_per_gpu": 989e12,
+                    "peak_source": "NVIDIA H100 Tensor Core GPU datasheet: H100 SXM BF16 tensor core "
+                                   "1,979 TFLOPS with sparsity, 989 dense"},
+}
+# The downstream corpora of studies/paper.yaml: the paper's record counts ("Datasets and
+# Preprocessing"), the source that reads them and its options (docs/studies.md builds them so).
+DOWNSTREAM = {
+    "ptbxl": {"source": "ptbxl", "options": {"label_view": "single"}, "records_arg": "ptbxl_records",
+              "record_s": 10.0, "rate": 500},
+    "icbeb2018": {"source": "cpsc2018", "options": {"label_view": "first"}, "records_arg": "icbeb_records",
+                  "record_s": None, "rate": 500},      # 6-60 s: windows per record from real headers
+    "ningbo": {"source": "cinc2021", "options": {"subsets": ["Ningbo"], "class_map": "ningbo25"},
+               "records_arg": "ningbo_records", "record_s": 10.0, "rate": 500},
+}
+
+
+def windows_per_record(seconds: float, rate: float, pp: PreprocessConfig) -> int:
+    """Stored windows of one record: resampled with the exact rational factors (resample_poly's
+    output is ceil(n * up / down) samples), cut into consecutive windows, remainder dropped;
+    shorter than min_duration_s -> quarantined (0)."""
+    n = int(round(seconds * rate))
+    if n < pp.min_duration_s * rate:
+        return 0
+    up, down = resample_factors(rate, pp.sampling_rate, pp.resample_max_denominator)
+    return math.ceil(n * up / down) // pp.window_samples
+
+
+def window_bytes(pp: PreprocessConfig) -> int:
+    return len(pp.leads) * pp.window_samples * np.dtype(SIGNAL_DTYPE).itemsize
+
+
+def parquet_overhead(corpus: Path | None) -> dict:
+    """Shard bytes on disk over their signal payload (rows x window bytes), plus the manifest and
+    quarantine files, measured on an existing corpus."""
+    if corpus is None:
+        return {"factor": 1.0, "corpus": None, "note": "no corpus found: payload only"}
+    man = load_manifest(corpus)
+    per_window = int(np.prod(man["signal"]["shape"])) * np.dtype(man["signal"]["dtype"]).itemsize
+    rows = sum(s["rows"] for s in man["shards"])
+    shard_bytes = sum((corpus / s["path"]).stat().st_size for s in man["shards"])
+    side = sum((corpus / f).stat().st_size for f in ("manifest.json", "quarantine.csv") if (corpus / f).is_file())
+    return {"corpus": str(corpus), "rows": rows, "shards": len(man["shards"]), "window_bytes": per_window,
+            "shard_bytes": shard_bytes, "side_file_bytes": side,
+            "bytes_per_row": round(shard_bytes / rows, 1),
+            "factor": round((shard_bytes + side) / (rows * per_window), 5)}
+
+
+def default_overhead_corpus() -> Path | None:
+    found = []
+    for m in (REPO / "corpora").glob("*/manifest.json"):
+        try:
+            found.append((sum(s["rows"] for s in load_manifest(m.parent)["shards"]), m.parent))
+        except (OSError, ValueError, KeyError):
+            continue
+    return max(found)[1] if found else None
+
+
+def icbeb_windows_per_record(pp: PreprocessConfig, root: Path) -> dict:
+    """Mean stored windows per CPSC2018 record over the shared real records' headers."""
+    counts = []
+    for hea in sorted(root.glob("*.hea")):
+        fields = hea.read_text().split("\n", 1)[0].split()
+        fs, n = float(fields[2]), int(fields[3])
+        counts.append(windows_per_record(n / fs, fs, pp))
+    if not counts:
+        raise FileNotFoundError(f"no .hea files under {root}")
+    return {"records": len(counts), "windows": sum(counts), "quarantined_under_min_duration": counts.count(0),
+            "mean": sum(counts) / len(counts), "source": str(root)}
+
+
+def ptbxl_single_label_share(root: Path) -> dict:
+    """Share of PTB-XL records the single-label view keeps, over the shared database csv rows."""
+    from coreecg.data.record import RecordError
+    from coreecg.data.sources import get_source
+
+    src = get_source("ptbxl", label_view="single")
+    refs = src.list_records(root)
+    kept = 0
+    for ref in refs:
+        try:
+            src.labels_for(ref)
+            kept += 1
+        except RecordError:
+            pass
+    return {"records": len(refs), "kept": kept, "share": kept / len(refs), "source": str(root / "ptbxl_database.csv")}
+
+
+def ningbo_label_share(root: Path) -> dict:
+    """Share of the shared Ningbo records (CinC 2021 JS*) the 25-class task keeps, and their
+    windows per record: read with the cinc2021 reader (a record without a task label is refused)."""
+    from coreecg.data.record import RecordError
+    from coreecg.data.sources import get_source
+
+    spec = DOWNSTREAM["ningbo"]
+    src = get_source(spec["source"], **spec["options"])
+    refs = src.list_records(root)
+    kept, seconds = 0, []
+    for ref in refs:
+        try:
+            rec = src.read(ref)
+        except RecordError:
+            continue
+        kept += 1
+        seconds.append(rec.signal.shape[-1] / rec.fs)
+    return {"records": len(refs), "kept": kept, "share": kept / len(refs),
+            "seconds_min_max": [min(seconds), max(seconds)] if seconds else None, "source": str(root)}
+
+
+def sig(x: float, digits: int = 4) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+def n_classes(name: str) -> int:
+    from coreecg.data.sources import get_source
+
+    spec = DOWNSTREAM[name]
+    return len(get_source(spec["source"], **spec["options"]).class_names)
+
+
+def encoder_forward(cfg: Config, n_leads: int, n_out: int = 0) -> float:
+    """The fine-tuned encoder on `n_leads` x model.n_patches tokens, forward, as bench/flops.py
+    counts the pretraining encoder (patch embedding + blocks), plus a linear head of `n_out`."""
+    m = cfg.model
+    tokens = n_leads * m.n_patches
+    return 2 * tokens * m.patch_size * m.embed_dim + transformer_flops(tokens, m.embed_dim, m.depth, m.mlp_ratio) \
+        + 2 * m.embed_dim * n_out
+
+
+def samples_per_epoch(n_windows: int, batch: int) -> int:
+    return steps_per_epoch(None, n_windows, batch, 1, "batch_size") * batch
+
+
+def gpu_hours(flops: float, mfu: dict[str, float]) -> dict:
+    out = {}
+    for name, p in PLATFORMS.items():
+        gh = flops / (p["peak_flops_per_gpu"] * mfu[name]) / 3600
+        out[name] = {"gpu_hours": sig(gh, 3), "wall_hours": sig(gh / p["gpus"], 3)}
+    return out
+
+
+def dump(obj, level: int = 0) -> str:
+    """JSON with the top two levels indented and each row of a table (a list of objects) on one line."""
+    pad = " " * (level + 1)
+    if isinstance(obj, dict) and level < 2 and obj:
+        items = [f"{pad}{json.dumps(k)}: {dump(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * level + "}"
+    if isinstance(obj, list) and obj and all(isinstance(x, dict) for x in obj):
+        return "[\n" + ",\n".join(pad + json.dumps(x) for x in obj) + "\n" + " " * level + "]"
+    return json.dumps(obj)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default=str(REPO / "configs" / "paper.yaml"))
+    p.add_argument("--study", default=str(REPO / "studies" / "paper.yaml"))
+    p.add_argument("--records", type=int, default=800_000, help="MIMIC-IV-ECG records (paper: ~800,000)")
+    p.add_argument("--record-seconds", type=float, default=10.0, help="MIMIC-IV-ECG: 10 s records")
+    p.add_argument("--record-rate", type=float, default=500.0, help="MIMIC-IV-ECG: 500 Hz")
+    p.add_argument("--preprocess-rps-per-core", type=float, default=64.6,
+                   help="records/s on one core (python bench/preprocess.py --pipeline, real PTB-XL 500 Hz "
+                        "records: docs/data_pipeline.md, Throughput)")
+    p.add_argument("--preprocess-cores", type=int, default=16, help="cores of a preprocessing node (wall hours)")
+    p.add_argument("--overhead-corpus", default=None,
+                   help="an existing corpus to measure the Parquet overhead on (default: largest under corpora/)")
+    p.add_argument("--mfu", type=float, default=0.35, help="model FLOPs utilisation of the bf16 dense peak")
+    p.add_argument("--mfu-rtx3090", type=float, default=None, help="default: --mfu")
+    p.add_argument("--mfu-h100", type=float, default=None, help="default: --mfu")
+    p.add_argument("--ptbxl-records", type=int, default=21_837, help="paper: 21,837")
+    p.add_argument("--icbeb-records", type=int, default=6_877, help="paper: 'over 6,000'; CPSC2018: 6,877")
+    p.add_argument("--ningbo-records", type=int, default=34_905, help="paper: 34,905")
+    p.add_argument("--shared", default=str(SHARED), help="the shared real records (ICBEB durations, PTB-XL labels)")
+    args = p.parse_args()
+
+    for v in (args.mfu, args.mfu_rtx3090, args.mfu_h100):
+        if v is not None and not 0 < v <= 1:
+            p.error(f"an MFU must lie in (0, 1], got {v}")
+    mfu = {"4x RTX 3090": args.mfu_rtx3090 or args.mfu, "8x H100 SXM": args.mfu_h100 or args.mfu}
+    cfg = load_config(args.config)
+    pp, d = cfg.data.preprocess, cfg.data
+    train_share, val_share, test_share = d.split_ratios
+
+    # ---------------------------------------------------------------- preprocessing and corpus
+    wpr = windows_per_record(args.record_seconds, args.record_rate, pp)
+    windows = args.records * wpr
+    wbytes = window_bytes(pp)
+    overhead = parquet_overhead(Path(args.overhead_corpus) if args.overhead_corpus else default_overhead_corpus())
+    payload = windows * wbytes
+    core_s = args.records / args.preprocess_rps_per_core
+    preprocessing = {
+        "records": args.records, "records_per_s_per_core": args.preprocess_rps_per_core,
+        "core_hours": sig(core_s / 3600, 3),
+        f"wall_hours_on_{args.preprocess_cores}_cores_ideal": sig(core_s / 3600 / args.preprocess_cores, 3),
+    }
+    corpus = {
+        "record": f"{args.record_seconds:g} s at {args.record_rate:g} Hz",
+        "windows_per_record": wpr, "windows": windows,
+        "window": {"leads": len(pp.leads), "samples": pp.window_samples, "sampling_rate": pp.sampling_rate,
+                   "dtype": np.dtype(SIGNAL_DTYPE).name, "bytes": wbytes},
+        "payload_bytes": payload, "overhead": overhead,
+        "corpus_bytes": round(payload * overhead["factor"]),
+        "train_windows": round(windows * train_share),
+        "raw_wfdb_payload_bytes": round(args.records * len(pp.leads) * args.record_seconds * args.record_rate * 2),
+    }
+    mimic_train = round(windows * train_share)
+
+    # ---------------------------------------------------------------- downstream corpora
+    shared = Path(args.shared)
+    icbeb = icbeb_windows_per_record(pp, shared / "cpsc2018-cinc2020")
+    ptbxl_keep = ptbxl_single_label_share(shared / "ptbxl")
+    ningbo_keep = ningbo_label_share(shared / "cinc2021")
+    downstream = {}
+    for name, spec in DOWNSTREAM.items():
+        records = getattr(args, spec["records_arg"])
+        per = icbeb["mean"] if spec["record_s"] is None else windows_per_record(spec["record_s"], spec["rate"], pp)
+        keep = {"ptbxl": ptbxl_keep["share"], "ningbo": ningbo_keep["share"]}.get(name, 1.0)
+        total = records * keep * per
+        downstream[name] = {"records": records, "windows_per_record": round(per, 4), "label_view_share": round(keep, 4),
+                            "windows": round(total), "train": round(total * train_share),
+                            "val": round(total * val_share), "test": round(total * test_share),
+                            "classes": n_classes(name)}
+
+    # ---------------------------------------------------------------- the study's runs
+    from coreecg.study.spec import load_study
+
+    study = load_study(args.study)
+    pre_rows, pre_flops, probe_flops = [], {}, {}
+    for run in study.pretrain_runs():
+        rc = load_config(study.config_file, study.pretrain_overrides(run))
+        f = pretrain_flops_per_sample(rc)
+        spe = samples_per_epoch(mimic_train, rc.optim.batch_size)
+        samples = spe * rc.optim.epochs
+        every = rc.train.eval_every_epochs
+        evals = (sum(1 for e in range(1, rc.optim.epochs + 1) if e % every == 0 or e == rc.optim.epochs) + 1
+                 if every else 0)          # + the probe at init
+        probe = evals * 2 * rc.data.probe_max_windows * encoder_forward(rc, rc.model.n_leads)
+        pre_flops[run.name], probe_flops[run.name] = f["train_step"] * samples, probe
+        pre_rows.append({"run": run.name, "variant": run.variant, "cell": run.cell or None,
+                         "method": rc.pretrain.method, "train_gflop_per_sample": round(f["train_step"] / 1e9, 2),
+                         "samples_per_epoch": spe, "epochs": rc.optim.epochs, "samples": samples,
+                         "train_flops": sig(f["train_step"] * samples), "probe_flops": sig(probe),
+                         **gpu_hours(f["train_step"] * samples, mfu)})
+
+    ft_rows, ft_flops, ft_eval = [], {}, {}
+    grouped: dict[tuple, list] = defaultdict(list)
+    mask_names = {r.name for r in study.mask_rate_runs()}
+    for run in [*study.finetune_runs(), *study.mask_rate_runs()]:
+        rc = load_config(study.config_file, study.finetune_overrides(run))
+        ft, ds = rc.finetune, downstream[run.corpus]
+        fwd = encoder_forward(rc, len(ft.leads), ds["classes"])
+        train_windows = int(ds["train"] * ft.train_fraction)
+        spe = samples_per_epoch(train_windows, ft.batch_size)
+        head_only = 2 * rc.model.embed_dim * ds["classes"]
+        per_sample = fwd + 2 * head_only if ft.mode == "linear" else 3 * fwd   # linear: frozen encoder
+        every = rc.train.eval_every_epochs or ft.epochs
+        evals = sum(1 for e in range(1, ft.epochs + 1) if e % every == 0 or e == ft.epochs)
+        ev = (evals * ds["val"] + ds["val"] + ds["test"]) * ft.eval_crops * fwd
+        ft_flops[run.name], ft_eval[run.name] = per_sample * spe * ft.epochs, ev
+        key = ("mask_rates" if run.name in mask_names else "tables", run.corpus, ft.mode, len(ft.leads),
+               ft.train_fraction)
+        grouped[key].append(run.name)
+    for (part, corpus_name, mode, leads, fraction), names in grouped.items():
+        one = ft_flops[names[0]]
+        ft_rows.append({"part": part, "corpus": corpus_name, "mode": mode, "leads": leads, "train_fraction": fraction,
+                        "runs": len(names), "train_flops_per_run": sig(one),
+                        "eval_flops_per_run": sig(ft_eval[names[0]]),
+                        "train_flops": sig(sum(ft_flops[n] for n in names)),
+                        **gpu_hours(sum(ft_flops[n] for n in names), mfu),
+                        "per_run_with_eval": gpu_hours(one + ft_eval[names[0]], mfu)})
+
+    def total(pre: list[str], fine: list[str], with_eval: bool = True) -> dict:
+        train = sum(pre_flops[n] for n in pre) + sum(ft_flops[n] for n in fine)
+        ev = sum(probe_flops[n] for n in pre) + sum(ft_eval[n] for n in fine)
+        flops = train + (ev if with_eval else 0)
+        return {"pretrainings": len(pre), "finetunings": len(fine), "train_flops": sig(train), "eval_flops": sig(ev),
+                "flops": sig(flops), **gpu_hours(flops, mfu)}
+
+    grid_pre = [r.name for r in study.mask_rates.runs()] if study.mask_rates else []
+    grid_ft = sorted(mask_names)
+    table_pre = [r.name for r in study.pretrain_runs() if r.name not in set(grid_pre)]
+    table_ft = [r.name for r in study.finetune_runs()]
+    by_cost: dict[float, list] = defaultdict(list)
+    for r in pre_rows:
+        if r["cell"] is not None:
+            by_cost[r["train_gflop_per_sample"]].append(r)
+    cells = [{"cells": [r["cell"] for r in rs], "train_gflop_per_sample": g,
+              "per_cell": {k: rs[0][k] for k in PLATFORMS}} for g, rs in by_cost.items()]
+    core = next(r for r in pre_rows if r["variant"] == "CoRe-ECG" and r["cell"] is None)
+    ingest = {name: round(p["gpus"] * p["peak_flops_per_gpu"] * mfu[name] / (core["train_gflop_per_sample"] * 1e9))
+              for name, p in PLATFORMS.items()}
+
+    out = {
+        "command": " ".join(["python bench/capacity.py", *sys.argv[1:]]),
+        "config": str(Path(args.config).resolve().relative_to(REPO)),
+        "study": str(Path(args.study).resolve().relative_to(REPO)),
+        "platforms": {n: {**p, "mfu": mfu[n], "effective_flops_per_gpu": p["peak_flops_per_gpu"] * mfu[n]}
+                      for n, p in PLATFORMS.items()},
+        "preprocessing": preprocessing,
+        "corpus": corpus,
+        "downstream": downstream,
+        "downstream_measured_on_shared_records": {"icbeb2018_windows_per_record": icbeb,
+                                                  "ptbxl_single_label_share": ptbxl_keep,
+                                                  "ningbo25_label_share": ningbo_keep},
+        "pretraining": [r for r in pre_rows if r["cell"] is None],
+        "mask_rate_cells": cells,
+        "finetuning": ft_rows,
+        "core_ecg_ingest_windows_per_s_needed": ingest,
+        "totals": {
+            "tables_pretraining": total(table_pre, []),
+            "tables_finetuning": total([], table_ft),
+            "mask_rate_grid": total(grid_pre, grid_ft),
+            "study": total([*table_pre, *grid_pre], [*table_ft, *grid_ft]),
+            "study_without_eval": total([*table_pre, *grid_pre], [*table_ft, *grid_ft], with_eval=False),
+        },
+    }
+    print(dump(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -134,7 +134,7 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
 
 def test_a_sweep_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     """Three single-process trials, two at a time on different nodes; the node of a running trial
-    whose first epoch Tune has recorded (with its checkpoint) is removed. That trial is retried from its last epoch's
+    whose first epoch's checkpoint is on storage is removed. That trial is retried from its last
     checkpoint on another node; every trial's result is recorded once, none lost, none trained
     twice to the end."""
     from jobs.sweep_mask_rates import main as sweep_mask_rates
@@ -157,10 +157,8 @@ def test_a_sweep_survives_the_loss_of_a_node(cluster, cache, tmp_path):
         for trial in map(Path, glob.glob(str(out / "trials" / "*"))):
             if (trial / "done.json").is_file() or not (trial / "run.json").is_file():
                 continue
-            # Tune's driver has taken the epoch's report and its checkpoint (its logger wrote the
-            # result): the retry starts from there. Removed earlier, the trial restarts from scratch.
-            results = out / "tune" / trial.name / "result.json"
-            if results.is_file() and results.read_text().strip():
+            # its first epoch's checkpoint is on storage (the trial writes it there when it reports)
+            if (out / "tune" / trial.name / "checkpoint_000000").is_dir():
                 node = json.loads((trial / "run.json").read_text())["sessions"][-1]["ray"]["node"]
                 nodes = _removable(cluster, [node])
                 if nodes:
@@ -177,13 +175,16 @@ def test_a_sweep_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     assert sorted(float(r["masking.p_time"]) for r in rows) == [0.3, 0.5, 0.7]
     assert all(r["status"] == "completed" and r["epochs"] == "4" for r in rows), rows
     for trial in (out / "trials").iterdir():
-        lines = _lines(trial / "metrics.jsonl")
-        resumes = [x for x in lines if x.get("event") == "resume"]
-        assert [x["epoch"] for x in lines if x.get("kind") == "epoch"] == [1, 2, 3, 4], trial.name   # each epoch once
+        epochs = [x["epoch"] for x in _lines(trial / "metrics.jsonl") if x.get("kind") == "epoch"]
         assert (trial / "done.json").is_file()
         sessions = json.loads((trial / "run.json").read_text())["sessions"]
-        if trial.name == hit:                           # retried on another node, from its checkpoint
-            assert len(resumes) == 1 and resumes[0]["epoch"] >= 2 and len(sessions) == 2
-            assert sessions[-1]["ray"]["node"] != victim.node_id and sessions[-1]["status"] == "completed"
+        if trial.name == hit:
+            # Retried on another node from the last checkpoint Tune's driver had recorded: the
+            # epoch-1 one, or none when the node went before the driver took that report (then
+            # epoch 1 runs again). At most one epoch is trained twice; the last one only once.
+            assert epochs[-1] == 4 and epochs.count(4) == 1 and sorted(set(epochs)) == [1, 2, 3, 4], epochs
+            assert len(epochs) - 4 <= 1, epochs
+            assert len(sessions) == 2 and sessions[-1]["status"] == "completed"
+            assert sessions[-1]["ray"]["node"] != victim.node_id
         else:
-            assert not resumes and len(sessions) == 1
+            assert epochs == [1, 2, 3, 4] and len(sessions) == 1, (trial.name, epochs)   # each epoch once

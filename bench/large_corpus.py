@@ -23,8 +23,8 @@ private cluster would have); the jobs join it through RAY_ADDRESS.
     (cores: CPUs this process may run on, at most Ray's CPUs) of the resumed run and overall,
     bytes on disk, and temporary files a killed write left behind.
 (b) Ingest alone: `coreecg.train.ingest.training_dataset` with `data.cache_in_memory_gb` below
-    the train split's size (so it streams Parquet; `streamed` checks it), split as Ray Train
-    splits it for one worker and read through `epoch_batches` as the training loop reads it:
+    the train split's size (so it streams: `ShardFiles`, which `streamed` checks), read through
+    `epoch_batches` as rank 0 of one Train worker reads it:
     windows/s and time to the first batch. `to_model_input` (crop + float32, which the step does
     on the training device) runs on each batch but is timed apart. Then `jobs/pretrain.py
     --corpus` for --epochs of a tiny model (the sizes of tests/helpers.TINY) with the same cache
@@ -294,17 +294,17 @@ def ingest_pass(corpus: Path, cache_gb: float, batch_size: int, crop: int, shuff
     `epoch_batches` yields, taken as fast as they come. `to_model_input` (crop + float32, which
     the step does on the training device) is timed apart, on the last batch."""
     import ray.train
-    from ray.data.dataset import MaterializedDataset
-
-    from coreecg.train.ingest import epoch_batches, to_model_input, training_dataset
+    from coreecg.train.ingest import ShardFiles, epoch_batches, to_model_input, training_dataset
 
     t0 = time.perf_counter()
     ds = training_dataset(corpus, seed, cache_gb)
-    # Ray Train's own split for one worker (its default execution options included).
-    shard = ray.train.DataConfig().configure({"train": ds}, world_size=1, worker_handles=None,
-                                             worker_node_ids=None)[0]["train"]
+    if isinstance(ds, ShardFiles):      # streamed: what a Train worker of rank 0 of 1 iterates
+        source = ds
+    else:                               # Ray Train's own split for one worker (its default options)
+        source = ray.train.DataConfig().configure({"train": ds}, world_size=1, worker_handles=None,
+                                                  worker_node_ids=None)[0]["train"]
     n, first, batch = 0, None, None
-    for batch in epoch_batches(shard, batch_size, 0, seed, 0, shuffle_buffer, torch.device("cpu")):
+    for batch in epoch_batches(source, batch_size, 0, seed, 0, shuffle_buffer, torch.device("cpu")):
         first = first or time.perf_counter()
         n += len(batch[1])
     end = time.perf_counter()
@@ -314,7 +314,7 @@ def ingest_pass(corpus: Path, cache_gb: float, batch_size: int, crop: int, shuff
     for _ in range(10):
         to_model_input(*batch, seed, 0, crop)
     model_input_s = (time.perf_counter() - t1) / 10
-    return {"streamed": not isinstance(ds, MaterializedDataset), "windows": n,
+    return {"streamed": isinstance(ds, ShardFiles), "windows": n,
             "time_to_first_batch_s": round(first - t0, 2), "windows_per_s": round(n / (end - t0)),
             "windows_per_s_after_first_batch": round(n / (end - first)),
             "to_model_input_us_per_window": round(model_input_s / batch_size * 1e6, 1)}

@@ -10,9 +10,9 @@ Prints one JSON object with three comparisons, all measured in this run on this 
    same config, batch and thread count fed from memory. Goal: ratio >= 0.9.
    The bare step runs in a fresh process without Ray and with OMP_NUM_THREADS set, like a
    Train worker (unset, the same step measured 18 % slower here).
-2. ingest windows/s: the Ray Data training dataset, materialised in the object store (what
-   training uses below `data.cache_in_memory_gb`) and streaming (Parquet read by Ray Data tasks
-   every epoch, as for a larger corpus), iterated as a worker iterates it
+2. ingest windows/s: the training dataset, materialised in the object store by Ray Data (what
+   training uses below `data.cache_in_memory_gb`) and streamed (`ShardFiles`: the worker reads
+   the shard files every epoch, as for a larger corpus), iterated as a worker iterates it
    (`epoch_batches`: float16, shuffle buffer), best epoch of 3, against plain pyarrow reading
    and decoding the same files, best of 3 passes; on `--ingest-records` synthetic records.
    Goals: ratio >= 0.5 and >= 10x the training rate.
@@ -70,7 +70,7 @@ def ingest_rates(corpus: Path, batch: int, epochs: int, shuffle_buffer: int) -> 
     """Windows/s: Ray Data as a worker reads it, and plain pyarrow on the same files (best of 3
     warm passes each, so one-time imports and cold caches count for neither)."""
     from coreecg.data.corpus import decode_signals, load_manifest, split_files
-    from coreecg.train.ingest import epoch_batches, training_dataset
+    from coreecg.train.ingest import epoch_batches, local_source, training_dataset
 
     manifest = load_manifest(corpus)
     files = split_files(corpus, "train", manifest)
@@ -85,17 +85,17 @@ def ingest_rates(corpus: Path, batch: int, epochs: int, shuffle_buffer: int) -> 
     arrow = max(arrow_rates)
     out = {"pyarrow_windows_per_s": arrow, "windows": n}
     # materialised: what training uses below data.cache_in_memory_gb (this corpus);
-    # streaming: Parquet read by Ray Data tasks every epoch, as for a corpus larger than that
+    # streaming: the worker reads the shard files every epoch, as for a corpus larger than that
     for mode, cache_gb in (("materialized", 1e9), ("streaming", 0.0)):
         ds = training_dataset(corpus, seed=0, cache_in_memory_gb=cache_gb)
         rates = []
         for e in range(epochs):
-            it = ds.iterator()
+            it = local_source(ds)
             t = time.perf_counter()
             m = sum(len(s) for s, _ in epoch_batches(it, batch, e, 0, 0, shuffle_buffer, torch.device("cpu")))
             rates.append(m / (time.perf_counter() - t))
-        out[f"ray_data_{mode}_windows_per_s_per_epoch"] = rates
-        out[f"ray_data_{mode}_windows_per_s"] = max(rates)
+        out[f"ingest_{mode}_windows_per_s_per_epoch"] = rates
+        out[f"ingest_{mode}_windows_per_s"] = max(rates)
     return out
 
 
@@ -183,10 +183,10 @@ def main() -> None:
     bare = _bare_in_fresh_process(args, corpus, threads)
     out["training"] = {"ray_train_samples_per_s": ray_rate, "ray_train_samples_per_s_per_epoch": per_epoch,
                        "bare_step_samples_per_s": bare, "ratio": ray_rate / bare, "goal": 0.9}
-    used = ingest["ray_data_materialized_windows_per_s"]      # this corpus is below cache_in_memory_gb
+    used = ingest["ingest_materialized_windows_per_s"]      # this corpus is below cache_in_memory_gb
     out["ingest"] = {**ingest, "training_uses": "materialized",
                      "ratio_to_pyarrow": used / ingest["pyarrow_windows_per_s"],
-                     "streaming_ratio_to_pyarrow": ingest["ray_data_streaming_windows_per_s"] / ingest["pyarrow_windows_per_s"],
+                     "streaming_ratio_to_pyarrow": ingest["ingest_streaming_windows_per_s"] / ingest["pyarrow_windows_per_s"],
                      "times_training_rate": used / ray_rate,
                      "goals": {"ratio_to_pyarrow": 0.5, "times_training_rate": 10}}
     ray.shutdown()

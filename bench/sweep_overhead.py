@@ -372,7 +372,7 @@ def components(config: str, overrides: list[str], params: dict, repeats: int = 3
     from coreecg.data.locate import probe_corpus, training_corpus
     from coreecg.eval.probe import load_probe_data
     from coreecg.train.pretraining import figure_windows as read_figure_windows
-    from coreecg.train.ingest import training_dataset
+    from coreecg.train.ingest import local_source, training_dataset
     from coreecg.train.loop import RunWriter
     from coreecg.tune.trial import FORCED
 
@@ -386,8 +386,7 @@ def components(config: str, overrides: list[str], params: dict, repeats: int = 3
     mats = []
     for _ in range(repeats):
         t = time.perf_counter()
-        ds = training_dataset(corpus, cfg.train.seed, cfg.data.cache_in_memory_gb)
-        ds.iterator()
+        local_source(training_dataset(corpus, cfg.train.seed, cfg.data.cache_in_memory_gb))
         mats.append(time.perf_counter() - t)
     out["dataset_materialise_s_first"] = mats[0]
     out["dataset_materialise_s_warm"] = statistics.median(mats[1:]) if len(mats) > 1 else None

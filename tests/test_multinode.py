@@ -85,9 +85,11 @@ def _lines(path: Path) -> list[dict]:
 
 
 def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
-    """Two Train workers on two nodes; the node of one is removed mid-epoch, between two
-    checkpoints (its worker dies with it: this is also the killed-worker case). The run restarts its worker group on the nodes left, resumes from the last
-    checkpoint (losing at most one checkpoint interval of steps) and finishes every epoch."""
+    """Two Train workers on two nodes, streaming the corpus (`data.cache_in_memory_gb=0`, the
+    path of a corpus larger than memory); the node of one is removed mid-epoch, between two
+    checkpoints (its worker dies with it: this is also the killed-worker case). The run restarts
+    its worker group on the nodes left, resumes from the last checkpoint (losing at most one
+    checkpoint interval of steps) and finishes every epoch."""
     from coreecg.train.distributed import pretrain
     from coreecg.train.plan import checkpoint_dirs
 
@@ -96,7 +98,7 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
         *TINY, "optim.batch_size=8", "optim.warmup_epochs=1", "optim.epochs=2", "train.num_workers=2",
         "data.synthetic_records=96", f"data.cache_dir={cache}", f"train.storage_path={tmp_path}",
         "train.name=node-loss", "train.log_every=1", f"train.checkpoint_every_steps={every}",
-        "train.eval_every_epochs=0", "train.max_failures=2"])
+        "train.eval_every_epochs=0", "train.max_failures=2", "data.cache_in_memory_gb=0"])
     run = cfg.train.run_dir
     out: dict = {}
     thread = threading.Thread(target=lambda: out.setdefault("result", pretrain(cfg)))

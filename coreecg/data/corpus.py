@@ -148,17 +148,23 @@ def verify_corpus(path: str | Path) -> list[str]:
     return bad
 
 
+def signal_view(col: pa.Array | pa.ChunkedArray, shape: Iterable[int], dtype: Any = SIGNAL_DTYPE) -> np.ndarray:
+    """fixed_size_binary signal column -> (n, *shape) array in the stored dtype, a read-only view
+    of the Arrow buffer (no copy for a single chunk; it keeps the buffer alive)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    width = col.type.byte_width
+    raw = np.frombuffer(col.buffers()[1], dtype=np.uint8)[col.offset * width:(col.offset + len(col)) * width]
+    return raw.view(np.dtype(dtype).newbyteorder("<")).reshape(-1, *shape)
+
+
 def decode_signals(col: pa.Array | pa.ChunkedArray, shape: Iterable[int], dtype: Any = SIGNAL_DTYPE,
                    as_stored: bool = False) -> np.ndarray:
     """fixed_size_binary signal column -> (n, *shape) float32 (one copy: the dtype cast), or
     in the stored dtype with `as_stored` (training ingest keeps float16 on the wire)."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    width = col.type.byte_width
     if len(col) == 0:
-        return np.zeros((0, *shape), dtype=np.float32)
-    raw = np.frombuffer(col.buffers()[1], dtype=np.uint8)[col.offset * width:(col.offset + len(col)) * width]
-    stored = raw.view(np.dtype(dtype).newbyteorder("<")).reshape(-1, *shape)
+        return np.zeros((0, *shape), dtype=np.dtype(dtype) if as_stored else np.float32)
+    stored = signal_view(col, shape, dtype)
     if as_stored:
         return stored.astype(stored.dtype.newbyteorder("="), copy=True)
     if stored.dtype == np.float16:  # torch's float16 -> float32 cast is ~3x faster than numpy's

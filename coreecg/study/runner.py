@@ -143,14 +143,15 @@ def _fit_in_process(plan) -> dict[str, Any]:
 
     from coreecg.devices import trial_device
     from coreecg.train.distributed import run_task
-    from coreecg.train.ingest import training_dataset
+    from coreecg.train.ingest import local_source, training_dataset
     from coreecg.train.plan import checkpoint_dirs, write_run_folder
 
     cfg, folder = plan.config, write_run_folder(plan)
     device = trial_device(cfg.train.use_gpu)
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = ctx.enable_operator_progress_bars = False
-    data = training_dataset(plan.corpus, cfg.train.seed, cfg.data.cache_in_memory_gb, keep=plan.keep).iterator()
+    data = local_source(training_dataset(plan.corpus, cfg.train.seed, cfg.data.cache_in_memory_gb,
+                                          keep=plan.keep))
     last: dict[str, Any] = {}
 
     def report(metrics: dict[str, float], checkpoint=None, checkpoint_dir_name: str | None = None) -> None:

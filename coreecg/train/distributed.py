@@ -26,7 +26,7 @@ import torch
 from coreecg.config import Config, load_config
 from coreecg.train.checkpoint import load_checkpoint, save_checkpoint
 from coreecg.train.finetuning import BEST_FILE, FinetuneTask, plan_finetune
-from coreecg.train.ingest import epoch_batches, training_dataset
+from coreecg.train.ingest import ShardFiles, epoch_batches, training_dataset
 from coreecg.train.loop import WorkerContext, progress_line, progress_log, progress_text, train_worker
 from coreecg.train.plan import CHECKPOINT_FILE, RunPlan, checkpoint_dirs, step_of, write_run_folder
 from coreecg.train.pretraining import plan_pretrain, task_from_plan
@@ -127,9 +127,10 @@ class FinetuneResult:
 # ---------------------------------------------------------------------------- the worker
 
 
-def _ray_worker(plan: dict[str, Any]) -> None:
-    """train_loop_per_worker: the shared loop with Ray's data, DDP and reporting; the task of
-    the plan (`RunPlan.to_dict()`) is built here, on the worker."""
+def _ray_worker(config: dict[str, Any]) -> None:
+    """train_loop_per_worker: the shared loop with Ray's data, DDP and reporting. config:
+    {"plan": RunPlan.to_dict() (its task is built here, on the worker), "files": the split's
+    ShardFiles when it streams, else None (the materialised dataset is Ray Train's "train")}."""
     import ray.train
     import ray.train.torch
 
@@ -142,7 +143,8 @@ def _ray_worker(plan: dict[str, Any]) -> None:
         return ray.train.torch.prepare_model(model, move_to_device=False,
                                              parallel_strategy_kwargs={"forward_sync_buffers": False})
 
-    run_task(RunPlan.from_dict(plan), ray.train.get_dataset_shard("train"), rc.get_world_rank(),
+    source = config["files"] or ray.train.get_dataset_shard("train")
+    run_task(RunPlan.from_dict(config["plan"]), source, rc.get_world_rank(),
              rc.get_world_size(), device, report_fn=ray.train.report, get_checkpoint=ray.train.get_checkpoint,
              wrap=wrap)
 
@@ -168,11 +170,11 @@ def build_task(plan: RunPlan, rank: int, device: torch.device):
     return FinetuneTask(plan, device) if plan.task == "finetune" else task_from_plan(plan, rank)
 
 
-def run_task(plan: RunPlan, shard, rank: int, world: int, device: torch.device, *,
+def run_task(plan: RunPlan, source, rank: int, world: int, device: torch.device, *,
              report_fn, get_checkpoint, wrap=lambda m: m, checkpoint_cls=None) -> dict[str, float]:
-    """One worker of a run: the plan's task on a Ray Data shard (or a whole-dataset
-    iterator), reporting through `report_fn(metrics, checkpoint=..., [checkpoint_dir_name=...])`
-    and resuming from `get_checkpoint()`: ray.train's inside a TorchTrainer, ray.tune's inside
+    """One worker of a run: the plan's task on its data (`ingest.epoch_batches`' source: a Ray
+    Data shard, a materialised dataset's iterator, or ShardFiles), reporting through
+    `report_fn(metrics, checkpoint=..., [checkpoint_dir_name=...])` and resuming from `get_checkpoint()`: ray.train's inside a TorchTrainer, ray.tune's inside
     a single-process Tune trial (coreecg.tune.trial)."""
     import inspect
 
@@ -212,8 +214,8 @@ def run_task(plan: RunPlan, shard, rank: int, world: int, device: torch.device, 
 
     ctx = WorkerContext(
         rank=rank, world_size=world, device=device, steps_per_epoch=plan.steps_per_epoch, run_dir=run_dir,
-        epoch_batches=lambda epoch: epoch_batches(shard, per_worker, epoch, cfg.train.seed, rank,
-                                                  cfg.data.shuffle_buffer, device),
+        epoch_batches=lambda epoch: epoch_batches(source, per_worker, epoch, cfg.train.seed, rank,
+                                                  cfg.data.shuffle_buffer, device, world),
         report=report, latest=latest, wrap=wrap)
     return train_worker(task, cfg, ctx)
 
@@ -242,14 +244,15 @@ def start_ray(config: Config) -> None:
 
 
 def make_trainer(plan: RunPlan, dataset, callbacks: list | None = None):
-    """The TorchTrainer of a plan: workers, failures, checkpoints, logging."""
+    """The TorchTrainer of a plan: workers, failures, checkpoints, logging. dataset: what
+    `training_dataset` returned (a materialised Ray Dataset, or ShardFiles to stream)."""
     import ray.train
     from ray.train.torch import TorchTrainer
 
     t, run_dir = plan.config.train, plan.run_dir
     return TorchTrainer(
         _ray_worker,
-        train_loop_config=plan.to_dict(),
+        train_loop_config={"plan": plan.to_dict(), "files": dataset if isinstance(dataset, ShardFiles) else None},
         scaling_config=ray.train.ScalingConfig(num_workers=t.num_workers, use_gpu=t.use_gpu,
                                                resources_per_worker={"CPU": t.cpus_per_worker}),
         run_config=ray.train.RunConfig(
@@ -258,7 +261,7 @@ def make_trainer(plan: RunPlan, dataset, callbacks: list | None = None):
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=t.keep_checkpoints),
             logging_config=ray.train.LoggingConfig(log_level="WARNING"),
             callbacks=[*(callbacks or []), _failure_callback()]),
-        datasets={"train": dataset},
+        datasets={} if isinstance(dataset, ShardFiles) else {"train": dataset},
     )
 
 

@@ -78,7 +78,7 @@ def _pretrain_in_process(cfg: Config) -> dict[str, Any]:
 
     from coreecg.devices import trial_device
     from coreecg.train.distributed import run_task
-    from coreecg.train.ingest import training_dataset
+    from coreecg.train.ingest import local_source, training_dataset
     from coreecg.train.plan import write_run_folder
     from coreecg.train.pretraining import plan_pretrain
 
@@ -92,7 +92,7 @@ def _pretrain_in_process(cfg: Config) -> dict[str, Any]:
     ctx.enable_progress_bars = ctx.enable_operator_progress_bars = False
     for name in ("ray.data", "ray.tune", "ray.train"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    data = training_dataset(plan.corpus, cfg.train.seed, cfg.data.cache_in_memory_gb).iterator()
+    data = local_source(training_dataset(plan.corpus, cfg.train.seed, cfg.data.cache_in_memory_gb))
     last = {}
 
     def report(metrics: dict[str, float], checkpoint=None) -> None:

@@ -116,6 +116,15 @@ def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
     if shared is not None:
         address, source = shared
         check_reachable(address)
+        if source != "RAY_ADDRESS":
+            # A `ray start` cluster of this machine checks tokens. Ray sends this user's token
+            # to a cluster it finds itself (address="auto"), never to an explicit address, and
+            # the address read from its file is explicit: enable token mode as "auto" would
+            # (a RAY_ADDRESS job sets RAY_AUTH_MODE=token itself, README).
+            from ray._private.authentication.authentication_token_setup import (
+                maybe_enable_token_auth_if_token_available)
+
+            maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
         try:
             ray.init(address=address, **console)
         except Exception as e:        # refused (auth), or gone between the check and the join

@@ -330,6 +330,10 @@ class TrainConfig:
     activation_checkpointing: bool = False   # recompute transformer blocks in backward: less memory
     compile: bool = False             # torch.compile each transformer block (inductor)
     storage_path: str = "runs"        # on a multi-node cluster: a shared filesystem path
+    # Object storage: the run folder mirrored to <mirror_uri>/<name>/ through pyarrow filesystems
+    # after every epoch and at the end, and pulled back to resume where the folder has no
+    # checkpoint (s3://, gs://, hdfs://, abfs://, file://; coreecg/train/mirror.py). "": none.
+    mirror_uri: str = ""
     name: str = "pretrain"
     # The method name under which downstream tables list encoders from this run; "" = the
     # pretraining method's label (CoRe-ECG, MoCo V3, CMSC, ...). Ablation variants set their own.
@@ -355,8 +359,11 @@ class TrainConfig:
             raise ConfigError(
                 f"train.storage_path={self.storage_path}: a URI; the run folder (metrics.jsonl, "
                 "checkpoints, encoder) is written with POSIX file operations, so it must be a path "
-                "every node mounts: NFS/EFS/Filestore/Lustre, or a bucket through a POSIX mount "
-                "(README \"Clusters: shared storage\")")
+                "every node mounts (NFS/EFS/Filestore/Lustre). For object storage keep it a path "
+                f"and set train.mirror_uri={self.storage_path} (README \"Clusters: shared storage\")")
+        if self.mirror_uri and "://" not in self.mirror_uri:
+            raise ConfigError(f"train.mirror_uri={self.mirror_uri}: expected a URI such as s3://bucket/runs "
+                              "or file:///path (\"\" for no mirror)")
         # Relative to where the command runs, fixed now: Ray Train's workers run in a working
         # folder of their own (artifacts/<name>), where "runs" would name another folder.
         self.storage_path = str(Path(self.storage_path).expanduser().resolve())

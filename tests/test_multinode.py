@@ -11,6 +11,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -82,6 +84,18 @@ def _removable(cluster, node_ids) -> list:
 
 def _lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_a_job_joins_the_cluster_that_ray_start_recorded_with_this_users_token(cluster):
+    """No RAY_ADDRESS, no RAY_AUTH_MODE: the job finds the cluster in Ray's address file (written
+    here by `Cluster`, as by `ray start --head`) and joins it; the cluster checks auth tokens, so
+    the job must send its own, as Ray does only for an address it found itself."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    code = ("from coreecg.cluster import init_ray; import ray; init_ray(); "
+            "print('JOINED', ray.get_runtime_context().gcs_address, len(ray.nodes()))")
+    job = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert job.returncode == 0, job.stderr[-2000:]
+    assert f"JOINED {cluster.address} 4" in job.stdout
 
 
 def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):

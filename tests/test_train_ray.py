@@ -53,11 +53,15 @@ def corpora(fresh_ray, ecg_data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def finished_run(corpora, tmp_path_factory):
-    """One complete 2-worker pretraining on the real MIMIC-layout records."""
+    """One complete 2-worker pretraining on the real MIMIC-layout records, mirrored to a
+    file:// "bucket" (train.mirror_uri)."""
     tmp = tmp_path_factory.mktemp("runs")
-    cfg = _config(tmp, "mimic", f"data.corpus={corpora / 'mimic'}", f"data.probe_corpus={corpora / 'ptbxl'}",
-                  "optim.epochs=3", "train.checkpoint_every_steps=4", "data.probe_max_windows=64")
+    cfg = _config(tmp, "mimic", *_FINISHED, f"data.corpus={corpora / 'mimic'}",
+                  f"data.probe_corpus={corpora / 'ptbxl'}", f"train.mirror_uri={(tmp / 'bucket').as_uri()}")
     return cfg, pretrain(cfg)
+
+
+_FINISHED = ("optim.epochs=3", "train.checkpoint_every_steps=4", "data.probe_max_windows=64")
 
 
 def test_end_to_end_on_real_records(finished_run):
@@ -80,6 +84,47 @@ def test_end_to_end_on_real_records(finished_run):
     assert (kept[-1] / f"{CHECKPOINT_FILE}.sha256").is_file()
     enc = coreecg.load_encoder(result.encoder)
     assert enc.pooled(torch.randn(2, 12, 2250)).shape == (2, 32)
+
+
+def test_the_run_folder_is_mirrored_and_a_fresh_machine_pulls_it_to_resume(finished_run, tmp_path):
+    cfg, result = finished_run
+    run = result.run_dir
+    mirror = run.parent / "bucket" / run.name
+    local = {p.relative_to(run) for p in run.rglob("*") if p.is_file() and not p.name.startswith(".")}
+    mirrored = {p.relative_to(mirror) for p in mirror.rglob("*") if p.is_file()}
+    assert local == mirrored and Path("encoder.pt") in local                  # pruned checkpoints gone too
+    assert all((mirror / f).read_bytes() == (run / f).read_bytes() for f in local)
+    # A fresh machine: another storage path, the same name and mirror, one more epoch. pretrain()
+    # pulls the mirror before it plans (stopped there: resuming a folder is tested above), and
+    # the plan resumes the pulled run.
+    import coreecg.train.distributed as distributed
+    from coreecg.train.pretraining import plan_pretrain
+
+    more = _config(tmp_path, "mimic", *_FINISHED[1:], "optim.epochs=4", *[
+        f"{k}={v}" for k, v in (("data.corpus", cfg.data.corpus), ("data.probe_corpus", cfg.data.probe_corpus),
+                                ("train.mirror_uri", cfg.train.mirror_uri))])
+
+    class Planned(Exception):
+        pass
+
+    def plan_here(config):
+        raise Planned([p.name for p in checkpoint_dirs(config.train.run_dir)])
+
+    real_plan, distributed.plan_pretrain = distributed.plan_pretrain, plan_here
+    try:
+        with pytest.raises(Planned) as planned:
+            pretrain(more)
+    finally:
+        distributed.plan_pretrain = real_plan
+    assert planned.value.args[0] == [p.name for p in checkpoint_dirs(run)]   # pulled before planning
+    assert _files_equal(more.train.run_dir, run)
+    plan = plan_pretrain(more)                                             # pre-flight passes on the pulled folder
+    assert plan.resume_notes and "optim.epochs" in " ".join(plan.resume_notes)
+
+
+def _files_equal(a: Path, b: Path) -> bool:
+    files = {p.relative_to(b) for p in b.rglob("*") if p.is_file() and not p.name.startswith(".")}
+    return all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
 
 
 def test_corrupted_and_foreign_checkpoints_stop_before_training(finished_run, tmp_path):

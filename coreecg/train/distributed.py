@@ -9,7 +9,9 @@ Outputs go to `<train.storage_path>/<train.name>/`: Ray's checkpoint folders
 `config.yaml`, `metrics.jsonl`, `tensorboard/`, `figures/` and, at the end, `encoder.pt`
 (pretraining) or `best.pt`, `metrics.json`, `predictions.csv` (fine-tuning).
 Re-running with the same storage path and name resumes from the latest checkpoint; a worker
-that dies is replaced up to `train.max_failures` times and resumes the same way.
+that dies is replaced up to `train.max_failures` times and resumes the same way. With
+`train.mirror_uri` the folder is also pushed to object storage after every epoch and at the
+end, and pulled back when a run starts without it (`coreecg.train.mirror`).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from coreecg.train.checkpoint import load_checkpoint, save_checkpoint
 from coreecg.train.finetuning import BEST_FILE, FinetuneTask, plan_finetune
 from coreecg.train.ingest import ShardFiles, epoch_batches, training_dataset
 from coreecg.train.loop import WorkerContext, progress_line, progress_log, progress_text, train_worker
+from coreecg.train.mirror import pull_if_missing
 from coreecg.train.plan import CHECKPOINT_FILE, RunPlan, checkpoint_dirs, step_of, write_run_folder
 from coreecg.train.pretraining import plan_pretrain, task_from_plan
 
@@ -60,6 +63,19 @@ def _failed_session(run_dir: Path):
         raise
 
 
+@contextlib.contextmanager
+def _mirrored(plan: RunPlan):
+    """`train.mirror_uri`: a push callable for every epoch (None without a mirror), and a last
+    push when the fit ends, finished or failed (coreecg.train.mirror)."""
+    from coreecg.train.mirror import RunMirror, push_quietly
+
+    mirror = RunMirror(plan.run_dir, plan.config.train.mirror_uri) if plan.config.train.mirror_uri else None
+    try:
+        yield (lambda: push_quietly(mirror)) if mirror else None
+    finally:
+        push_quietly(mirror)
+
+
 class RunFollower:
     """The driver's console during a Ray Train fit: prints the epoch and progress records that
     rank 0 appends to the run's metrics.jsonl, once each, as they arrive.
@@ -69,10 +85,10 @@ class RunFollower:
     without --verbose: coreecg.cluster.console_options). Only records appended after it starts
     are printed: a resumed run does not repeat its history."""
 
-    def __init__(self, metrics: Path, epochs: int, poll_s: float = 0.5):
+    def __init__(self, metrics: Path, epochs: int, poll_s: float = 0.5, on_epoch=None):
         import threading
 
-        self.path, self.epochs, self.poll_s = Path(metrics), epochs, poll_s
+        self.path, self.epochs, self.poll_s, self.on_epoch = Path(metrics), epochs, poll_s, on_epoch
         self._offset = self.path.stat().st_size if self.path.is_file() else 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="coreecg-run-follower", daemon=True)
@@ -105,6 +121,8 @@ class RunFollower:
                 continue
             if record.get("kind") == "epoch":
                 progress_log.info("%s", progress_line(record, self.epochs))
+                if self.on_epoch is not None:
+                    self.on_epoch()
             elif record.get("kind") == "progress":
                 progress_log.info("%s", progress_text(record))
 
@@ -280,9 +298,11 @@ def build_trainer(plan: RunPlan, callbacks: list | None = None):
 def pretrain(config: Config) -> PretrainResult:
     """Run (or resume) a pretraining on the Ray cluster; returns where everything went."""
     start_ray(config)           # before planning: a first build of the synthetic corpus runs on Ray
+    pull_if_missing(config.train.run_dir, config.train.mirror_uri)
     plan = plan_pretrain(config)
     trainer = build_trainer(plan)
-    with RunFollower(plan.run_dir / "metrics.jsonl", plan.epochs), _failed_session(plan.run_dir):
+    with _mirrored(plan) as mirror, RunFollower(plan.run_dir / "metrics.jsonl", plan.epochs, on_epoch=mirror), \
+            _failed_session(plan.run_dir):
         result = trainer.fit()
     return PretrainResult(run_dir=plan.run_dir, metrics=dict(result.metrics or {}),
                           checkpoint=result.checkpoint.path if result.checkpoint else None,
@@ -292,6 +312,7 @@ def pretrain(config: Config) -> PretrainResult:
 def finetune(config: Config) -> FinetuneResult:
     """Run (or resume) one fine-tuning; a finished run folder with the same config is returned as is."""
     start_ray(config)           # before planning, as pretrain()
+    pull_if_missing(config.train.run_dir, config.train.mirror_uri)
     plan = plan_finetune(config)
     run_dir = plan.run_dir
     done = run_dir / "metrics.json"
@@ -301,7 +322,8 @@ def finetune(config: Config) -> FinetuneResult:
     trainer = build_trainer(plan)
     for stale in ("metrics.json", "predictions.csv"):   # a finished run resumed with more epochs
         (run_dir / stale).unlink(missing_ok=True)
-    with RunFollower(run_dir / "metrics.jsonl", plan.epochs), _failed_session(run_dir):
+    with _mirrored(plan) as mirror, RunFollower(run_dir / "metrics.jsonl", plan.epochs, on_epoch=mirror), \
+            _failed_session(run_dir):
         trainer.fit()
     if not done.is_file():
         raise RuntimeError(f"{run_dir}: training ended without metrics.json")

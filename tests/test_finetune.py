@@ -166,7 +166,7 @@ def runs(corpora, encoder, tmp_path_factory):
     """Fine-tune (12 leads), linear (6 leads, half the patients), scratch (lead I) on PTB-XL's
     single-label task, and a linear probe of its multi-label task."""
     tmp = tmp_path_factory.mktemp("ft-runs")
-    full = finetune(_ft(tmp, "ft", corpora, f"finetune.encoder={encoder}", "finetune.epochs=30", "finetune.lr=3e-3"))
+    full = finetune(_ft(tmp, "ft", corpora, f"finetune.encoder={encoder}", "finetune.epochs=12", "finetune.lr=3e-3"))
     linear = finetune(_ft(tmp, "lin", corpora, f"finetune.encoder={encoder}", "finetune.mode=linear",
                           "finetune.leads=[I,II,III,aVR,aVL,aVF]", "finetune.train_fraction=0.5", "finetune.epochs=2"))
     scratch = finetune(_ft(tmp, "sup", corpora, *TINY, "finetune.mode=scratch", "finetune.leads=[I]",
@@ -189,8 +189,8 @@ def test_finetune_end_to_end_on_real_ptbxl(runs, corpora, encoder):
         ci = m["test"]["ci"][key]
         assert ci["low"] <= m["test"][key] <= ci["high"], key
     epochs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"kind": "epoch"' in x]
-    assert len(epochs) == 30 and all("val_auroc" in e for e in epochs)
-    best = max(range(30), key=lambda i: (epochs[i]["val_auroc"], -i))
+    assert len(epochs) == 12 and all("val_auroc" in e for e in epochs)
+    best = max(range(12), key=lambda i: (epochs[i]["val_auroc"], -i))
     assert m["selection"]["best_epoch"] == best + 1 and m["selection"]["val_auroc"] == pytest.approx(epochs[best]["val_auroc"])
     assert (run / "figures" / "tsne.png").stat().st_size > 10_000
     assert any(f.name.startswith("events.out.tfevents") for f in (run / "tensorboard").iterdir())

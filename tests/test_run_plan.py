@@ -66,7 +66,7 @@ def test_a_plan_that_cannot_run_is_refused_naming_the_key(corpus, tmp_path):
 
 def test_read_split_numbers_rows_as_training_ingest_does(corpus):
     from coreecg.data.corpus import load_manifest, split_files
-    from coreecg.train.ingest import _read_shard
+    from coreecg.data.corpus import read_windows
 
     path = corpus[0]
     manifest = load_manifest(path)
@@ -74,7 +74,7 @@ def test_read_split_numbers_rows_as_training_ingest_does(corpus):
     assert whole["signal"].dtype == np.float16 and list(whole["uid"]) == list(range(split_rows(path)))
     first = 0
     for f, s in zip(split_files(path, "train"), [s for s in manifest["shards"] if s["split"] == "train"]):
-        shard = _read_shard({"path": [str(f)], "first_uid": [first]}, tuple(manifest["signal"]["shape"]),
+        shard = read_windows({"path": [str(f)], "first_uid": [first]}, tuple(manifest["signal"]["shape"]),
                             manifest["signal"]["dtype"])
         assert np.array_equal(whole["signal"][shard["uid"]], shard["signal"])
         first += s["rows"]

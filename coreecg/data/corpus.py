@@ -215,6 +215,21 @@ def read_files(batch: dict[str, np.ndarray], columns: list[str], shape: tuple[in
     return decode_batch(table, shape, n_classes, dtype)
 
 
+def read_windows(batch: dict[str, np.ndarray], shape: tuple[int, ...], dtype: str,
+                 keep: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Ray Data map_batches fn of training ingest (`coreecg.train.ingest`): one shard file
+    {"path", "first_uid"} -> {"signal": (n, C, T) stored dtype, "uid": (n,) int64}, only the rows
+    whose uid is True in `keep` (the split's (N,) bool mask) when given. It lives here, away
+    from torch, so that a fresh Ray Data worker imports 0.4 s of modules, not 3.8 s."""
+    path, first_uid = str(batch["path"][0]), int(batch["first_uid"][0])
+    table = pq.read_table(path, columns=["signal"], memory_map=True)
+    uid = np.arange(first_uid, first_uid + table.num_rows, dtype=np.int64)
+    if keep is not None:
+        rows = np.flatnonzero(keep[uid])
+        table, uid = table.take(rows), uid[rows]
+    return {"signal": decode_signals(table.column("signal"), shape, dtype, as_stored=True), "uid": uid}
+
+
 def open_corpus(path: str | Path, split: str = "train", columns: Iterable[str] = TRAINING_COLUMNS,
                 shuffle_files: bool = False):
     """A Ray Dataset of one split's windows: by default rows {signal (12, 2500) float32,

@@ -34,7 +34,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from coreecg.data.corpus import CorpusError, decode_signals, load_manifest, signal_view, split_files
+from coreecg.data.corpus import CorpusError, load_manifest, read_windows, signal_view, split_files
 from coreecg.data.reading import read_shard
 from coreecg.devices import to_device
 
@@ -234,20 +234,6 @@ def _to(a: np.ndarray, device: torch.device) -> torch.Tensor:
 # ---------------------------------------------------------------------------- the dataset
 
 
-def _read_shard(batch: dict[str, np.ndarray], shape: tuple[int, ...], dtype: str,
-                keep: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """map_batches fn: one shard file -> {"signal": (n, C, T) stored dtype, "uid": (n,) int64},
-    only the rows whose uid is True in `keep` (the split's (N,) bool mask) when given."""
-    path, first_uid = str(batch["path"][0]), int(batch["first_uid"][0])
-    table = read_shard(path, ["signal"])
-    uid = np.arange(first_uid, first_uid + table.num_rows, dtype=np.int64)
-    if keep is not None:
-        rows = np.flatnonzero(keep[uid])
-        table, uid = table.take(rows), uid[rows]
-    signal = decode_signals(table.column("signal"), shape, dtype, as_stored=True)
-    return {"signal": signal, "uid": uid}
-
-
 def training_dataset(corpus: str | Path, seed: int, cache_in_memory_gb: float = 2.0, split: str = "train",
                      keep: np.ndarray | None = None):
     """The split's windows ({"signal": (C, T) float16, "uid": int64}, uids numbered as
@@ -283,7 +269,7 @@ def training_dataset(corpus: str | Path, seed: int, cache_in_memory_gb: float = 
     items = [it for it, r in zip(items, kept_rows) if r]     # files with no kept row: not read
     order = np.random.default_rng(seed_for("file-order", seed)).permutation(len(items))
     ds = ray.data.from_items([items[i] for i in order], override_num_blocks=len(items))
-    ds = ds.map_batches(_read_shard, batch_size=1, fn_kwargs={"shape": shape, "dtype": dtype, "keep": keep})
+    ds = ds.map_batches(read_windows, batch_size=1, fn_kwargs={"shape": shape, "dtype": dtype, "keep": keep})
     return ds.materialize()
 
 

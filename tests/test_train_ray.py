@@ -207,7 +207,7 @@ def test_the_quickstart_job_prints_progress_and_no_warning(fresh_ray, tmp_path):
     """The default job (quickstart config, 2 Ray Train workers), shortened: its console is
     coreecg's lines only: no Warning line (FutureWarnings, Ray deprecations, hints), no Ray INFO
     line, each epoch once, progress lines within epochs, and the closing summary."""
-    args = [sys.executable, "jobs/pretrain.py", "--set", "data.synthetic_records=256", "--set", "optim.epochs=2",
+    args = [sys.executable, "jobs/pretrain.py", "--set", "data.synthetic_records=128", "--set", "optim.epochs=2",
             "--set", f"data.cache_dir={tmp_path / 'cache'}", "--set", "train.progress_every_s=0.5",
             "--output", str(tmp_path / "runs" / "quick")]
     env = {**os.environ, "RAY_ADDRESS": fresh_ray.get_runtime_context().gcs_address}

@@ -3,6 +3,7 @@ pyarrow opens with the same FileSystem API as s3:// or gs://."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,9 @@ def test_push_uploads_what_changed_prunes_checkpoints_and_pull_restores(tmp_path
     assert mirror.push() == 4
     assert _files(bucket / "exp") == {k: v for k, v in _files(run).items() if not k.startswith(".")}
     assert mirror.push() == 0                                            # nothing changed: nothing sent
+    time.sleep(0.01)
+    (run / "config.yaml").write_text("seed: 1\n")                        # rewritten, same size (a resume)
+    assert mirror.push() == 1 and (bucket / "exp" / "config.yaml").read_text() == "seed: 1\n"
     with open(run / "metrics.jsonl", "a") as f:                          # the run goes on
         f.write('{"kind": "epoch", "epoch": 2}\n')
     (run / "checkpoint_step000000010").mkdir()

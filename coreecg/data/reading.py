@@ -54,10 +54,10 @@ def _read_spaced(path: Path, columns: list[str], first_uid: int, stride: int) ->
     rows = np.arange(-first_uid % stride, int(sizes.sum()), stride)        # file rows at spaced uids
     groups = np.unique(np.searchsorted(starts, rows, side="right") - 1)
     t = pf.read_row_groups(groups.tolist(), columns=columns)
-    # a file row's position in the table: past the selected groups before its own
-    offset = dict(zip(groups.tolist(), (np.cumsum(sizes[groups]) - sizes[groups]).tolist()))
+    # a file row's position in the table: its offset in its group + the selected groups before it
     group_of = np.searchsorted(starts, rows, side="right") - 1
-    pos = rows - starts[group_of] + np.array([offset[g] for g in group_of.tolist()], dtype=np.int64)
+    before = (np.cumsum(sizes[groups]) - sizes[groups])[np.searchsorted(groups, group_of)]
+    pos = rows - starts[group_of] + before
     return t.take(pa.array(pos)), first_uid + rows, int(sizes.sum())
 
 

@@ -8,8 +8,8 @@ run started where its folder holds no checkpoint pulls the mirror back first, so
 a fresh machine or cluster. Any URI `pyarrow.fs.FileSystem.from_uri` opens works: s3://, gs://,
 hdfs://, abfs://, file:// (credentials as pyarrow reads them, e.g. AWS_* variables).
 
-Push is incremental: a file is uploaded when the mirror lacks it or holds another size (run
-files grow; checkpoint files are written once). Checkpoint folders pruned locally
+Push is incremental: a file is uploaded when the mirror lacks it, holds another size, or
+holds a copy older than the local file (config.yaml rewritten at the same size on resume). Checkpoint folders pruned locally
 (`train.keep_checkpoints`) are deleted from the mirror; nothing else is ever deleted there. In a
 checkpoint folder the checkpoint goes up before its sha256 sidecar, so a folder cut short by a
 crash fails the pre-flight check on pull instead of loading half a file.
@@ -48,25 +48,30 @@ class RunMirror:
 
         self.run_dir, self.uri = Path(run_dir), f"{uri.rstrip('/')}/{Path(run_dir).name}"
         self.fs, self.base = _open(self.uri)
-        self._pafs = pafs
+        self._pafs = pafs               # imported here: the module loads without pyarrow.fs
 
-    def _remote(self) -> dict[str, int]:
-        """rel path -> size of every file in the mirror ({} when it does not exist yet)."""
+    def _remote(self) -> dict[str, tuple[int, float]]:
+        """rel path -> (size, mtime s) of every file in the mirror ({} when it does not exist yet)."""
         pafs = self._pafs
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.base, recursive=True, allow_not_found=True))
         except OSError as e:
             raise MirrorError(f"{self.uri}: cannot list the mirror: {e}") from e
-        return {info.path[len(self.base):].lstrip("/"): info.size for info in infos
-                if info.type == pafs.FileType.File}
+        return {info.path[len(self.base):].lstrip("/"): (info.size, info.mtime.timestamp() if info.mtime else 0.0)
+                for info in infos if info.type == pafs.FileType.File}
 
     def push(self) -> int:
         """Upload what changed; returns the number of files uploaded."""
-        local = {p.relative_to(self.run_dir).as_posix(): p.stat().st_size
+        local = {p.relative_to(self.run_dir).as_posix(): p.stat()
                  for p in self.run_dir.rglob("*") if p.is_file() and not p.name.startswith(".")}
         remote = self._remote()
+
+        def changed(rel: str) -> bool:     # missing, another size, or written locally since uploaded
+            st, (size, mtime) = local[rel], remote.get(rel, (-1, 0.0))
+            return st.st_size != size or st.st_mtime > mtime
+
         sent = 0
-        for rel in sorted((r for r, size in local.items() if remote.get(r) != size), key=_order):
+        for rel in sorted(filter(changed, local), key=_order):
             dest = f"{self.base}/{rel}"
             try:
                 self.fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)

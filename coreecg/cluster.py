@@ -12,13 +12,23 @@ Otherwise a private local cluster starts, with the dashboard and job API on 127.
 token authentication is on by default for a local `ray.init()`), and with more logical CPUs than
 the Train workers take, because Ray Data needs CPUs of its own: with every CPU held by workers a
 Parquet read waits forever. A private cluster writes no address file, so no other job finds it.
+A cluster that vanishes while the job runs (its head node lost, its GCS killed) is named on the
+console within seconds by ClusterWatch; Ray itself ends the job once the GCS has been gone for
+`gcs_rpc_server_reconnect_timeout_s` (60 s), and the run folder keeps what was finished.
 """
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
+import time
 
 REACH_TIMEOUT_S = 5.0
+# Ray's default for how long a driver waits for a GCS that stopped answering before it ends
+# the process (RAY_gcs_rpc_server_reconnect_timeout_s overrides it, for Ray and for the message).
+GCS_RECONNECT_S = 60
+log = logging.getLogger(__name__)
 
 
 class ClusterError(ValueError):
@@ -45,14 +55,93 @@ def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
                            "(ray start --head) or unset RAY_ADDRESS to run on a local cluster") from None
 
 
+class ClusterWatch:
+    """Names a cluster that stops answering while the job runs, instead of leaving the console
+    silent for the minute Ray waits before it ends the job with a line about the GCS.
+
+    A daemon thread opens a TCP connection to the GCS every `every_s`; once it has failed for
+    `grace_s` it logs one error naming the address, when Ray will end the job, and that the
+    same command resumes from the run folder; it logs again if the cluster comes back (a GCS
+    restarted with fault tolerance). It only reports: ending the job stays Ray's decision, so
+    a GCS that returns within Ray's timeout loses nothing."""
+
+    def __init__(self, address: str, every_s: float = 2.0, grace_s: float = 6.0,
+                 reconnect_s: float | None = None, connected=None):
+        """connected: () -> bool, False once this process has left the cluster (ray.shutdown):
+        the watch then ends quietly. Default: ray.is_initialized."""
+        self.address, self.every_s, self.grace_s = address, every_s, grace_s
+        self.connected = connected
+        self.reconnect_s = reconnect_s if reconnect_s is not None else float(
+            os.environ.get("RAY_gcs_rpc_server_reconnect_timeout_s", GCS_RECONNECT_S))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="coreecg-cluster-watch", daemon=True)
+
+    def start(self) -> "ClusterWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _answers(self) -> bool:
+        try:
+            check_reachable(self.address, timeout_s=min(self.every_s, REACH_TIMEOUT_S))
+            return True
+        except ClusterError:
+            return False
+
+    def _run(self) -> None:
+        if self.connected is None:
+            import ray
+
+            self.connected = ray.is_initialized
+        lost_since, reported = None, False
+        while not self._stop.wait(self.every_s):
+            if not self.connected():              # ray.shutdown(): nothing to watch any more
+                return
+            if self._answers():
+                if reported:
+                    log.warning("the Ray cluster at %s answers again after %.0f s", self.address,
+                                time.monotonic() - lost_since)
+                lost_since, reported = None, False
+            elif lost_since is None:
+                lost_since = time.monotonic()
+            elif not reported and time.monotonic() - lost_since >= self.grace_s:
+                reported = True
+                log.error(
+                    "the Ray cluster at %s has stopped answering (%.0f s): its head node or GCS is gone. "
+                    "Ray ends this job if it is not back within %.0f s of losing it "
+                    "(gcs_rpc_server_reconnect_timeout_s). Finished checkpoints and trial results stay "
+                    "in the run folder: run the same command again, on a cluster that answers, "
+                    "to resume from them.", self.address, time.monotonic() - lost_since, self.reconnect_s)
+
+
+_watch: ClusterWatch | None = None
+
+
+def _watch_cluster() -> None:
+    """Watch the GCS this process has just connected to (one watch per process)."""
+    global _watch
+    import ray
+
+    if _watch is not None:
+        _watch.stop()
+        _watch = None
+    try:
+        address = ray.get_runtime_context().gcs_address
+    except Exception as e:         # Ray Client (ray://) drivers have no GCS of their own to watch
+        log.debug("no GCS address to watch: %s", e)
+        return
+    _watch = ClusterWatch(address).start()
+
+
 def console_options() -> dict:
     """What Ray prints on the job's console. A job without --verbose (coreecg.cli sets
     COREECG_VERBOSE=0) keeps workers' output and Ray's INFO lines in Ray's log files
     (/tmp/ray/session_latest/logs): the driver prints progress from the run folder instead
     (coreecg.train.distributed.RunFollower) and failures reach it as exceptions. Library use
     (no COREECG_VERBOSE) keeps Ray's defaults."""
-    import logging
-
     if os.environ.get("COREECG_VERBOSE") != "0":
         return {}
     # Ray's notice that token authentication is on (it is, by design: README "Security").
@@ -69,8 +158,6 @@ def quiet_data() -> None:
     """Ray Data's progress bars off and its per-execution INFO lines (two per dataset run: every
     epoch, every corpus build) down to warnings; the job prints its own progress. Called after
     `ray.init`, which configures Ray's loggers. The DataContext propagates to Train workers."""
-    import logging
-
     from ray.data import DataContext
 
     ctx = DataContext.get_current()
@@ -96,9 +183,7 @@ def shared_address() -> tuple[str, str] | None:
     try:
         check_reachable(recorded)
     except ClusterError:
-        import logging
-
-        logging.getLogger(__name__).warning(
+        log.warning(
             "%s names %s, where no Ray cluster answers (a `ray start` cluster gone without "
             "`ray stop`): starting a private local cluster", where, recorded)
         return None
@@ -133,6 +218,7 @@ def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
                 "a cluster started under another user or HOME refuses a job whose auth token differs "
                 "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token: Ray's lines above say "
                 "InvalidAuthToken), and one that stopped meanwhile no longer answers") from None
+        _watch_cluster()
         return
     # "local": a new cluster even where Ray's address file names one (a stale one, ignored above).
     # Ray Data logs two INFO lines per execution (every epoch) from its coordinator actors.
@@ -140,3 +226,4 @@ def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
              include_dashboard=True, dashboard_host="127.0.0.1", **console,
              runtime_env={"env_vars": {"RAY_DATA_LOG_LEVEL": os.environ.get("RAY_DATA_LOG_LEVEL", "WARNING"),
                                       **_passed_env()}})
+    _watch_cluster()

@@ -33,6 +33,66 @@ def test_an_unreachable_ray_address_is_an_error_naming_it_within_seconds():
     check_reachable("auto")                                     # Ray's keyword: left to Ray
 
 
+def _listener(port: int = 0):
+    import socket
+
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", port))
+    s.listen(8)
+    return s
+
+
+def _wait_for(predicate, timeout_s: float = 10.0) -> bool:
+    import time
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_cluster_that_vanishes_mid_run_is_named_on_the_console_and_its_return_too(caplog):
+    """Measured on a `ray start` cluster whose head was killed under a pretraining job: Ray ends
+    the job 61 s later with a line about the GCS and nothing that names the cluster or says the
+    run resumes. The watch names both within its grace period, and says so again if it returns."""
+    import logging
+
+    from coreecg.cluster import ClusterWatch
+
+    gcs = _listener()
+    port = gcs.getsockname()[1]
+    watch = ClusterWatch(f"127.0.0.1:{port}", every_s=0.05, grace_s=0.3, reconnect_s=60,
+                         connected=lambda: True)
+    with caplog.at_level(logging.WARNING, logger="coreecg.cluster"):
+        watch.start()
+        assert not _wait_for(lambda: caplog.records, timeout_s=0.6)     # answering: silent
+        gcs.close()
+        assert _wait_for(lambda: any(r.levelno == logging.ERROR for r in caplog.records))
+        lost = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(lost) == 1 and f"127.0.0.1:{port} has stopped answering" in lost[0]
+        assert "within 60 s" in lost[0] and "same command" in lost[0] and "resume" in lost[0]
+        gcs = _listener(port)                                           # a GCS restarted (FT)
+        assert _wait_for(lambda: any("answers again" in r.getMessage() for r in caplog.records))
+        watch.stop()
+    gcs.close()
+    assert sum(r.levelno == logging.ERROR for r in caplog.records) == 1  # reported once per loss
+
+
+def test_the_cluster_watch_ends_quietly_when_the_process_leaves_the_cluster(caplog):
+    from coreecg.cluster import ClusterWatch
+
+    port = _closed_port()
+    connected = [True]
+    watch = ClusterWatch(f"127.0.0.1:{port}", every_s=0.05, grace_s=10, connected=lambda: connected[0])
+    watch.start()
+    connected[0] = False                                                # ray.shutdown()
+    watch._thread.join(timeout=5)
+    assert not watch._thread.is_alive() and not caplog.records
+
+
 @pytest.mark.parametrize("job", [["jobs/pretrain.py", "--set", "data.synthetic_records=64"],
                                  ["jobs/preprocess.py", "--source", "synthetic", "--output", "CORPUS"]])
 def test_jobs_fail_fast_on_an_unreachable_ray_address(job, tmp_path):

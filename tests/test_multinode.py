@@ -47,18 +47,20 @@ def cluster(ray_session):
 
     ray_session.shutdown()
     os.environ.pop("RAY_ADDRESS", None)
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "object_store_memory": 200 * 2**20, "_system_config": FAST_HEALTH,
-        "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": _free_port()})
-    for _ in range(3):
-        c.add_node(num_cpus=1, object_store_memory=150 * 2**20)
-    ray_session.init(address=c.address, log_to_driver=False, configure_logging=False)
-    c.wait_for_nodes()
-    try:
+    c = None
+    try:      # the session's cluster comes back even if this one fails to start (later modules need it)
+        c = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "object_store_memory": 200 * 2**20, "_system_config": FAST_HEALTH,
+            "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": _free_port()})
+        for _ in range(3):
+            c.add_node(num_cpus=1, object_store_memory=150 * 2**20)
+        ray_session.init(address=c.address, log_to_driver=False, configure_logging=False)
+        c.wait_for_nodes()
         yield c
     finally:
         ray_session.shutdown()
-        c.shutdown()
+        if c is not None:
+            c.shutdown()
         reset_ray_address()               # Cluster writes Ray's address file, as `ray start` does
         start_local_ray()
 

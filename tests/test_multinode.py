@@ -47,15 +47,31 @@ def cluster(ray_session):
 
     ray_session.shutdown()
     os.environ.pop("RAY_ADDRESS", None)
-    c = None
-    try:      # the session's cluster comes back even if this one fails to start (later modules need it)
+    def start() -> Cluster:
         c = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 1, "object_store_memory": 200 * 2**20, "_system_config": FAST_HEALTH,
             "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": _free_port()})
-        for _ in range(3):
-            c.add_node(num_cpus=1, object_store_memory=150 * 2**20)
+        try:
+            for _ in range(3):
+                c.add_node(num_cpus=1, object_store_memory=150 * 2**20)
+            c.wait_for_nodes()
+        except BaseException:
+            c.shutdown()
+            raise
+        return c
+
+    c = None
+    try:      # the session's cluster comes back even if this one fails to start (later modules need it)
+        try:
+            c = start()
+        except Exception as e:        # seen once in ~10 full runs on 2 loaded cores: a node of
+            import warnings           # Ray's start-up gave up; a second start is the fix, said aloud
+
+            warnings.warn(f"the simulated multi-node cluster failed to start ({type(e).__name__}: {e}); "
+                          "starting it again")
+            reset_ray_address()
+            c = start()
         ray_session.init(address=c.address, log_to_driver=False, configure_logging=False)
-        c.wait_for_nodes()
         yield c
     finally:
         ray_session.shutdown()

@@ -215,6 +215,12 @@ def read_files(batch: dict[str, np.ndarray], columns: list[str], shape: tuple[in
     return decode_batch(table, shape, n_classes, dtype)
 
 
+def read_shard(path: str | Path, columns: Iterable[str]) -> pa.Table:
+    """One shard file's columns as an Arrow table (signals still encoded). Memory-mapped: the
+    uncompressed pages are decoded straight from the page cache (measured 60k -> 75k windows/s)."""
+    return pq.read_table(str(path), columns=list(columns), memory_map=True)
+
+
 def read_windows(batch: dict[str, np.ndarray], shape: tuple[int, ...], dtype: str,
                  keep: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Ray Data map_batches fn of training ingest (`coreecg.train.ingest`): one shard file
@@ -222,7 +228,7 @@ def read_windows(batch: dict[str, np.ndarray], shape: tuple[int, ...], dtype: st
     whose uid is True in `keep` (the split's (N,) bool mask) when given. It lives here, away
     from torch, so that a fresh Ray Data worker imports 0.4 s of modules, not 3.8 s."""
     path, first_uid = str(batch["path"][0]), int(batch["first_uid"][0])
-    table = pq.read_table(path, columns=["signal"], memory_map=True)
+    table = read_shard(path, ["signal"])
     uid = np.arange(first_uid, first_uid + table.num_rows, dtype=np.int64)
     if keep is not None:
         rows = np.flatnonzero(keep[uid])

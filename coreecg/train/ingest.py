@@ -34,8 +34,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from coreecg.data.corpus import CorpusError, load_manifest, read_windows, signal_view, split_files
-from coreecg.data.reading import read_shard
+from coreecg.data.corpus import CorpusError, load_manifest, read_shard, read_windows, signal_view, split_files
 from coreecg.devices import to_device
 
 

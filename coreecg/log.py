@@ -3,7 +3,7 @@
 Library code logs to `logging.getLogger(__name__)` (under "coreecg") and never prints. A job
 calls `console()` so that INFO lines reach stdout as bare messages; a process that never calls
 it shows WARNING and above only, through Python's default, unless its host configures logging
-(Ray Train's workers log INFO to the driver: coreecg.train.distributed mutes their epoch line).
+(Ray Train's workers log INFO to the driver: coreecg.train.fit mutes their epoch line).
 Callbacks that run in another process (Ray Train's controller) capture their logger's level in
 the driver and call `console(level)` where they run, so the driver's choice travels with them.
 """

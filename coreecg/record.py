@@ -9,6 +9,7 @@ for TensorBoard's HParams and MLflow.
                    "host": {"name": ..., "platform": ..., "cpus": 2, "cuda": null | "NVIDIA H100 ..."},
                    "ray": {"address": "127.0.0.1:61234", "nodes": 1, "node": "<id>"} | null
                           (the cluster it ran on, its live nodes, the node of the process writing it),
+                   "pid": 4242 (that process: a job's driver, or the Tune trial running the run),
                    "started": "2026-11-23T20:41:07+00:00", "ended": ... | absent while running or killed,
                    "status": "running" | "completed" | "failed", "error": "..." (failed only)}]}
 
@@ -120,7 +121,7 @@ def start_session(run_dir: Path) -> None:
     record = _read(run_dir)
     record["sessions"].append({"command": command_line(), "cwd": os.getcwd(), "git": git_state(),
                                "versions": versions(), "host": host(),
-                               "ray": ray_cluster(), "started": _now(), "status": "running"})
+                               "ray": ray_cluster(), "pid": os.getpid(), "started": _now(), "status": "running"})
     _write(run_dir, record)
 
 

@@ -1,6 +1,6 @@
-"""The paper's baselines and ablations on Ray Tune: every variant x seed is a pretraining trial
-(judged by probe_auroc); with --finetune, each variant's encoder is fine-tuned on each named corpus
-(and the Supervised variant trains from scratch there), and the paper's tables are written.
+"""The paper's ablations and baselines as a study: every variant pretrained (per seed) and, with
+--finetune, fine-tuned on each named corpus (the Supervised variant trains from scratch there),
+then the paper's tables. A preset of jobs/study.py: it writes the study file it runs.
 
     python jobs/ablate.py                                           # every variant, 1 seed, this machine
     python jobs/ablate.py --only "Supervised,MoCo V3,CMSC,MTAE-like,MLAE-like,ST-MEM-like,CoRe-ECG" \\
@@ -10,18 +10,22 @@
 Variants (tune_spaces/ablations.yaml) are override lists: the CoRe-ECG ablations, the
 reconstruction baselines (ST-MEM-, MTAE-, MLAE-like), the contrastive baselines (MoCo V3, CMSC:
 pretrain.method), Supervised (scratch) and BMIRC (not available: listed with its reason).
-Writes into --output: results.csv (one row per pretraining trial), finetune/<variant>-<corpus>-s<seed>/
-(fine-tuning run folders, skipped when finished; a failed one is listed in finetune_failures.csv),
-tables/ (jobs/report.py's tables, with `comparison` in the paper's Table 1 row order, plus one
-per other `tables` entry of the variants file: ablation_paradigm, ablation_stdm_fda, ...; as
-Markdown and CSV, mean ± std over seeds and the run count), tune/ and trials/<id>/.
-Exit codes: 0 done (failed trials are recorded), 2 bad arguments, variants or config.
+Each pretraining is evaluated by the representation probe every epoch (probe_auroc).
+Writes into --output: study.yaml (the study this run is: `python jobs/study.py study.yaml`
+runs it again), everything jobs/study.py writes (runs/pretrain/<variant>-s<seed>/,
+runs/finetune/<variant>-<corpus>-finetune-l12-f100-s<seed>/, runs.csv: one row per run with its
+method, seed, status and error), and with --finetune report/tables/: `comparison` in the paper's
+Table 1 row order plus one table per other `tables` entry of the variants file
+(ablation_paradigm, ablation_stdm_fda, ...), as Markdown, CSV and LaTeX, mean ± std over seeds.
+Exit codes: 0 every run finished, 1 some runs failed (runs.csv says which and why), 2 bad
+arguments, variants or config.
 """
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
+
+import yaml
 
 from coreecg.cli import fail, parse_args, sweep_parser, sweep_settings
 
@@ -34,14 +38,8 @@ def main(argv=None) -> int:
     parser.add_argument("--finetune", nargs="+", default=[], metavar="CORPUS", help="labelled corpora to fine-tune on")
     args = parse_args(parser, argv)
     s = sweep_settings(parser, args)
-    from ray import tune
-
-    from coreecg.config import load_config
-    from coreecg.eval.report import write_report
-    from coreecg.study.spec import slug
-    from coreecg.train.distributed import finetune
+    from coreecg.study.spec import StudyError, load_study
     from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, SpaceError, load_space
-    from coreecg.tune.sweep import SweepError, result_rows, run_sweep, write_results
 
     try:
         space = load_space(args.space, args.config, args.overrides)
@@ -51,68 +49,48 @@ def main(argv=None) -> int:
         unknown = [n for n in names if n not in space.variants]
         if unknown:
             return fail(f"--only: unknown variant(s) {unknown}; {args.space} has {list(space.variants)}")
-        unavailable = [n for n in names if space.variants[n] == NOT_AVAILABLE]
-        for n in unavailable:
-            print(f"{n}: not available ({space.unavailable[n]})", file=sys.stderr)
-        names = [n for n in names if n not in unavailable]
-        pretrained = [n for n in names if space.variants[n] != SCRATCH]
-        s.variants = {n: space.variants[n] for n in pretrained}
-        seeds = list(range(args.seeds))
-        rows = []
-        if pretrained:
-            grid = run_sweep(s, {"variant": tune.grid_search(pretrained), "train.seed": tune.grid_search(seeds)})
-            rows = result_rows(grid, ["variant"], s)
-            write_results(rows, s.output / "results.csv")
-    except (SpaceError, SweepError, ValueError) as e:
+        for n in names:
+            if space.variants[n] == NOT_AVAILABLE:
+                print(f"{n}: not available ({space.unavailable[n]})", file=sys.stderr)
+        study_file = write_study(s.output, args, names, pretrained=[n for n in names if space.variants[n] not in
+                                                                   (SCRATCH, NOT_AVAILABLE)],
+                                 tables=[t for t, methods in space.tables.items() if set(methods) & set(names)])
+        study = load_study(study_file)
+    except (SpaceError, StudyError, ValueError) as e:
         return fail(str(e))
-    print(f"{len(rows)} pretraining trials: {s.output / 'results.csv'}")
-    if not args.finetune:
-        return 0
+    from coreecg.jobs.study import run_study_job      # the study job's own run-and-report
 
-    # One line per fine-tuning below, not each run's own account and progress.
-    logging.getLogger("coreecg.train").setLevel(logging.WARNING)
-    runs, failures = [], []
-    for corpus in args.finetune:
-        corpus = Path(corpus).expanduser().resolve()
-        for name in names:
-            for seed in seeds:
-                run = s.output / "finetune" / f"{slug(name)}-{slug(corpus.name)}-s{seed}"
-                extra = [f"data.corpus={corpus}", f"train.seed={seed}", f"finetune.method={name}",
-                         f"train.storage_path={run.parent}", f"train.name={run.name}"]
-                if space.variants[name] == SCRATCH:
-                    extra.append("finetune.mode=scratch")
-                else:
-                    row = next((r for r in rows if r["variant"] == name and r["seed"] == seed), None)
-                    encoder = Path(row["run_dir"]) / "encoder.pt" if row else None
-                    if row is None or row["status"] == "error" or not encoder.is_file():
-                        print(f"skipping {name} (seed {seed}) on {corpus.name}: its pretraining did not finish",
-                              file=sys.stderr)
-                        continue
-                    extra.append(f"finetune.encoder={encoder}")
-                try:
-                    finetune(load_config(args.config, [*args.overrides, *extra]))
-                    runs.append(run)
-                    print(f"fine-tuned {name} (seed {seed}) on {corpus.name}: {run}")
-                except Exception as e:            # recorded in finetune_failures.csv; the ablation goes on
-                    failures.append([name, seed, str(corpus), f"{type(e).__name__}: {e}"])
-                    print(f"fine-tuning {name} (seed {seed}) on {corpus.name} failed: {failures[-1][-1]}",
-                          file=sys.stderr)
-    if failures:
-        import csv
+    return run_study_job(study, s.output, resume=s.resume, concurrency=s.concurrency)
 
-        with open(s.output / "finetune_failures.csv", "w", newline="") as f:
-            csv.writer(f).writerows([["variant", "seed", "corpus", "error"], *failures])
-        print(f"{len(failures)} fine-tuning run(s) failed: {s.output / 'finetune_failures.csv'}", file=sys.stderr)
-    if not runs:
-        return fail("no fine-tuning run finished")
-    # Each table keeps its rows that ran, in the file's order, and its not-available rows.
-    tables = {name: [m for m in methods if m in names or m in space.unavailable]
-              for name, methods in space.tables.items()}
-    written = write_report(runs, s.output / "tables",
-                           {k: v for k, v in tables.items() if any(m in names for m in v)}, space.unavailable,
-                           report=load_config(args.config, args.overrides).report)
-    print("tables: " + ", ".join(str(p) for p in written if p.suffix == ".md"))
-    return 0
+
+def write_study(output: Path, args, names: list[str], pretrained: list[str], tables: list[str]) -> Path:
+    """<output>/study.yaml: the ablation as a study file (absolute paths; kept on --resume)."""
+    from coreecg.data.corpus import load_manifest
+    from coreecg.train.finetuning import dataset_name
+
+    from coreecg.study.spec import PATH_KEYS
+
+    seeds = list(range(args.seeds))
+    # --set paths are relative to this folder; a study file's would be relative to the study file
+    overrides = [f"{k}={Path(v).expanduser().resolve()}" if k in PATH_KEYS else f"{k}={v}"
+                 for k, v in (o.split("=", 1) for o in args.overrides)]
+    study: dict = {"name": output.name, "config": str(Path(args.config).resolve()) if args.config else None,
+                   "set": overrides, "variants": str(Path(args.space).resolve()),
+                   "pretrain": {"methods": pretrained, "seeds": seeds, "set": ["train.eval_every_epochs=1"]}}
+    if args.finetune:
+        corpora = {}
+        for corpus in (Path(c).expanduser().resolve() for c in args.finetune):
+            corpora[dataset_name(load_manifest(corpus))] = {"path": str(corpus)}
+        study["downstream"] = {"corpora": corpora, "methods": names, "modes": ["finetune"], "seeds": seeds}
+        study["report"] = {"tables": tables}
+    if study["config"] is None:
+        del study["config"]
+    text, path = yaml.safe_dump(study, sort_keys=False), output / "study.yaml"
+    if path.is_file() and path.read_text() != text:
+        raise ValueError(f"{path}: {output} holds an ablation with other arguments; use another --output")
+    output.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ def main(argv=None) -> int:
 
     from coreecg.data.corpus import CorpusError
     from coreecg.train.checkpoint import CheckpointError
-    from coreecg.train.distributed import finetune
+    from coreecg.train.fit import fit, plan_run
     from coreecg.train.finetuning import FinetuneError, parse_leads
 
     scratch = args.encoder.lower() == "none"
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
         parser.exit(2, f"error: {e}\n")
 
     try:
-        result = finetune(cfg)
+        result = fit(plan_run(cfg, "finetune"))
     except (CheckpointError, CorpusError, FinetuneError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

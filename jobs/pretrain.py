@@ -47,10 +47,10 @@ def main(argv=None) -> int:
         "train.name": ("--output", output.name if output else None)})
     from coreecg.data.corpus import CorpusError
     from coreecg.train.checkpoint import CheckpointError
-    from coreecg.train.distributed import pretrain
+    from coreecg.train.fit import fit, plan_run
 
     try:
-        result = pretrain(cfg)
+        result = fit(plan_run(cfg, "pretrain"))
     except (CheckpointError, CorpusError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     print(f"  tensorboard: {run / 'tensorboard'}  (view: pip install tensorboard; tensorboard --logdir ...)")
     print(f"  figures:    {run / 'figures'}")
     print(f"  checkpoint: {result.checkpoint}")
-    print(f"  encoder:    {result.encoder}  (coreecg.load_encoder reads it; jobs/export.py ships it)")
+    print(f"  encoder:    {result.model}  (coreecg.load_encoder reads it; jobs/export.py ships it)")
     if board:
         print(f"leaderboard:  {board}  (every pretraining run in {run.parent})")
     return 0

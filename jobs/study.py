@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from coreecg.cli import job_parser, parse_args
+from coreecg.cli import fail, job_parser, parse_args
 
 
 def main(argv=None) -> int:
@@ -39,8 +39,6 @@ def main(argv=None) -> int:
     parser.add_argument("--concurrency", type=int, default=0, help="trials at once (0: what the cluster's CPUs allow)")
     args = parse_args(parser, argv)
 
-    from coreecg.study.report import write_study_report
-    from coreecg.study.runner import StudyRunError, run_study
     from coreecg.study.spec import StudyError, load_study
 
     try:
@@ -52,17 +50,28 @@ def main(argv=None) -> int:
 
         sys.stdout.write(load_config(study.config_file, [*study.base, *study.extra]).to_yaml())
         return 0
+    return run_study_job(study, args.output, resume=args.resume, concurrency=args.concurrency)
+
+
+def run_study_job(study, output: str | Path, *, resume: bool = False, concurrency: int = 0) -> int:
+    """What jobs/study.py and its presets (jobs/ablate.py) do with a loaded study: run it, write
+    its report, say what finished -> the exit code (0 all runs finished, 1 some did not, 2 the
+    folder cannot hold this study)."""
+    from coreecg.study.report import write_study_report
+    from coreecg.study.runner import StudyRunError, run_study
+
+    output = Path(output).expanduser().resolve()
     masks = len(study.mask_rate_runs())      # the mask-rate figure's fine-tunings run too
     print(f"study {study.name}: {len(study.pretrain_runs())} pretraining run(s), "
           f"{len(study.finetune_runs()) + masks} fine-tuning run(s)"
-          f"{f' ({masks} for the mask-rate figure)' if masks else ''} -> {Path(args.output).resolve()}")
+          f"{f' ({masks} for the mask-rate figure)' if masks else ''} -> {output}")
     try:
-        rows = run_study(study, args.output, resume=args.resume, concurrency=args.concurrency)
+        rows = run_study(study, output, resume=resume, concurrency=concurrency)
     except StudyRunError as e:
-        parser.exit(2, f"error: {e}\n")
+        return fail(str(e))
     bad = [r for r in rows if r["status"] != "done"]
-    index = write_study_report(study, args.output)
-    print(f"\n{len(rows) - len(bad)} of {len(rows)} run(s) finished; runs: {Path(args.output).resolve() / 'runs.csv'}")
+    index = write_study_report(study, output)
+    print(f"\n{len(rows) - len(bad)} of {len(rows)} run(s) finished; runs: {output / 'runs.csv'}")
     for r in bad:
         print(f"  {r['status']}: {r['phase']} {r['run']}: {r['error']}", file=sys.stderr)
     print(f"report: {index}")

@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     print(f"{len(rows)} trials ({len(bad)} failed): {out / 'results.csv'}, {out / 'heatmap.png'}")
     if not args.finetune:
         return 0
-    from coreecg.tune.mask_rates import finetune_cells, write_finetune_figures
+    from coreecg.study.mask_rates import finetune_cells, write_finetune_figures
 
     try:
         ft = finetune_cells(rows, x, y, args.finetune, out, args.config, args.overrides, args.concurrency)

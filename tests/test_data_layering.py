@@ -1,11 +1,15 @@
-"""Data knows no training: importing the data package pulls in neither the model nor the
-training code (nor torch, which only the float16 decode of corpus reads uses, lazily)."""
+"""Layering, enforced: every module of coreecg/ and jobs/ sits in one layer (LAYERS, lowest
+first) and imports nothing from a higher one, lazily or not; packages import each other without a
+cycle. And data knows no training: importing the data package pulls in neither the model nor the
+training code (nor torch)."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,3 +34,95 @@ def test_version_is_shared_and_the_top_level_api_stays_lazy():
                           "assert coreecg.__version__ == v and callable(coreecg.load_encoder)")
     assert "coreecg.version" in mods
     assert not [m for m in mods if m.startswith(("coreecg.train", "coreecg.model", "torch"))]
+
+
+# ---------------------------------------------------------------------------- every package
+
+# The layers, lowest first. A module may import (at the top or inside a function) only from its
+# own layer or a lower one; `coreecg` names the package's own __init__ only (its lazy top-level API).
+# A module that is in no layer fails the test: place it when you add it.
+LAYERS = [
+    ("base", {"coreecg.version", "coreecg.log"}),
+    ("config", {"coreecg.config"}),
+    ("devices", {"coreecg.devices"}),
+    ("model", {"coreecg.model", "coreecg.masking", "coreecg.augment", "coreecg.losses"}),
+    ("runtime", {"coreecg.record", "coreecg.cluster"}),
+    ("data", {"coreecg.data"}),
+    ("eval", {"coreecg.eval"}),
+    ("methods", {"coreecg.methods"}),
+    ("train", {"coreecg.train"}),
+    ("models in and out", {"coreecg.hub", "coreecg.inference"}),
+    ("tune", {"coreecg.tune"}),
+    ("study", {"coreecg.study"}),
+    ("cli", {"coreecg.cli", "coreecg"}),
+    ("jobs", {"jobs"}),
+]
+
+
+def _layer_of(module: str) -> int:
+    best = None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or (prefix != "coreecg" and module.startswith(prefix + ".")):
+                if best is None or len(prefix) > best[1]:
+                    best = (i, len(prefix))
+    if best is None:
+        raise AssertionError(f"{module} is in no layer of tests/test_data_layering.py: place it")
+    return best[0]
+
+
+def _all_imports() -> dict[str, set[tuple[str, int]]]:
+    """module -> {(imported coreecg/jobs module, line)}: every import statement, lazy ones too."""
+    import ast
+
+    out = {}
+    for root in ("coreecg", "jobs"):
+        for path in (REPO / root).rglob("*.py"):
+            module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+            found = set()
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+                found |= {(n.replace("coreecg.jobs", "jobs", 1), node.lineno) for n in names
+                          if n.split(".")[0] in ("coreecg", "jobs")}
+            out[module] = found
+    return out
+
+
+def test_no_import_climbs_a_layer_lazy_or_not():
+    climbs = [f"{m} (layer {LAYERS[_layer_of(m)][0]}) imports {d} (layer {LAYERS[_layer_of(d)][0]}) at line {line}"
+              for m, deps in _all_imports().items() for d, line in sorted(deps)
+              if _layer_of(d) > _layer_of(m)]
+    assert climbs == []
+
+
+def test_packages_import_each_other_without_a_cycle():
+    """Between packages (coreecg.train, coreecg.eval, ...; top-level modules count as their own),
+    lazy imports included: a cycle would make two layers one."""
+    def unit(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    graph: dict[str, set[str]] = {}
+    for m, deps in _all_imports().items():
+        graph.setdefault(unit(m), set()).update(unit(d) for d, _ in deps if unit(d) != unit(m))
+    state: dict[str, int] = {}
+
+    def visit(u: str, path: list[str]) -> None:
+        state[u] = 1
+        for d in sorted(graph.get(u, ())):
+            assert state.get(d) != 1, f"import cycle: {' -> '.join(path[path.index(d):] + [u, d]) if d in path else u + ' -> ' + d}"
+            if d not in state:
+                visit(d, path + [u])
+        state[u] = 2
+
+    for u in sorted(graph):
+        if u not in state:
+            visit(u, [])
+
+
+def test_the_layering_test_catches_a_climb():
+    """The rule has teeth: a train module importing the tune layer is a climb."""
+    assert _layer_of("coreecg.train.fit") < _layer_of("coreecg.tune.trials") < _layer_of("coreecg.study.runner")
+    assert _layer_of("coreecg.data.corpus") < _layer_of("coreecg.train.ingest")
+    with pytest.raises(AssertionError, match="in no layer"):
+        _layer_of("coreecg.nowhere")

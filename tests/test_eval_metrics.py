@@ -194,7 +194,7 @@ def test_bootstrap_counts_resamples_missing_a_rare_class():
 
 
 def test_rank_correlation_of_cells_matches_ranks_and_brackets_rho():
-    from coreecg.tune.mask_rates import rank_correlation
+    from coreecg.study.mask_rates import rank_correlation
 
     rng = np.random.default_rng(1)
     probe = rng.normal(size=12)

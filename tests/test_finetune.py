@@ -21,7 +21,7 @@ from coreecg.eval.downstream import eval_offsets, load_split, predict, read_pred
 from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder
 from coreecg.train.checkpoint import CheckpointError, load_checkpoint
-from coreecg.train.distributed import finetune
+from coreecg.train.fit import fit, plan_run
 from coreecg.train.finetuning import FinetuneError, parse_leads, plan_finetune
 from coreecg.train.step import FinetuneStep, Schedule
 from tests.helpers import TINY, tiny_config
@@ -121,13 +121,13 @@ def corpora(ray_session, ecg_data, tmp_path_factory):
 @pytest.fixture(scope="module")
 def encoder(corpora, tmp_path_factory) -> Path:
     """A tiny pretraining on the MIMIC-layout records, in the test."""
-    from coreecg.train.distributed import pretrain
+    from coreecg.train.fit import fit, plan_run
 
     tmp = tmp_path_factory.mktemp("ft-pre")
     cfg = load_config(overrides=[*TINY, f"data.corpus={corpora / 'mimic'}", "optim.batch_size=8", "optim.epochs=1",
                                  "optim.warmup_epochs=0", "train.eval_every_epochs=0", "train.num_workers=1",
                                  f"train.storage_path={tmp}", "train.name=pre", "train.variant=TinyCoRe"])
-    return pretrain(cfg).encoder
+    return fit(plan_run(cfg, "pretrain")).model
 
 
 def _ft(tmp: Path, name: str, corpora: Path, *extra: str):
@@ -166,13 +166,13 @@ def runs(corpora, encoder, tmp_path_factory):
     """Fine-tune (12 leads), linear (6 leads, half the patients), scratch (lead I) on PTB-XL's
     single-label task, and a linear probe of its multi-label task."""
     tmp = tmp_path_factory.mktemp("ft-runs")
-    full = finetune(_ft(tmp, "ft", corpora, f"finetune.encoder={encoder}", "finetune.epochs=12", "finetune.lr=3e-3"))
-    linear = finetune(_ft(tmp, "lin", corpora, f"finetune.encoder={encoder}", "finetune.mode=linear",
-                          "finetune.leads=[I,II,III,aVR,aVL,aVF]", "finetune.train_fraction=0.5", "finetune.epochs=2"))
-    scratch = finetune(_ft(tmp, "sup", corpora, *TINY, "finetune.mode=scratch", "finetune.leads=[I]",
-                           "finetune.epochs=2"))
-    multi = finetune(_ft(tmp, "multi", corpora, f"data.corpus={corpora / 'ptbxl-multi'}", "finetune.mode=linear",
-                         f"finetune.encoder={encoder}", "finetune.epochs=2"))
+    full = fit(plan_run(_ft(tmp, "ft", corpora, f"finetune.encoder={encoder}", "finetune.epochs=12", "finetune.lr=3e-3"), "finetune"))
+    linear = fit(plan_run(_ft(tmp, "lin", corpora, f"finetune.encoder={encoder}", "finetune.mode=linear",
+                          "finetune.leads=[I,II,III,aVR,aVL,aVF]", "finetune.train_fraction=0.5", "finetune.epochs=2"), "finetune"))
+    scratch = fit(plan_run(_ft(tmp, "sup", corpora, *TINY, "finetune.mode=scratch", "finetune.leads=[I]",
+                           "finetune.epochs=2"), "finetune"))
+    multi = fit(plan_run(_ft(tmp, "multi", corpora, f"data.corpus={corpora / 'ptbxl-multi'}", "finetune.mode=linear",
+                         f"finetune.encoder={encoder}", "finetune.epochs=2"), "finetune"))
     return {"ft": full, "lin": linear, "sup": scratch, "multi": multi}
 
 
@@ -199,7 +199,7 @@ def test_finetune_end_to_end_on_real_ptbxl(runs, corpora, encoder):
 
     # The selected weights fit the training set well above chance (macro AUROC over the classes
     # with at least 5 training records: this subset has one HYP record, whose AUROC is noise).
-    payload, cfg = load_checkpoint(r.best)
+    payload, cfg = load_checkpoint(r.model)
     assert payload["epoch"] == best + 1                               # epochs count from 1
     assert payload["class_names"] == ["NORM", "MI", "STTC", "CD", "HYP"] and payload["multilabel"] is False
     model = Classifier(Encoder.from_config(cfg.model), 5, STANDARD_LEADS, multilabel=False)
@@ -230,7 +230,7 @@ def test_linear_scratch_leads_and_fraction_runs(runs, encoder):
     lin, sup = runs["lin"], runs["sup"]
     assert (lin.metrics["mode"], lin.metrics["leads"]) == ("linear", "6")
     pre, _ = load_checkpoint(encoder)
-    best, _ = load_checkpoint(lin.best)
+    best, _ = load_checkpoint(lin.model)
     for k, v in pre["model"].items():                 # linear probing leaves the encoder untouched
         assert torch.equal(best["model"][k], v), k
     assert (sup.metrics["method"], sup.metrics["mode"], sup.metrics["leads"]) == ("Supervised", "scratch", "1")
@@ -258,7 +258,7 @@ def test_multilabel_task_uses_sigmoid_and_per_label_accuracy(runs):
 def test_finished_run_is_returned_without_training(runs):
     r = runs["lin"]
     before = (r.run_dir / "metrics.json").stat().st_mtime_ns
-    again = finetune(load_config(r.run_dir / "config.yaml"))
+    again = fit(plan_run(load_config(r.run_dir / "config.yaml"), "finetune"))
     assert again.metrics == r.metrics and (r.run_dir / "metrics.json").stat().st_mtime_ns == before
 
 

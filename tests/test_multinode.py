@@ -122,7 +122,7 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     checkpoints (its worker dies with it: this is also the killed-worker case). The run restarts
     its worker group on the nodes left, resumes from the last checkpoint (losing at most one
     checkpoint interval of steps) and finishes every epoch."""
-    from coreecg.train.distributed import pretrain
+    from coreecg.train.fit import fit, plan_run
     from coreecg.train.plan import checkpoint_dirs
 
     every = 3
@@ -133,7 +133,7 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
         "train.eval_every_epochs=0", "train.max_failures=2", "data.cache_in_memory_gb=0"])
     run = cfg.train.run_dir
     out: dict = {}
-    thread = threading.Thread(target=lambda: out.setdefault("result", pretrain(cfg)))
+    thread = threading.Thread(target=lambda: out.setdefault("result", fit(plan_run(cfg, "pretrain"))))
     thread.start()
 
     def steps() -> list[int]:
@@ -163,7 +163,7 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     steps_per_epoch = epochs[0]["step"]
     assert [e["epoch"] for e in epochs] == [1, 2] and epochs[-1]["step"] == 2 * steps_per_epoch
     assert victim.node_id not in _nodes_of("RayTrainWorker")           # done on what is left
-    assert out["result"].metrics["step"] == 2 * steps_per_epoch and out["result"].encoder.is_file()
+    assert out["result"].metrics["step"] == 2 * steps_per_epoch and out["result"].model.is_file()
 
 
 def test_a_sweep_survives_the_loss_of_a_node(cluster, cache, tmp_path):
@@ -191,8 +191,8 @@ def test_a_sweep_survives_the_loss_of_a_node(cluster, cache, tmp_path):
         for trial in map(Path, glob.glob(str(out / "trials" / "*"))):
             if (trial / "done.json").is_file() or not (trial / "run.json").is_file():
                 continue
-            # its first epoch's checkpoint is on storage (the trial writes it there when it reports)
-            if (out / "tune" / trial.name / "checkpoint_000000").is_dir():
+            # its first epoch's checkpoint is in its run folder (rank 0 writes it before it reports)
+            if list(trial.glob("checkpoint_step*/checkpoint.pt.sha256")):
                 node = json.loads((trial / "run.json").read_text())["sessions"][-1]["ray"]["node"]
                 nodes = _removable(cluster, [node])
                 if nodes:
@@ -213,9 +213,8 @@ def test_a_sweep_survives_the_loss_of_a_node(cluster, cache, tmp_path):
         assert (trial / "done.json").is_file()
         sessions = json.loads((trial / "run.json").read_text())["sessions"]
         if trial.name == hit:
-            # Retried on another node from the last checkpoint Tune's driver had recorded: the
-            # epoch-1 one, or none when the node went before the driver took that report (then
-            # epoch 1 runs again). At most one epoch is trained twice; the last one only once.
+            # Retried on another node from the newest checkpoint in its run folder: the epoch-1
+            # one or a later one. At most one epoch is trained twice; the last one only once.
             assert epochs[-1] == 4 and epochs.count(4) == 1 and sorted(set(epochs)) == [1, 2, 3, 4], epochs
             assert len(epochs) - 4 <= 1, epochs
             assert len(sessions) == 2 and sessions[-1]["status"] == "completed"

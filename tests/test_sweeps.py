@@ -123,7 +123,7 @@ def test_ablation_variants_pretrain_finetune_and_tabulate(env, tmp_path):
     corpus = _synthetic(env)              # labelled: the variants' encoders are fine-tuned on it
     _run("ablate.py", "--only", "Contrastive only,Reconstructive only", "--finetune", str(corpus),
          "--output", str(out), *sets, "--set", "finetune.epochs=1", env=environ, timeout=900)
-    rows = {r["variant"]: r for r in _rows(out / "results.csv")}
+    rows = {r["method"]: r for r in _rows(out / "runs.csv") if r["phase"] == "pretrain"}
     assert set(rows) == {"Contrastive only", "Reconstructive only"}
     con, rec = Path(rows["Contrastive only"]["run_dir"]), Path(rows["Reconstructive only"]["run_dir"])
     assert all("loss_rec" not in e and "loss_con" in e for e in _epoch_lines(con))
@@ -132,17 +132,17 @@ def test_ablation_variants_pretrain_finetune_and_tabulate(env, tmp_path):
     assert con_model.time_decoder is None and con_model.teacher_encoder is not None
     assert rec_model.teacher_encoder is None and rec_model.fda is None and rec_model.time_decoder is not None
     assert load_config(con / "config.yaml").train.variant == "Contrastive only"
-    table = (out / "tables" / "ablation_paradigm.md").read_text()
+    table = (out / "report" / "tables" / "ablation_paradigm.md").read_text()
     lines = [x for x in table.splitlines() if x.startswith("| ")]
     assert [x.split(" | ")[0][2:] for x in lines[2:4]] == ["Contrastive only", "Reconstructive only"]
-    assert not (out / "tables" / "ablation_stdm_fda.md").exists()     # none of its variants ran
-    csv_rows = {r["method"]: r for r in csv.DictReader(open(out / "tables" / "ablation_paradigm.csv"))}
+    assert not (out / "report" / "tables" / "ablation_stdm_fda.md").exists()     # none of its variants ran
+    csv_rows = {r["method"]: r for r in csv.DictReader(open(out / "report" / "tables" / "ablation_paradigm.csv"))}
     counts = {m: [v for k, v in row.items() if k.endswith(" n")] for m, row in csv_rows.items()}
     assert set(counts) == {"Contrastive only", "Reconstructive only"}
     assert counts["Contrastive only"] == counts["Reconstructive only"] == ["1", "1", "1"]
-    runs = sorted(p.name for p in (out / "finetune").iterdir())
-    assert len(runs) == 2 and all(yaml.safe_load((out / "finetune" / r / "config.yaml").read_text())["finetune"]
-                                  ["method"] in rows for r in runs)
+    runs = sorted(p.name for p in (out / "runs" / "finetune").iterdir())
+    assert len(runs) == 2 and all(yaml.safe_load((out / "runs" / "finetune" / r / "config.yaml").read_text())
+                                  ["finetune"]["method"] in rows for r in runs)
 
 
 def _synthetic(env) -> Path:
@@ -178,8 +178,8 @@ def test_contrastive_baselines_run_as_trials_finetune_and_fill_the_comparison_ta
     done = _run("ablate.py", "--only", "MoCo V3,CMSC,BMIRC", "--finetune", str(corpus), "--output", str(out), *sets,
                 "--set", "finetune.epochs=1", env=environ, timeout=900)
     assert "BMIRC: not available (not implemented" in done.stderr
-    rows = {r["variant"]: r for r in _rows(out / "results.csv")}
-    assert set(rows) == {"MoCo V3", "CMSC"} and {r["status"] for r in rows.values()} == {"completed"}
+    rows = {r["method"]: r for r in _rows(out / "runs.csv") if r["phase"] == "pretrain"}
+    assert set(rows) == {"MoCo V3", "CMSC"} and {r["status"] for r in rows.values()} == {"done"}
     for name, method, key in (("MoCo V3", "moco_v3", "query_key_cos"), ("CMSC", "cmsc", "segment_cos")):
         run = Path(rows[name]["run_dir"])
         cfg = load_config(run / "config.yaml")
@@ -188,14 +188,14 @@ def test_contrastive_baselines_run_as_trials_finetune_and_fill_the_comparison_ta
         assert len(epochs) == 2 and all(key in e and "loss_con" in e and "loss_rec" not in e for e in epochs)
         assert all(0.0 <= e["probe_auroc"] <= 1.0 for e in epochs) and (run / "encoder.pt").is_file()
     finetuned = {json.loads(p.read_text())["method"]: json.loads(p.read_text())
-                 for p in (out / "finetune").glob("*/metrics.json")}
+                 for p in (out / "runs" / "finetune").glob("*/metrics.json")}
     assert set(finetuned) == {"MoCo V3", "CMSC"}
     assert all(0.0 <= m["test"]["auroc"] <= 1.0 for m in finetuned.values())
-    table = (out / "tables" / "comparison.md").read_text()
+    table = (out / "report" / "tables" / "comparison.md").read_text()
     body = [x.split(" | ")[0][2:] for x in table.splitlines() if x.startswith("| ")]
     assert body[2:5] == ["MoCo V3", "CMSC", "BMIRC†"]             # Table 1's order, BMIRC marked
     assert "† n/a: BMIRC: not implemented" in table
-    csv_rows = {r["method"]: r for r in csv.DictReader(open(out / "tables" / "comparison.csv"))}
+    csv_rows = {r["method"]: r for r in csv.DictReader(open(out / "report" / "tables" / "comparison.csv"))}
     assert [v for k, v in csv_rows["CMSC"].items() if k.endswith(" n")] == ["1", "1", "1"]
     assert csv_rows["BMIRC"]["note"].startswith("not implemented")
 

@@ -20,7 +20,7 @@ import coreecg
 from coreecg.config import load_config
 from coreecg.data.pipeline import build_corpus
 from coreecg.train.checkpoint import CheckpointError
-from coreecg.train.distributed import pretrain
+from coreecg.train.fit import fit, plan_run
 from coreecg.train.plan import preflight
 from coreecg.train.ingest import crop_offsets, epoch_batches, to_model_input, training_dataset
 from coreecg.train.loop import CHECKPOINT_FILE, checkpoint_dirs
@@ -58,7 +58,7 @@ def finished_run(corpora, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("runs")
     cfg = _config(tmp, "mimic", *_FINISHED, f"data.corpus={corpora / 'mimic'}",
                   f"data.probe_corpus={corpora / 'ptbxl'}", f"train.mirror_uri={(tmp / 'bucket').as_uri()}")
-    return cfg, pretrain(cfg)
+    return cfg, fit(plan_run(cfg, "pretrain"))
 
 
 _FINISHED = ("optim.epochs=3", "train.checkpoint_every_steps=4", "data.probe_max_windows=64")
@@ -82,7 +82,7 @@ def test_end_to_end_on_real_records(finished_run):
     kept = checkpoint_dirs(run)
     assert 1 <= len(kept) <= cfg.train.keep_checkpoints
     assert (kept[-1] / f"{CHECKPOINT_FILE}.sha256").is_file()
-    enc = coreecg.load_encoder(result.encoder)
+    enc = coreecg.load_encoder(result.model)
     assert enc.pooled(torch.randn(2, 12, 2250)).shape == (2, 32)
 
 
@@ -94,10 +94,10 @@ def test_the_run_folder_is_mirrored_and_a_fresh_machine_pulls_it_to_resume(finis
     mirrored = {p.relative_to(mirror) for p in mirror.rglob("*") if p.is_file()}
     assert local == mirrored and Path("encoder.pt") in local                  # pruned checkpoints gone too
     assert all((mirror / f).read_bytes() == (run / f).read_bytes() for f in local)
-    # A fresh machine: another storage path, the same name and mirror, one more epoch. pretrain()
+    # A fresh machine: another storage path, the same name and mirror, one more epoch. plan_run()
     # pulls the mirror before it plans (stopped there: resuming a folder is tested above), and
     # the plan resumes the pulled run.
-    import coreecg.train.distributed as distributed
+    import coreecg.train.fit as fit_module
     from coreecg.train.pretraining import plan_pretrain
 
     more = _config(tmp_path, "mimic", *_FINISHED[1:], "optim.epochs=4", *[
@@ -110,12 +110,12 @@ def test_the_run_folder_is_mirrored_and_a_fresh_machine_pulls_it_to_resume(finis
     def plan_here(config):
         raise Planned([p.name for p in checkpoint_dirs(config.train.run_dir)])
 
-    real_plan, distributed.plan_pretrain = distributed.plan_pretrain, plan_here
+    real_plan, fit_module.PLANNERS["pretrain"] = fit_module.PLANNERS["pretrain"], plan_here
     try:
         with pytest.raises(Planned) as planned:
-            pretrain(more)
+            plan_run(more, "pretrain")
     finally:
-        distributed.plan_pretrain = real_plan
+        fit_module.PLANNERS["pretrain"] = real_plan
     assert planned.value.args[0] == [p.name for p in checkpoint_dirs(run)]   # pulled before planning
     assert _files_equal(more.train.run_dir, run)
     plan = plan_pretrain(more)                                             # pre-flight passes on the pulled folder
@@ -145,7 +145,7 @@ def test_corrupted_and_foreign_checkpoints_stop_before_training(finished_run, tm
     other = load_config(overrides=[*TINY, "model.embed_dim=48", "model.latent_decoder_dim=48",
                                    f"train.storage_path={tmp_path}", "train.name=mimic"])
     with pytest.raises(CheckpointError, match=r"config\.yaml.*model\.embed_dim"):
-        pretrain(other)
+        fit(plan_run(other, "pretrain"))
 
 
 def test_training_ingest_is_seeded_per_epoch_and_float16(corpora, fresh_ray):
@@ -253,9 +253,9 @@ def test_cmsc_on_two_workers_with_multi_window_recordings(fresh_ray, ecg_data, t
         assert len(set(ids[meta["record_id"] == rec])) == 1
     cfg = _config(tmp_path, "cmsc", "pretrain.method=cmsc", "methods.cmsc.dim=16", f"data.corpus={corpus}",
                   "optim.epochs=2", "data.probe_max_windows=64", "train.checkpoint_every_steps=0")
-    result = pretrain(cfg)
+    result = fit(plan_run(cfg, "pretrain"))
     epochs = [x for x in _lines(result.run_dir) if x.get("kind") == "epoch"]
     assert len(epochs) == 2 and all("segment_cos" in e and "loss_rec" not in e for e in epochs)
     assert not list(result.run_dir.glob("figures/*.png"))                    # CMSC reconstructs nothing
-    enc = coreecg.load_encoder(result.encoder)
+    enc = coreecg.load_encoder(result.model)
     assert enc.pooled(torch.randn(2, 12, 2250)).shape == (2, 32)

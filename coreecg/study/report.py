@@ -12,7 +12,8 @@ import numpy as np
 from coreecg.config import load_config
 from coreecg.data.corpus import load_manifest
 from coreecg.eval.report import RunError, load_run, table_runs, table_specs, variant_of, write_report
-from coreecg.study.runner import DONE, is_done, run_dir
+from coreecg.study.runner import run_dir
+from coreecg.tune.trials import DONE_FILE, is_done
 from coreecg.study.spec import Study
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 
 def finished_runs(study: Study, output: Path, phase: str) -> dict[str, Path]:
     runs = study.pretrain_runs() if phase == "pretrain" else study.finetune_runs()
-    return {r.name: run_dir(output, phase, r.name) for r in runs if is_done(output, phase, r.name)}
+    return {r.name: run_dir(output, phase, r.name) for r in runs if is_done(run_dir(output, phase, r.name))}
 
 
 def _members(table: str, methods: list[str] | None, runs: dict[str, object]) -> list[str]:
@@ -139,14 +140,14 @@ def tsne_figures(study: Study, output: Path, reference: str, seed: int) -> list[
 def mask_rate_figures(study: Study, output: Path) -> list[tuple[Path, list[str]]]:
     """The paper's mask-rate figure: fine-tuned F1 and AUROC heatmaps per dataset over the grid,
     and the rank correlation between each cell's probe_auroc (the cheap mode) and its fine-tuned
-    AUROC (coreecg.tune.mask_rates)."""
-    from coreecg.tune.mask_rates import cell_result, write_finetune_figures
+    AUROC (coreecg.study.mask_rates)."""
+    from coreecg.study.mask_rates import cell_result, write_finetune_figures
 
     m = study.mask_rates
     x, y = m.keys
     probe_rows, ft_rows = [], []
     for run in m.runs():
-        done = run_dir(output, "pretrain", run.name) / DONE["pretrain"]
+        done = run_dir(output, "pretrain", run.name) / DONE_FILE
         if done.is_file():
             last = json.loads(done.read_text())
             probe_rows.append({x: run.params[0][1], y: run.params[1][1], "seed": run.seed, "status": "completed",
@@ -158,7 +159,7 @@ def mask_rate_figures(study: Study, output: Path) -> list[tuple[Path, list[str]]
     figures = output / "report" / "figures" / "mask_rates"
     figures.mkdir(parents=True, exist_ok=True)
     written = write_finetune_figures(probe_rows, ft_rows, x, y, figures)
-    behind = [r.name for r in study.mask_rate_runs() if (run_dir(output, "finetune", r.name) / DONE["finetune"]).is_file()]
+    behind = [r.name for r in study.mask_rate_runs() if is_done(run_dir(output, "finetune", r.name))]
     return [(p, behind) for p in written]
 
 

@@ -5,14 +5,14 @@ Layout of a study folder (`--output`):
     study.json                  the validated study: its runs and their overrides
     corpora/<name>/             downstream corpora the study built (resumable builds)
     runs/pretrain/<run>/        pretraining run folders (checkpoints, encoder.pt, done.json)
-    runs/finetune/<run>/        fine-tuning run folders (checkpoints, metrics.json, predictions.csv)
+    runs/finetune/<run>/        fine-tuning run folders (checkpoints, metrics.json, predictions.csv, done.json)
     tune/<phase>-<attempt>/     Ray Tune's experiment of each phase and attempt
-    runs.csv                    one row per run: phase, run, status, error, seconds, run folder
+    runs.csv                    one row per run: phase, run, method, seed, status, error, seconds, run folder
     report/                     tables, figures and their index (coreecg.study.report)
 
-A run is finished when its marker exists (pretraining: done.json; fine-tuning: metrics.json).
-`--resume` re-plans the same study and starts only unfinished runs, each from the latest
-checkpoint in its own run folder (trials write checkpoints there, not into Tune's folders), so a
+Every run is a trial of `coreecg.tune.trials`, finished when its done.json exists. `--resume`
+re-plans the same study and starts only unfinished runs, each from the latest checkpoint in its
+own run folder (trials write checkpoints there, not into Tune's folders), so a
 driver killed at any point, SIGKILL included, loses at most a checkpoint interval and re-runs no
 finished run.
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -29,9 +28,9 @@ from typing import Any
 
 from coreecg.config import load_config
 from coreecg.study.spec import FinetuneRun, PretrainRun, Study
+from coreecg.tune.trials import TrialSpec, concurrency_for, error_text, is_done, read_done, run_trials
 
 log = logging.getLogger(__name__)
-DONE = {"pretrain": "done.json", "finetune": "metrics.json"}
 
 
 class StudyRunError(ValueError):
@@ -40,10 +39,6 @@ class StudyRunError(ValueError):
 
 def run_dir(output: Path, phase: str, name: str) -> Path:
     return output / "runs" / phase / name
-
-
-def is_done(output: Path, phase: str, name: str) -> bool:
-    return (run_dir(output, phase, name) / DONE[phase]).is_file()
 
 
 def describe(study: Study) -> dict[str, Any]:
@@ -95,170 +90,41 @@ def build_corpora(study: Study, output: Path) -> dict[str, Path]:
     return out
 
 
-# ---------------------------------------------------------------------------- the trial
-
-
-def study_trial(trial: dict[str, Any]) -> None:
-    """Tune function trainable: one run of the study (trial["run"]: phase, name, config file,
-    overrides, run folder). Reports every epoch; checkpoints go to the run folder."""
-    from ray import tune
-
-    spec = trial["run"]
-    out = Path(spec["run_dir"])
-    overrides = [*spec["overrides"], f"train.storage_path={out.parent}", f"train.name={out.name}"]
-    cfg = load_config(spec["config_file"], overrides)
-    t0 = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "trials.jsonl", "a") as f:        # every attempt's start (bench/study.py reads it)
-        f.write(json.dumps({"event": "trial_start", "time": round(time.time(), 3)}) + "\n")
-    if spec["phase"] == "pretrain":
-        from coreecg.train.pretraining import plan_pretrain
-
-        plan = plan_pretrain(cfg)
-    else:
-        from coreecg.train.finetuning import plan_finetune
-
-        plan = plan_finetune(cfg)
-    last = _fit_in_process(plan) if cfg.train.num_workers == 1 else _fit_on_train(plan)
-    if spec["phase"] == "pretrain":
-        (out / DONE["pretrain"]).write_text(json.dumps({**last, "wall_s": time.perf_counter() - t0}))
-    elif not (out / DONE["finetune"]).is_file():
-        raise RuntimeError(f"{out}: fine-tuning ended without metrics.json")
-    tune.report({"finished": 1.0, "wall_s": time.perf_counter() - t0})
-
-
-def _fit_on_train(plan) -> dict[str, Any]:
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    from coreecg.train.distributed import build_trainer
-
-    result = build_trainer(plan, callbacks=[TuneReportCallback()]).fit()
-    return {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
-
-
-def _fit_in_process(plan) -> dict[str, Any]:
-    """The loop in the trial's process (no Train worker group), checkpoints in the run folder."""
-    from ray import tune
-    from ray.data import DataContext
-
-    from coreecg.devices import trial_device
-    from coreecg.train.distributed import run_task
-    from coreecg.train.ingest import local_source, training_dataset
-    from coreecg.train.plan import checkpoint_dirs, write_run_folder
-
-    cfg, folder = plan.config, write_run_folder(plan)
-    device = trial_device(cfg.train.use_gpu)
-    ctx = DataContext.get_current()
-    ctx.enable_progress_bars = ctx.enable_operator_progress_bars = False
-    data = local_source(training_dataset(plan.corpus, cfg.train.seed, cfg.data.cache_in_memory_gb,
-                                          keep=plan.keep))
-    last: dict[str, Any] = {}
-
-    def report(metrics: dict[str, float], checkpoint=None, checkpoint_dir_name: str | None = None) -> None:
-        if checkpoint is not None:            # into the run folder, atomically; keep the newest few
-            dest = folder / checkpoint_dir_name
-            tmp = folder / f".{checkpoint_dir_name}.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(checkpoint.path, tmp)
-            tmp.rename(dest)
-            for old in checkpoint_dirs(folder)[:-cfg.train.keep_checkpoints]:
-                shutil.rmtree(old)
-        last.clear()
-        last.update({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
-        tune.report(metrics)
-
-    run_task(plan, data, 0, 1, device, report_fn=report, get_checkpoint=lambda: None, checkpoint_cls=tune.Checkpoint)
-    return dict(last)
-
-
 # ---------------------------------------------------------------------------- phases
-
-
-def _resources(cfg) -> tuple[dict[str, float], int]:
-    """Per-trial resources and concurrency from the config (as the sweeps do)."""
-    import os
-
-    import ray
-
-    t = cfg.train
-    if t.num_workers == 1:
-        per = {"cpu": t.cpus_per_worker, "gpu": 1.0 if t.use_gpu else 0.0}
-        need = t.cpus_per_worker
-    else:   # Train-in-Tune: the TorchTrainer's workers hold the resources
-        per, need = {"cpu": 0.1}, t.num_workers * t.cpus_per_worker
-    cpus = ray.cluster_resources().get("CPU", os.cpu_count() or 1) if ray.is_initialized() else (os.cpu_count() or 1)
-    return per, max(1, int(cpus // (need + 1)))     # one CPU per running trial left to Ray Data
 
 
 def run_phase(output: Path, phase: str, config_file: str | None, runs: list[tuple[str, list[str]]],
               concurrency: int = 0, tune_dir: Path | None = None) -> list[dict[str, Any]]:
-    """Run (name, overrides) pairs of one phase (pretrain | finetune) as Tune trials, each in
-    `output/runs/<phase>/<name>/`, Tune's experiment in `tune_dir/<phase>-<attempt>` (default
-    output/tune) -> one row per run. Resources per trial come from the first run's config."""
+    """Run (name, overrides) pairs of one phase (pretrain | finetune) as Tune trials
+    (`coreecg.tune.trials`), each in `output/runs/<phase>/<name>/`, Tune's experiment in
+    `tune_dir/<phase>-<attempt>` (default output/tune) -> one row per run. Resources per trial
+    come from the first run's config."""
     from ray import tune
 
     if not runs:
         return []
     first = load_config(config_file, runs[0][1])
-    per, auto = _resources(first)
-    concurrency = concurrency or auto
     tune_dir = tune_dir or output / "tune"
     attempt = 1 + sum(1 for p in tune_dir.glob(f"{phase}-*")) if tune_dir.is_dir() else 1
-    specs = [{"phase": phase, "name": name, "config_file": config_file, "overrides": overrides,
-              "run_dir": str(run_dir(output, phase, name))} for name, overrides in runs]
-    tuner = tune.Tuner(
-        tune.with_resources(study_trial, per),
-        param_space={"run": tune.grid_search(specs)},
-        tune_config=tune.TuneConfig(max_concurrent_trials=concurrency,
-                                    trial_dirname_creator=lambda t: t.config["run"]["name"][:120]),
-        run_config=tune.RunConfig(name=f"{phase}-{attempt}", storage_path=str(tune_dir),
-                                  # a run whose process or node died restarts from its checkpoint
-                                  failure_config=tune.FailureConfig(max_failures=first.train.max_failures),
-                                  verbose=0,
-                                  callbacks=[_progress(phase, len(runs))]),
-    )
+    specs = [TrialSpec(task=phase, config_file=config_file, overrides=tuple(overrides), name=name,
+                       run_dir=str(run_dir(output, phase, name))).to_dict() for name, overrides in runs]
     t0 = time.perf_counter()
-    grid = tuner.fit()
+    grid = run_trials({"run": tune.grid_search(specs)}, storage=tune_dir, name=f"{phase}-{attempt}", config=first,
+                      concurrency=concurrency_for(first, concurrency), label=phase, total=len(runs))
     rows = []
     for result in grid:
-        spec = (result.config or {}).get("run", {})
-        name = spec.get("name", Path(result.path).name)
-        done = is_done(output, phase, name)
+        name = (result.config or {}).get("run", {}).get("name", Path(result.path).name)
+        folder = run_dir(output, phase, name)
+        done = is_done(folder)
         rows.append({"phase": phase, "run": name, "status": "done" if done else "failed",
-                     "error": _error_text(result.error) if not done else "",
-                     "seconds": (result.metrics or {}).get("wall_s", ""), "run_dir": str(run_dir(output, phase, name))})
+                     "error": "" if done else (error_text(result.error) or "no result"),
+                     "seconds": read_done(folder).get("wall_s", "") if done else "", "run_dir": str(folder)})
     log.info("%s: %d run(s) in %.0f s", phase, len(rows), time.perf_counter() - t0)
     return rows
 
 
-def _progress(phase: str, total: int):
-    from ray import tune
-
-    class Progress(tune.Callback):
-        done = 0
-
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            self.done += 1
-            log.info("[%s %d/%d] %s finished", phase, self.done, total, trial.config["run"]["name"])
-
-        def on_trial_error(self, iteration, trials, trial, **info):
-            self.done += 1
-            log.warning("[%s %d/%d] %s FAILED (recorded in runs.csv)", phase, self.done, total,
-                        trial.config["run"]["name"])
-
-    return Progress()
-
-
-def _error_text(error: BaseException | None) -> str:
-    if error is None:
-        return "no result"
-    cause = getattr(error, "cause", None) or error
-    text = str(cause).strip()
-    return f"{type(cause).__name__}: {text.splitlines()[-1] if text else ''}"[:1000]
-
-
 def write_runs_csv(rows: list[dict[str, Any]], path: Path) -> Path:
-    fields = ["phase", "run", "status", "error", "seconds", "run_dir"]
+    fields = ["phase", "run", "method", "seed", "status", "error", "seconds", "run_dir"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fields)
         w.writeheader()
@@ -287,7 +153,7 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
 
     pending = []
     for r in study.pretrain_runs():
-        if is_done(output, "pretrain", r.name):
+        if is_done(run_dir(output, "pretrain", r.name)):
             rows.append(finished("pretrain", r.name))
         else:
             pending.append((r.name, study.pretrain_overrides(r)))
@@ -297,13 +163,13 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
     pending = []
     finetunes = [*study.finetune_runs(), *study.mask_rate_runs()]
     for r in finetunes:
-        if is_done(output, "finetune", r.name):
+        if is_done(run_dir(output, "finetune", r.name)):
             rows.append(finished("finetune", r.name))
             continue
         extra = [f"data.corpus={corpora[r.corpus]}"]
         if r.encoder is not None:
             encoder = run_dir(output, "pretrain", r.encoder.name) / "encoder.pt"
-            if not is_done(output, "pretrain", r.encoder.name) or not encoder.is_file():
+            if not is_done(run_dir(output, "pretrain", r.encoder.name)) or not encoder.is_file():
                 rows.append({**finished("finetune", r.name), "status": "skipped",
                              "error": f"its encoder's pretraining ({r.encoder.name}) did not finish"})
                 continue
@@ -311,8 +177,12 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
         pending.append((r.name, study.finetune_overrides(r, extra)))
     log.info("fine-tuning: %d run(s), %d to run", len(finetunes), len(pending))
     rows += run_phase(output, "finetune", study.config_file, pending, concurrency)
+    labels = {("pretrain", r.name): (r.variant, r.seed) for r in study.pretrain_runs()}
+    labels.update({("finetune", r.name): (r.method, r.seed) for r in finetunes})
+    rows = [{**row, "method": labels[row["phase"], row["run"]][0], "seed": labels[row["phase"], row["run"]][1]}
+            for row in rows]
     write_runs_csv(rows, output / "runs.csv")
     return rows
 
 
-__all__ = ["run_study", "study_trial", "StudyRunError", "PretrainRun", "FinetuneRun"]
+__all__ = ["run_study", "run_phase", "StudyRunError", "PretrainRun", "FinetuneRun"]

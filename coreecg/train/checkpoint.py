@@ -44,7 +44,7 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module | dict, config: Con
     path.parent.mkdir(parents=True, exist_ok=True)
     state = model if isinstance(model, dict) else model.state_dict()
     payload = {"config": config.to_dict(), "model": state, "coreecg_version": __version__, **extra}
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp = path.with_name(f".{path.name}.tmp")       # hidden: a mirror push never sends a half-written file
     torch.save(payload, tmp)
     digest = _sha256(tmp)
     os.replace(tmp, path)

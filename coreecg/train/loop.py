@@ -37,7 +37,7 @@ from coreecg.train.step import TrainStep
 
 log = logging.getLogger(__name__)
 # Epoch lines have their own logger: under Ray Train the controller prints them (one line per
-# epoch on the driver's console), so the workers turn this one off (coreecg.train.distributed).
+# epoch on the driver's console), so the workers turn this one off (coreecg.train.fit).
 progress_log = logging.getLogger(f"{__name__}.progress")
 
 

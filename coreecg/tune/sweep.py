@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from coreecg.config import load_config
-from coreecg.tune.trial import pretrain_trial
+from coreecg.tune.trials import TrialSpec, concurrency_for, cpus_per_trial, error_text, run_trials
 
 EXPERIMENT = "tune"
+# Every report is an epoch end with probe_auroc, so ASHA can compare and stop trials at every epoch.
+FORCED = ("train.eval_every_epochs=1", "train.checkpoint_every_steps=0")
 METRIC = "probe_auroc"
 # What a sweep may optimise (every one is in each epoch's report) and in which direction.
 OBJECTIVES = {"probe_auroc": "max", "probe_auroc_full": "max", "loss_rec": "min", "loss_con": "min", "loss": "min"}
@@ -53,87 +55,37 @@ class SweepSettings:
         return OBJECTIVES[self.metric]
 
 
-def trial_resources(settings: SweepSettings) -> dict[str, float]:
-    cfg = load_config(settings.config_file, settings.base)
-    if cfg.train.num_workers == 1:
-        return {"cpu": cfg.train.cpus_per_worker, "gpu": settings.gpus_per_trial}
-    # Train-in-Tune: the trial only drives its TorchTrainer, whose workers hold the resources
-    # (Train's placement groups are invisible to Tune: concurrency is the limit). Ray refuses an
-    # empty request, so the driver holds a tenth of a CPU.
-    return {"cpu": 0.1}
-
-
-def _per_trial_cpus(settings: SweepSettings) -> int:
-    cfg = load_config(settings.config_file, settings.base)
-    return cfg.train.num_workers * cfg.train.cpus_per_worker
-
-
-def _concurrency(settings: SweepSettings) -> int:
-    """--concurrency, else as many trials as the cluster's CPUs hold with one CPU per trial left
-    to Ray Data (a local cluster: this machine's cores)."""
-    import os
-
-    import ray
-
-    if settings.concurrency:
-        return settings.concurrency
-    per_trial = _per_trial_cpus(settings)
-    if ray.is_initialized():
-        cpus = ray.cluster_resources().get("CPU", 1)
-        return max(1, int(cpus // (per_trial + 1)))
-    return max(1, (os.cpu_count() or 1) // per_trial)
-
-
 def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_alg=None, scheduler=None,
               num_samples: int = 1):
     """Fit (or, with settings.resume, restore and continue) the sweep -> Tune's ResultGrid."""
-    from ray import tune
-
     from coreecg.cluster import init_ray
 
     out = settings.output.resolve()
-    experiment = out / EXPERIMENT
-    resources = trial_resources(settings)
-    concurrency = _concurrency(settings)
-    init_ray(concurrency * _per_trial_cpus(settings), reserve_for_data=concurrency + 1)
-    retries = load_config(settings.config_file, settings.base).train.max_failures
-    trainable = tune.with_resources(pretrain_trial, resources)
-    callbacks = [_progress_callback(settings.metric)]
+    cfg = load_config(settings.config_file, settings.base)
+    concurrency = concurrency_for(cfg, settings.concurrency)
+    init_ray(concurrency * cpus_per_trial(cfg), reserve_for_data=concurrency + 1)
+    common = dict(storage=out, name=EXPERIMENT, config=cfg, concurrency=concurrency,
+                  gpus_per_trial=settings.gpus_per_trial, label="trials", metric=settings.metric)
     if settings.resume:
-        if not tune.Tuner.can_restore(str(experiment)):
-            raise SweepError(f"{experiment}: no sweep to resume here (run without --resume to start one)")
-        log.info("resuming the sweep in %s: finished trials are kept, unfinished ones continue", experiment)
-        tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True,
-                                   resume_errored=False, restart_errored=False)
-        return tuner.fit()
-    settings.base = absolute_data_paths(settings)
-    if settings.config_file:    # trials run in working folders of their own: a relative path breaks there
-        settings.config_file = str(Path(settings.config_file).expanduser().resolve())
-    if experiment.exists():
-        raise SweepError(f"{experiment} exists: pass --resume to continue that sweep, or another --output")
+        if not tune_can_restore(out / EXPERIMENT):
+            raise SweepError(f"{out / EXPERIMENT}: no sweep to resume here (run without --resume to start one)")
+        log.info("resuming the sweep in %s: finished trials are kept, unfinished ones continue", out / EXPERIMENT)
+        return run_trials({}, restore=True, **common)
+    if (out / EXPERIMENT).exists():
+        raise SweepError(f"{out / EXPERIMENT} exists: pass --resume to continue that sweep, or another --output")
     out.mkdir(parents=True, exist_ok=True)
-    space = {**param_space, "sweep": {"config_file": settings.config_file, "base": list(settings.base),
-                                      "storage": str(out / "trials"), "variants": settings.variants}}
-    tuner = tune.Tuner(
-        trainable, param_space=space,
-        tune_config=tune.TuneConfig(metric=settings.metric, mode=settings.mode, search_alg=search_alg, scheduler=scheduler,
-                                    num_samples=num_samples,
-                                    # a ConcurrencyLimiter already limits (Tune warns when both do)
-                                    max_concurrent_trials=None if _limits(search_alg) else concurrency,
-                                    trial_dirname_creator=lambda t: t.trial_id),
-        run_config=tune.RunConfig(name=EXPERIMENT, storage_path=str(out),
-                                  # a trial whose process or node died restarts from its last
-                                  # epoch's checkpoint; one that keeps failing is recorded as error
-                                  failure_config=tune.FailureConfig(max_failures=retries),
-                                  callbacks=callbacks, verbose=0),
-    )
-    return tuner.fit()
+    config_file = str(Path(settings.config_file).expanduser().resolve()) if settings.config_file else None
+    spec = TrialSpec(task="pretrain", config_file=config_file, overrides=(*absolute_data_paths(settings), *FORCED),
+                     storage=str(out / "trials"), variants={k: tuple(v) for k, v in settings.variants.items()},
+                     require_probe=True)
+    return run_trials({**param_space, "run": spec.to_dict()}, mode=settings.mode, search_alg=search_alg,
+                      scheduler=scheduler, num_samples=num_samples, **common)
 
 
-def _limits(search_alg) -> bool:
-    from ray.tune.search import ConcurrencyLimiter
+def tune_can_restore(experiment: Path) -> bool:
+    from ray import tune
 
-    return isinstance(search_alg, ConcurrencyLimiter)
+    return tune.Tuner.can_restore(str(experiment))
 
 
 def absolute_data_paths(settings: SweepSettings) -> list[str]:
@@ -147,29 +99,6 @@ def absolute_data_paths(settings: SweepSettings) -> list[str]:
     if cfg.data.probe_corpus:
         fixed.append(f"data.probe_corpus={Path(cfg.data.probe_corpus).resolve()}")
     return [*settings.base, *fixed]
-
-
-def _progress_callback(metric: str):
-    """One line per finished or failed trial (Tune's own tables are off: verbose=0)."""
-    from ray import tune
-
-    class Progress(tune.Callback):
-        done = 0
-
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            m = trial.last_result or {}
-            params = {k: v for k, v in trial.config.items() if k != "sweep"}
-            self.done += 1
-            log.info("[%d done] trial %s %s: %s %.4f after %d epoch(s), %.0f s", self.done,
-                     trial.trial_id, params, metric, m.get(metric, float("nan")), int(m.get("epoch", 0)),
-                     m.get("time_total_s", 0))
-
-        def on_trial_error(self, iteration, trials, trial, **info):
-            params = {k: v for k, v in trial.config.items() if k != "sweep"}
-            self.done += 1
-            log.warning("[%d done] trial %s %s FAILED (recorded in results.csv)", self.done, trial.trial_id, params)
-
-    return Progress()
 
 
 # ---------------------------------------------------------------------------- results
@@ -202,9 +131,9 @@ def result_rows(grid, params: list[str], settings: SweepSettings) -> list[dict[s
             **{k: m.get(k, math.nan) for k in ("loss", "loss_rec", "loss_con")},
             **_objective_columns(settings, history),
             "steps": m.get("step"), "epochs": int(m.get("epoch", 0)),
-            "wall_s": m.get("trial_wall_s", m.get("time_total_s")),     # a re-reported finished trial: its own
+            "wall_s": m.get("wall_s", m.get("time_total_s")),     # a re-reported finished trial: its own
             "run_dir": str(settings.output.resolve() / "trials" / trial_id),
-            "error": _error_text(result.error),
+            "error": error_text(result.error),
         })
     return sorted(rows, key=lambda r: r["trial_id"])
 
@@ -219,14 +148,6 @@ def _objective_columns(settings: SweepSettings, history) -> dict[str, float]:
         return {f"{metric}_best": math.nan}
     column = history[metric]
     return {f"{metric}_best": float(column.max() if settings.mode == "max" else column.min())}
-
-
-def _error_text(error: BaseException | None) -> str:
-    """The root cause of a failed trial, one line (Ray wraps it in a RayTaskError with a traceback)."""
-    if error is None:
-        return ""
-    cause = getattr(error, "cause", None) or error
-    return f"{type(cause).__name__}: {str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}"[:1000]
 
 
 def write_results(rows: list[dict[str, Any]], path: Path) -> Path:

@@ -2,8 +2,8 @@
 corpus, F1 and AUROC heatmaps per dataset, and how well the cheap probe ranks the cells the way
 fine-tuning does (Spearman's rho with a Fisher-z interval).
 
-The fine-tunings are Ray Tune trials through the study runner (`coreecg.study.runner.run_phase`),
-so they resume like a study: a cell already fine-tuned (its metrics.json exists) is not re-run.
+The fine-tunings are trials of the study runner (`coreecg.study.runner.run_phase`), so they
+resume like a study: a cell already fine-tuned (its done.json exists) is not re-run.
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def finetune_cells(rows: Sequence[dict], x: str, y: str, corpora: Sequence[str |
     data, mode finetune, the trial's seed). -> one row per (trial, corpus): the cell, seed,
     dataset, test acc/f1/auroc (NaN where the run failed), status, run folder."""
     from coreecg.data.corpus import load_manifest
-    from coreecg.study.runner import is_done, run_dir, run_phase
+    from coreecg.study.runner import run_dir, run_phase
+    from coreecg.tune.trials import is_done
     from coreecg.train.finetuning import dataset_name
 
     trials = [r for r in rows if r["status"] != "error" and Path(r["run_dir"], "encoder.pt").is_file()]
@@ -39,7 +40,7 @@ def finetune_cells(rows: Sequence[dict], x: str, y: str, corpora: Sequence[str |
         for r in trials:
             name = f"{slug(dataset)}-{slug(x)}{r[x]:g}-{slug(y)}{r[y]:g}-s{r['seed']}"
             meta[name] = {x: r[x], y: r[y], "seed": r["seed"], "dataset": dataset, "trial_id": r["trial_id"]}
-            if is_done(output, "finetune", name):
+            if is_done(run_dir(output, "finetune", name)):
                 continue
             jobs.append((name, [*base, f"data.corpus={corpus}", f"finetune.encoder={Path(r['run_dir']) / 'encoder.pt'}",
                                 "finetune.mode=finetune", f"train.seed={r['seed']}",
@@ -56,10 +57,8 @@ def cell_result(folder: Path, cell: dict[str, Any], error: str = "") -> dict[str
     acc/f1/auroc from metrics.json (NaN and status failed when the run did not finish)."""
     import json
 
-    from coreecg.study.runner import DONE
-
-    done = (folder / DONE["finetune"]).is_file()
-    test = json.loads((folder / DONE["finetune"]).read_text())["test"] if done else {}
+    done = (folder / "metrics.json").is_file()
+    test = json.loads((folder / "metrics.json").read_text())["test"] if done else {}
     return {**cell, **{k: (math.nan if test.get(k) is None else test[k]) for k in ("acc", *METRICS)},
             "status": "done" if done else "failed", "error": error, "run_dir": str(folder)}
 

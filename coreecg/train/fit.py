@@ -1,0 +1,305 @@
+"""Running a plan on Ray Train: the driver's side of every training run, pretraining and
+fine-tuning alike.
+
+    from coreecg.train.fit import fit, plan_run
+    result = fit(plan_run(load_config("configs/quickstart.yaml"), "pretrain"))
+
+`plan_run` starts (or joins) Ray once, pulls a mirrored run folder back where it is missing and
+plans the run (`coreecg.train.plan`); `fit` trains the plan with a TorchTrainer whose workers run
+`coreecg.train.worker.train_on`, and returns where everything went. From a job to the loss:
+main -> fit -> (Ray) _train_loop -> train_on -> train_worker -> step -> method.forward -> loss.
+
+Outputs go to `<train.storage_path>/<train.name>/`: `checkpoint_step<N>/checkpoint.pt` (rank 0
+writes them, the last `train.keep_checkpoints` kept), `config.yaml`, `run.json`,
+`metrics.jsonl`, `tensorboard/`, `figures/` and, at the end, `encoder.pt` (pretraining) or
+`best.pt`, `metrics.json`, `predictions.csv` (fine-tuning). Re-running with the same storage
+path and name resumes from the newest checkpoint; a worker that dies is replaced up to
+`train.max_failures` times and resumes the same way. With `train.mirror_uri` the folder is also
+pushed to object storage after every epoch and at the end (`coreecg.train.mirror`).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coreecg.config import Config, load_config
+from coreecg.train.finetuning import BEST_FILE, plan_finetune
+from coreecg.train.ingest import ShardFiles, training_dataset
+from coreecg.train.loop import progress_line, progress_log, progress_text
+from coreecg.train.plan import CHECKPOINT_FILE, RunPlan, checkpoint_dirs, write_run_folder
+from coreecg.train.pretraining import plan_pretrain
+
+log = logging.getLogger(__name__)
+PLANNERS = {"pretrain": plan_pretrain, "finetune": plan_finetune}
+FINISHED_FILE = {"pretrain": "encoder.pt", "finetune": "metrics.json"}
+
+
+@dataclass
+class RunResult:
+    """Where a run's outputs are. metrics: the last epoch's (pretraining) or metrics.json
+    (fine-tuning); checkpoint: the newest checkpoint file; model: encoder.pt or best.pt."""
+
+    run_dir: Path
+    task: str
+    metrics: dict[str, Any]
+    checkpoint: Path | None
+    model: Path
+
+
+def start_ray(config: Config) -> None:
+    """Connect to (or start) the cluster with CPUs for the workers plus Ray Data's own, and quiet
+    Ray Data's per-epoch progress output."""
+    from coreecg.cluster import init_ray, quiet_data
+
+    t = config.train
+    init_ray(t.num_workers * t.cpus_per_worker)
+    quiet_data()
+
+
+def plan_run(config: Config, task: str) -> RunPlan:
+    """Ray first (a first build of the embedded synthetic corpus runs on it), the run folder
+    pulled from its mirror where it is missing here, then the task's planner."""
+    from coreecg.train.mirror import pull_if_missing
+
+    start_ray(config)
+    pull_if_missing(config.train.run_dir, config.train.mirror_uri)
+    return PLANNERS[task](config)
+
+
+def fit(plan: RunPlan, *, callbacks: list | None = None, report_fn=None) -> RunResult:
+    """Train `plan` to its end, resuming from its newest checkpoint; a finished fine-tuning with
+    the same config is returned as it is.
+
+    On Ray Train (a TorchTrainer of `train.num_workers` workers) by default; callbacks: its
+    callbacks (a Tune trial forwards the reports with TuneReportCallback). With `report_fn`,
+    in this process instead (one worker, no Train worker group to start: a single-worker Tune
+    trial), every report going to report_fn(metrics)."""
+    run_dir = plan.run_dir
+    if plan.task == "finetune" and _finished_with(plan):
+        log.info("%s: already finished (metrics.json); nothing to do", run_dir)
+        return _result(plan, {})
+    start_ray(plan.config)                  # a no-op when plan_run started it
+    for line in plan.describe():
+        (log.warning if line.startswith("warning:") else log.info)("%s", line)
+    write_run_folder(plan)
+    for stale in ("metrics.json", "predictions.csv"):   # a finished fine-tuning resumed with more epochs
+        (run_dir / stale).unlink(missing_ok=True)
+    dataset = training_dataset(plan.corpus, plan.config.train.seed, plan.config.data.cache_in_memory_gb,
+                               keep=plan.keep)
+    with _mirrored(plan) as mirror, _failed_session(run_dir):
+        if report_fn is not None:
+            last = _fit_here(plan, dataset, report_fn, mirror)
+        else:
+            trainer = _trainer(plan, dataset, callbacks)
+            with RunFollower(run_dir / "metrics.jsonl", plan.epochs, on_epoch=mirror):
+                trainer.fit()
+            last = last_epoch(run_dir)      # Ray's Result holds metrics only beside its own checkpoints
+    if not (run_dir / FINISHED_FILE[plan.task]).is_file():
+        raise RuntimeError(f"{run_dir}: training ended without {FINISHED_FILE[plan.task]}")
+    return _result(plan, last)
+
+
+def _fit_here(plan: RunPlan, dataset, report_fn, mirror) -> dict[str, Any]:
+    """The one worker in this process; -> the last report's numbers."""
+    from coreecg.devices import trial_device
+    from coreecg.train.ingest import local_source
+    from coreecg.train.worker import train_on
+
+    last: dict[str, Any] = {}
+
+    def report(metrics: dict[str, float]) -> None:
+        last.clear()
+        last.update({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        report_fn(metrics)
+        if mirror is not None:
+            mirror()
+
+    train_on(plan, local_source(dataset), 0, 1, trial_device(plan.config.train.use_gpu), report_fn=report)
+    return last
+
+
+def last_epoch(run_dir: Path) -> dict[str, Any]:
+    """The run's last epoch record in metrics.jsonl (what its last report held), or {}."""
+    path = Path(run_dir) / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    for line in reversed(lines):
+        record = json.loads(line)
+        if record.get("kind") == "epoch":
+            return {k: v for k, v in record.items() if k not in ("kind", "time")}
+    return {}
+
+
+def _finished_with(plan: RunPlan) -> bool:
+    saved = plan.run_dir / "config.yaml"
+    return (plan.run_dir / "metrics.json").is_file() and saved.is_file() and load_config(saved) == plan.config
+
+
+def _result(plan: RunPlan, last: dict[str, Any]) -> RunResult:
+    run_dir = plan.run_dir
+    dirs = checkpoint_dirs(run_dir)
+    if plan.task == "finetune":
+        return RunResult(run_dir, "finetune", json.loads((run_dir / "metrics.json").read_text()),
+                         dirs[-1] / CHECKPOINT_FILE if dirs else None, run_dir / BEST_FILE)
+    return RunResult(run_dir, "pretrain", last, dirs[-1] / CHECKPOINT_FILE if dirs else None,
+                     run_dir / "encoder.pt")
+
+
+# ---------------------------------------------------------------------------- Ray Train
+
+
+def _train_loop(config: dict[str, Any]) -> None:
+    """train_loop_per_worker: `train_on` with Ray's data, DDP and reporting. config: {"plan":
+    RunPlan.to_dict() (its task is built on the worker), "files": the split's ShardFiles when it
+    streams, else None (the materialised dataset is Ray Train's "train")}."""
+    import ray.train
+    import ray.train.torch
+
+    from coreecg.train.worker import train_on
+
+    _quiet_worker_logs()
+    rc = ray.train.get_context()
+
+    def wrap(model):
+        # Buffers (positions, a fixed FDA map) are constants: no per-step broadcast.
+        return ray.train.torch.prepare_model(model, move_to_device=False,
+                                             parallel_strategy_kwargs={"forward_sync_buffers": False})
+
+    train_on(RunPlan.from_dict(config["plan"]), config["files"] or ray.train.get_dataset_shard("train"),
+             rc.get_world_rank(), rc.get_world_size(), ray.train.torch.get_device(),
+             report_fn=ray.train.report, wrap=wrap)
+
+
+def _quiet_worker_logs() -> None:
+    import warnings
+
+    # Ray hands read-only Arrow buffers to torch; the batch is never written in place.
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    # The driver prints each epoch's line from metrics.jsonl (RunFollower); the worker's would repeat it.
+    progress_log.setLevel(logging.WARNING)
+    # Train logs every report (the whole metrics dict) at INFO under a logger named after its
+    # file, outside LoggingConfig's reach; the driver prints one line instead (RunFollower).
+    try:
+        from ray.train.v2._internal.execution import context as _train_context
+        logging.getLogger(_train_context.__file__).setLevel(logging.WARNING)
+    except ImportError:
+        pass
+
+
+def _failure_callback():
+    """A Ray Train UserCallback (runs in the Train controller) that logs a failed worker's error
+    where the controller's output goes (the console with --verbose, Ray's logs otherwise)."""
+    from ray.train import UserCallback
+
+    class Failures(UserCallback):
+        def after_exception(self, run_context, worker_exceptions):
+            for rank, exc in worker_exceptions.items():
+                logging.getLogger(__name__).warning("worker %s failed: %s: %s", rank, type(exc).__name__, exc)
+
+    return Failures()
+
+
+def _trainer(plan: RunPlan, dataset, callbacks: list | None):
+    """The TorchTrainer of a plan. dataset: what `training_dataset` returned (a materialised Ray
+    Dataset, or ShardFiles to stream). Checkpoints are the workers' own (coreecg.train.worker),
+    so Ray keeps none."""
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    t, run_dir = plan.config.train, plan.run_dir
+    files = dataset if isinstance(dataset, ShardFiles) else None
+    return TorchTrainer(
+        _train_loop,
+        train_loop_config={"plan": plan.to_dict(), "files": files},
+        scaling_config=ray.train.ScalingConfig(num_workers=t.num_workers, use_gpu=t.use_gpu,
+                                               resources_per_worker={"CPU": t.cpus_per_worker}),
+        run_config=ray.train.RunConfig(
+            name=run_dir.name, storage_path=str(run_dir.parent),
+            failure_config=ray.train.FailureConfig(max_failures=t.max_failures),
+            logging_config=ray.train.LoggingConfig(log_level="WARNING"),
+            callbacks=[*(callbacks or []), _failure_callback()]),
+        datasets={} if files is not None else {"train": dataset},
+    )
+
+
+# ---------------------------------------------------------------------------- the driver's console
+
+
+@contextlib.contextmanager
+def _failed_session(run_dir: Path):
+    """A fit that raises closes the run record's session as failed, with the cause."""
+    from coreecg.record import end_session
+
+    try:
+        yield
+    except BaseException as e:
+        cause = getattr(e, "__cause__", None) or e
+        end_session(run_dir, "failed", f"{type(cause).__name__}: {cause}")
+        raise
+
+
+@contextlib.contextmanager
+def _mirrored(plan: RunPlan):
+    """`train.mirror_uri`: a push callable for every epoch (None without a mirror), and a last
+    push when the fit ends, finished or failed (coreecg.train.mirror)."""
+    from coreecg.train.mirror import RunMirror, push_quietly
+
+    mirror = RunMirror(plan.run_dir, plan.config.train.mirror_uri) if plan.config.train.mirror_uri else None
+    try:
+        yield (lambda: push_quietly(mirror)) if mirror else None
+    finally:
+        push_quietly(mirror)
+
+
+class RunFollower:
+    """The driver's console during a Ray Train fit: prints the epoch and progress records that
+    rank 0 appends to the run's metrics.jsonl, once each, as they arrive.
+
+    The run folder is on storage the driver sees (a shared filesystem on a cluster), so this
+    works wherever the workers run, and the console needs none of Ray's log forwarding (off
+    without --verbose: coreecg.cluster.console_options). Only records appended after it starts
+    are printed: a resumed run does not repeat its history."""
+
+    def __init__(self, metrics: Path, epochs: int, poll_s: float = 0.5, on_epoch=None):
+        import threading
+
+        self.path, self.epochs, self.poll_s, self.on_epoch = Path(metrics), epochs, poll_s, on_epoch
+        self._offset = self.path.stat().st_size if self.path.is_file() else 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="coreecg-run-follower", daemon=True)
+
+    def __enter__(self) -> "RunFollower":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._drain()                     # what the last epoch wrote just before fit() returned
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self._drain()
+
+    def _drain(self) -> None:
+        if not self.path.is_file():
+            return
+        with open(self.path) as f:
+            f.seek(self._offset)
+            text = f.read()
+        complete = text[:text.rfind("\n") + 1]          # a line still being written waits
+        self._offset += len(complete.encode())
+        for line in complete.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("kind") == "epoch":
+                progress_log.info("%s", progress_line(record, self.epochs))
+                if self.on_epoch is not None:
+                    self.on_epoch()
+            elif record.get("kind") == "progress":
+                progress_log.info("%s", progress_text(record))

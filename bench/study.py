@@ -1,9 +1,9 @@
 """A study's cost: wall time, the share of it spent in training steps, and per-trial time to
-first step, at 1 and 2 concurrent trials. Prints JSON.
+first step, at 1 and 2 concurrent trials. Prints one JSON object (a line) per concurrency.
 
     python -m bench.study                                   # studies/tiny.yaml, concurrency 1
-    python -m bench.study --concurrency 1 2 --set pretrain.set=...   # both, one fresh folder each
-    python -m bench.study --concurrency 1 2 --output studies-out/bench
+    python -m bench.study --concurrency 1 2 --output studies-out/bench   # both, one kept folder each
+    python -m bench.study --set train.use_gpu=true          # --set: a config override for every run
     python -m bench.study --quick                           # one pretraining, one fine-tuning: a smoke run
 
 Each run is `jobs/study.py STUDY --output <folder>/c<N> --concurrency N` in a fresh Python (its own

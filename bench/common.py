@@ -40,9 +40,8 @@ def parser(doc: str, quick: str) -> argparse.ArgumentParser:
     return p
 
 
-def config_args(p: argparse.ArgumentParser, default: str | None = None) -> None:
-    p.add_argument("--config", default=default, help="YAML over the paper defaults"
-                   + (f" (default: {Path(default).relative_to(REPO)})" if default else " (default: the paper model)"))
+def config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML over the paper defaults (default: the paper model)")
     p.add_argument("--set", action="append", default=[], metavar="A.B=C", help="config override (repeatable)")
 
 

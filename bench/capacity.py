@@ -2,10 +2,11 @@
 pretraining + fine-tuning FLOPs -> GPU-hours on 4x RTX 3090 and 8x H100, per method, for the
 mask-rate grid and for the whole study. Arithmetic only: no training, no Ray. Prints JSON.
 
-    python bench/capacity.py                                      # 800,000 records, MFU 0.35
-    python bench/capacity.py --mfu 0.25                           # another utilisation
-    python bench/capacity.py --mfu-rtx3090 0.45 --mfu-h100 0.30   # one per GPU
-    python bench/capacity.py --records 400000 --preprocess-rps-per-core 74.0
+    python -m bench.capacity                                      # 800,000 records, MFU 0.35
+    python -m bench.capacity --mfu 0.25                           # another utilisation
+    python -m bench.capacity --mfu-rtx3090 0.45 --mfu-h100 0.30   # one per GPU
+    python -m bench.capacity --records 400000 --preprocess-rps-per-core 74.0
+    python -m bench.capacity --quick                              # studies/tiny.yaml's runs: a smoke run
 
 What comes from where:
 - windows per record, bytes per window: `data.preprocess.*` of --config (the rate, the window,
@@ -14,11 +15,11 @@ What comes from where:
   (MIMIC-IV-ECG: 10 s at 500 Hz); the training share of windows from `data.split_ratios`.
 - the Parquet overhead over the signal payload: the shard files of an existing corpus
   (--overhead-corpus; default the largest under corpora/), file bytes / (rows x window bytes).
-- records/s/core of preprocessing: --preprocess-rps-per-core, measured by `python
-  bench/preprocess.py --pipeline` on real PTB-XL 500 Hz records (docs/data_pipeline.md, Throughput).
+- records/s/core of preprocessing: --preprocess-rps-per-core, measured by `python -m
+  bench.preprocess --pipeline` on real PTB-XL 500 Hz records (docs/data_pipeline.md, Throughput).
 - every pretraining and fine-tuning run: `coreecg.study.spec.load_study(--study)` (the plan
   `jobs/study.py` runs), each run's config built with the study's own overrides.
-- training FLOPs per sample: `bench/flops.py` (`pretrain_flops_per_sample`; the fine-tuned
+- training FLOPs per sample: `bench.common.pretrain_flops_per_sample` (the fine-tuned
   encoder with its `transformer_flops`, on the run's `finetune.leads` x `model.n_patches` tokens),
   samples per epoch as `coreecg.train.plan.steps_per_epoch` counts full batches.
 - downstream corpora: records from the paper's dataset section (--ptbxl-records etc.); windows per
@@ -35,8 +36,6 @@ What comes from where:
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 from collections import defaultdict
@@ -44,16 +43,12 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.common import REPO, SHARED, emit, parser, pretrain_flops_per_sample, transformer_flops
+from coreecg.config import Config, PreprocessConfig, load_config
+from coreecg.data.corpus import SIGNAL_DTYPE, load_manifest
+from coreecg.data.preprocess import resample_factors
+from coreecg.train.plan import steps_per_epoch
 
-from bench.flops import pretrain_flops_per_sample, transformer_flops  # noqa: E402
-from coreecg.config import Config, PreprocessConfig, load_config  # noqa: E402
-from coreecg.data.corpus import SIGNAL_DTYPE, load_manifest  # noqa: E402
-from coreecg.data.preprocess import resample_factors  # noqa: E402
-from coreecg.train.plan import steps_per_epoch  # noqa: E402
-
-SHARED = REPO.parent / "shared" / "ecg-data"
 # Peak dense tensor throughput for bf16 inputs (fp32 accumulate), FLOP/s, and GPUs per node.
 PLATFORMS = {
     "4x RTX 3090": {"gpus": 4, "peak_flops_per_gpu": 71e12,
@@ -179,8 +174,8 @@ def n_classes(name: str) -> int:
 
 
 def encoder_forward(cfg: Config, n_leads: int, n_out: int = 0) -> float:
-    """The fine-tuned encoder on `n_leads` x model.n_patches tokens, forward, as bench/flops.py
-    counts the pretraining encoder (patch embedding + blocks), plus a linear head of `n_out`."""
+    """The fine-tuned encoder on `n_leads` x model.n_patches tokens, forward, as
+    `pretrain_flops_per_sample` counts the pretraining encoder (patch embedding + blocks), plus a linear head of `n_out`."""
     m = cfg.model
     tokens = n_leads * m.n_patches
     return 2 * tokens * m.patch_size * m.embed_dim + transformer_flops(tokens, m.embed_dim, m.depth, m.mlp_ratio) \
@@ -199,26 +194,15 @@ def gpu_hours(flops: float, mfu: dict[str, float]) -> dict:
     return out
 
 
-def dump(obj, level: int = 0) -> str:
-    """JSON with the top two levels indented and each row of a table (a list of objects) on one line."""
-    pad = " " * (level + 1)
-    if isinstance(obj, dict) and level < 2 and obj:
-        items = [f"{pad}{json.dumps(k)}: {dump(v, level + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + " " * level + "}"
-    if isinstance(obj, list) and obj and all(isinstance(x, dict) for x in obj):
-        return "[\n" + ",\n".join(pad + json.dumps(x) for x in obj) + "\n" + " " * level + "]"
-    return json.dumps(obj)
-
-
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, "the runs of studies/tiny.yaml instead of studies/paper.yaml")
     p.add_argument("--config", default=str(REPO / "configs" / "paper.yaml"))
     p.add_argument("--study", default=str(REPO / "studies" / "paper.yaml"))
     p.add_argument("--records", type=int, default=800_000, help="MIMIC-IV-ECG records (paper: ~800,000)")
     p.add_argument("--record-seconds", type=float, default=10.0, help="MIMIC-IV-ECG: 10 s records")
     p.add_argument("--record-rate", type=float, default=500.0, help="MIMIC-IV-ECG: 500 Hz")
     p.add_argument("--preprocess-rps-per-core", type=float, default=64.6,
-                   help="records/s on one core (python bench/preprocess.py --pipeline, real PTB-XL 500 Hz "
+                   help="records/s on one core (python -m bench.preprocess --pipeline, real PTB-XL 500 Hz "
                         "records: docs/data_pipeline.md, Throughput)")
     p.add_argument("--preprocess-cores", type=int, default=16, help="cores of a preprocessing node (wall hours)")
     p.add_argument("--overhead-corpus", default=None,
@@ -231,6 +215,8 @@ def main() -> None:
     p.add_argument("--ningbo-records", type=int, default=34_905, help="paper: 34,905")
     p.add_argument("--shared", default=str(SHARED), help="the shared real records (ICBEB durations, PTB-XL labels)")
     args = p.parse_args()
+    if args.quick:
+        args.study = str(REPO / "studies" / "tiny.yaml")
 
     for v in (args.mfu, args.mfu_rtx3090, args.mfu_h100):
         if v is not None and not 0 < v <= 1:
@@ -350,7 +336,7 @@ def main() -> None:
               for name, p in PLATFORMS.items()}
 
     out = {
-        "command": " ".join(["python bench/capacity.py", *sys.argv[1:]]),
+        "benchmark": "capacity", "command": " ".join(["python -m bench.capacity", *sys.argv[1:]]),
         "config": str(Path(args.config).resolve().relative_to(REPO)),
         "study": str(Path(args.study).resolve().relative_to(REPO)),
         "platforms": {n: {**p, "mfu": mfu[n], "effective_flops_per_gpu": p["peak_flops_per_gpu"] * mfu[n]}
@@ -373,7 +359,7 @@ def main() -> None:
             "study_without_eval": total([*table_pre, *grid_pre], [*table_ft, *grid_ft], with_eval=False),
         },
     }
-    print(dump(out))
+    emit(out)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Fine-tuning throughput: the Ray Train path (`finetune`) against the bare FinetuneStep, and
 evaluation windows/s under the crop rule.
 
-    python bench/finetune_throughput.py                                  # quickstart model, ~1.5 min on 2 idle CPUs
-    python bench/finetune_throughput.py --config configs/paper.yaml --no-ray --steps 3 --warmup 1 \\
+    python -m bench.finetune_throughput                                  # quickstart model, ~1.5 min on 2 idle CPUs
+    python -m bench.finetune_throughput --config configs/paper.yaml --no-ray --steps 3 --warmup 1 \\
         --eval-windows 32                                                # paper model: bare + eval only
-    python bench/finetune_throughput.py --mode finetune --corpus corpora/ptbxl
+    python -m bench.finetune_throughput --mode finetune --corpus corpora/ptbxl
+    python -m bench.finetune_throughput --quick                          # tiny model, 128 records: a smoke run
 
 Prints one JSON object (last on stdout), every figure measured in this run on this machine:
 1. `bare_samples_per_s`: `FinetuneStep` alone (forward, loss, backward, clip, AdamW) on the same
@@ -26,7 +27,7 @@ Prints one JSON object (last on stdout), every figure measured in this run on th
    and checkpoints included), and its split into steps / validation / the rest.
    `ratio` = ray / bare. `seconds_to_first_step`: from calling `finetune()` in this process
    (imports done, this bench's own local Ray already started) to rank 0's first step line
-   (train.log_every=1 for this).
+   (train.log_every=1 for this); the local Ray is `coreecg.cluster.init_ray`'s, started by this bench.
    Corpus: the embedded synthetic corpus of `--records` records (cached under data.cache_dir),
    or `--corpus DIR`. Mode scratch by default; finetune/linear get a randomly initialised
    encoder.pt exported from a CoReECG of the same config.
@@ -42,9 +43,7 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -54,10 +53,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from coreecg.config import load_config  # noqa: E402
+from bench.common import REPO, TINY, child, emit, machine, parser, sets
+from coreecg.config import load_config
 
 
 # ---------------------------------------------------------------------------- bare (child process)
@@ -121,13 +118,8 @@ def run_bare_child(args, spec: dict) -> dict:
     """bare_rates in a new Python with no Ray in it and OMP_NUM_THREADS set, as a Train worker
     process is (Ray sets OMP_NUM_THREADS to a worker's CPUs; the worker then calls
     torch.set_num_threads(train.cpus_per_worker))."""
-    cmd = [sys.executable, __file__, "--bare-only", json.dumps(spec), "--config", args.config,
-           *sum((["--set", s] for s in spec["overrides"]), [])]
-    env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"])}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode:
-        raise RuntimeError(f"bare child failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child("finetune_throughput", ["--bare-only", json.dumps(spec), "--config", args.config,
+                                         *sets(spec["overrides"])], env={"OMP_NUM_THREADS": str(spec["threads"])})
 
 
 # ---------------------------------------------------------------------------- the Ray path
@@ -215,7 +207,7 @@ def ray_path(cfg) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__, "the tests' tiny model, 128 records, batch 8, 2 epochs, 2 bare steps, 8 evaluation windows")
     p.add_argument("--config", default=str(REPO / "configs" / "quickstart.yaml"),
                    help="YAML over the paper defaults (default: configs/quickstart.yaml; configs/paper.yaml = paper model)")
     p.add_argument("--set", action="append", default=[], help="a.b=value config override (repeatable)")
@@ -234,13 +226,16 @@ def main() -> None:
     p.add_argument("--no-ray", action="store_true", help="bare step and evaluation only")
     p.add_argument("--bare-only", metavar="SPEC", help=argparse.SUPPRESS)      # child process
     args = p.parse_args()
-
     if args.bare_only:
-        spec = json.loads(args.bare_only)
-        cfg = load_config(args.config, args.set)
-        print(json.dumps(bare_rates(cfg, spec)))
+        emit(bare_rates(load_config(args.config, args.set), json.loads(args.bare_only)), one_line=True)
         return
+    if args.quick:
+        args.set = [*TINY, *args.set]
+        args.records, args.batch, args.epochs, args.steps, args.warmup, args.eval_windows = 128, 8, 2, 2, 1, 8
 
+    import ray
+
+    from coreecg.cluster import init_ray
     from coreecg.data.corpus import load_manifest
     from coreecg.data.locate import training_corpus
 
@@ -254,7 +249,9 @@ def main() -> None:
                      *args.set]
         cfg = load_config(args.config, overrides)
         with contextlib.redirect_stdout(sys.stderr):        # "building the synthetic corpus ..."
+            init_ray(threads)
             corpus = training_corpus(cfg)
+        ray.shutdown()                                      # no Ray beside the bare steps
         manifest = load_manifest(corpus)
         counts = (manifest.get("counts") or {}).get("windows") or {}
         if args.mode != "scratch":
@@ -285,8 +282,7 @@ def main() -> None:
                        "eval_batch_size": cfg.finetune.eval_batch_size, "eval_windows": args.eval_windows,
                        "corpus": str(corpus), "train_windows": n_train, "classes": spec["classes"],
                        "multilabel": spec["multilabel"], "steps_per_epoch": spe},
-            "torch": torch.__version__, "device": "cpu",
-            "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
+            **machine(),
         }
 
         load = {"before_bare": os.getloadavg()[0]}
@@ -308,18 +304,11 @@ def main() -> None:
                 out["eval_windows_per_s_one_worker"] = {**ev, "threads": args.cpus_per_worker}
 
         if not args.no_ray:
-            import ray
-
             load["before_ray"] = os.getloadavg()[0]
             cfg = load_config(args.config, [*overrides, f"train.storage_path={storage}", "train.name=ft-bench",
                                             "train.log_every=1", "train.checkpoint_every_steps=0"])
-            # A private local Ray, as init_ray would start it (CPUs for the workers + 2 for Ray Data), but
-            # with address="local": init_ray's ray.init(address="auto") joins any Ray already running on
-            # this machine (another session's tests included), which would share and skew the CPUs.
-            # No dashboard (another cluster may hold its port); finetune()'s init_ray then sees Ray up.
             t_ray = time.perf_counter()
-            ray.init(address="local", num_cpus=max(os.cpu_count() or 1, threads + 2), include_dashboard=False,
-                     runtime_env={"env_vars": {"RAY_DATA_LOG_LEVEL": os.environ.get("RAY_DATA_LOG_LEVEL", "WARNING")}})
+            init_ray(threads)                   # finetune() then finds Ray up
             ray_init_s = time.perf_counter() - t_ray
             ray_out = ray_path(cfg)
             ray.shutdown()
@@ -334,19 +323,9 @@ def main() -> None:
                     out["ray_samples_per_s"] / out["bare_per_worker"]["times_workers_samples_per_s"])
         load["after"] = os.getloadavg()[0]
         out["load_average_1min"] = load            # > cpu_count: something else shared the CPUs
-        print(json.dumps(out, indent=1))
+        emit(out)
     finally:
         shutil.rmtree(storage, ignore_errors=True)
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

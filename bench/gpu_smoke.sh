@@ -13,8 +13,8 @@ cd "$(dirname "$0")/.."
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device: nothing to measure')"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 BATCH=${BATCH:-256}; STEPS=${STEPS:-10}; WARMUP=${WARMUP:-3}
-python bench/pretrain_step.py --device cuda --batch "$BATCH" --precisions bf16 \
+python -m bench.pretrain_step --device cuda --batch "$BATCH" --precisions bf16 \
     --variants core,core_ckpt,mae --steps "$STEPS" --warmup "$WARMUP" "$@"
-python bench/pretrain_step.py --device cuda --batch "$BATCH" --precisions bf16 \
+python -m bench.pretrain_step --device cuda --batch "$BATCH" --precisions bf16 \
     --variants core,mae --steps "$STEPS" --warmup "$WARMUP" --set train.compile=true "$@"
 python -m pytest -q tests/test_cuda.py tests/test_step_numerics.py

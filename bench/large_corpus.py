@@ -1,8 +1,9 @@
 """A corpus larger than memory: preprocessing killed and resumed, then streamed epochs.
 
-    python bench/large_corpus.py --records 100000 --workdir /tmp/large   # the issue's size (6.0 GB of windows)
-    python bench/large_corpus.py --records 3000 --workdir /tmp/lc         # a smoke run, about 4 min on 2 cores
-    python bench/large_corpus.py --records 100000 --workdir /tmp/large --reuse-corpus --epochs 0   # (b), (c) again
+    python -m bench.large_corpus --records 100000 --workdir /tmp/large   # the issue's size (6.0 GB of windows)
+    python -m bench.large_corpus --records 3000 --workdir /tmp/lc         # about 4 min on 2 cores
+    python -m bench.large_corpus --records 100000 --workdir /tmp/large --reuse-corpus --epochs 0   # (b), (c) again
+    python -m bench.large_corpus --quick --workdir /tmp/lcq               # 512 records, no epoch: a smoke run
 
 Size: a synthetic record is 10 s at 500 Hz (fixed by the source; no config key lengthens it),
 so it gives one stored window of 12 leads x 2,500 samples x float16 = 60,000 B whatever
@@ -10,8 +11,8 @@ so it gives one stored window of 12 leads x 2,500 samples x float16 = 60,000 B w
 therefore set by --records alone: 100,000 records are 6.0e9 B of windows (6.0 GB, 5.59 GiB;
 6 GiB needs 107,375). The figures give the size computed from the config as `window_bytes`.
 
-All on one Ray cluster of this script's own (CPUs: max(cores, workers + 2), as jobs/pretrain.py's
-private cluster would have); the jobs join it through RAY_ADDRESS.
+All on one Ray cluster of this script's own (`coreecg.cluster.init_ray`, as jobs/pretrain.py's
+private cluster would be); the jobs join it through RAY_ADDRESS.
 
 (a) `jobs/preprocess.py --source synthetic --set data.synthetic_records=N --set
     data.shard_records=S` (S=256: 391 shards at 100k) is SIGKILLed once K shard markers exist
@@ -22,8 +23,9 @@ private cluster would have); the jobs join it through RAY_ADDRESS.
     files; every file matches the manifest's sha256. Figures: records/s and records/s/core
     (cores: CPUs this process may run on, at most Ray's CPUs) of the resumed run and overall,
     bytes on disk, and temporary files a killed write left behind.
-(b) Ingest alone: `coreecg.train.ingest.training_dataset` with `data.cache_in_memory_gb` below
-    the train split's size (so it streams: `ShardFiles`, which `streamed` checks), read through
+(b) Ingest alone (`bench.common.ingest_pass`, as `python -m bench.ingest` measures it):
+    `coreecg.train.ingest.training_dataset` with `data.cache_in_memory_gb` below the train
+    split's size (so it streams: `ShardFiles`, which `streamed` checks), read through
     `epoch_batches` as rank 0 of one Train worker reads it:
     windows/s and time to the first batch. `to_model_input` (crop + float32, which the step does
     on the training device) runs on each batch but is timed apart. Then `jobs/pretrain.py
@@ -45,7 +47,6 @@ its steps, not by ingest (tens of windows/s per core: 80k train windows take ten
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import math
@@ -62,20 +63,15 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pyarrow.parquet as pq
-import torch  # here: decode_signals imports it on first use, which must not fall in a timed pass
+import torch  # noqa: F401  here: decode_signals imports it on first use, which must not fall in a timed pass
 
+from bench.common import REPO, TINY, emit, ingest_pass, job, job_env, parser, pyarrow_pass, worker_source
 from coreecg.config import DataConfig
-from coreecg.data.corpus import SIGNAL_DTYPE, decode_signals, load_manifest, sha256_file, split_files, verify_corpus
+from coreecg.data.corpus import SIGNAL_DTYPE, load_manifest, sha256_file, split_files, verify_corpus
 from coreecg.data.pipeline import STATE_DIR
 from coreecg.data.sources.synthetic import SyntheticSource
 from coreecg.data.splits import SPLITS
 
-REPO = Path(__file__).resolve().parents[1]
-# tests/helpers.TINY: the model sizes of the fast tests (tests/ is not importable from here).
-TINY = ["model.embed_dim=32", "model.depth=2", "model.num_heads=2",
-        "model.time_decoder_dim=32", "model.time_decoder_depth=2", "model.time_decoder_heads=2",
-        "model.latent_decoder_dim=32", "model.latent_decoder_depth=1", "model.latent_decoder_heads=2",
-        "model.proj_hidden_dim=64", "model.proj_dim=32"]
 GB = 1e9
 
 
@@ -181,12 +177,6 @@ def snapshot(corpus: Path) -> dict[str, dict]:
     return out
 
 
-def job_env(gcs_address: str) -> dict[str, str]:
-    # PYTHONPATH: the job imports this checkout's coreecg; RAY_ADDRESS: it joins our cluster.
-    return {**os.environ, "RAY_ADDRESS": gcs_address,
-            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-
-
 def check_corpus(corpus: Path, n_shards: int, expected_windows: int, kept: dict[str, dict]) -> dict[str, list]:
     """What is wrong with a finished corpus (empty lists: nothing); `kept` is the snapshot of
     the shards the resumed run must have left alone."""
@@ -220,8 +210,8 @@ def check_corpus(corpus: Path, n_shards: int, expected_windows: int, kept: dict[
 def preprocess(corpus: Path, records: int, shard_records: int, kill_after: int, env: dict, cores: int,
                gcs_address: str) -> dict:
     """(a): build, kill after `kill_after` markers, resume; the checks and the figures."""
-    cmd = [sys.executable, str(REPO / "jobs" / "preprocess.py"), "--source", "synthetic", "--output", str(corpus),
-           "--set", f"data.synthetic_records={records}", "--set", f"data.shard_records={shard_records}"]
+    cmd = job("preprocess", "--source", "synthetic", "--output", str(corpus),
+              "--set", f"data.synthetic_records={records}", "--set", f"data.shard_records={shard_records}")
     n_shards = math.ceil(records / shard_records)
     markers = str(corpus / STATE_DIR / "shard-*.json")
     log = corpus.parent / "preprocess.log"
@@ -280,46 +270,6 @@ def preprocess(corpus: Path, records: int, shard_records: int, kill_after: int, 
 # ---------------------------------------------------------------------------- (b) and (c)
 
 
-def pyarrow_pass(files: list[Path], shape: tuple[int, ...], dtype: str, batch_rows: int = 1024) -> dict:
-    """The limit: one process reading the signal column and decoding it to float32."""
-    n, t0 = 0, time.perf_counter()
-    for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=["signal"]):
-            n += len(decode_signals(batch.column(0), shape, dtype))
-    return {"windows": n, "windows_per_s": round(n / (time.perf_counter() - t0))}
-
-
-def ingest_pass(corpus: Path, cache_gb: float, batch_size: int, crop: int, shuffle_buffer: int, seed: int = 0) -> dict:
-    """One epoch of the training ingest with no model: the float16 batches (batch_size, C, T)
-    `epoch_batches` yields, taken as fast as they come. `to_model_input` (crop + float32, which
-    the step does on the training device) is timed apart, on the last batch."""
-    import ray.train
-    from coreecg.train.ingest import ShardFiles, epoch_batches, to_model_input, training_dataset
-
-    t0 = time.perf_counter()
-    ds = training_dataset(corpus, seed, cache_gb)
-    if isinstance(ds, ShardFiles):      # streamed: what a Train worker of rank 0 of 1 iterates
-        source = ds
-    else:                               # Ray Train's own split for one worker (its default options)
-        source = ray.train.DataConfig().configure({"train": ds}, world_size=1, worker_handles=None,
-                                                  worker_node_ids=None)[0]["train"]
-    n, first, batch = 0, None, None
-    for batch in epoch_batches(source, batch_size, 0, seed, 0, shuffle_buffer, torch.device("cpu")):
-        first = first or time.perf_counter()
-        n += len(batch[1])
-    end = time.perf_counter()
-    if batch is None:
-        raise SystemExit(f"{corpus}: the train split gave no batch of {batch_size}")
-    t1 = time.perf_counter()
-    for _ in range(10):
-        to_model_input(*batch, seed, 0, crop)
-    model_input_s = (time.perf_counter() - t1) / 10
-    return {"streamed": isinstance(ds, ShardFiles), "windows": n,
-            "time_to_first_batch_s": round(first - t0, 2), "windows_per_s": round(n / (end - t0)),
-            "windows_per_s_after_first_batch": round(n / (end - first)),
-            "to_model_input_us_per_window": round(model_input_s / batch_size * 1e6, 1)}
-
-
 def pretrain_epochs(corpus: Path, run: Path, cache_gb: float, epochs: int, batch_size: int, workers: int,
                     env: dict) -> dict:
     """`jobs/pretrain.py` on the corpus: time to first step and samples/s from its metrics.jsonl."""
@@ -327,8 +277,7 @@ def pretrain_epochs(corpus: Path, run: Path, cache_gb: float, epochs: int, batch
     run.parent.mkdir(parents=True, exist_ok=True)
     sets = [*TINY, f"optim.epochs={epochs}", f"optim.batch_size={batch_size}", f"train.num_workers={workers}",
             f"data.cache_in_memory_gb={cache_gb}", "train.checkpoint_every_steps=0"]
-    cmd = [sys.executable, str(REPO / "jobs" / "pretrain.py"), "--corpus", str(corpus), "--output", str(run),
-           *[a for s in sets for a in ("--set", s)]]
+    cmd = job("pretrain", "--corpus", str(corpus), "--output", str(run), *[a for s in sets for a in ("--set", s)])
     start = time.time()
     with open(run.parent / "pretrain.log", "w") as out:
         rc = subprocess.run(cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT).returncode
@@ -350,8 +299,7 @@ def pretrain_epochs(corpus: Path, run: Path, cache_gb: float, epochs: int, batch
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = parser(__doc__, "512 records in shards of 64, killed after 2 shards; no pretraining epoch")
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--workdir", required=True, type=Path, help="holds corpus/, the run folder and the job logs")
     p.add_argument("--shard-records", type=int, default=256)
@@ -363,8 +311,12 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=64, help="the pretraining's global batch")
     p.add_argument("--workers", type=int, default=1, help="train.num_workers")
     args = p.parse_args()
+    if args.quick:
+        args.records, args.shard_records, args.kill_after_shards, args.epochs = 512, 64, 2, 0
 
     import ray
+
+    from coreecg.cluster import init_ray, quiet_data
 
     workdir = args.workdir.expanduser().resolve()
     corpus = workdir / "corpus"
@@ -372,11 +324,10 @@ def main() -> int:
         raise SystemExit(f"{corpus} exists: remove it, or pass --reuse-corpus to stream it as it is")
     workdir.mkdir(parents=True, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
-    # address="local": a cluster of our own, never a `ray start` one found on the machine
-    ray.init(address="local", num_cpus=max(cores, args.workers + 2), include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    init_ray(args.workers)
+    quiet_data()
     gcs = ray.get_runtime_context().gcs_address
-    env = job_env(gcs)
+    env = job_env({"RAY_ADDRESS": gcs})
     cores = min(cores, int(ray.cluster_resources()["CPU"]))
     result: dict = {"cores": cores, "ray_cpus": int(ray.cluster_resources()["CPU"])}
     if not args.reuse_corpus:
@@ -393,8 +344,12 @@ def main() -> int:
     passes = []
     for name in ("pyarrow_before", "ingest", "pyarrow_after"):
         with Monitor(gcs) as mon:
-            figures = (ingest_pass(corpus, cache_gb, args.batch_size // args.workers, cfg.crop_samples,
-                                   cfg.shuffle_buffer) if name == "ingest" else pyarrow_pass(files, shape, dtype))
+            if name == "ingest":
+                t0 = time.perf_counter()
+                figures = ingest_pass(worker_source(corpus, cache_gb), args.batch_size // args.workers, 0,
+                                      cfg.shuffle_buffer, cfg.crop_samples, t0=t0)
+            else:
+                figures = pyarrow_pass(files, shape, dtype)
         passes.append({**figures, "cpu_us_per_window": round(sum(mon.cpu_s().values()) / figures["windows"] * 1e6),
                        "memory": mon.figures()})
     before, ingest, after = passes
@@ -411,7 +366,7 @@ def main() -> int:
                                     args.batch_size, args.workers, env)
         result["pretrain"] = {**train, "memory": mon_train.figures()}
     ray.shutdown()
-    print(json.dumps(result, indent=1))
+    emit({"benchmark": "large_corpus", **result})
     return 1 if result.get("preprocess", {}).get("problems") else 0
 
 

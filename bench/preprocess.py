@@ -1,8 +1,9 @@
 """Preprocessing throughput: records/s on one core, with the share of time per stage.
 
-    python bench/preprocess.py                                   # real PTB-XL 500 Hz records
-    python bench/preprocess.py --source synthetic --records 200
-    python bench/preprocess.py --pipeline                        # also the Ray Data job, all CPUs
+    python -m bench.preprocess                                   # real PTB-XL 500 Hz records
+    python -m bench.preprocess --source synthetic --records 200
+    python -m bench.preprocess --pipeline                        # also the Ray Data job, all CPUs
+    python -m bench.preprocess --quick                           # 20 records: a smoke run
 
 Stages, timed on one core in this process: read (the source reader), filter (band-pass at
 the native rate), resample (to 250 Hz), rest of preprocess_record (lead checks, windows,
@@ -12,15 +13,13 @@ wall-clock records/s.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bench.common import SHARED, emit, machine, parser
 from coreecg.config import DataConfig, PreprocessConfig
 from coreecg.data.corpus import windows_table, write_parquet
 from coreecg.data.leads import select_leads
@@ -28,16 +27,16 @@ from coreecg.data.preprocess import bandpass, preprocess_record, resample, resam
 from coreecg.data.record import RecordError
 from coreecg.data.sources import get_source
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "ecg-data"
-
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__, "20 records, one core (with --pipeline, the Ray Data job on them too)")
     p.add_argument("--source", default="ptbxl")
     p.add_argument("--input", default=str(SHARED / "ptbxl"))
     p.add_argument("--records", type=int, default=200)
     p.add_argument("--pipeline", action="store_true", help="also time build_corpus with Ray Data")
     args = p.parse_args()
+    if args.quick:
+        args.records = 20
 
     options = {"label_view": "none"} if args.source == "ptbxl" else {}
     if args.source == "synthetic":
@@ -83,7 +82,7 @@ def main() -> None:
         t["write"] = time.perf_counter() - t0
     total = t["read"] + t["preprocess_total"] + t["write"]
     result = {
-        "source": args.source, "records": done, "windows": windows, "unreadable_skipped": failed,
+        "benchmark": "preprocess", **machine(), "source": args.source, "records": done, "windows": windows, "unreadable_skipped": failed,
         "records_per_s_per_core": round(done / total, 1),
         "ms_per_record": {k: round(1e3 * v / done, 2) for k, v in t.items()},
         "share": {"read": round(t["read"] / total, 3),
@@ -95,18 +94,21 @@ def main() -> None:
     if args.pipeline:
         import ray
 
+        from coreecg.cluster import init_ray, quiet_data
         from coreecg.data.pipeline import build_corpus
 
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, configure_logging=False)
+        init_ray()
+        quiet_data()
         with tempfile.TemporaryDirectory() as d:
             sub = refs[: done + failed]
             out = build_corpus(args.source, args.input, Path(d) / "c", DataConfig(shard_records=32),
                                source_options=options, refs=sub)
-        result["pipeline"] = {"cpus": os.cpu_count(), "records_listed": len(sub),
+        ray.shutdown()
+        result["pipeline"] = {"records_listed": len(sub),
                               "records_written": out["counts"]["records_written"],
                               "wall_s": round(out["run"]["wall_s"], 2),
                               "records_per_s": round(out["counts"]["records_written"] / out["run"]["wall_s"], 1)}
-    print(json.dumps(result, indent=1))
+    emit(result)
 
 
 if __name__ == "__main__":

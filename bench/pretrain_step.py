@@ -1,10 +1,11 @@
 """Benchmark one pretraining step at the paper's model size: CoRe-ECG against a plain masked
 autoencoder built from the same Encoder and against the contrastive baselines, timed in the same run.
 
-    python bench/pretrain_step.py                       # CPU: batch 32, fp32 + bf16, ~6 min
-    python bench/pretrain_step.py --device cuda         # GPU: batch 256, bf16 (bench/gpu_smoke.sh)
-    python bench/pretrain_step.py --set train.compile=true --variants core
-    python bench/pretrain_step.py --variants core,moco_v3,cmsc --precisions fp32   # the methods
+    python -m bench.pretrain_step                       # CPU: batch 32, fp32 + bf16, ~6 min
+    python -m bench.pretrain_step --device cuda         # GPU: batch 256, bf16 (bench/gpu_smoke.sh)
+    python -m bench.pretrain_step --set train.compile=true --variants core
+    python -m bench.pretrain_step --variants core,moco_v3,cmsc --precisions fp32   # the methods
+    python -m bench.pretrain_step --quick               # tiny model, batch 4, one step: a smoke run
 
 Variants, each in a fresh subprocess so that peak-memory figures do not mix:
   core       the paper config (or --config), every speed option at its default;
@@ -15,34 +16,21 @@ Variants, each in a fresh subprocess so that peak-memory figures do not mix:
   moco_v3    MoCo v3 (pretrain.method=moco_v3, its paper-size heads), two views per window;
   cmsc       CMSC (pretrain.method=cmsc), two 15-patch segments per window.
 Prints one JSON object: per variant samples/s, seconds/step, peak memory (per sample), analytic
-FLOPs per sample (bench/flops.py), achieved FLOP/s and its ratio to a matmul peak measured in
-the same process; then the ratios the issue's goals are stated in (core/mae utilisation, bf16
-over fp32 samples/s, memory per sample against the stated reference).
+FLOPs per sample (`bench.common.pretrain_flops_per_sample`), achieved FLOP/s and its ratio to a
+matmul peak measured in the same process; then the ratios the issue's goals are stated in
+(core/mae utilisation, bf16 over fp32 samples/s, memory per sample against the stated reference).
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import resource
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.flops import pretrain_flops_per_sample  # noqa: E402
-from coreecg.config import load_config  # noqa: E402
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
+from bench.common import (TINY, child, config_args, default_device, emit, machine, parser, pretrain_flops_per_sample,
+                          progress, sets, sync)
+from coreecg.config import load_config
 
 VARIANTS = {
     "core": [],
@@ -110,7 +98,7 @@ def run_variant(args) -> dict:
         peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     flops = pretrain_flops_per_sample(cfg)
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
-    peak = matmul_peak(device, dtype)
+    peak = matmul_peak(device, dtype, 256 if args.quick else None)
     achieved = flops["train_step"] * args.batch / sec
     result = {
         "variant": args.variant, "precision": args.precision, "stdm_mode": args.mode, "batch": args.batch,
@@ -122,12 +110,11 @@ def run_variant(args) -> dict:
         # Page faults and kernel time per timed step: what train.host_memory_cache removes.
         "minor_faults_per_step": (usage1.ru_minflt - usage0.ru_minflt) / args.steps,
         "system_seconds_per_step": (usage1.ru_stime - usage0.ru_stime) / args.steps,
+        "device_type": device.type, "peak_memory_bytes": peak_bytes,
+        "peak_memory_bytes_per_sample": peak_bytes / args.batch,
     }
-    result["device_type"] = device.type
-    result["peak_memory_bytes"] = peak_bytes
     if device.type == "cpu":
         result["peak_rss_growth_bytes"] = peak_bytes - rss0 * 1024
-    result["peak_memory_bytes_per_sample"] = result["peak_memory_bytes"] / args.batch
     return result
 
 
@@ -166,50 +153,45 @@ def summarise(results: list[dict]) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p = parser(__doc__, "the tests' tiny model, batch 4, one step of core in fp32")
+    p.add_argument("--device", default=default_device())
     p.add_argument("--batch", type=int, default=None, help="default: 32 on CPU, 256 on CUDA")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--precisions", default=None, help="default: fp32,bf16 on CPU, bf16 on CUDA")
     p.add_argument("--modes", default="bernoulli", help="STDM modes of the core variants (bernoulli,exact)")
     p.add_argument("--variants", default="core,core_ckpt,mae")
-    p.add_argument("--config", default=None)
-    p.add_argument("--set", action="append", default=[], metavar="A.B=C")
-    p.add_argument("--precision", help=argparse.SUPPRESS)
+    config_args(p)
+    p.add_argument("--precision", help=argparse.SUPPRESS)     # child process: one variant
     p.add_argument("--mode", help=argparse.SUPPRESS)
     p.add_argument("--variant", default="core", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.quick and not args.precision:
+        args.set = [*TINY, *args.set]
+        args.batch, args.steps, args.warmup = args.batch or 4, 1, 1
+        args.variants, args.precisions = "core", args.precisions or "fp32"
     args.batch = args.batch or (256 if args.device.startswith("cuda") else 32)
     if args.precisions is None:
         args.precisions = "bf16" if args.device.startswith("cuda") else "fp32,bf16"
-    if args.precision:                       # child process: one variant
-        print(json.dumps(run_variant(args)))
+    if args.precision:
+        emit(run_variant(args), one_line=True)
         return
     results = []
     for precision in args.precisions.split(","):
         for variant in args.variants.split(","):
-            for mode in (args.modes.split(",") if variant.startswith("core_") or variant == "core" else ["bernoulli"]):
-                cmd = [sys.executable, __file__, "--device", args.device, "--batch", str(args.batch),
-                       "--steps", str(args.steps), "--warmup", str(args.warmup), "--precision", precision,
-                       "--mode", mode, "--variant", variant] + (["--config", args.config] if args.config else [])
-                for s in args.set:
-                    cmd += ["--set", s]
-                done = subprocess.run(cmd, capture_output=True, text=True)
-                if done.returncode != 0:
-                    results.append({"variant": variant, "precision": precision, "stdm_mode": mode,
-                                    "error": done.stderr.strip()[-2000:]})
-                else:
-                    results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-                print(json.dumps({k: results[-1].get(k) for k in ("variant", "precision", "stdm_mode", "samples_per_s",
-                                  "flops_utilisation", "peak_memory_bytes_per_sample", "error")}),
-                      file=sys.stderr, flush=True)
-    print(json.dumps({
-        "benchmark": "pretrain_step", "device": args.device,
-        "device_name": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or platform.machine(),
-        "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu_count": os.cpu_count(),
-        "overrides": args.set, "results": results, "summary": summarise(results),
-    }, indent=1))
+            for mode in (args.modes.split(",") if variant.startswith("core") else ["bernoulli"]):
+                cmd = ["--device", args.device, "--batch", str(args.batch), "--steps", str(args.steps),
+                       "--warmup", str(args.warmup), "--precision", precision, "--mode", mode, "--variant", variant,
+                       *(["--config", args.config] if args.config else []), *(["--quick"] if args.quick else []),
+                       *sets(args.set)]
+                try:
+                    results.append(child("pretrain_step", cmd))
+                except RuntimeError as e:
+                    results.append({"variant": variant, "precision": precision, "stdm_mode": mode, "error": str(e)})
+                progress({k: results[-1].get(k) for k in ("variant", "precision", "stdm_mode", "samples_per_s",
+                                                           "flops_utilisation", "peak_memory_bytes_per_sample", "error")})
+    emit({"benchmark": "pretrain_step", **machine(args.device), "batch": args.batch, "overrides": args.set,
+          "results": results, "summary": summarise(results)})
 
 
 if __name__ == "__main__":

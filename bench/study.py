@@ -1,9 +1,10 @@
 """A study's cost: wall time, the share of it spent in training steps, and per-trial time to
-first step, at 1 and 2 concurrent trials. Prints JSON.
+first step, at 1 and 2 concurrent trials. Prints one JSON object (a line) per concurrency.
 
-    python bench/study.py                                   # studies/tiny.yaml, concurrency 1
-    python bench/study.py --concurrency 1 2 --set pretrain.set=...   # both, one fresh folder each
-    python bench/study.py --output studies-out/bench --keep
+    python -m bench.study                                   # studies/tiny.yaml, concurrency 1
+    python -m bench.study --concurrency 1 2 --output studies-out/bench   # both, one kept folder each
+    python -m bench.study --set train.use_gpu=true          # --set: a config override for every run
+    python -m bench.study --quick                           # one pretraining, one fine-tuning: a smoke run
 
 Each run is `jobs/study.py STUDY --output <folder>/c<N> --concurrency N` in a fresh Python (its own
 local Ray). Read back from the study folder:
@@ -19,18 +20,17 @@ corpora, Ray and Tune start-up, scheduling between trials, the report).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+import yaml
 
+from bench.common import REPO, SHARED, TINY, emit, job, job_env, parser, sets
 
 MARKERS = {"pretrain": "done.json", "finetune": "metrics.json"}
 
@@ -63,35 +63,53 @@ def read_runs(out: Path) -> dict:
                                      "max": round(max(firsts), 2) if firsts else None, "n": len(firsts)}}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def quick_study(root: Path) -> Path:
+    """The smallest study: CoRe-ECG pretrained once, fine-tuned once on PTB-XL, one table."""
+    study = {
+        "name": "bench-quick", "config": str(REPO / "configs" / "quickstart.yaml"),
+        "set": [*TINY, "data.synthetic_records=64", "train.num_workers=1", "train.eval_every_epochs=0",
+                "train.figures=false", "report.bootstrap_resamples=50"],
+        "variants": str(REPO / "tune_spaces" / "ablations.yaml"),
+        "pretrain": {"methods": ["CoRe-ECG"], "seeds": [0],
+                     "set": ["optim.epochs=1", "optim.batch_size=16", "optim.warmup_epochs=0"]},
+        "downstream": {"corpora": {"ptbxl": {"source": "ptbxl", "input": str(SHARED / "ptbxl")}},
+                       "methods": ["CoRe-ECG"], "leads": ["12"],
+                       "set": ["finetune.epochs=1", "finetune.batch_size=16", "finetune.bootstrap_resamples=50",
+                               "finetune.tsne_max_points=0", "finetune.warmup_epochs=0"]},
+        "report": {"tables": ["comparison"]},
+    }
+    path = root / "quick.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+def main() -> None:
+    p = parser(__doc__, "a study of one CoRe-ECG pretraining and one PTB-XL fine-tuning (tiny model, one epoch)")
     p.add_argument("--study", default=str(REPO / "studies" / "tiny.yaml"))
     p.add_argument("--concurrency", type=int, nargs="+", default=[1])
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C")
     p.add_argument("--output", default="", help="keep the study folders here (default: a temporary folder)")
     args = p.parse_args()
     root = Path(args.output).resolve() if args.output else Path(tempfile.mkdtemp(prefix="bench-study-"))
-    results = []
+    root.mkdir(parents=True, exist_ok=True)
+    study = str(quick_study(root)) if args.quick else args.study
     for c in args.concurrency:
         out = root / f"c{c}"
         shutil.rmtree(out, ignore_errors=True)
-        cmd = [sys.executable, "jobs/study.py", args.study, "--output", str(out), "--concurrency", str(c),
-               *sum((["--set", s] for s in args.overrides), [])]
+        cmd = job("study", study, "--output", str(out), "--concurrency", str(c), *sets(args.overrides))
         t0 = time.perf_counter()
-        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        done = subprocess.run(cmd, cwd=REPO, env=job_env(), capture_output=True, text=True)
         wall = time.perf_counter() - t0
-        r = {"study": args.study, "concurrency": c, "exit": done.returncode, "wall_s": round(wall, 1),
-             **read_runs(out)}
+        r = {"benchmark": "study", "study": study, "concurrency": c, "exit": done.returncode,
+             "wall_s": round(wall, 1), **read_runs(out)}
         r["train_step_share_of_wall"] = round(r["train_step_s_total"] / (wall * c), 3)
         r["in_trial_share_of_wall"] = round(r["in_trial_s_total"] / (wall * c), 3)
         if done.returncode not in (0, 1):
             r["stderr_tail"] = done.stderr[-2000:]
-        results.append(r)
-        print(json.dumps(r), flush=True)
+        emit(r, one_line=True)
     if not args.output:
         shutil.rmtree(root, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -18,7 +18,7 @@ import pytest
 import wfdb
 
 from coreecg.config import DataConfig, PreprocessConfig
-from coreecg.data import load_manifest, open_corpus, read_split, verify_corpus
+from coreecg.data import load_manifest, read_split, verify_corpus
 from coreecg.data.corpus import sha256_file
 from coreecg.data.pipeline import build_corpus
 from coreecg.data.preprocess import preprocess_record
@@ -103,17 +103,27 @@ def test_synthetic_round_trip(synthetic_corpus):
     assert (train["multihot"].sum(1) == 1).all()
 
 
-def test_open_corpus_feeds_torch_batches(synthetic_corpus):
+@pytest.mark.parametrize("cache_gb", [2.0, 0.0], ids=["materialised", "streamed"])
+def test_the_training_path_feeds_torch_batches(synthetic_corpus, cache_gb):
+    """training_dataset -> epoch_batches -> to_model_input, as a worker reads the train split:
+    float16 stored windows with their uids, each train window once per epoch (as with drop_last),
+    then the epoch's crops as float32."""
+    import torch
+
+    from coreecg.train.ingest import ShardFiles, epoch_batches, local_source, to_model_input, training_dataset
+
     out, *_ = synthetic_corpus
-    m = load_manifest(out)
-    ds = open_corpus(out, "train")
-    n = 0
-    for batch in ds.iter_torch_batches(batch_size=8):
-        assert tuple(batch["signal"].shape[1:]) == (12, 2500)
-        assert str(batch["signal"].dtype) == "torch.float32" and str(batch["label"].dtype) == "torch.int64"
-        assert tuple(batch["multihot"].shape[1:]) == (6,)
-        n += len(batch["label"])
-    assert n == m["counts"]["windows"]["train"]
+    stored = read_split(out, "train", columns=["signal"], as_stored=True)
+    n, batch = len(stored["uid"]), 4
+    ds = training_dataset(out, seed=0, cache_in_memory_gb=cache_gb)
+    assert isinstance(ds, ShardFiles) == (cache_gb == 0)
+    pairs = list(epoch_batches(local_source(ds), batch, 1, 0, 0, 8, torch.device("cpu")))
+    assert all(s.dtype == torch.float16 and u.dtype == torch.int64 and len(u) == batch for s, u in pairs)
+    signal, uid = torch.cat([s for s, _ in pairs]), torch.cat([u for _, u in pairs])
+    assert len(uid) == n - n % batch and len(set(uid.tolist())) == len(uid)
+    np.testing.assert_array_equal(signal.numpy(), stored["signal"][uid.numpy()])
+    x = to_model_input(signal[:batch], uid[:batch], 0, 1, 2250)
+    assert x.dtype == torch.float32 and tuple(x.shape) == (batch, 12, 2250)
 
 
 def test_resume_skips_finished_shards_and_rebuilds_a_deleted_one(synthetic_corpus):

@@ -180,7 +180,7 @@ def test_filter_edges_of_a_10s_record_match_the_same_10s_inside_a_long_recording
     """Every 10 s slice (with context both sides) of the 115 s PTB record S0009, preprocessed as a
     record of its own, against its window in the whole record: the edges are where they differ.
     scipy's default padding (27 samples, odd) gave 9.5 z-units at an edge and correlation 0.70
-    here; mirror padding of one high-pass period gives 1.7 and 0.977 (bench/filter_edges.py)."""
+    here; mirror padding of one high-pass period gives 1.7 and 0.977 (experiments/filter_edges.py)."""
     from coreecg.data.sources import get_source
 
     src = get_source("cinc2021", class_map="none", subsets=["PTB"])

@@ -2,7 +2,6 @@
 Parquet corpus on Ray Data. Data never imports the model or training code.
 
     windows, labels = synthetic_windows(256, seed=0, cfg=PreprocessConfig())   # no Ray, no files
-    ds = open_corpus("corpora/ptbxl", split="train")                           # ray.data.Dataset
     arrays = read_split("corpora/ptbxl", split="val")                          # dict of numpy
 """
 from __future__ import annotations
@@ -14,9 +13,9 @@ from typing import TYPE_CHECKING
 # imports `coreecg.data.corpus` without scipy, wfdb and the sources (1.7 s less per fresh worker).
 _NAMES = {
     "PreprocessConfig": "coreecg.config",
-    "ALL_COLUMNS": "coreecg.data.corpus", "TRAINING_COLUMNS": "coreecg.data.corpus",
+    "ALL_COLUMNS": "coreecg.data.corpus",
     "CorpusError": "coreecg.data.corpus", "load_manifest": "coreecg.data.corpus",
-    "open_corpus": "coreecg.data.corpus", "split_files": "coreecg.data.corpus",
+    "split_files": "coreecg.data.corpus",
     "verify_corpus": "coreecg.data.corpus",
     "build_corpus": "coreecg.data.pipeline",
     "preprocess_record": "coreecg.data.preprocess",
@@ -62,7 +61,7 @@ def synthetic_windows(n: int, seed: int, cfg: PreprocessConfig | None = None) ->
 
 
 __all__ = [
-    "ALL_COLUMNS", "TRAINING_COLUMNS", "CorpusError", "PreprocessConfig", "build_corpus", "Record", "RecordError", "RecordRef", "SPLITS", "STANDARD_LEADS",
-    "SYNTHETIC_CLASS_NAMES", "assign_split", "load_manifest", "open_corpus", "preprocess_record",
+    "ALL_COLUMNS", "CorpusError", "PreprocessConfig", "build_corpus", "Record", "RecordError", "RecordRef", "SPLITS", "STANDARD_LEADS",
+    "SYNTHETIC_CLASS_NAMES", "assign_split", "load_manifest", "preprocess_record",
     "read_split", "split_files", "synthetic_windows", "verify_corpus",
 ]

@@ -20,10 +20,11 @@ ROW SCHEMA (Parquet):
                   (leads in STANDARD_LEADS order, then time); dtype and shape are in the
                   manifest ("signal") and in the field's Parquet metadata
 
-Rows from `open_corpus` (and arrays from `coreecg.data.reading.read_split`) instead carry
+Arrays from `coreecg.data.reading.read_split` instead carry
     signal   (12, 2500) float32,  label  int64 (first class, -1 if none),
     multihot (n_classes,) float32 (all classes of the window's record),
-    plus the other columns asked for (open_corpus: none by default).
+    plus the other columns asked for; training reads the float16 signal through
+    `coreecg.train.ingest.training_dataset` (`read_windows` below).
 
 Layout choices, measured in docs/data_pipeline.md: float16 (windows are z-scored, so the
 11-bit mantissa costs an rms error ~2e-4 and halves the size), one fixed-size binary blob per
@@ -189,30 +190,7 @@ def decode_labels(col: pa.Array | pa.ChunkedArray, n_classes: int) -> tuple[np.n
     return label, multihot
 
 
-def decode_batch(table: pa.Table, shape: tuple[int, ...], n_classes: int,
-                 dtype: str = np.dtype(SIGNAL_DTYPE).name) -> dict[str, np.ndarray]:
-    """A Parquet batch -> training columns (see module docstring)."""
-    out: dict[str, np.ndarray] = {}
-    for name in table.column_names:
-        if name == "signal":
-            out["signal"] = decode_signals(table.column("signal"), shape, dtype)
-        elif name == "labels":
-            out["label"], out["multihot"] = decode_labels(table.column("labels"), n_classes)
-        else:
-            out[name] = table.column(name).to_numpy()
-    return out
-
-
-# iter_torch_batches converts every column to a tensor, so training reads numeric columns only.
-TRAINING_COLUMNS = ("labels", "signal")
 ALL_COLUMNS = ("dataset", "record_id", "patient_id", "window_index", "split", "labels", "signal")
-
-
-def read_files(batch: dict[str, np.ndarray], columns: list[str], shape: tuple[int, ...], n_classes: int,
-               dtype: str) -> dict[str, np.ndarray]:
-    """Ray Data map_batches fn: {"path": shard files} -> their decoded rows."""
-    table = pa.concat_tables(pq.read_table(str(f), columns=columns) for f in batch["path"])
-    return decode_batch(table, shape, n_classes, dtype)
 
 
 def read_shard(path: str | Path, columns: Iterable[str]) -> pa.Table:
@@ -234,28 +212,3 @@ def read_windows(batch: dict[str, np.ndarray], shape: tuple[int, ...], dtype: st
         rows = np.flatnonzero(keep[uid])
         table, uid = table.take(rows), uid[rows]
     return {"signal": decode_signals(table.column("signal"), shape, dtype, as_stored=True), "uid": uid}
-
-
-def open_corpus(path: str | Path, split: str = "train", columns: Iterable[str] = TRAINING_COLUMNS,
-                shuffle_files: bool = False):
-    """A Ray Dataset of one split's windows: by default rows {signal (12, 2500) float32,
-    label int64, multihot (n_classes,) float32}, ready for `iter_torch_batches`. Pass
-    `columns=ALL_COLUMNS` to also get the string/id columns (then use `iter_batches`).
-
-    Only that split's shard files are opened (a split is a folder), one Ray Data block per
-    file, each read with pyarrow inside `map_batches`: measured 3x the throughput of
-    `ray.data.read_parquet` on the same files (docs/data_pipeline.md).
-    `shuffle_files=True` randomises the file order on every pass (epoch); add
-    `iter_torch_batches(local_shuffle_buffer_size=...)` for row-level shuffling.
-    """
-    import ray.data  # data readers without Ray (coreecg.data.reading) must not pay for it
-
-    manifest = load_manifest(path)
-    files = split_files(path, split, manifest)
-    ds = ray.data.from_items([{"path": str(f)} for f in files], override_num_blocks=len(files))
-    if shuffle_files:
-        ds = ds.randomize_block_order()
-    return ds.map_batches(read_files, batch_size=1,
-                          fn_kwargs={"columns": list(columns), "shape": tuple(manifest["signal"]["shape"]),
-                                     "n_classes": len(manifest["class_names"]),
-                                     "dtype": manifest["signal"]["dtype"]})

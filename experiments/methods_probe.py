@@ -1,8 +1,8 @@
 """Does each pretraining method learn at all on real records? A fixed budget per method on the
 shared real ECGs, then the in-loop linear probe against the randomly initialised encoder.
 
-    python bench/methods_probe.py                                   # quickstart model, 30 epochs, ~10 min
-    python bench/methods_probe.py --methods core,moco_v3 --epochs 10 --set optim.lr=5e-4
+    python -m experiments.methods_probe                             # quickstart model, 30 epochs, ~10 min
+    python -m experiments.methods_probe --methods core,moco_v3 --epochs 10 --set optim.lr=5e-4
 
 Pretraining windows: the PTB-XL train split, all of CPSC2018 (CinC 2020 release) and the CinC
 2021 records of ../shared/ecg-data (labels unused). Probe: PTB-XL's 5 diagnostic superclasses,
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -30,12 +29,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.common import REPO, SHARED as DATA
+from coreecg.config import load_config
 
-from coreecg.config import load_config  # noqa: E402
-
-DATA = Path(os.environ.get("COREECG_SHARED_DATA", REPO.parent / "shared" / "ecg-data"))
 CORPORA = {"ptbxl": "ptbxl", "cpsc2018": "cpsc2018-cinc2020", "cinc2021": "cinc2021"}
 SPLITS = ("train", "val", "test")
 
@@ -45,8 +41,10 @@ def build(cache: Path) -> dict[str, Path]:
 
     from coreecg.data.pipeline import build_corpus
 
+    from coreecg.cluster import init_ray
+
     cfg = load_config(overrides=["data.shard_records=64"]).data
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    init_ray()
     try:
         for name, folder in CORPORA.items():
             build_corpus(name, DATA / folder, cache / name, cfg, source_options=cfg.sources.for_source(name, 0),

@@ -1,7 +1,7 @@
 """Where the time of one CoRe-ECG pretraining step goes, per component (issue: training-step efficiency).
 
-    python bench/step_profile.py                         # CPU, paper config, batch 16, fp32 + bf16
-    python bench/step_profile.py --batch 32 --steps 5 --profile-steps 2
+    python -m experiments.step_profile                   # CPU, paper config, batch 16, fp32 + bf16
+    python -m experiments.step_profile --batch 32 --steps 5 --profile-steps 2
 
 Labels are placed from the outside (forward pre/post hooks and monkeypatched wrappers set up
 here; coreecg/ is untouched): each label is both a torch.profiler.record_function range and a
@@ -24,20 +24,16 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import coreecg.methods.core_ecg as core_ecg_mod  # noqa: E402
-from coreecg.config import load_config  # noqa: E402
-from coreecg.methods import CoReECG  # noqa: E402
-from coreecg.train.step import PretrainStep, Schedule  # noqa: E402
+import coreecg.methods.core_ecg as core_ecg_mod
+from coreecg.config import load_config
+from coreecg.methods import CoReECG
+from coreecg.train.step import PretrainStep, Schedule
 
 
 class Labels:

@@ -1,6 +1,6 @@
 """How long the patient bootstrap takes (the figure in `bootstrap_ci`'s docstring).
 
-    python bench/bootstrap_ci.py                     # 3,000 records, 1,500 patients, 1,000 resamples
+    python -m experiments.bootstrap_ci               # 3,000 records, 1,500 patients, 1,000 resamples
 
 Random labels and scores of the paper's two shapes: single-label with 9 classes (ICBEB2018) and
 multi-label with 25 (Ningbo). Prints one JSON object of seconds per call.
@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from coreecg.eval.metrics import bootstrap_ci  # noqa: E402
+from coreecg.eval.metrics import bootstrap_ci
 
 
 def fake_set(n: int, n_classes: int, multilabel: bool, rng: np.random.Generator):

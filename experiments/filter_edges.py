@@ -1,7 +1,7 @@
 """Filter edges: how far a 10 s record's preprocessed window is from the same 10 s preprocessed
 inside a longer recording, before and after the edge handling of `coreecg.data.preprocess`.
 
-    python -m bench.filter_edges            # real records from ../shared/ecg-data
+    python -m experiments.filter_edges      # real records from ../shared/ecg-data
 
 A record of 10 s has no context at its ends: the zero-phase band-pass and the resampler must
 invent it (padding), and whatever they invent shows up as an edge error. Real records of 30 s
@@ -21,17 +21,16 @@ extension of 3 x (2 x sections + 1) = 27 samples) and `resample_poly` with zero 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 from scipy import signal as sps
 
+from bench.common import SHARED
 from coreecg.config import PreprocessConfig
 from coreecg.data.leads import select_leads
 from coreecg.data.preprocess import bandpass, bandpass_sos, resample, resample_factors, windows, zscore
 from coreecg.data.sources import get_source
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "ecg-data"
 CFG = PreprocessConfig()
 
 

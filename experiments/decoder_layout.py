@@ -1,7 +1,7 @@
 """Which decoder attention layout learns: joint, per lead, axial (docs/decisions.md).
 
-    python bench/decoder_layout.py                          # quickstart model, both datasets, CoRe + rec-only
-    python bench/decoder_layout.py --layouts axial,lead --objectives core --data synthetic
+    python -m experiments.decoder_layout                    # quickstart model, both datasets, CoRe + rec-only
+    python -m experiments.decoder_layout --layouts axial,lead --objectives core --data synthetic
 
 For each layout of the Time Decoder (`model.time_decoder_layout`; `--decoder latent`: the Latent
 Decoder's) and each objective, runs the
@@ -25,10 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from coreecg.config import load_config  # noqa: E402
+from bench.common import REPO, SHARED
+from coreecg.config import load_config
 
 
 def real_windows(shared: Path, cache: Path) -> np.ndarray:
@@ -56,7 +54,7 @@ def main() -> None:
     p.add_argument("--decoder", default="time", choices=["time", "latent"], help="which decoder's layout to vary")
     p.add_argument("--objectives", default="core,rec", help="core: alpha=beta=1; rec: beta=0")
     p.add_argument("--data", default="synthetic,real")
-    p.add_argument("--shared", default=str(REPO.parent / "shared" / "ecg-data"))
+    p.add_argument("--shared", default=str(SHARED))
     p.add_argument("--set", action="append", default=[])
     args = p.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)

@@ -1,0 +1,286 @@
+"""What the benchmarks share: the command line, JSON output, fresh child processes, the machine,
+model sizes, analytic FLOPs, and the two ingest passes (the training path and plain pyarrow).
+
+Every benchmark is a module run from the repository root against the installed package, and
+prints its figures as one JSON object on stdout (progress lines go to stderr):
+
+    python -m bench.<name> [--quick] [...]
+
+`--quick` is each benchmark's smallest setting: a smoke run whose figures mean nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("COREECG_SHARED_DATA", REPO.parent / "shared" / "ecg-data"))
+# tests/helpers.TINY: the model of the fast tests, for --quick runs (tests/ is not a package here).
+TINY = ["model.embed_dim=32", "model.depth=2", "model.num_heads=2",
+        "model.time_decoder_dim=32", "model.time_decoder_depth=2", "model.time_decoder_heads=2",
+        "model.latent_decoder_dim=32", "model.latent_decoder_depth=1", "model.latent_decoder_heads=2",
+        "model.proj_hidden_dim=64", "model.proj_dim=32"]
+
+
+# ---------------------------------------------------------------------------- command line and output
+
+
+def parser(doc: str, quick: str) -> argparse.ArgumentParser:
+    """A benchmark's parser: its docstring as --help, and --quick (`quick` says what it runs)."""
+    name = Path(sys.argv[0]).stem
+    p = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help=f"smallest setting, a smoke run: {quick}")
+    return p
+
+
+def config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML over the paper defaults (default: the paper model)")
+    p.add_argument("--set", action="append", default=[], metavar="A.B=C", help="config override (repeatable)")
+
+
+def sets(overrides: list[str]) -> list[str]:
+    """["a=1", "b=2"] -> ["--set", "a=1", "--set", "b=2"]"""
+    return [a for s in overrides for a in ("--set", s)]
+
+
+def dump(obj, level: int = 0) -> str:
+    """JSON with the top two levels indented and each row of a table (a list of objects) on one line."""
+    pad = " " * (level + 1)
+    if isinstance(obj, dict) and level < 2 and obj:
+        items = [f"{pad}{json.dumps(k)}: {dump(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * level + "}"
+    if isinstance(obj, list) and obj and all(isinstance(x, dict) for x in obj):
+        return "[\n" + ",\n".join(pad + json.dumps(x) for x in obj) + "\n" + " " * level + "]"
+    return json.dumps(obj)
+
+
+def emit(result: dict, one_line: bool = False) -> None:
+    """The benchmark's figures on stdout (one line for a child process's parent to read)."""
+    print(json.dumps(result) if one_line else dump(result), flush=True)
+
+
+def progress(obj) -> None:
+    print(json.dumps(obj), file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def child(module: str, args: list[str], env: dict | None = None) -> dict:
+    """`python -m bench.<module> ARGS` in a fresh Python (no Ray in it, its own peak memory and
+    allocator) -> the one-line JSON object it printed last."""
+    done = subprocess.run([sys.executable, "-m", f"bench.{module}", *args], cwd=REPO, env=job_env(env),
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"bench.{module} {' '.join(args)} exited {done.returncode}:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def job_env(extra: dict | None = None, drop: tuple[str, ...] = ()) -> dict:
+    """The environment of a child process: it imports the coreecg this benchmark imports (run
+    as `python jobs/x.py`, a script would otherwise import whichever coreecg is installed)."""
+    import coreecg
+
+    root = str(Path(coreecg.__file__).resolve().parents[1])
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return {**env, **(extra or {})}
+
+
+def job(name: str, *args: str) -> list[str]:
+    """The command line of `jobs/<name>.py`."""
+    return [sys.executable, str(REPO / "jobs" / f"{name}.py"), *args]
+
+
+# ---------------------------------------------------------------------------- the machine
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def sync(device) -> None:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine(device: str = "cpu") -> dict:
+    import torch
+
+    cuda = torch.device(device).type == "cuda"
+    return {"device": device, "device_name": torch.cuda.get_device_name() if cuda else cpu_name(),
+            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "load_average_1min": os.getloadavg()[0]}
+
+
+# ---------------------------------------------------------------------------- analytic FLOPs
+
+
+def transformer_flops(tokens: float, dim: int, depth: int, mlp_ratio: float, seq_len: float | None = None) -> float:
+    """Forward FLOPs of `depth` pre-norm blocks on `tokens` tokens (2 per multiply-add), the
+    tokens attending within sequences of `seq_len` (default: one sequence of all of them)."""
+    seq_len = tokens if seq_len is None else seq_len
+    linear = 2 * tokens * dim * dim * (4 + 2 * mlp_ratio)      # qkv (3), out proj (1), MLP (2r)
+    attention = 4 * tokens * seq_len * dim                       # QK^T and AV
+    return depth * (linear + attention)
+
+
+def decoder_flops(layout: str, n_leads: int, n_patches: int, dim: int, depth: int, mlp_ratio: float) -> float:
+    """A grid decoder's transformer: joint attends over all C * N tokens, lead within each lead
+    (N), axial alternates within-lead (N, even blocks) and within-column (C, odd blocks)."""
+    grid = n_leads * n_patches
+    if layout == "joint":
+        return transformer_flops(grid, dim, depth, mlp_ratio)
+    if layout == "lead":
+        return transformer_flops(grid, dim, depth, mlp_ratio, n_patches)
+    lead_blocks = (depth + 1) // 2
+    return (transformer_flops(grid, dim, lead_blocks, mlp_ratio, n_patches)
+            + transformer_flops(grid, dim, depth - lead_blocks, mlp_ratio, n_leads))
+
+
+def pretrain_flops_per_sample(cfg) -> dict[str, float]:
+    """Forward and training matmul FLOPs per sample of `cfg.pretrain.method` (CoRe-ECG below;
+    MoCo v3 and CMSC in `_baseline_flops`), counting the expected visible tokens of STDM.
+
+    Training = 3x forward for everything the optimiser updates (forward + 2x backward), and
+    2x forward for the frozen teacher when W learns (forward + input-gradient backward), 1x
+    when it does not. Padding in bernoulli STDM is *not* counted: it is overhead, not work.
+    """
+    if cfg.pretrain.method != "core":
+        return _baseline_flops(cfg)
+    m, k = cfg.model, cfg.masking
+    C, N, P = m.n_leads, m.n_patches, m.patch_size
+    grid = C * N
+    if k.strategy == "stdm":
+        visible = (1 - k.p_time) * N * k.k
+    elif k.strategy == "random":
+        visible = grid - round(k.ratio * grid)
+    elif k.strategy == "temporal":
+        visible = C * (N - round(k.ratio * N))
+    else:
+        visible = N * (C - round(k.ratio * C))
+    patch = 2 * grid * P * m.embed_dim
+    parts = {"student_encoder": patch + transformer_flops(visible, m.embed_dim, m.depth, m.mlp_ratio)}
+    if cfg.loss.alpha > 0:
+        parts["time_decoder"] = (2 * visible * m.embed_dim * m.time_decoder_dim
+                                 + decoder_flops(m.time_decoder_layout, C, N, m.time_decoder_dim,
+                                                 m.time_decoder_depth, m.mlp_ratio)
+                                 + 2 * grid * m.time_decoder_dim * P)
+    if cfg.loss.beta > 0:
+        proj = 2 * (m.embed_dim * m.proj_hidden_dim + m.proj_hidden_dim * m.proj_dim)
+        parts["latent_decoder"] = (2 * visible * m.embed_dim * m.latent_decoder_dim
+                                   + decoder_flops(m.latent_decoder_layout, C, N, m.latent_decoder_dim,
+                                                   m.latent_decoder_depth, m.mlp_ratio)
+                                   + proj)
+        parts["teacher"] = patch + transformer_flops(grid, m.embed_dim, m.depth, m.mlp_ratio) + proj
+    forward = sum(parts.values())
+    teacher = parts.get("teacher", 0.0)
+    teacher_factor = 2 if (cfg.augment.fda and cfg.augment.learnable) else 1
+    train = 3 * (forward - teacher) + teacher_factor * teacher
+    return {**{f"forward_{k}": v for k, v in parts.items()}, "forward": forward, "train_step": train}
+
+
+def _mlp_flops(layers: int, in_dim: int, hidden: int, out_dim: int) -> float:
+    dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
+    return sum(2 * a * b for a, b in zip(dims, dims[1:]))
+
+
+def _baseline_flops(cfg) -> dict[str, float]:
+    """MoCo v3: two views through the query path (encoder, projector, predictor: trained, 3x) and
+    the key path (momentum encoder, projector: forward only, 1x). CMSC: `segments` segments of
+    C * N / segments tokens each through the encoder and its linear head (3x)."""
+    m = cfg.model
+    grid = m.n_leads * m.n_patches
+    patch = 2 * grid * m.patch_size * m.embed_dim
+    if cfg.pretrain.method == "moco_v3":
+        o = cfg.methods.moco_v3
+        encoder = patch + transformer_flops(grid, m.embed_dim, m.depth, m.mlp_ratio)
+        projector = _mlp_flops(o.proj_layers, m.embed_dim, o.hidden_dim, o.dim)
+        query = 2 * (encoder + projector + _mlp_flops(o.pred_layers, o.dim, o.hidden_dim, o.dim))
+        key = 2 * (encoder + projector)
+        return {"forward_query": query, "forward_key": key, "forward": query + key, "train_step": 3 * query + key}
+    if cfg.pretrain.method == "cmsc":
+        o = cfg.methods.cmsc
+        one = transformer_flops(grid // o.segments, m.embed_dim, m.depth, m.mlp_ratio) + 2 * m.embed_dim * o.dim
+        forward = o.segments * one + o.segments * patch        # the patch conv runs on the whole crop per segment
+        return {"forward_segments": forward, "forward": forward, "train_step": 3 * forward}
+    raise ValueError(f"no FLOP count for pretrain.method={cfg.pretrain.method!r}")
+
+
+# ---------------------------------------------------------------------------- ingest
+
+
+def pyarrow_pass(files: list[Path], shape: tuple[int, ...], dtype: str, batch_rows: int = 1024) -> dict:
+    """The limit: one process reading the signal column and decoding it to float32."""
+    import pyarrow.parquet as pq
+
+    from coreecg.data.corpus import decode_signals
+
+    n, t0 = 0, time.perf_counter()
+    for f in files:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=["signal"]):
+            n += len(decode_signals(batch.column(0), shape, dtype))
+    return {"windows": n, "windows_per_s": round(n / (time.perf_counter() - t0))}
+
+
+def worker_source(corpus: Path, cache_gb: float, seed: int = 0):
+    """What rank 0 of one Ray Train worker iterates: `ShardFiles` (streamed, the split at or
+    above `cache_gb`) or Ray Train's split of the materialised dataset (its default options)."""
+    import ray.train
+
+    from coreecg.train.ingest import ShardFiles, training_dataset
+
+    ds = training_dataset(corpus, seed, cache_gb)
+    if isinstance(ds, ShardFiles):
+        return ds
+    return ray.train.DataConfig().configure({"train": ds}, world_size=1, worker_handles=None,
+                                            worker_node_ids=None)[0]["train"]
+
+
+def ingest_pass(source, batch_size: int, epoch: int, shuffle_buffer: int, crop: int, seed: int = 0,
+                t0: float | None = None) -> dict:
+    """One epoch of training ingest with no model: the float16 batches `epoch_batches` yields,
+    taken as fast as they come. `to_model_input` (crop + float32, which the step does on the
+    training device) is timed apart, on the last batch. t0: when the clock started (default now;
+    pass the time before `worker_source` to count building the dataset)."""
+    import torch
+
+    from coreecg.train.ingest import ShardFiles, epoch_batches, to_model_input
+
+    t0 = time.perf_counter() if t0 is None else t0
+    n, first, batch = 0, None, None
+    for batch in epoch_batches(source, batch_size, epoch, seed, 0, shuffle_buffer, torch.device("cpu")):
+        first = first or time.perf_counter()
+        n += len(batch[1])
+    end = time.perf_counter()
+    if batch is None:
+        raise SystemExit(f"the train split gave no batch of {batch_size}")
+    t1 = time.perf_counter()
+    for _ in range(10):
+        to_model_input(*batch, seed, epoch, crop)
+    model_input_s = (time.perf_counter() - t1) / 10
+    return {"streamed": isinstance(source, ShardFiles), "windows": n,
+            "time_to_first_batch_s": round(first - t0, 3), "windows_per_s": round(n / (end - t0)),
+            "windows_per_s_after_first_batch": round(n / (end - first)) if end > first else None,
+            "to_model_input_us_per_window": round(model_input_s / batch_size * 1e6, 1)}

@@ -53,6 +53,7 @@ from coreecg.data.record import RecordError, RecordRef
 from coreecg.data.sources import get_source
 from coreecg.data.sources.base import DATA_SUFFIXES, Source, no_header_ref, walk
 from coreecg.data.sources.wfdb_generic import WfdbFolderSource, known_layout
+from coreecg.devices import resolve_device
 
 log = logging.getLogger("coreecg.inference")
 
@@ -183,16 +184,6 @@ class _PooledEncoder(nn.Module):
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         return logits
-
-
-def resolve_device(name: str) -> torch.device:
-    """cpu | cuda | auto (cuda when available); InferenceError for cuda without a GPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InferenceError("--device cuda, but torch sees no CUDA device (use cpu or auto)")
-    return device
 
 
 # ---------------------------------------------------------------------------- listing
@@ -473,6 +464,6 @@ def write_failures_csv(path: str | Path, failures: Sequence[Failure]) -> Path:
 
 
 __all__ = ["InputRecord", "Failure", "InferenceResult", "InferenceError", "ModelInput", "input_spec",
-           "source_options", "list_inputs", "prepare", "run_inference", "predict_paths", "resolve_device",
+           "source_options", "list_inputs", "prepare", "run_inference", "predict_paths",
            "write_predictions_csv", "write_embeddings_parquet", "write_failures_csv",
            "PREDICTIONS_FILE", "EMBEDDINGS_FILE", "FAILED_FILE"]

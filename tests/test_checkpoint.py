@@ -3,7 +3,7 @@ import torch
 
 import coreecg
 from coreecg.methods import CoReECG
-from coreecg.train.checkpoint import load_checkpoint, save_checkpoint
+from coreecg.checkpoints import load_checkpoint, save_checkpoint
 from tests.helpers import tiny_config
 
 

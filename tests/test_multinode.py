@@ -123,7 +123,7 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     its worker group on the nodes left, resumes from the last checkpoint (losing at most one
     checkpoint interval of steps) and finishes every epoch."""
     from coreecg.train.distributed import pretrain
-    from coreecg.train.plan import checkpoint_dirs
+    from coreecg.checkpoints import checkpoint_dirs
 
     every = 3
     cfg = load_config(overrides=[

@@ -23,7 +23,7 @@ from coreecg.train.checkpoint import CheckpointError
 from coreecg.train.distributed import pretrain
 from coreecg.train.plan import preflight
 from coreecg.train.ingest import crop_offsets, epoch_batches, to_model_input, training_dataset
-from coreecg.train.loop import CHECKPOINT_FILE, checkpoint_dirs
+from coreecg.checkpoints import CHECKPOINT_FILE, checkpoint_dirs
 from tests.helpers import TINY
 
 pytestmark = pytest.mark.slow

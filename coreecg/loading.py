@@ -83,7 +83,10 @@ def open_source(path: str | Path, kind: Kind | None = None) -> ModelSource:
     """
     path = Path(path).expanduser()
     file = _checkpoint_file(path)
-    src = _open_export(path if path.is_dir() else path.parent) if file is None else _open_checkpoint(file, path, kind)
+    if file is None:
+        src = _open_export(path if path.is_dir() else path.parent)
+    else:
+        src = _open_checkpoint(file, path, kind)
     if kind == "encoder" and src.kind == "classifier":
         src = dataclasses.replace(src, kind="encoder", state=_strip(src.state, "encoder."),
                                   class_names=None, multilabel=None)

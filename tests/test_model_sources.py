@@ -7,6 +7,7 @@ built by the real pipeline, its Ray Data map run here as in tests/test_predict.p
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -115,10 +116,16 @@ def _finetune(source: Path, corpus: Path, root: Path, name: str) -> Path:
     return plan.run_dir
 
 
-def test_finetuning_from_a_run_folder_its_encoder_pt_or_its_export_is_bit_identical(sources, corpus, tmp_path):
-    runs = {name: _finetune(path, corpus, tmp_path, name.replace(" ", "-").replace(".", "-"))
+@pytest.fixture(scope="module")
+def finetuned(sources, corpus, tmp_path_factory) -> dict[str, Path]:
+    """The same fine-tuning (seed, data, schedule) from each source of the same encoder."""
+    root = tmp_path_factory.mktemp("finetuned")
+    return {name: _finetune(path, corpus, root, name.replace(" ", "-").replace(".", "-"))
             for name, path in sources.items()}
-    best = {name: load_checkpoint(run / BEST_FILE)[0] for name, run in runs.items()}
+
+
+def test_finetuning_from_a_run_folder_its_encoder_pt_or_its_export_is_bit_identical(finetuned):
+    best = {name: load_checkpoint(run / BEST_FILE)[0] for name, run in finetuned.items()}
     first = next(iter(best.values()))
     # The head is drawn after the encoder is loaded: it and every trained weight must agree.
     assert not torch.equal(first["model"]["head.weight"], torch.zeros_like(first["model"]["head.weight"]))
@@ -126,5 +133,14 @@ def test_finetuning_from_a_run_folder_its_encoder_pt_or_its_export_is_bit_identi
         assert payload["epoch"] == first["epoch"], name
         for key, value in first["model"].items():
             assert torch.equal(payload["model"][key], value), f"{name}: {key}"
-    predictions = {name: (run / "predictions.csv").read_text() for name, run in runs.items()}
+    predictions = {name: (run / "predictions.csv").read_text() for name, run in finetuned.items()}
     assert len(set(predictions.values())) == 1, "test predictions differ between sources"
+
+
+def test_an_export_names_the_pretraining_of_any_encoder_source(finetuned, tmp_path):
+    """The model card's pretraining comes from the encoder source itself, a folder included."""
+    for name, run in finetuned.items():
+        meta = json.loads((export_model(run, tmp_path / run.name) / "config.json").read_text())
+        pre = meta["provenance"]["pretraining"]
+        assert (pre["method"], pre["label"]) == ("core", "CoRe-ECG"), name
+        assert pre["checkpoint"].endswith(("encoder.pt", "model.safetensors")) and "note" not in pre, name

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from coreecg.checkpoints import CheckpointError, load_checkpoint
+from coreecg.checkpoints import CheckpointError
 from coreecg.config import Config
-from coreecg.loading import METRICS_FILE, ModelSource, corpus_manifest
+from coreecg.loading import METRICS_FILE, ModelSource, corpus_manifest, open_source
 
 
 def provenance(src: ModelSource) -> dict[str, Any]:
@@ -48,12 +48,14 @@ def _encoder_pretraining_info(config: Config, metrics: dict[str, Any] | None) ->
         return {"method": None, "label": "Supervised", "variant": None, "corpus": None,
                 "note": "no pretraining (trained from scratch)"}
     path = Path(config.finetune.encoder).expanduser() if config.finetune.encoder else None
-    if path is not None and path.is_file():
+    if path is not None and path.exists():       # any source: encoder.pt, a run folder, an export
         try:
-            _, saved = load_checkpoint(path)
-            return _pretraining_info(saved, path)
+            encoder = open_source(path, kind="encoder")
         except CheckpointError:
-            pass
+            encoder = None
+        if encoder is not None:           # an export keeps what its own source recorded
+            recorded = (encoder.export or {}).get("provenance") or {}
+            return recorded.get("pretraining") or _pretraining_info(encoder.config, encoder.weights)
     label = (metrics or {}).get("method")
     return {"method": None, "label": label, "variant": None, "corpus": None, "checkpoint": str(path) if path else None,
             "note": f"the encoder checkpoint ({path or 'unnamed'}) is not available here: its method is known "

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from coreecg.checkpoints import ENCODER_FILE, save_encoder
 from coreecg.config import Config
 from coreecg.methods import PretrainMethod, build_method
-from coreecg.checkpoints import ENCODER_FILE, save_encoder
 from coreecg.train.ingest import to_model_input
 from coreecg.train.loop import RunWriter, WorkerContext, run_local
 from coreecg.train.plan import RunPlan, plan_local, preflight, steps_per_epoch

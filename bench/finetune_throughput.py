@@ -17,7 +17,7 @@ Prints one JSON object (last on stdout), every figure measured in this run on th
    process instead of two. `bare_per_worker`: the same step at one worker's share (batch
    B / num_workers, cpus_per_worker threads), times num_workers: data parallelism without any
    communication or data loading, to separate "2 x 1 thread vs 1 x 2 threads" from Ray/DDP costs.
-2. `ray_samples_per_s`: `coreecg.train.finetuning.finetune(config)` (TorchTrainer, DDP over
+2. `ray_samples_per_s`: `coreecg.train.fit.fit(plan_run(config, "finetune"))` (TorchTrainer, DDP over
    `--workers` workers of `cpus_per_worker` CPUs each, Ray Data shards of the labelled corpus,
    rank-0 validation, a checkpoint report per epoch, test metrics at the end), steady state =
    the median `samples_per_s` of metrics.jsonl's epoch lines after the first. That figure is
@@ -25,7 +25,7 @@ Prints one JSON object (last on stdout), every figure measured in this run on th
    `ray_wall` adds the wall-clock view, from the times at which metrics.jsonl lines appeared:
    samples of epochs 2..E over the time from epoch 1's line to epoch E's (validation, reports
    and checkpoints included), and its split into steps / validation / the rest.
-   `ratio` = ray / bare. `seconds_to_first_step`: from calling `finetune()` in this process
+   `ratio` = ray / bare. `seconds_to_first_step`: from calling `fit()` in this process
    (imports done, this bench's own local Ray already started) to rank 0's first step line
    (train.log_every=1 for this); the local Ray is `coreecg.cluster.init_ray`'s, started by this bench.
    Corpus: the embedded synthetic corpus of `--records` records (cached under data.cache_dir),
@@ -157,14 +157,14 @@ class LineClock(threading.Thread):
 
 
 def ray_path(cfg) -> dict:
-    from coreecg.train.distributed import finetune
+    from coreecg.train.fit import fit, plan_run
 
     run_dir = cfg.train.run_dir
     clock = LineClock(run_dir / "metrics.jsonl")
     clock.start()
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):
-        result = finetune(cfg)
+        result = fit(plan_run(cfg, "finetune"))
     t_end = time.perf_counter()
     clock.stop()
     timed = clock.lines
@@ -256,10 +256,10 @@ def main() -> None:
         counts = (manifest.get("counts") or {}).get("windows") or {}
         if args.mode != "scratch":
             from coreecg.methods import CoReECG
-            from coreecg.train.checkpoint import export_encoder
+            from coreecg.checkpoints import save_encoder
 
             torch.manual_seed(0)
-            encoder = export_encoder(storage / "encoder.pt", CoReECG(cfg), cfg)
+            encoder = save_encoder(storage / "encoder.pt", CoReECG(cfg), cfg)
             overrides.append(f"finetune.encoder={encoder}")
             cfg = load_config(args.config, overrides)
         n_train = int(counts.get("train", 0))
@@ -308,7 +308,7 @@ def main() -> None:
             cfg = load_config(args.config, [*overrides, f"train.storage_path={storage}", "train.name=ft-bench",
                                             "train.log_every=1", "train.checkpoint_every_steps=0"])
             t_ray = time.perf_counter()
-            init_ray(threads)                   # finetune() then finds Ray up
+            init_ray(threads)                   # plan_run() then finds Ray up
             ray_init_s = time.perf_counter() - t_ray
             ray_out = ray_path(cfg)
             ray.shutdown()

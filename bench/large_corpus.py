@@ -67,7 +67,8 @@ import torch  # noqa: F401  here: decode_signals imports it on first use, which 
 
 from bench.common import REPO, TINY, emit, ingest_pass, job, job_env, parser, pyarrow_pass, worker_source
 from coreecg.config import DataConfig
-from coreecg.data.corpus import SIGNAL_DTYPE, load_manifest, sha256_file, split_files, verify_corpus
+from coreecg.data.corpus import SIGNAL_DTYPE, load_manifest, split_files, verify_corpus
+from coreecg.files import sha256_file
 from coreecg.data.pipeline import STATE_DIR
 from coreecg.data.sources.synthetic import SyntheticSource
 from coreecg.data.splits import SPLITS

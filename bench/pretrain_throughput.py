@@ -5,7 +5,7 @@
     python -m bench.pretrain_throughput --quick             # tiny model, 64 records: a smoke run
 
 Prints one JSON object, every figure measured in this run on this machine:
-1. training samples/s: `coreecg.train.distributed.pretrain` (what `jobs/pretrain.py` runs:
+1. training samples/s: `coreecg.train.fit.fit` (what `jobs/pretrain.py` runs:
    TorchTrainer, 1 worker holding every core, the materialised training dataset, float16
    ingest, per-epoch crops/shuffle, checkpoints at epoch ends; probe off) in steady state
    (epochs after the first), against a bare `PretrainStep` loop on the same config, batch and
@@ -59,9 +59,9 @@ def bare_step_rate(cfg, windows: np.ndarray, steps: int, warmup: int, threads: i
 
 
 def ray_path_rate(cfg) -> tuple[float, list[float]]:
-    from coreecg.train.distributed import pretrain
+    from coreecg.train.fit import fit, plan_run
 
-    pretrain(cfg)
+    fit(plan_run(cfg, "pretrain"))
     lines = [json.loads(x) for x in (cfg.train.run_dir / "metrics.jsonl").read_text().splitlines()]
     rates = [x["samples_per_s"] for x in lines if x.get("kind") == "epoch"]
     return float(np.median(rates[1:])), rates

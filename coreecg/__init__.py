@@ -3,22 +3,22 @@ from __future__ import annotations
 
 from coreecg.version import __version__  # a module of its own: data reads it without this file's API
 
-# The loaders import torch on first call, not here: `import coreecg` stays light.
+# The loaders import torch on first call, not here: `import coreecg` stays light. Each forwards
+# to the one implementation (coreecg.loading; load_model adds the input contract, coreecg.hub).
 
 
 def load_encoder(path, map_location="cpu"):
-    """A ready `Encoder` (eval mode) from an export folder (coreecg.hub), a pretraining or
-    fine-tuning run folder, encoder.pt, best.pt or a checkpoint that carries its config
-    (weights_only load)."""
-    from coreecg.hub import load_encoder as _load
+    """A ready `Encoder` (eval mode) from an export folder, a pretraining or fine-tuning run
+    folder, encoder.pt, best.pt or a checkpoint (`coreecg.loading.load_encoder`)."""
+    from coreecg.loading import load_encoder as _load
 
     return _load(path, map_location=map_location)
 
 
 def load_classifier(path, map_location="cpu"):
     """A fine-tuned `Classifier` (eval mode) from a classifier export folder, best.pt or a
-    fine-tuning run folder."""
-    from coreecg.hub import load_classifier as _load
+    fine-tuning run folder (`coreecg.loading.load_classifier`)."""
+    from coreecg.loading import load_classifier as _load
 
     return _load(path, map_location=map_location)
 

@@ -1,9 +1,28 @@
-"""The training device: moving small tensors to it, its generators and its precision."""
+"""The device: which one a run or an inference uses, moving small tensors to it, its generators
+and its precision."""
 from __future__ import annotations
 
 import contextlib
 
 import torch
+
+
+class DeviceError(ValueError):
+    """A device that this process cannot use (named)."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """cpu | cuda[:i] | auto (CUDA when available, else CPU) -> the device. DeviceError for a
+    CUDA device asked for where torch sees none: never a silent run on the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as e:
+        raise DeviceError(f"device {name!r}: not a device torch knows (cpu, cuda, cuda:0, auto): {e}") from e
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"device {name!r}: torch sees no CUDA device (use cpu or auto)")
+    return device
 
 
 def autocast(precision: str, device: torch.device):

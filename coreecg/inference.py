@@ -53,6 +53,8 @@ from coreecg.data.record import RecordError, RecordRef
 from coreecg.data.sources import get_source
 from coreecg.data.sources.base import DATA_SUFFIXES, Source, no_header_ref, walk
 from coreecg.data.sources.wfdb_generic import WfdbFolderSource, known_layout
+from coreecg.devices import resolve_device
+from coreecg.files import write_atomic
 
 log = logging.getLogger("coreecg.inference")
 
@@ -183,16 +185,6 @@ class _PooledEncoder(nn.Module):
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         return logits
-
-
-def resolve_device(name: str) -> torch.device:
-    """cpu | cuda | auto (cuda when available); InferenceError for cuda without a GPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InferenceError("--device cuda, but torch sees no CUDA device (use cpu or auto)")
-    return device
 
 
 # ---------------------------------------------------------------------------- listing
@@ -423,7 +415,7 @@ def predict_paths(model: str | Path, inputs: Iterable[str | Path], *, embeddings
                          failures=failures, progress_every_s=progress_every_s)
 
 
-# ---------------------------------------------------------------------------- outputs
+# ------------------------------------------------------------ outputs (each written whole: coreecg.files)
 
 
 def write_predictions_csv(path: str | Path, result: InferenceResult) -> Path:
@@ -433,13 +425,15 @@ def write_predictions_csv(path: str | Path, result: InferenceResult) -> Path:
 
     if result.probs is None:
         raise InferenceError("no class probabilities to write (the model is an encoder)")
-    path = Path(path)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["record_id", "path", *(f"p_{c}" for c in result.class_names)])
-        for rid, rpath, p in zip(result.record_id, result.path, result.probs):
-            w.writerow([rid, rpath, *(f"{v:.8g}" for v in p)])
-    return path
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["record_id", "path", *(f"p_{c}" for c in result.class_names)])
+            for rid, rpath, p in zip(result.record_id, result.path, result.probs):
+                w.writerow([rid, rpath, *(f"{v:.8g}" for v in p)])
+
+    return write_atomic(path, write)
 
 
 def write_embeddings_parquet(path: str | Path, result: InferenceResult, metadata: dict[str, str] | None = None
@@ -456,23 +450,24 @@ def write_embeddings_parquet(path: str | Path, result: InferenceResult, metadata
                       "path": pa.array(result.path, pa.string()), "embedding": column})
     if metadata:
         table = table.replace_schema_metadata({k: str(v) for k, v in metadata.items()})
-    pq.write_table(table, str(path))
-    return Path(path)
+    return write_atomic(path, lambda tmp: pq.write_table(table, str(tmp)))
 
 
 def write_failures_csv(path: str | Path, failures: Sequence[Failure]) -> Path:
     """record_id, path, reason: the columns of a corpus's quarantine.csv."""
     import csv
 
-    path = Path(path)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["record_id", "path", "reason"])
-        w.writerows([x.record_id, x.path, x.reason] for x in failures)
-    return path
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["record_id", "path", "reason"])
+            w.writerows([x.record_id, x.path, x.reason] for x in failures)
+
+    return write_atomic(path, write)
 
 
 __all__ = ["InputRecord", "Failure", "InferenceResult", "InferenceError", "ModelInput", "input_spec",
-           "source_options", "list_inputs", "prepare", "run_inference", "predict_paths", "resolve_device",
+           "source_options", "list_inputs", "prepare", "run_inference", "predict_paths",
            "write_predictions_csv", "write_embeddings_parquet", "write_failures_csv",
            "PREDICTIONS_FILE", "EMBEDDINGS_FILE", "FAILED_FILE"]

@@ -30,6 +30,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from coreecg.files import write_json
+
 RECORD_FILE = "run.json"
 COMMAND_ENV = "COREECG_COMMAND"       # the job's command line, for processes Ray starts (trials)
 
@@ -100,8 +102,8 @@ def ray_cluster() -> dict[str, Any] | None:
 
 
 def _read(run_dir: Path) -> dict[str, Any]:
-    """The record, or an empty one for a folder without it. Writes are atomic (_write), so an
-    unreadable run.json was damaged outside coreecg: an error naming it, never a silent reset."""
+    """The record, or an empty one for a folder without it. Writes are atomic (coreecg.files), so
+    an unreadable run.json was damaged outside coreecg: an error naming it, never a silent reset."""
     path = run_dir / RECORD_FILE
     if not path.is_file():
         return {"sessions": []}
@@ -111,18 +113,12 @@ def _read(run_dir: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a readable run record ({e}); move it aside to start a new one") from e
 
 
-def _write(run_dir: Path, record: dict[str, Any]) -> None:
-    tmp = run_dir / f".{RECORD_FILE}.tmp"
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(run_dir / RECORD_FILE)
-
-
 def start_session(run_dir: Path) -> None:
     record = _read(run_dir)
     record["sessions"].append({"command": command_line(), "cwd": os.getcwd(), "git": git_state(),
                                "versions": versions(), "host": host(),
                                "ray": ray_cluster(), "pid": os.getpid(), "started": _now(), "status": "running"})
-    _write(run_dir, record)
+    write_json(run_dir / RECORD_FILE, record)
 
 
 def end_session(run_dir: Path, status: str, error: str | None = None) -> None:
@@ -134,7 +130,7 @@ def end_session(run_dir: Path, status: str, error: str | None = None) -> None:
     if last.get("status") != "running":
         return
     last.update(ended=_now(), status=status, **({"error": error[:2000]} if error else {}))
-    _write(run_dir, record)
+    write_json(run_dir / RECORD_FILE, record)
 
 
 def sessions(run_dir: Path) -> list[dict[str, Any]]:

@@ -49,8 +49,8 @@ def main(argv=None) -> int:
     if not source.exists():
         return fail(f"{source}: no such file or folder")
 
+    from coreecg.checkpoints import CheckpointError
     from coreecg.hub import CARD_FILE, CONFIG_FILE, ONNX_FILE, WEIGHTS_FILE, export_model
-    from coreecg.train.checkpoint import CheckpointError
 
     if not args.verbose:
         # The ONNX exporter logs a line per optional torchvision op it skips, and torch.export

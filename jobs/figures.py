@@ -21,20 +21,18 @@ from pathlib import Path
 def reconstruction(args: argparse.Namespace) -> Path:
     import torch
 
-    from coreecg.eval.figures import reconstruction_figure, save_figure
     from coreecg.data.reading import read_split
+    from coreecg.eval.figures import reconstruction_figure, save_figure
     from coreecg.eval.probe import center_crop
     from coreecg.methods import build_method
-    from coreecg.train.checkpoint import CheckpointError, load_checkpoint
-
-    from coreecg.train.plan import CHECKPOINT_FILE, checkpoint_dirs
+    from coreecg.checkpoints import CheckpointError, latest_checkpoint, load_checkpoint
 
     source = Path(args.encoder)
     if source.is_dir():
-        dirs = checkpoint_dirs(source)
-        if not dirs:
+        latest = latest_checkpoint(source)
+        if latest is None:
             raise CheckpointError(f"{source}: a folder without checkpoint_step*/ (a pretraining run folder?)")
-        source = dirs[-1] / CHECKPOINT_FILE
+        source = latest
     payload, config = load_checkpoint(source)
     if not any(k.startswith("time_decoder.") for k in payload["model"]):
         raise CheckpointError(f"{source}: holds no Time Decoder weights (encoder.pt keeps only the "
@@ -68,8 +66,8 @@ def main(argv=None) -> int:
     r.add_argument("--windows", type=int, default=2, help="windows shown, evenly spaced over the split")
     r.add_argument("--seed", type=int, default=0, help="seed of the masks shown")
     args = parse_args(p, argv)
+    from coreecg.checkpoints import CheckpointError
     from coreecg.data.corpus import CorpusError
-    from coreecg.train.checkpoint import CheckpointError
 
     try:
         path = reconstruction(args)

@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     args = parse_args(parser, argv)
 
     from coreecg.data.corpus import CorpusError
-    from coreecg.train.checkpoint import CheckpointError
+    from coreecg.checkpoints import CheckpointError
     from coreecg.train.fit import fit, plan_run
     from coreecg.train.finetuning import FinetuneError, parse_leads
 

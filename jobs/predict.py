@@ -68,17 +68,18 @@ def output_file(output: str, name: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(parser, argv)
+    from coreecg.devices import DeviceError, resolve_device
     from coreecg.hub import load_model
     from coreecg.inference import (
-        EMBEDDINGS_FILE, FAILED_FILE, PREDICTIONS_FILE, InferenceError, list_inputs, resolve_device,
-        run_inference, write_embeddings_parquet, write_failures_csv, write_predictions_csv,
+        EMBEDDINGS_FILE, FAILED_FILE, PREDICTIONS_FILE, InferenceError, list_inputs, run_inference,
+        write_embeddings_parquet, write_failures_csv, write_predictions_csv,
     )
 
     if args.batch_size is not None and args.batch_size < 1:
         return fail(f"--batch-size {args.batch_size}: must be >= 1")
     try:
         device = resolve_device(args.device)
-    except InferenceError as e:
+    except DeviceError as e:
         return fail(str(e))
     try:
         loaded = load_model(args.model, map_location="cpu")

@@ -46,7 +46,7 @@ def main(argv=None) -> int:
         "train.storage_path": ("--output", output.parent if output else None),
         "train.name": ("--output", output.name if output else None)})
     from coreecg.data.corpus import CorpusError
-    from coreecg.train.checkpoint import CheckpointError
+    from coreecg.checkpoints import CheckpointError
     from coreecg.train.fit import fit, plan_run
 
     try:

@@ -65,11 +65,11 @@ def kill_after_first(args: list[str], env: dict, cwd, marker: str, timeout: floa
 
 
 def crash_on_save(monkeypatch, n: int, message: str = "simulated crash") -> None:
-    """Make the training loop's `n`-th checkpoint save (counting from 1) raise KeyboardInterrupt
+    """Make the in-process loop's `n`-th checkpoint save (counting from 1) raise KeyboardInterrupt
     right after the checkpoint is written: a kill between two checkpoints."""
     from coreecg.train import loop
 
-    real_save, calls = loop.save_checkpoint, {"n": 0}
+    real_save, calls = loop.save_step, {"n": 0}
 
     def save_then_crash(*a, **k):
         real_save(*a, **k)
@@ -77,4 +77,4 @@ def crash_on_save(monkeypatch, n: int, message: str = "simulated crash") -> None
         if calls["n"] == n:
             raise KeyboardInterrupt(message)
 
-    monkeypatch.setattr(loop, "save_checkpoint", save_then_crash)
+    monkeypatch.setattr(loop, "save_step", save_then_crash)

@@ -19,12 +19,13 @@ import wfdb
 
 from coreecg.config import DataConfig, PreprocessConfig
 from coreecg.data import load_manifest, read_split, verify_corpus
-from coreecg.data.corpus import sha256_file
+from coreecg.files import sha256_file
 from coreecg.data.pipeline import build_corpus
 from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import RecordRef
 from coreecg.data.sources import get_source
 from coreecg.data.splits import SPLITS
+from coreecg.files import sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 PTBXL_500 = "ptbxl/records500/00000"

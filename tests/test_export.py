@@ -18,7 +18,7 @@ from coreecg.eval.downstream import eval_offsets
 from coreecg.hub import export_model, export_onnx, load_classifier, load_encoder, load_model
 from coreecg.methods import CoReECG
 from coreecg.model.classifier import Classifier
-from coreecg.train.checkpoint import CheckpointError, export_encoder, load_encoder as load_encoder_pt, save_checkpoint
+from coreecg.checkpoints import CheckpointError, save_checkpoint, save_encoder
 from tests.helpers import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,11 +38,11 @@ def made(tmp_path_factory):
     cfg = tiny_config(*SHAPE)
     core = CoReECG(cfg)
     pre = root / "pretrain"
-    export_encoder(pre / "encoder.pt", core, cfg, step=4, metrics={"loss": 1.0})
+    save_encoder(pre / "encoder.pt", core, cfg, step=4, metrics={"loss": 1.0})
 
     fcfg = tiny_config(*SHAPE, f"finetune.encoder={pre / 'encoder.pt'}", f"finetune.leads=[{','.join(LEADS)}]",
                        "finetune.eval_crops=3")
-    clf = Classifier(load_encoder_pt(pre / "encoder.pt"), len(CLASSES), LEADS, multilabel=True)
+    clf = Classifier(load_encoder(pre / "encoder.pt"), len(CLASSES), LEADS, multilabel=True)
     torch.nn.init.normal_(clf.head.bias)      # a non-zero head, as after training
     ft = root / "finetune"
     save_checkpoint(ft / "best.pt", clf.state_dict(), fcfg, task="finetune", epoch=2, step=9, val={"val_auroc": 0.8})
@@ -92,7 +92,7 @@ def test_the_contract_follows_the_corpus_the_weights_saw(made, tmp_path):
         "source": "ptbxl", "class_names": CLASSES, "multilabel": True, "preprocess": dataclasses.asdict(built),
         "signal": {"shape": [12, built.window_samples]}, "counts": {"records_written": 21}}))
     cfg = tiny_config(*SHAPE, f"data.corpus={corpus}")
-    export_encoder(tmp_path / "run" / "encoder.pt", CoReECG(cfg), cfg)
+    save_encoder(tmp_path / "run" / "encoder.pt", CoReECG(cfg), cfg)
     loaded = load_model(tmp_path / "run")
     assert loaded.config.data.preprocess == built
     assert (loaded.contract["bandpass"]["highpass_hz"], loaded.contract["bandpass"]["order"]) == (0.3, 3)

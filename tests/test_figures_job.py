@@ -5,7 +5,7 @@ from pathlib import Path
 
 from coreecg.data.reading import read_split
 from coreecg.data.locate import synthetic_corpus
-from coreecg.train.loop import CHECKPOINT_FILE, checkpoint_dirs
+from coreecg.checkpoints import CHECKPOINT_FILE, checkpoint_dirs
 from coreecg.train.pretraining import pretrain_local
 from tests.helpers import tiny_config
 

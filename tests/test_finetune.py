@@ -20,7 +20,7 @@ from coreecg.data.subsets import SubsetError
 from coreecg.eval.downstream import eval_offsets, load_split, predict, read_predictions, score, to_records
 from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder
-from coreecg.train.checkpoint import CheckpointError, load_checkpoint
+from coreecg.checkpoints import CheckpointError, load_checkpoint
 from coreecg.train.fit import fit, plan_run
 from coreecg.train.finetuning import FinetuneError, parse_leads, plan_finetune
 from coreecg.train.step import FinetuneStep, Schedule

@@ -20,7 +20,8 @@ from coreecg.losses import cmsc_contrastive, moco_contrastive
 from coreecg.methods import CMSC, CoReECG, MoCoV3, build_method
 from coreecg.methods.cmsc import segment_masks
 from coreecg.methods.views import random_view, resized_crop, time_mask
-from coreecg.train.checkpoint import CheckpointError, check_compatible
+from coreecg.checkpoints import CheckpointError
+from coreecg.train.checkpoint import check_compatible
 from coreecg.train.step import PretrainStep, Schedule
 from tests.helpers import TINY, run_on_ranks, tiny_config
 

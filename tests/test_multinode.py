@@ -122,8 +122,8 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     checkpoints (its worker dies with it: this is also the killed-worker case). The run restarts
     its worker group on the nodes left, resumes from the last checkpoint (losing at most one
     checkpoint interval of steps) and finishes every epoch."""
+    from coreecg.checkpoints import checkpoint_dirs
     from coreecg.train.fit import fit, plan_run
-    from coreecg.train.plan import checkpoint_dirs
 
     every = 3
     cfg = load_config(overrides=[

@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import torch
 
+from coreecg.checkpoints import CheckpointError, checkpoint_dirs, latest_checkpoint, load_checkpoint
 from coreecg.train import loop
 from coreecg.train.pretraining import pretrain_local
-from coreecg.train.checkpoint import CheckpointError, load_checkpoint
 from tests.helpers import crash_on_save, tiny_config
 
 REPO_JOB = "jobs/pretrain.py"
 
 
 def _latest(run_dir):
-    return load_checkpoint(loop.checkpoint_dirs(run_dir)[-1] / loop.CHECKPOINT_FILE)[0]
+    return load_checkpoint(latest_checkpoint(run_dir))[0]
 
 
 def test_pretrain_job_rejects_unknown_key():
@@ -31,12 +31,12 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, monkeypatch):
     windows = np.random.default_rng(0).standard_normal((16, 12, 2500)).astype(np.float32)
     pretrain_local(cfg, windows, tmp_path / "a")
 
-    real_save = loop.save_checkpoint
+    real_save = loop.save_step
     crash_on_save(monkeypatch, 2)      # epoch 0's end (step 2), then mid-epoch 1 (step 3)
     with pytest.raises(KeyboardInterrupt):
         pretrain_local(cfg, windows, tmp_path / "b")
     assert _latest(tmp_path / "b")["trainer"]["step"] == 3
-    monkeypatch.setattr(loop, "save_checkpoint", real_save)
+    monkeypatch.setattr(loop, "save_step", real_save)
     pretrain_local(cfg, windows, tmp_path / "b")
 
     a, b = _latest(tmp_path / "a"), _latest(tmp_path / "b")
@@ -46,7 +46,7 @@ def test_resume_after_crash_matches_uninterrupted_run(tmp_path, monkeypatch):
     lines = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines if x.get("event") == "resume"] == [3]
     assert [x["epoch"] for x in lines if x.get("kind") == "epoch"] == [1, 2, 3]     # epochs count from 1
-    assert len(loop.checkpoint_dirs(tmp_path / "b")) == cfg.train.keep_checkpoints
+    assert len(checkpoint_dirs(tmp_path / "b")) == cfg.train.keep_checkpoints
 
 
 def test_mid_epoch_resume_skips_the_done_batches(tmp_path, monkeypatch):
@@ -54,17 +54,17 @@ def test_mid_epoch_resume_skips_the_done_batches(tmp_path, monkeypatch):
                       "train.eval_every_epochs=0")
     windows = np.random.default_rng(1).standard_normal((16, 12, 2500)).astype(np.float32)
     pretrain_local(cfg, windows, tmp_path / "a")
-    real_save = loop.save_checkpoint
+    real_save = loop.save_step
 
     def crash(*a, **k):
         real_save(*a, **k)
         raise KeyboardInterrupt("after the step-2 checkpoint")
 
-    monkeypatch.setattr(loop, "save_checkpoint", crash)
+    monkeypatch.setattr(loop, "save_step", crash)
     with pytest.raises(KeyboardInterrupt):
         pretrain_local(cfg, windows, tmp_path / "b")
     assert _latest(tmp_path / "b")["batches_done"] == 2
-    monkeypatch.setattr(loop, "save_checkpoint", real_save)
+    monkeypatch.setattr(loop, "save_step", real_save)
     pretrain_local(cfg, windows, tmp_path / "b")
     a, b = _latest(tmp_path / "a"), _latest(tmp_path / "b")
     assert a["trainer"]["step"] == b["trainer"]["step"] == 4

@@ -59,12 +59,12 @@ def test_run_json_records_the_session(tracked_run):
 def test_a_resumed_run_adds_a_session_and_a_killed_one_stays_running(tmp_path, monkeypatch):
     cfg = tiny_config("optim.batch_size=8", "optim.epochs=2", "train.eval_every_epochs=0",
                       "train.checkpoint_every_steps=1")
-    real_save = loop.save_checkpoint
+    real_save = loop.save_step
     crash_on_save(monkeypatch, 1, "simulated kill")
     with pytest.raises(KeyboardInterrupt):
         pretrain_local(cfg, _windows(), tmp_path / "r")
     assert [s["status"] for s in sessions(tmp_path / "r")] == ["running"]     # killed: never ended
-    monkeypatch.setattr(loop, "save_checkpoint", real_save)
+    monkeypatch.setattr(loop, "save_step", real_save)
     pretrain_local(cfg, _windows(), tmp_path / "r")
     assert [s["status"] for s in sessions(tmp_path / "r")] == ["running", "completed"]
 

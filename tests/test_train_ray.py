@@ -19,11 +19,11 @@ import torch
 import coreecg
 from coreecg.config import load_config
 from coreecg.data.pipeline import build_corpus
-from coreecg.train.checkpoint import CheckpointError
+from coreecg.checkpoints import CheckpointError
 from coreecg.train.fit import fit, plan_run
 from coreecg.train.plan import preflight
 from coreecg.train.ingest import crop_offsets, epoch_batches, to_model_input, training_dataset
-from coreecg.train.loop import CHECKPOINT_FILE, checkpoint_dirs
+from coreecg.checkpoints import CHECKPOINT_FILE, checkpoint_dirs
 from tests.helpers import TINY
 
 pytestmark = pytest.mark.slow

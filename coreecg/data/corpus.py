@@ -34,9 +34,7 @@ costs a third of the read speed), 128-row groups.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -44,6 +42,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from coreecg.files import sha256_file, write_atomic
 
 FORMAT_VERSION = 1
 SIGNAL_DTYPE = np.float16
@@ -79,25 +79,6 @@ def windows_table(rows: list[dict[str, Any]], signals: np.ndarray, dtype: Any = 
     return pa.table(cols, schema=sch)
 
 
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def write_atomic(path: Path, write: Any) -> None:
-    """Call write(tmp_path), then rename over `path`: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def write_parquet(table: pa.Table, path: Path, compression: str = COMPRESSION,
                   row_group_rows: int = ROW_GROUP_ROWS) -> str:
     """Atomically write `table`; returns the file's sha256."""
@@ -105,10 +86,6 @@ def write_parquet(table: pa.Table, path: Path, compression: str = COMPRESSION,
         table, tmp, compression=compression, row_group_size=row_group_rows,
         use_dictionary=["dataset", "patient_id", "split"]))
     return sha256_file(path)
-
-
-def write_json(path: Path, obj: Any) -> None:
-    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n"))
 
 
 # ---------------------------------------------------------------------------- reading

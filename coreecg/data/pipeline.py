@@ -29,14 +29,12 @@ from typing import Any
 import numpy as np
 
 from coreecg.config import DataConfig, PreprocessConfig
-from coreecg.data.corpus import (
-    FORMAT_VERSION, MANIFEST, QUARANTINE, SIGNAL_DTYPE, sha256_file, windows_table,
-    write_atomic, write_json, write_parquet,
-)
+from coreecg.data.corpus import FORMAT_VERSION, MANIFEST, QUARANTINE, SIGNAL_DTYPE, windows_table, write_parquet
 from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources import get_source
 from coreecg.data.splits import SPLITS, assign_split, patient_key
+from coreecg.files import TEMP_GLOB, sha256_file, write_atomic, write_json
 from coreecg.version import __version__
 
 STATE_DIR = "_state"
@@ -275,10 +273,10 @@ def _write_csv(path: Path, rows: list[dict[str, str]]) -> None:
 
 def _remove_stale(out: Path, keep: set[str], n_shards: int) -> list[str]:
     """Shard files and markers a previous run with other inputs left behind (not in this manifest),
-    and the temporary files of writes a killed run cut short (`write_atomic`'s .NAME.tmp-PID)."""
+    and the temporary files of writes a killed run cut short (`coreecg.files.write_atomic`'s .NAME.tmp-PID)."""
     removed = []
     for folder in (out, out / STATE_DIR, *(out / split for split in SPLITS)):
-        for f in sorted(folder.glob(".*.tmp-*")):
+        for f in sorted(folder.glob(TEMP_GLOB)):
             f.unlink(missing_ok=True)
             removed.append(str(f.relative_to(out)))
     for split in SPLITS:

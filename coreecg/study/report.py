@@ -49,8 +49,7 @@ def reconstruction_figure(study: Study, output: Path, reference: str, seed: int)
     from coreecg.eval.figures import reconstruction_figure as draw
     from coreecg.eval.figures import save_figure
     from coreecg.methods import build_method
-    from coreecg.train.checkpoint import load_checkpoint
-    from coreecg.train.plan import CHECKPOINT_FILE, checkpoint_dirs
+    from coreecg.checkpoints import CHECKPOINT_FILE, checkpoint_dirs, load_checkpoint
     from coreecg.train.pretraining import figure_windows
 
     finished = finished_runs(study, output, "pretrain")
@@ -92,7 +91,7 @@ def classifier_features(run: Path) -> tuple[np.ndarray, np.ndarray, list[str], b
     from coreecg.eval.downstream import load_split, predict, to_records
     from coreecg.model.classifier import Classifier
     from coreecg.model.encoder import Encoder
-    from coreecg.train.checkpoint import load_checkpoint
+    from coreecg.checkpoints import load_checkpoint
 
     metrics = json.loads((run / "metrics.json").read_text())
     payload, config = load_checkpoint(run / "best.pt")

@@ -1,10 +1,10 @@
 """Downstream fine-tuning, linear probing and the supervised-from-scratch baseline: the task for
 the shared loop (`coreecg.train.loop.train_worker`) and its planner (`plan_finetune`, no Ray).
-Run one with `coreecg.train.distributed.finetune`:
+Run one with `coreecg.train.fit`:
 
-    from coreecg.train.distributed import finetune
-    result = finetune(load_config(overrides=["data.corpus=corpora/ptbxl",
-                                             "finetune.encoder=runs/pretrain/encoder.pt"]))
+    from coreecg.train.fit import fit, plan_run
+    result = fit(plan_run(load_config(overrides=["data.corpus=corpora/ptbxl",
+                                             "finetune.encoder=runs/pretrain/encoder.pt"]), "finetune"))
 
 The task is the corpus's own (manifest: class names, single- or multi-label). Model selection:
 the epoch with the best validation macro AUROC (its weights saved as best.pt); the test split is
@@ -25,16 +25,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from coreecg.checkpoints import BEST_FILE, CheckpointError, load_checkpoint, save_checkpoint
 from coreecg.config import STANDARD_LEADS, Config, ModelConfig, load_config
-from coreecg.data.corpus import load_manifest, write_json
+from coreecg.data.corpus import load_manifest
 from coreecg.data.reading import META_COLUMNS, read_split
-from coreecg.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from coreecg.files import write_json
+from coreecg.loading import build_model, load_encoder, open_source
 from coreecg.train.ingest import to_model_input
 from coreecg.train.loop import RunWriter, WorkerContext
 from coreecg.train.plan import FinetuneSpec, RunPlan, preflight, steps_per_epoch
 from coreecg.train.step import FinetuneStep, Schedule
 
-BEST_FILE = "best.pt"
 LEAD_SETS = {"12": STANDARD_LEADS, "6": STANDARD_LEADS[:6], "1": STANDARD_LEADS[:1]}
 
 
@@ -102,12 +103,9 @@ class FinetuneTask:
         from coreecg.model.encoder import Encoder
 
         cfg, f = self.config, self.config.finetune
-        if self.spec.encoder:
-            from coreecg.hub import load_encoder
-
-            encoder = load_encoder(self.spec.encoder)
-        else:
-            encoder = Encoder.from_config(cfg.model)
+        # Loading draws no random numbers (coreecg.loading): the head below is initialised
+        # alike whichever source (run folder, encoder.pt, export) holds the encoder's weights.
+        encoder = load_encoder(self.spec.encoder) if self.spec.encoder else Encoder.from_config(cfg.model)
         model = Classifier(encoder, len(self.class_names), f.leads, self.multilabel,
                            frozen_encoder=f.mode == "linear").to(ctx.device)
         schedule = Schedule(ctx.steps_per_epoch, f.epochs, f.warmup_epochs)
@@ -155,7 +153,7 @@ class FinetuneTask:
         improved = best is None or (not math.isnan(out["val_auroc"])
                                     and (math.isnan(best) or out["val_auroc"] > best))
         if improved:
-            # self-contained: what the classifier predicts travels with its weights (coreecg.hub)
+            # self-contained: what the classifier predicts travels with its weights (coreecg.loading)
             save_checkpoint(ctx.run_dir / BEST_FILE, core.state_dict(), self.config, task=self.name, epoch=epoch,
                             step=step, val=out, class_names=list(self.class_names), multilabel=self.multilabel,
                             leads=list(self.config.finetune.leads))
@@ -228,9 +226,8 @@ def plan_finetune(config: Config) -> RunPlan:
     a run folder that holds another run.
     """
     from coreecg.data.locate import training_corpus
-    from coreecg.data.subsets import stratified_patient_subset, subset_summary
+    from coreecg.data.subsets import subset_summary
 
-    f = config.finetune
     corpus = training_corpus(config)
     manifest = load_manifest(corpus)
     names = list(manifest["class_names"])
@@ -238,51 +235,17 @@ def plan_finetune(config: Config) -> RunPlan:
         raise FinetuneError(f"{corpus}: the corpus has no labels (class_names is empty); fine-tuning needs a "
                             "labelled corpus (build it with a label view)")
     stored = list(manifest["signal"]["leads"])
-    missing = [x for x in f.leads if x not in stored]
+    missing = [x for x in config.finetune.leads if x not in stored]
     if missing:
         raise FinetuneError(f"{corpus}: finetune.leads {missing} are not stored in this corpus (it has {stored})")
-
-    encoder_hash, method = None, f.method or "Supervised"
-    if f.mode == "scratch":
-        if f.encoder:
-            raise FinetuneError(f"finetune.mode=scratch trains a randomly initialised encoder; drop the encoder "
-                                f"({f.encoder}) or use mode finetune/linear")
-    else:
-        if not f.encoder:
-            raise FinetuneError(f"finetune.mode={f.mode} needs an encoder checkpoint (--encoder PATH); "
-                                "use --mode scratch for the supervised baseline")
-        from coreecg.hub import load_model
-
-        path = Path(f.encoder).expanduser().resolve()
-        # encoder.pt, a checkpoint, a run folder or an export folder; its weights are checked
-        # against its own config here (CheckpointError naming the file otherwise)
-        saved = load_model(path).config
-        if config.model != ModelConfig() and config.model != saved.model:
-            diff = [f"model.{k.name}: {getattr(saved.model, k.name)} in the checkpoint, {getattr(config.model, k.name)} "
-                    "asked" for k in dataclasses.fields(ModelConfig)
-                    if getattr(saved.model, k.name) != getattr(config.model, k.name)]
-            raise CheckpointError(f"{path}: an encoder of another shape than the config asks for ({'; '.join(diff[:4])})")
-        config = dataclasses.replace(
-            config, model=saved.model, data=dataclasses.replace(config.data, crop_samples=saved.model.input_samples),
-            finetune=dataclasses.replace(f, encoder=str(path))).validate()
-        f = config.finetune
-        encoder_hash, method = config_hash(saved), f.method or saved.method_label
+    config, encoder_hash, method = _with_encoder(config)
+    f = config.finetune
     stored_samples = int(manifest["signal"]["shape"][-1])
     if config.data.crop_samples > stored_samples:
         raise FinetuneError(f"{corpus}: windows of {stored_samples} samples are shorter than the model's input "
                             f"({config.data.crop_samples})")
 
-    train = read_split(corpus, "train", META_COLUMNS)
-    labelled = train["multihot"].any(axis=1)
-    if not labelled.any():
-        raise FinetuneError(f"{corpus}: no labelled windows in the train split")
-    for split in ("val", "test"):
-        if not read_split(corpus, split, ["labels"])["multihot"].any(axis=1).any():
-            raise FinetuneError(f"{corpus}: no labelled windows in the {split} split "
-                                f"({'model selection' if split == 'val' else 'the final metrics'} needs them)")
-    keep = np.zeros(len(labelled), dtype=bool)
-    keep[labelled] = stratified_patient_subset(train["patient_id"][labelled], train["multihot"][labelled],
-                                               f.train_fraction, config.train.seed, names)
+    train, labelled, keep = _train_subset(corpus, config, names)
     counts = train["multihot"][keep].sum(axis=0)
     meta = {
         "method": method, "dataset": f.dataset or dataset_name(manifest), "mode": f.mode,
@@ -304,6 +267,56 @@ def plan_finetune(config: Config) -> RunPlan:
     spe = steps_per_epoch(corpus, n, f.batch_size, config.train.num_workers, "finetune.batch_size")
     notes = preflight(config.train.run_dir, config)
     return RunPlan("finetune", config, corpus, n, spe, finetune=spec, resume_notes=tuple(notes), keep=keep)
+
+
+def _with_encoder(config: Config) -> tuple[Config, str | None, str]:
+    """-> (config, the encoder's config hash, the method's table name). A fine-tune or linear
+    probe takes its architecture (model, crop) from the encoder, whose path is resolved; a
+    scratch run keeps the config (no hash, "Supervised" unless finetune.method says otherwise)."""
+    f = config.finetune
+    if f.mode == "scratch":
+        if f.encoder:
+            raise FinetuneError(f"finetune.mode=scratch trains a randomly initialised encoder; drop the encoder "
+                                f"({f.encoder}) or use mode finetune/linear")
+        return config, None, f.method or "Supervised"
+    if not f.encoder:
+        raise FinetuneError(f"finetune.mode={f.mode} needs an encoder checkpoint (--encoder PATH); "
+                            "use --mode scratch for the supervised baseline")
+    path = Path(f.encoder).expanduser().resolve()
+    # encoder.pt, a checkpoint, a run folder or an export folder; its weights are checked
+    # against its own config here (CheckpointError naming the file otherwise)
+    source = open_source(path, kind="encoder")
+    build_model(source)
+    saved = source.config
+    if config.model != ModelConfig() and config.model != saved.model:
+        diff = [f"model.{k.name}: {getattr(saved.model, k.name)} in the checkpoint, {getattr(config.model, k.name)} "
+                "asked" for k in dataclasses.fields(ModelConfig)
+                if getattr(saved.model, k.name) != getattr(config.model, k.name)]
+        raise CheckpointError(f"{path}: an encoder of another shape than the config asks for ({'; '.join(diff[:4])})")
+    config = dataclasses.replace(
+        config, model=saved.model, data=dataclasses.replace(config.data, crop_samples=saved.model.input_samples),
+        finetune=dataclasses.replace(f, encoder=str(path))).validate()
+    return config, config_hash(saved), config.finetune.method or saved.method_label
+
+
+def _train_subset(corpus: Path, config: Config, names: list[str]) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """-> (the train split's metadata columns, labelled (N,) bool, keep (N,) bool: the labelled
+    windows of the finetune.train_fraction patient subset). FinetuneError when train, val or
+    test holds no labelled window; SubsetError when the fraction empties a class."""
+    from coreecg.data.subsets import stratified_patient_subset
+
+    train = read_split(corpus, "train", META_COLUMNS)
+    labelled = train["multihot"].any(axis=1)
+    if not labelled.any():
+        raise FinetuneError(f"{corpus}: no labelled windows in the train split")
+    for split in ("val", "test"):
+        if not read_split(corpus, split, ["labels"])["multihot"].any(axis=1).any():
+            raise FinetuneError(f"{corpus}: no labelled windows in the {split} split "
+                                f"({'model selection' if split == 'val' else 'the final metrics'} needs them)")
+    keep = np.zeros(len(labelled), dtype=bool)
+    keep[labelled] = stratified_patient_subset(train["patient_id"][labelled], train["multihot"][labelled],
+                                               config.finetune.train_fraction, config.train.seed, names)
+    return train, labelled, keep
 
 
 def _check_run_folder(run_dir: Path, config: Config) -> None:

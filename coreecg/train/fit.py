@@ -26,16 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coreecg.checkpoints import BEST_FILE, ENCODER_FILE, latest_checkpoint
 from coreecg.config import Config, load_config
-from coreecg.train.finetuning import BEST_FILE, plan_finetune
+from coreecg.train.finetuning import plan_finetune
 from coreecg.train.ingest import ShardFiles, training_dataset
 from coreecg.train.loop import progress_line, progress_log, progress_text
-from coreecg.train.plan import CHECKPOINT_FILE, RunPlan, checkpoint_dirs, write_run_folder
+from coreecg.train.plan import RunPlan, write_run_folder
 from coreecg.train.pretraining import plan_pretrain
 
 log = logging.getLogger(__name__)
 PLANNERS = {"pretrain": plan_pretrain, "finetune": plan_finetune}
-FINISHED_FILE = {"pretrain": "encoder.pt", "finetune": "metrics.json"}
+FINISHED_FILE = {"pretrain": ENCODER_FILE, "finetune": "metrics.json"}
 
 
 @dataclass
@@ -140,12 +141,10 @@ def _finished_with(plan: RunPlan) -> bool:
 
 def _result(plan: RunPlan, last: dict[str, Any]) -> RunResult:
     run_dir = plan.run_dir
-    dirs = checkpoint_dirs(run_dir)
     if plan.task == "finetune":
         return RunResult(run_dir, "finetune", json.loads((run_dir / "metrics.json").read_text()),
-                         dirs[-1] / CHECKPOINT_FILE if dirs else None, run_dir / BEST_FILE)
-    return RunResult(run_dir, "pretrain", last, dirs[-1] / CHECKPOINT_FILE if dirs else None,
-                     run_dir / "encoder.pt")
+                         latest_checkpoint(run_dir), run_dir / BEST_FILE)
+    return RunResult(run_dir, "pretrain", last, latest_checkpoint(run_dir), run_dir / ENCODER_FILE)
 
 
 # ---------------------------------------------------------------------------- Ray Train

@@ -28,10 +28,12 @@ from typing import Any, Callable, Iterable, Protocol
 import numpy as np
 import torch
 
+from coreecg.checkpoints import CheckpointError, load_latest, prune_checkpoints, save_step
 from coreecg.config import Config
-from coreecg.train.checkpoint import CheckpointError, check_compatible, load_checkpoint, save_checkpoint
+from coreecg.devices import resolve_device
+from coreecg.train.checkpoint import check_compatible
 from coreecg.train.ingest import memory_epoch_batches, seed_for
-from coreecg.train.plan import CHECKPOINT_FILE, RunPlan, checkpoint_dirs
+from coreecg.train.plan import RunPlan
 from coreecg.train.speed import release_freed_memory
 from coreecg.train.step import TrainStep
 
@@ -39,12 +41,6 @@ log = logging.getLogger(__name__)
 # Epoch lines have their own logger: under Ray Train the controller prints them (one line per
 # epoch on the driver's console), so the workers turn this one off (coreecg.train.fit).
 progress_log = logging.getLogger(f"{__name__}.progress")
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 @dataclass
@@ -325,8 +321,8 @@ def progress_line(s: dict[str, float], epochs: int) -> str:
 def run_local(plan: RunPlan, task: Task, windows: np.ndarray) -> dict[str, float]:
     """The no-Ray reference: one process, in-memory train windows (n, C, T_stored) float32/16 whose
     row index is the uid (`plan` from `coreecg.train.plan.plan_local`), the same loop. Checkpoints
-    go to the run folder's checkpoint_step<N>/ (the last `train.keep_checkpoints` kept);
-    re-running with the same run folder resumes."""
+    go to the run folder's checkpoint_step<N>/ through the store (`coreecg.checkpoints`; the last
+    `train.keep_checkpoints` kept); re-running with the same run folder resumes."""
     from coreecg.train.plan import write_run_folder
 
     config, run_dir = plan.config, write_run_folder(plan)
@@ -337,24 +333,12 @@ def run_local(plan: RunPlan, task: Task, windows: np.ndarray) -> dict[str, float
     bs = task.global_batch
 
     def report(metrics: dict[str, float], payload: dict[str, Any] | None) -> None:
-        if payload is None:
-            return
-        path = run_dir / f"checkpoint_step{int(payload['trainer']['step']):09d}" / CHECKPOINT_FILE
-        save_checkpoint(path, payload.pop("model"), config, **payload)
-        for old in checkpoint_dirs(run_dir)[:-config.train.keep_checkpoints]:
-            for f in old.iterdir():
-                f.unlink()
-            old.rmdir()
-
-    def latest() -> tuple[dict, Config, Path] | None:
-        dirs = checkpoint_dirs(run_dir)
-        if not dirs:
-            return None
-        path = dirs[-1] / CHECKPOINT_FILE
-        return (*load_checkpoint(path, device), path)
+        if payload is not None:
+            save_step(run_dir, payload["trainer"]["step"], payload.pop("model"), config, **payload)
+            prune_checkpoints(run_dir, config.train.keep_checkpoints)
 
     ctx = WorkerContext(
         rank=0, world_size=1, device=device, steps_per_epoch=plan.steps_per_epoch, run_dir=run_dir,
         epoch_batches=lambda epoch: memory_epoch_batches(data, bs, epoch, config.train.seed, device),
-        report=report, latest=latest)
+        report=report, latest=lambda: load_latest(run_dir, device))
     return train_worker(task, config, ctx)

@@ -19,6 +19,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from coreecg.checkpoints import SIDECAR_SUFFIX, STEP_PREFIX
+from coreecg.files import write_atomic
+
 log = logging.getLogger(__name__)
 
 
@@ -37,7 +40,7 @@ def _open(uri: str):
 
 def _order(rel: str) -> tuple:
     """Upload order: a checkpoint's sidecar after the checkpoint it describes."""
-    return (rel.endswith(".sha256"), rel)
+    return (rel.endswith(SIDECAR_SUFFIX), rel)
 
 
 class RunMirror:
@@ -83,7 +86,7 @@ class RunMirror:
             except OSError as e:
                 raise MirrorError(f"{self.uri}: cannot upload {rel}: {e}") from e
             sent += 1
-        gone = {r.split("/", 1)[0] for r in remote if r.startswith("checkpoint_step") and "/" in r} \
+        gone = {r.split("/", 1)[0] for r in remote if r.startswith(STEP_PREFIX) and "/" in r} \
             - {r.split("/", 1)[0] for r in local if "/" in r}
         for folder in sorted(gone):
             self.fs.delete_dir(f"{self.base}/{folder}")
@@ -93,17 +96,16 @@ class RunMirror:
         """Download the whole mirror into the run folder; returns the number of files."""
         remote = self._remote()
         for rel in sorted(remote, key=_order):
-            dest = self.run_dir / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(f".{dest.name}.pull")
             try:
-                with self.fs.open_input_stream(f"{self.base}/{rel}") as src, open(tmp, "wb") as out:
-                    while chunk := src.read(8 << 20):
-                        out.write(chunk)
+                write_atomic(self.run_dir / rel, lambda tmp: self._download(rel, tmp))
             except OSError as e:
                 raise MirrorError(f"{self.uri}: cannot download {rel}: {e}") from e
-            tmp.replace(dest)
         return len(remote)
+
+    def _download(self, rel: str, dest: Path) -> None:
+        with self.fs.open_input_stream(f"{self.base}/{rel}") as src, open(dest, "wb") as out:
+            while chunk := src.read(8 << 20):
+                out.write(chunk)
 
 
 def push_quietly(mirror: "RunMirror | None") -> None:
@@ -122,7 +124,7 @@ def push_quietly(mirror: "RunMirror | None") -> None:
 def pull_if_missing(run_dir: Path, uri: str) -> int:
     """Before planning a run: a folder without checkpoints gets the mirror's copy (0: nothing
     to pull, or the folder already has its own)."""
-    if not uri or any(Path(run_dir).glob("checkpoint_step*")):
+    if not uri or any(Path(run_dir).glob(f"{STEP_PREFIX}*")):
         return 0
     n = RunMirror(run_dir, uri).pull()
     if n:

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from coreecg.checkpoints import CHECKPOINT_FILE, CheckpointError, checkpoint_dirs, load_checkpoint, verify_checkpoint
 from coreecg.config import Config, ConfigError, config_from_dict, load_config
-from coreecg.train.checkpoint import CheckpointError, changed_keys, check_compatible, load_checkpoint, \
-    verify_checkpoint
+from coreecg.train.checkpoint import changed_keys, check_compatible
+
 
 TASKS = ("pretrain", "finetune")
-CHECKPOINT_FILE = "checkpoint.pt"
 
 
 class PlanError(ValueError):
@@ -144,17 +144,6 @@ def steps_per_epoch(corpus: Path | str | None, n_windows: int, global_batch: int
         raise PlanError(f"{corpus}: {n_windows} training windows give no full batch of {global_batch} "
                         f"over {num_workers} workers; lower {key}")
     return steps
-
-
-def step_of(checkpoint_dir: Path) -> int:
-    """The step a `checkpoint_step<N>` folder was written at."""
-    return int(Path(checkpoint_dir).name.rsplit("step", 1)[-1])
-
-
-def checkpoint_dirs(run_dir: Path) -> list[Path]:
-    """The run's checkpoint folders, oldest first (names carry the zero-padded step)."""
-    return sorted((p for p in Path(run_dir).glob("checkpoint_step*") if (p / CHECKPOINT_FILE).is_file()),
-                  key=step_of)
 
 
 def preflight(run_dir: Path, config: Config) -> list[str]:

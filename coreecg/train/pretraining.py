@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from coreecg.checkpoints import ENCODER_FILE, save_encoder
 from coreecg.config import Config
 from coreecg.methods import PretrainMethod, build_method
-from coreecg.train.checkpoint import export_encoder
 from coreecg.train.ingest import to_model_input
 from coreecg.train.loop import RunWriter, WorkerContext, run_local
 from coreecg.train.plan import RunPlan, plan_local, preflight, steps_per_epoch
@@ -99,8 +99,8 @@ class PretrainTask:
                state: dict[str, Any]) -> None:
         from coreecg.record import hparams
 
-        path = export_encoder(ctx.run_dir / "encoder.pt", core, self.config,
-                              step=int(summary.get("step", 0)), metrics=summary)
+        path = save_encoder(ctx.run_dir / ENCODER_FILE, core, self.config,
+                            step=int(summary.get("step", 0)), metrics=summary)
         log.info("encoder exported: %s", path)
         final = {k: summary[k] for k in ("loss", "loss_rec", "loss_con", "probe_auroc", "probe_auroc_full",
                                          "probe_auroc_init") if k in summary}

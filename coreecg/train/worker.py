@@ -3,7 +3,7 @@ of a single-worker Tune trial (`coreecg.tune.trials`). Both hand `train_on` the 
 and their way of reporting; everything else is the same code:
 
 - checkpoints: rank 0 writes them into the run folder itself, atomically with their sha256
-  (`coreecg.train.checkpoint`), keeps the newest `train.keep_checkpoints`, and every start
+  (the store, `coreecg.checkpoints`), keeps the newest `train.keep_checkpoints`, and every start
   resumes from the newest one there. Ray's own checkpoint copies are not used: the run folder
   already is on storage every node sees, so a retried Train worker group, a retried Tune trial
   and a rerun job all resume the same way, from the same files.
@@ -18,12 +18,11 @@ from typing import Any, Callable
 
 import torch
 
-from coreecg.config import Config
-from coreecg.train.checkpoint import load_checkpoint, save_checkpoint
+from coreecg.checkpoints import load_latest, prune_checkpoints, save_step
 from coreecg.train.finetuning import FinetuneTask
 from coreecg.train.ingest import epoch_batches
 from coreecg.train.loop import WorkerContext, train_worker
-from coreecg.train.plan import CHECKPOINT_FILE, RunPlan, checkpoint_dirs
+from coreecg.train.plan import RunPlan
 from coreecg.train.pretraining import task_from_plan
 
 log = logging.getLogger(__name__)
@@ -32,28 +31,6 @@ log = logging.getLogger(__name__)
 def build_task(plan: RunPlan, rank: int, device: torch.device):
     """The plan's task on this worker."""
     return FinetuneTask(plan, device) if plan.task == "finetune" else task_from_plan(plan, rank)
-
-
-def save_step(run_dir: Path, config: Config, payload: dict[str, Any]) -> Path:
-    """A checkpoint of the loop's state as `checkpoint_step<N>/checkpoint.pt` in the run folder;
-    older ones beyond `train.keep_checkpoints` are removed (the newest is written first)."""
-    step = int(payload["trainer"]["step"])
-    path = save_checkpoint(Path(run_dir) / f"checkpoint_step{step:09d}" / CHECKPOINT_FILE,
-                           payload.pop("model"), config, **payload)
-    for old in checkpoint_dirs(run_dir)[:-config.train.keep_checkpoints]:
-        for f in old.iterdir():
-            f.unlink()
-        old.rmdir()
-    return path
-
-
-def latest_step(run_dir: Path, device: torch.device) -> tuple[dict, Config, Path] | None:
-    """(payload, its config, path) of the run folder's newest checkpoint, or None."""
-    dirs = checkpoint_dirs(run_dir)
-    if not dirs:
-        return None
-    path = dirs[-1] / CHECKPOINT_FILE
-    return (*load_checkpoint(path, device), path)
 
 
 def train_on(plan: RunPlan, source, rank: int, world: int, device: torch.device, *,
@@ -70,12 +47,13 @@ def train_on(plan: RunPlan, source, rank: int, world: int, device: torch.device,
 
     def report(metrics: dict[str, float], payload: dict[str, Any] | None) -> None:
         if payload is not None:                  # rank 0 only: the others wait in report_fn
-            save_step(run_dir, cfg, payload)
+            save_step(run_dir, int(payload["trainer"]["step"]), payload.pop("model"), cfg, **payload)
+            prune_checkpoints(run_dir, cfg.train.keep_checkpoints)
         report_fn(metrics)
 
     ctx = WorkerContext(
         rank=rank, world_size=world, device=device, steps_per_epoch=plan.steps_per_epoch, run_dir=run_dir,
         epoch_batches=lambda epoch: epoch_batches(source, per_worker, epoch, cfg.train.seed, rank,
                                                   cfg.data.shuffle_buffer, device, world),
-        report=report, latest=lambda: latest_step(run_dir, device), wrap=wrap)
+        report=report, latest=lambda: load_latest(run_dir, device), wrap=wrap)
     return train_worker(task, cfg, ctx)

@@ -1,0 +1,93 @@
+"""An export folder from any model source: model.safetensors, config.json, README.md and, when
+asked, model.onnx (docs/export.md).
+
+config.json is the commit mark, written last: an export killed or failing half-way (ONNX
+included) leaves a folder without one, which every loader refuses, never a config whose sha256
+names other weights.
+"""
+from __future__ import annotations
+
+import dataclasses
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from coreecg.checkpoints import CheckpointError
+from coreecg.files import TEMP_GLOB, sha256_file, write_atomic, write_json, write_text
+from coreecg.hub.card import CARD_FILE, model_card
+from coreecg.hub.contract import source_contract
+from coreecg.hub.onnx_export import ONNX_FILE, onnx_entry
+from coreecg.hub.provenance import provenance
+from coreecg.loading import CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, ModelSource, open_source
+from coreecg.version import __version__
+
+
+def export_model(source: str | Path, output: str | Path, *, onnx: bool = False) -> Path:
+    """Write `source` (anything `coreecg.loading` reads) as an export folder at `output`:
+    model.safetensors, config.json, README.md, and with `onnx` model.onnx (`export_onnx`;
+    checked against PyTorch in onnxruntime when that is installed, the largest difference
+    recorded in config.json's "onnx"). -> the folder.
+
+    The folder may exist only empty or holding an earlier export (its files are replaced; a
+    model.onnx of the earlier export is removed, being stale). CheckpointError for a bad source.
+    """
+    from safetensors.torch import save_file
+
+    src = open_source(source)
+    out = Path(output).expanduser()
+    _check_output(out, Path(source).expanduser())
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in (CONFIG_FILE, ONNX_FILE):
+        (out / stale).unlink(missing_ok=True)
+    # clone: safetensors refuses tensors that share storage (views of one buffer) or are not contiguous
+    state = {k: v.detach().to("cpu").contiguous().clone() for k, v in src.state.items()}
+    weights = write_atomic(out / WEIGHTS_FILE, lambda tmp: save_file(
+        state, str(tmp), metadata={"format": "pt", "coreecg_kind": src.kind, "coreecg_version": __version__}))
+    contract = source_contract(src)
+    meta = _export_config(src, contract, state, sha256_file(weights), weights.stat().st_size)
+    if onnx:
+        meta["onnx"] = onnx_entry(src, contract, out / ONNX_FILE)
+    write_text(out / CARD_FILE, model_card(meta))
+    write_json(out / CONFIG_FILE, meta, indent=2)
+    return out
+
+
+def _check_output(out: Path, source: Path) -> None:
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise CheckpointError(f"{out}: exists and is not a folder")
+    if out.resolve() == source.resolve():
+        raise CheckpointError(f"{out}: is the source itself; export to another folder")
+    known = {WEIGHTS_FILE, CONFIG_FILE, CARD_FILE, ONNX_FILE}
+    known |= {f"{name}.tmp" for name in known}      # left by an export that was killed (before coreecg.files)
+    others = sorted(p.name for p in out.iterdir() if p.name not in known and not fnmatch(p.name, TEMP_GLOB))
+    if others:
+        raise CheckpointError(f"{out}: not empty and not an earlier export (holds {', '.join(others[:5])}); "
+                              "give an empty or new folder")
+
+
+def _export_config(src: ModelSource, contract: dict[str, Any], state: dict[str, torch.Tensor], digest: str,
+                   size: int) -> dict[str, Any]:
+    """config.json (docs/export.md), without its "onnx" entry."""
+    cfg = src.config
+    arch: dict[str, Any] = {"class": "coreecg.model.encoder.Encoder", **dataclasses.asdict(cfg.model)}
+    if src.kind == "classifier":
+        arch = {"class": "coreecg.model.classifier.Classifier", "encoder": arch,
+                "n_classes": len(src.class_names), "mode": cfg.finetune.mode, "multilabel": bool(src.multilabel),
+                "leads": list(cfg.finetune.leads), "frozen_encoder": cfg.finetune.mode == "linear",
+                "pooling": "mean over all (lead, time) token encodings", "head": "Linear(embed_dim, n_classes)"}
+    dtypes = sorted({str(v.dtype).removeprefix("torch.") for v in state.values()})
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "kind": src.kind, "coreecg_version": __version__,
+        "architecture": arch,
+        "input": contract,
+        "weights": {"file": WEIGHTS_FILE, "sha256": digest, "bytes": size, "dtypes": dtypes,
+                    "tensors": len(state), "parameters": int(sum(v.numel() for v in state.values())),
+                    "keys": "Encoder.state_dict()" if src.kind == "encoder"
+                            else "Classifier.state_dict(): encoder.* and head.*"},
+        "provenance": provenance(src),
+        "config": cfg.to_dict(),
+    }

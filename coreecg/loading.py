@@ -1,0 +1,311 @@
+"""Models in: any coreecg model source -> a ready `Encoder` or `Classifier`, the same way for all.
+
+    from coreecg.loading import load_classifier, load_encoder
+    encoder = load_encoder("runs/pretrain")            # or encoder.pt, a checkpoint, best.pt, an export
+    classifier = load_classifier("runs/ft-ptbxl")      # or best.pt, a classifier export
+
+A source is one of:
+
+    an export folder      config.json + model.safetensors (written by `coreecg.hub.export_model`;
+                          the weights' sha256 is recorded in config.json and checked on every load)
+    a pretraining run     its encoder.pt
+    a fine-tuning run     its best.pt (+ metrics.json: class names of a best.pt from before they
+                          travelled with it)
+    a .pt file            encoder.pt, best.pt, or a step checkpoint (checkpoint_step*/checkpoint.pt),
+                          verified against its sha256 sidecar (`coreecg.checkpoints`)
+
+Loading never draws from the caller's random generators: building a model initialises weights
+that are then overwritten, so it happens under a forked RNG. Fine-tuning from a run folder, its
+encoder.pt or an export of the same weights therefore starts from the same RNG state and draws
+the same classifier head. Every error is a `CheckpointError` (a ValueError) naming the file.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from coreecg.checkpoints import BEST_FILE, ENCODER_FILE, STEP_PREFIX, CheckpointError, load_checkpoint
+from coreecg.config import Config, ConfigError, PreprocessConfig, config_from_dict
+from coreecg.files import sha256_file
+from coreecg.model.classifier import Classifier
+from coreecg.model.encoder import Encoder
+from coreecg.version import __version__
+
+# The export folder's format (the writer: coreecg.hub.export).
+FORMAT = "coreecg-model"
+FORMAT_VERSION = 1
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.json"        # a fine-tuning run's (coreecg.eval.report's contract)
+MANIFEST_FILE = "manifest.json"      # a preprocessed corpus's
+
+Kind = Literal["encoder", "classifier"]
+
+
+@dataclass
+class ModelSource:
+    """A resolved, verified model source, before any model is built.
+
+    path: what was asked for (a folder or a file); weights: the file the weights came from.
+    state: the model's state dict (an Encoder's, or a Classifier's: encoder.* and head.*).
+    config: the full Config, data.preprocess as the weights' corpus was built (`manifest`).
+    class_names, multilabel: a classifier's task (None for an encoder).
+    export: an export's config.json (None for a checkpoint); entries: a checkpoint's own
+    entries besides config and model (epoch, step, ...); metrics: its run's metrics.json;
+    manifest: its corpus's manifest.json (None when not on this machine).
+    """
+
+    path: Path
+    weights: Path
+    kind: Kind
+    config: Config
+    state: dict[str, torch.Tensor]
+    class_names: list[str] | None = None
+    multilabel: bool | None = None
+    export: dict[str, Any] | None = None
+    entries: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] | None = None
+    manifest: dict[str, Any] | None = None
+
+
+def open_source(path: str | Path, kind: Kind | None = None) -> ModelSource:
+    """Resolve, verify and read a model source (module docstring); no model is built.
+
+    kind="encoder": a classifier source is opened as its encoder (its task is not needed);
+    None: the source's own kind. CheckpointError naming the file for anything missing,
+    corrupted or foreign.
+    """
+    path = Path(path).expanduser()
+    file = _checkpoint_file(path)
+    if file is None:
+        src = _open_export(path if path.is_dir() else path.parent)
+    else:
+        src = _open_checkpoint(file, path, kind)
+    if kind == "encoder" and src.kind == "classifier":
+        src = dataclasses.replace(src, kind="encoder", state=_strip(src.state, "encoder."),
+                                  class_names=None, multilabel=None)
+    return src
+
+
+def build_model(src: ModelSource) -> Encoder | Classifier:
+    """The source's model with its weights, on the CPU, in eval mode; the caller's RNG untouched."""
+    cfg = src.config
+    with torch.random.fork_rng(devices=[]):       # the init below is overwritten: draw nothing
+        if src.kind == "encoder":
+            model: nn.Module = Encoder.from_config(cfg.model)
+        else:
+            model = Classifier(Encoder.from_config(cfg.model), len(src.class_names), cfg.finetune.leads,
+                               bool(src.multilabel), frozen_encoder=cfg.finetune.mode == "linear")
+    try:
+        model.load_state_dict(src.state)
+    except RuntimeError as e:
+        raise CheckpointError(f"{src.weights}: {src.kind} weights do not match its own config: {e}") from e
+    return model.eval()
+
+
+def load_encoder(path: str | Path, map_location: str | torch.device = "cpu") -> Encoder:
+    """The encoder of any model source (a classifier's own encoder for a classifier), in eval
+    mode on `map_location`; outputs are bit-identical to the model that was saved."""
+    return build_model(open_source(path, kind="encoder")).to(map_location)
+
+
+def load_classifier(path: str | Path, map_location: str | torch.device = "cpu") -> Classifier:
+    """A fine-tuned `Classifier` (eval mode) from a classifier export folder, a best.pt or a
+    fine-tuning run folder. CheckpointError when the source holds only an encoder."""
+    src = open_source(path)
+    if src.kind != "classifier":
+        raise CheckpointError(f"{src.weights}: holds an encoder, not a fine-tuned classifier "
+                              "(use load_encoder, or export a fine-tuning run's best.pt)")
+    return build_model(src).to(map_location)
+
+
+# ---------------------------------------------------------------------------- resolving a path
+
+
+def _checkpoint_file(path: Path) -> Path | None:
+    """The .pt file a run folder or .pt path stands for; None for an export (its folder or one of
+    its files). CheckpointError naming `path` when it is none of these."""
+    if path.is_dir():
+        if (path / CONFIG_FILE).is_file():
+            return None
+        for name in (BEST_FILE, ENCODER_FILE):
+            if (path / name).is_file():
+                return path / name
+        raise CheckpointError(f"{path}: not a coreecg model folder: no {CONFIG_FILE} (an export), {BEST_FILE} "
+                              f"(a fine-tuning run) or {ENCODER_FILE} (a finished pretraining run)")
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file or folder")
+    if path.name in (CONFIG_FILE, WEIGHTS_FILE):      # a file of an export: the folder is meant
+        return None
+    return path
+
+
+# ---------------------------------------------------------------------------- an export folder
+
+
+def _open_export(folder: Path) -> ModelSource:
+    meta_path = folder / CONFIG_FILE
+    meta = _export_meta(meta_path)
+    weights = _export_weights(folder, meta, meta_path)
+    state = _read_safetensors(weights)
+    try:
+        config = config_from_dict(meta["config"])
+    except (ConfigError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{meta_path}: its stored config is not valid here: {e}") from e
+    kind = meta.get("kind")
+    if kind not in ("encoder", "classifier"):
+        raise CheckpointError(f"{meta_path}: unknown kind {kind!r} (encoder | classifier)")
+    contract = meta.get("input") if isinstance(meta.get("input"), dict) else {}
+    names, multilabel = contract.get("class_names"), contract.get("multilabel")
+    if kind == "classifier" and (not isinstance(names, list) or not isinstance(multilabel, bool)):
+        raise CheckpointError(f"{meta_path}: a classifier export without class_names and multilabel in its input")
+    return ModelSource(folder, weights, kind, config, state, names, multilabel, export=meta)
+
+
+def _export_meta(meta_path: Path) -> dict[str, Any]:
+    """config.json of an export, its format and version checked."""
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{meta_path}: unreadable export config: {e}") from e
+    found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+    if found != FORMAT:
+        raise CheckpointError(f"{meta_path}: not a coreecg export (format {found!r}, expected {FORMAT!r})")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(f"{meta_path}: export format version {version!r} is not one this coreecg "
+                              f"({__version__}) reads (1..{FORMAT_VERSION}); upgrade coreecg")
+    return meta
+
+
+def _export_weights(folder: Path, meta: dict[str, Any], meta_path: Path) -> Path:
+    """The weights file config.json names, checked against the sha256 it records."""
+    recorded = meta.get("weights") if isinstance(meta.get("weights"), dict) else {}
+    name = str(recorded.get("file", WEIGHTS_FILE))
+    if Path(name).name != name:           # a plain file name: an export never points outside itself
+        raise CheckpointError(f"{meta_path}: weights file {name!r} is not a file name in the export folder")
+    weights = folder / name
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: weights file not found (named in {meta_path})")
+    expected = recorded.get("sha256")
+    if not expected:
+        raise CheckpointError(f"{meta_path}: records no sha256 for {weights.name}; the export is incomplete")
+    if sha256_file(weights) != expected:
+        raise CheckpointError(f"{weights}: corrupted weights (sha256 differs from the one in {meta_path.name}); "
+                              "export it again from its run")
+    return weights
+
+
+def _read_safetensors(weights: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(weights), device="cpu")
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{weights}: unreadable safetensors file: {e}") from e
+
+
+# ---------------------------------------------------------------------------- a checkpoint
+
+
+def _open_checkpoint(file: Path, shown: Path, kind: Kind | None) -> ModelSource:
+    """A coreecg .pt (sha256 sidecar checked by load_checkpoint) -> ModelSource."""
+    payload, config = load_checkpoint(file)
+    entries = {k: v for k, v in payload.items() if k not in ("config", "model")}
+    manifest = corpus_manifest(config)
+    config = _with_corpus_preprocess(config, manifest)
+    if _is_classifier(payload):
+        src = ModelSource(shown, file, "classifier", config, payload["model"], entries=entries, manifest=manifest)
+        return src if kind == "encoder" else _with_task(src)
+    state = _strip(payload["model"], "encoder.")
+    if not state:
+        raise CheckpointError(f"{file}: checkpoint holds no encoder weights")
+    return ModelSource(shown, file, "encoder", config, state, entries=entries, manifest=manifest)
+
+
+def _is_classifier(payload: dict[str, Any]) -> bool:
+    """best.pt and fine-tuning checkpoints say task "finetune"; pretraining checkpoints say
+    "pretrain" (CMSC's has a head.* too); encoder.pt says nothing and holds encoder.* only."""
+    task = payload.get("task")
+    if task is not None:
+        return task == "finetune"
+    keys = payload["model"].keys()
+    return "head.weight" in keys and all(k.startswith(("encoder.", "head.")) for k in keys)
+
+
+def _with_task(src: ModelSource) -> ModelSource:
+    """A classifier checkpoint's class names and task: from the checkpoint itself (a best.pt
+    written since they travel with it), else its run's metrics.json, else the fine-tuning
+    corpus's manifest (a run still training has no metrics.json)."""
+    file, config, entries, manifest = src.weights, src.config, src.entries, src.manifest
+    n_classes = int(src.state["head.weight"].shape[0])
+    # best.pt sits in the run folder, a checkpoint one level down (checkpoint_step*/checkpoint.pt)
+    run = file.parent.parent if file.parent.name.startswith(STEP_PREFIX) else file.parent
+    metrics = read_json(run / METRICS_FILE)
+    own = ({"class_names": entries["class_names"], "multilabel": entries["multilabel"]}
+           if entries.get("class_names") and entries.get("multilabel") is not None else None)
+    task = own or metrics or manifest
+    if task is None or not task.get("class_names"):
+        raise CheckpointError(f"{file}: no class names for its {n_classes} outputs: neither {run / METRICS_FILE} "
+                              f"nor the fine-tuning corpus's {MANIFEST_FILE} ({config.data.corpus or 'none'}) "
+                              "was found")
+    names, multilabel = list(task["class_names"]), bool(task["multilabel"])
+    if len(names) != n_classes:
+        raise CheckpointError(f"{file}: {n_classes} outputs but {len(names)} class names in "
+                              f"{'the checkpoint' if own else 'metrics.json' if metrics else 'the corpus manifest'}")
+    if metrics and metrics.get("lead_names") and list(metrics["lead_names"]) != list(config.finetune.leads):
+        raise CheckpointError(f"{file}: its config's finetune.leads {list(config.finetune.leads)} differ from "
+                              f"metrics.json's lead_names {metrics['lead_names']}")
+    return dataclasses.replace(src, class_names=names, multilabel=multilabel, metrics=metrics)
+
+
+def corpus_manifest(config: Config) -> dict[str, Any] | None:
+    """The manifest of data.corpus (None: no corpus set, or it is not on this machine)."""
+    if not config.data.corpus:
+        return None
+    return read_json(Path(config.data.corpus).expanduser() / MANIFEST_FILE)
+
+
+def _with_corpus_preprocess(config: Config, manifest: dict[str, Any] | None) -> Config:
+    """The config with data.preprocess as the corpus was actually built (its manifest), which is
+    what the weights saw; the run's own data.preprocess may differ (a corpus is built by another
+    job, under its own config). Unchanged when the manifest is absent or its settings do not load."""
+    saved = (manifest or {}).get("preprocess")
+    if not isinstance(saved, dict):
+        return config
+    data = config.to_dict()
+    data["data"]["preprocess"] = {k: v for k, v in saved.items()
+                                  if k in {f.name for f in dataclasses.fields(PreprocessConfig)}}
+    try:
+        return config_from_dict(data)
+    except ConfigError:
+        return config
+
+
+# ---------------------------------------------------------------------------- small helpers
+
+
+def _strip(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """`path` as a JSON object, or None when it is absent, unreadable or not an object."""
+    if not path.is_file():
+        return None
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+__all__ = ["ModelSource", "open_source", "build_model", "load_encoder", "load_classifier", "corpus_manifest",
+           "read_json", "FORMAT", "FORMAT_VERSION", "WEIGHTS_FILE", "CONFIG_FILE", "Kind"]

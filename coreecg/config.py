@@ -595,16 +595,34 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
     """Defaults, then the YAML file at `path` (if any), then `a.b=c` overrides. Plugins named in
     the overrides are imported first, so the file may set their `methods.<name>` sections."""
     overrides = list(overrides)
-    for item in overrides:
-        key, _, raw = item.partition("=")
-        if key.strip() == "pretrain.plugins" and isinstance(plugins := yaml.safe_load(raw), list):
-            import_plugins(str(p) for p in plugins)
+    _import_plugins_of(overrides)
     cfg = Config()
     if path is not None:
         cfg = load(cfg, read_yaml(path, ConfigError), origin=str(path), error=ConfigError)
+    return apply_overrides(cfg, overrides).validate()
+
+
+def apply_overrides(cfg: Config, overrides: Iterable[str], origin: str = "overrides",
+                    error: type[TypedError] = ConfigError) -> Config:
+    """`cfg` with each `a.b=c` applied in order (not validated across sections: `validate()`);
+    `error` "<origin>: <key>: <reason>" for an unknown key or a wrong value."""
+    overrides = list(overrides)
+    _import_plugins_of(overrides)
     for item in overrides:
-        cfg = load(cfg, override(Config, item, ConfigError), origin="overrides", error=ConfigError)
-    return cfg.validate()
+        cfg = load(cfg, override(Config, item, error), origin=origin, error=error)
+    return cfg
+
+
+def _import_plugins_of(overrides: list[str]) -> None:
+    for item in overrides:
+        key, _, raw = item.partition("=")
+        if key.strip() == "pretrain.plugins":
+            try:
+                plugins = yaml.safe_load(raw)
+            except yaml.YAMLError:
+                continue                      # the override itself reports it
+            if isinstance(plugins, list):
+                import_plugins(str(p) for p in plugins)
 
 
 def config_from_dict(data: dict[str, Any], origin: str = "config") -> Config:

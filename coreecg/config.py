@@ -442,10 +442,13 @@ def register_method_spec(spec: MethodSpec) -> None:
     known = METHODS.get(name)
     if known is not None and known.cls is not None and known.cls is not spec.cls:
         raise ConfigError(f"method {name!r} is already registered by {known.cls.__module__}")
-    METHODS[name] = spec
+    METHODS[name] = spec                # first: its own section's keys resolve through the registry
     bad = [e for e in spec.structural if field_type(Config, e.removesuffix(">0")) is None]
     if bad:
-        del METHODS[name]
+        if known is None:
+            del METHODS[name]
+        else:
+            METHODS[name] = known
         raise ConfigError(f"method {name!r}: structural key(s) {bad} are not config keys")
 
 
@@ -609,7 +612,7 @@ def apply_overrides(cfg: Config, overrides: Iterable[str], origin: str = "overri
     overrides = list(overrides)
     _import_plugins_of(overrides)
     for item in overrides:
-        cfg = load(cfg, override(Config, item, error), origin=origin, error=error)
+        cfg = load(cfg, override(Config, item, error, origin), origin=origin, error=error)
     return cfg
 
 

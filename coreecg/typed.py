@@ -18,6 +18,7 @@ required keys are errors naming the dotted key.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import types
 import typing
@@ -107,9 +108,10 @@ def load(target: Any, data: Any, *, origin: str, error: type[TypedError] = Typed
         raise error(f"{origin}: {e}") from None
 
 
-def override(schema: Any, item: str, error: type[TypedError] = TypedError) -> dict[str, Any]:
-    """"a.b=value" -> {"a": {"b": value}}, the value read as YAML, except that a string field
-    keeps its text (YAML would read a trial id 19182_00000 as an int)."""
+def override(schema: Any, item: str, error: type[TypedError] = TypedError, origin: str = "overrides"
+             ) -> dict[str, Any]:
+    """"a.b=value" -> {"a": {"b": value}}, the value read as YAML, except that a string field of
+    `schema` keeps its text (YAML would read a trial id 19182_00000 as an int)."""
     key, sep, raw = item.partition("=")
     key = key.strip()
     if not sep or not key:
@@ -117,7 +119,7 @@ def override(schema: Any, item: str, error: type[TypedError] = TypedError) -> di
     try:
         value: Any = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
-        raise error(f"overrides: {key}: {raw.strip()!r} is not a YAML value "
+        raise error(f"{origin}: {key}: {raw.strip()!r} is not a YAML value "
                     f"({getattr(e, 'problem', None) or e})") from None
     if field_type(schema, key) is str and value is not None and not isinstance(value, str):
         value = raw.strip()
@@ -129,8 +131,7 @@ def override(schema: Any, item: str, error: type[TypedError] = TypedError) -> di
 def field_type(schema: Any, dotted: str) -> Any:
     """The declared type of a dotted key in a dataclass tree (None: not a key of it)."""
     tp = schema if isinstance(schema, type) else type(schema)
-    parts = dotted.split(".")
-    for i, part in enumerate(parts):
+    for part in dotted.split("."):
         if isinstance(tp, type) and issubclass(tp, OpenSection):
             tp = tp.section_type(part)
         elif dataclasses.is_dataclass(tp) and part in _fields(tp):
@@ -158,6 +159,7 @@ def to_plain(obj: Any) -> Any:
 # ---------------------------------------------------------------------------- the engine
 
 
+@functools.lru_cache(maxsize=None)
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls, include_extras=True)
 

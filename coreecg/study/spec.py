@@ -40,7 +40,9 @@ seeds (without `grids`, the one grid of the section's fields); a run two grids s
 A downstream seed s fine-tunes the encoder pretrained with seed s when the study pretrains one,
 else the one of the first pretraining seed. Every pretraining and every fine-tuning config is
 built here (an unknown key, variant, method, corpus, source, mode or lead name is a StudyError
-naming the file and the entry), so a typo costs a second, not a cluster hour.
+"<file>: <dotted.key>: <reason>"), so a typo costs a second, not a cluster hour. The file's schema
+is `StudyFile` (dataclasses, read by `coreecg.typed` like configs and search spaces);
+`study_from_dict` builds a study from the same mapping made in code (a job's preset).
 """
 from __future__ import annotations
 

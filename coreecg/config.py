@@ -508,7 +508,7 @@ class MethodOptions(OpenSection):
         selected method's, never a section only because some plugin was imported in this
         process (a config must reload where that plugin is not)."""
         specs = method_specs()
-        built_in = [n for n, s in specs.items() if (s.cls.__module__ if s.cls else "").startswith(BUILT_IN_PACKAGE + ".")]
+        built_in = [n for n, s in specs.items() if getattr(s.cls, "__module__", "").startswith(BUILT_IN_PACKAGE + ".")]
         keep = [*built_in, *self._sections, *([selected] if selected else [])]
         return [n for n in dict.fromkeys(keep) if n in specs and specs[n].options is not None]
 

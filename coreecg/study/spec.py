@@ -505,6 +505,7 @@ def _check_run_configs(study: Study) -> None:
         _config(study.path, f"pretraining {run.variant!r} (seed {run.seed})", study.config_file,
                 study.pretrain_overrides(run))
     for run in [*study.finetune_runs(), *study.mask_rate_runs()]:
-        _config(study.path, f"fine-tuning {run.method!r} on {run.corpus} ({run.mode}, leads {run.leads}, "
-                            f"fraction {run.fraction}, seed {run.seed})", study.config_file, study.finetune_overrides(run))
+        where = (f"fine-tuning {run.method!r} on {run.corpus} ({run.mode}, leads {run.leads}, fraction "
+                 f"{run.fraction}, seed {run.seed})")
+        _config(study.path, where, study.config_file, study.finetune_overrides(run))
     _config(study.path, "report.set", study.config_file, study.report_overrides())

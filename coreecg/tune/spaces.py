@@ -11,9 +11,10 @@ Three kinds of file, told apart by their top-level key:
 
 The file is read by the typed loader (`coreecg.typed`, the schema `SpaceFile`). Every key must be
 a config key and every value (both ends of a range, every grid value, every variant) must make a
-valid config on top of the base config: SpaceError "<file>: <section>: <key>: <reason>" otherwise. A method's own key (`methods.<name>.<key>`) must be swept where that
-method is selected (`--set pretrain.method=<name>`, or in the variant's own overrides), else
-it would change nothing.
+valid config on top of the base config: SpaceError "<file>: <section>: <key>: <reason>"
+otherwise. A method's own key (`methods.<name>.<key>`) must be swept where that method is
+selected (`--set pretrain.method=<name>`, or in the variant's own overrides), else it would
+change nothing.
 """
 from __future__ import annotations
 

@@ -1,23 +1,28 @@
 """One typed configuration for every hyperparameter of coreecg.
 
 Defaults are the CoRe-ECG paper's values (Implementation Details; Datasets and
-Preprocessing). Layers on top, in order: a YAML file, then `--set a.b=c` overrides.
-Unknown keys and wrongly typed values are errors that name the key.
+Preprocessing). Layers on top, in order: a YAML file, then `--set a.b=c` overrides, each read
+by the typed loader (`coreecg.typed`): unknown keys and wrongly typed values are errors that
+name the file (or "overrides") and the dotted key.
 
     cfg = load_config("run.yaml", overrides=["masking.p_time=0.6", "optim.lr=3e-4"])
     cfg.to_yaml("out/config.yaml")
+
+A pretraining method's own section (`methods.<name>`), its checks and its structural keys are
+declared in its module and registered with `coreecg.methods.register_method`; this module
+holds the registry (`METHODS`) and names no method (docs/methods.md).
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Literal
+from typing import Any, Iterable, Literal
 
 import yaml
+
+from coreecg.typed import OpenSection, TypedError, field_type, load, override, read_yaml, to_plain
 
 # The conventional 12-lead order (the paper's "I, II, III, aVR, aVL, aVF, V1-V6").
 STANDARD_LEADS: tuple[str, ...] = (
@@ -25,7 +30,7 @@ STANDARD_LEADS: tuple[str, ...] = (
 )
 
 
-class ConfigError(ValueError):
+class ConfigError(TypedError):
     """A configuration key or value that cannot be accepted."""
 
 
@@ -52,13 +57,14 @@ class PreprocessConfig:
     resample_max_denominator: int = 1000
 
     def __post_init__(self) -> None:
+        # messages without the section's key: the config's loader prefixes data.preprocess
         if not 0 < self.highpass_hz < self.lowpass_hz < self.sampling_rate / 2:
-            raise ConfigError(f"preprocess: need 0 < highpass_hz ({self.highpass_hz}) < lowpass_hz "
+            raise ConfigError(f"need 0 < highpass_hz ({self.highpass_hz}) < lowpass_hz "
                               f"({self.lowpass_hz}) < sampling_rate/2 ({self.sampling_rate / 2})")
         if self.min_duration_s < self.window_s:
-            raise ConfigError(f"preprocess.min_duration_s={self.min_duration_s} is below window_s={self.window_s}")
+            raise ConfigError(f"min_duration_s={self.min_duration_s} is below window_s={self.window_s}")
         if not self.leads or len(set(self.leads)) != len(self.leads) or not set(self.leads) <= set(STANDARD_LEADS):
-            raise ConfigError(f"preprocess.leads={self.leads} must be distinct names from {STANDARD_LEADS}")
+            raise ConfigError(f"leads={self.leads} must be distinct names from {STANDARD_LEADS}")
 
     @property
     def window_samples(self) -> int:
@@ -336,7 +342,7 @@ class TrainConfig:
     mirror_uri: str = ""
     name: str = "pretrain"
     # The method name under which downstream tables list encoders from this run; "" = the
-    # pretraining method's label (CoRe-ECG, MoCo V3, CMSC, ...). Ablation variants set their own.
+    # pretraining method's registered label. Ablation variants set their own.
     variant: str = ""
     # Experiment tracking beside the run folder: "mlflow" logs the config as params and every
     # epoch's metrics to MLflow through Ray's integration (pip install coreecg[mlflow]).
@@ -373,116 +379,77 @@ class TrainConfig:
         return Path(self.storage_path).expanduser().resolve() / self.name
 
 
-@dataclass
-class ViewsConfig:
-    """Random ECG views for view-based contrastive methods (MoCo v3), each drawn per sample and
-    applied batched (coreecg/methods/views.py). Scalar knobs, so a sweep can sample each one.
-    Defaults: Mehari & Strodthoff's RandomResizedCrop + TimeOut (their SimCLR/BYOL/SwAV recipe,
-    docs/baselines.md); the other augmentations are off (0 or 1) unless set.
-
-    crop_min: random resized crop: a stretch of U(crop_min, 1) of the window, stretched back to
-        the full length (this also changes the apparent heart rate); 1 disables.
-    time_mask_min, time_mask_max: "time out": one contiguous stretch of U(min, max) of the
-        window set to zero on every lead; max 0 disables.
-    gain_max: per-lead gain, log-uniform in [1 / gain_max, gain_max]; 1 disables.
-    noise_std: additive Gaussian noise, in units of the z-scored signal.
-    baseline_shift: per-lead constant offset, U(-b, b).
-    baseline_wander: per-lead sinusoid of 0.05-0.5 Hz, random phase, amplitude U(0, b).
-    """
-
-    crop_min: float = 0.5
-    time_mask_min: float = 0.2
-    time_mask_max: float = 0.4
-    gain_max: float = 1.0
-    noise_std: float = 0.0
-    baseline_shift: float = 0.0
-    baseline_wander: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.crop_min <= 1:
-            raise ConfigError(f"views.crop_min={self.crop_min} must lie in (0, 1]")
-        if not 0 <= self.time_mask_min <= self.time_mask_max < 1:
-            raise ConfigError(f"views: need 0 <= time_mask_min ({self.time_mask_min}) <= time_mask_max "
-                              f"({self.time_mask_max}) < 1 (some signal must remain)")
-        if self.gain_max < 1:
-            raise ConfigError(f"views.gain_max={self.gain_max} must be >= 1 (gains span [1/gain_max, gain_max])")
-        if min(self.noise_std, self.baseline_shift, self.baseline_wander) < 0:
-            raise ConfigError("views.noise_std, baseline_shift and baseline_wander must be >= 0")
-
-
-@dataclass
-class MoCoV3Options:
-    """MoCo v3 (Chen, Xie, He, ICCV 2021) on the one encoder: query encoder + projector +
-    predictor, momentum key encoder + projector, symmetric InfoNCE with keys from every rank.
-    Defaults: the paper's ViT recipe (docs/baselines.md)."""
-
-    # Keys that change the modules or which parameters train (a checkpoint cannot resume across them).
-    structural: ClassVar[tuple[str, ...]] = ("dim", "hidden_dim", "proj_layers", "pred_layers", "freeze_patch_embed")
-
-    temperature: float = 0.2
-    momentum: float = 0.99            # key encoder EMA at step 0 ...
-    momentum_end: float = 1.0         # ... cosine-increased to this at the last step
-    dim: int = 256                    # projector / predictor output
-    hidden_dim: int = 4096            # projector / predictor hidden width
-    proj_layers: int = 3
-    pred_layers: int = 2
-    # MoCo v3's stabiliser for ViTs: a frozen random patch projection.
-    freeze_patch_embed: bool = True
-    views: ViewsConfig = field(default_factory=ViewsConfig)
-
-    def __post_init__(self) -> None:
-        if self.temperature <= 0 or not 0 <= self.momentum <= self.momentum_end <= 1:
-            raise ConfigError("methods.moco_v3: need temperature > 0 and 0 <= momentum <= momentum_end <= 1")
-        if min(self.dim, self.hidden_dim) < 1 or self.proj_layers < 1 or self.pred_layers < 1:
-            raise ConfigError("methods.moco_v3: dim, hidden_dim, proj_layers and pred_layers must be >= 1")
-
-
-@dataclass
-class CMSCOptions:
-    """CMSC (Kiyasseh, Zhu, Clifton, "CLOCS", ICML 2021): adjacent non-overlapping segments of one
-    recording are positives, other recordings negatives; no augmentation (docs/baselines.md)."""
-
-    structural: ClassVar[tuple[str, ...]] = ("dim",)
-
-    temperature: float = 0.1
-    segments: int = 2                 # adjacent segments per window, each 1/segments of the crop
-    dim: int = 256                    # CLOCS's embedding size (a linear head on the pooled encoder)
-
-    def __post_init__(self) -> None:
-        if self.temperature <= 0 or self.segments < 2 or self.dim < 1:
-            raise ConfigError("methods.cmsc: need temperature > 0, segments >= 2 and dim >= 1")
+# ---------------------------------------------------------------------------- methods
 
 
 @dataclass(frozen=True)
-class MethodInfo:
-    """A registered pretraining method's config side: its table label and options type."""
+class MethodSpec:
+    """What the config knows of a registered pretraining method; `coreecg.methods.register_method`
+    declares it in the method's own module. The config, the checkpoint check and the loop read
+    these fields and never name a method.
 
-    label: str
+    options: the dataclass of its section `methods.<name>` (None: no section). Its
+        `__post_init__` validates its own keys; an optional `check(self, config)` method
+        cross-checks them against the rest of the config (called by `Config.validate` when the
+        method trains).
+    structural: the config keys that decide which modules a checkpoint of it holds and their
+        shapes, in or outside its section: "a.b" (its value) or "a.b>0" (whether it is positive);
+        `model.*` and `pretrain.method` are structural for every method.
+    """
+
+    name: str
+    label: str                          # its name in tables
     options: type | None = None
+    structural: tuple[str, ...] = ()
+    cls: type | None = None             # the PretrainMethod subclass that builds it
+
+    def structural_values(self, plain: dict[str, Any]) -> dict[str, Any]:
+        """{key: value} of `structural` in a config's `to_dict()` ("a.b>0": whether a.b > 0)."""
+        out = {}
+        for entry in self.structural:
+            key = entry.removesuffix(">0")
+            value = plain
+            for part in key.split("."):
+                value = value[part]
+            out[key] = value > 0 if entry.endswith(">0") else value
+        return out
 
 
-# Method name -> its config side. The built-in methods are declared here (so that configs
-# validate without importing torch); `coreecg.methods.register_method` adds a researcher's own.
-METHODS: dict[str, MethodInfo] = {
-    "core": MethodInfo("CoRe-ECG"),
-    "moco_v3": MethodInfo("MoCo V3", MoCoV3Options),
-    "cmsc": MethodInfo("CMSC", CMSCOptions),
-}
+# The registry. The built-in methods register themselves when their package is imported, which
+# `method_specs()` does on first use: the config reads `methods.<name>` of a built-in without the
+# caller importing coreecg.methods, and names none of them here.
+METHODS: dict[str, MethodSpec] = {}
+BUILT_IN_PACKAGE = "coreecg.methods"
+_built_ins_imported = False
 
 
-BUILT_IN_METHODS = tuple(METHODS)
+def method_specs() -> dict[str, MethodSpec]:
+    """Every registered method (the built-in ones' package imported on first use)."""
+    global _built_ins_imported
+    if not _built_ins_imported:
+        _built_ins_imported = True
+        importlib.import_module(BUILT_IN_PACKAGE)
+    return METHODS
 
 
-def register_method_config(name: str, label: str, options: type | None = None) -> None:
-    """Declare a method's label and options dataclass (its `methods.<name>` section)."""
+def register_method_spec(spec: MethodSpec) -> None:
+    """Add a method to the registry (`coreecg.methods.register_method` calls this)."""
+    name = spec.name
     if not name.isidentifier():
         raise ConfigError(f"method name {name!r} must be a Python identifier (it is a config key)")
-    if options is not None and not dataclasses.is_dataclass(options):
-        raise ConfigError(f"method {name!r}: options must be a dataclass, got {options!r}")
+    if spec.options is not None and not dataclasses.is_dataclass(spec.options):
+        raise ConfigError(f"method {name!r}: options must be a dataclass, got {spec.options!r}")
     known = METHODS.get(name)
-    if known is not None and known.options is not options and known.options is not None:
-        raise ConfigError(f"method {name!r} is already registered with options {known.options.__name__}")
-    METHODS[name] = MethodInfo(label, options)
+    if known is not None and known.cls is not None and known.cls is not spec.cls:
+        raise ConfigError(f"method {name!r} is already registered by {known.cls.__module__}")
+    METHODS[name] = spec                # first: its own section's keys resolve through the registry
+    bad = [e for e in spec.structural if field_type(Config, e.removesuffix(">0")) is None]
+    if bad:
+        if known is None:
+            del METHODS[name]
+        else:
+            METHODS[name] = known
+        raise ConfigError(f"method {name!r}: structural key(s) {bad} are not config keys")
 
 
 def import_plugins(modules: Iterable[str]) -> None:
@@ -506,7 +473,7 @@ def import_plugins(modules: Iterable[str]) -> None:
 class PretrainConfig:
     """Which self-supervised method trains the encoder (coreecg/methods; docs/methods.md).
 
-    method: core (CoRe-ECG, the paper), moco_v3, cmsc, or a method registered by a plugin.
+    method: a registered method (`core` is the paper's CoRe-ECG; docs/methods.md lists the others).
     plugins: modules imported before the method is looked up (on the driver and on every
     worker), each registering methods with `coreecg.methods.register_method`.
     """
@@ -516,52 +483,34 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         import_plugins(self.plugins)
-        if self.method not in METHODS:
+        if self.method not in method_specs():
             raise ConfigError(f"pretrain.method={self.method!r} is not a registered method; known: "
                               f"{', '.join(sorted(METHODS))} (a plugin's module goes in pretrain.plugins)")
 
 
-class MethodOptions:
+class MethodOptions(OpenSection):
     """The `methods` section: one typed options section per registered method that has one
-    (`methods.moco_v3.temperature`, ...). A section not set holds its dataclass's defaults."""
+    (`methods.<name>.<key>`). A section not set holds its dataclass's defaults."""
 
-    def __init__(self, sections: dict[str, Any] | None = None):
-        self._sections = dict(sections or {})
+    unknown_reason = "no registered method with options of that name; a plugin's module goes in pretrain.plugins"
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        if name in self._sections:
-            return self._sections[name]
-        info = METHODS.get(name)
-        if info is None or info.options is None:
-            raise AttributeError(f"no options section for method {name!r}")
-        return info.options()
+    @classmethod
+    def section_type(cls, name: str) -> type | None:
+        spec = method_specs().get(name)
+        return spec.options if spec is not None else None
+
+    @classmethod
+    def known(cls) -> list[str]:
+        return sorted(n for n, s in method_specs().items() if s.options is not None)
 
     def names(self, selected: str | None = None) -> list[str]:
         """The sections a saved config holds: the built-in methods', those set explicitly and the
         selected method's, never a section only because some plugin was imported in this
         process (a config must reload where that plugin is not)."""
-        keep = [*BUILT_IN_METHODS, *self._sections, *([selected] if selected else [])]
-        return [n for n in dict.fromkeys(keep) if METHODS.get(n) and METHODS[n].options is not None]
-
-    def merged(self, data: dict[str, Any], prefix: str) -> "MethodOptions":
-        sections = dict(self._sections)
-        for name, value in data.items():
-            info = METHODS.get(name)
-            if info is None or info.options is None:
-                raise ConfigError(f"unknown key {prefix}{name}: no registered method with options of that name; "
-                                  f"known: {', '.join(self.names())}")
-            if not isinstance(value, dict):
-                raise ConfigError(f"{prefix}{name} is a section; give it a mapping, not {value!r}")
-            sections[name] = _merge(getattr(self, name), value, f"{prefix}{name}.")
-        return MethodOptions(sections)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, MethodOptions) and _to_plain(self) == _to_plain(other)
-
-    def __repr__(self) -> str:
-        return f"MethodOptions({_to_plain(self)})"
+        specs = method_specs()
+        built_in = [n for n, s in specs.items() if getattr(s.cls, "__module__", "").startswith(BUILT_IN_PACKAGE + ".")]
+        keep = [*built_in, *self._sections, *([selected] if selected else [])]
+        return [n for n in dict.fromkeys(keep) if n in specs and specs[n].options is not None]
 
 
 @dataclass
@@ -574,24 +523,28 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)     # before methods: plugins add sections
     methods: MethodOptions = field(default_factory=MethodOptions)
     report: ReportConfig = field(default_factory=ReportConfig)
 
     @property
+    def method(self) -> MethodSpec:
+        """The registry entry of the method that trains (`pretrain.method`)."""
+        return method_specs()[self.pretrain.method]
+
+    @property
     def method_label(self) -> str:
         """The name downstream tables list this run's encoder under."""
-        return self.train.variant or METHODS[self.pretrain.method].label
+        return self.train.variant or self.method.label
 
     @property
     def method_options(self) -> Any:
         """The selected method's options section (None for a method without one)."""
-        info = METHODS[self.pretrain.method]
-        return getattr(self.methods, self.pretrain.method) if info.options is not None else None
+        return getattr(self.methods, self.pretrain.method) if self.method.options is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        out = _to_plain(self)
-        out["methods"] = {n: _to_plain(getattr(self.methods, n)) for n in self.methods.names(self.pretrain.method)}
+        out = to_plain(self)
+        out["methods"] = {n: to_plain(getattr(self.methods, n)) for n in self.methods.names(self.pretrain.method)}
         return out
 
     def to_yaml(self, path: str | Path | None = None) -> str:
@@ -602,6 +555,8 @@ class Config:
         return text
 
     def validate(self) -> "Config":
+        """Checks across sections (each section checks its own keys when built), then the
+        training method's own cross-checks (`check(config)` of its options, if it has one)."""
         m, k = self.model, self.masking
         if m.input_samples % m.patch_size:
             raise ConfigError(f"model.input_samples={m.input_samples} is not a multiple of model.patch_size={m.patch_size}")
@@ -626,15 +581,13 @@ class Config:
             raise ConfigError(f"data.crop_samples={self.data.crop_samples} must equal model.input_samples={m.input_samples}")
         if self.data.crop_samples > self.data.preprocess.window_samples:
             raise ConfigError("data.crop_samples exceeds the stored window length")
-        if self.pretrain.method == "cmsc" and m.n_patches % self.methods.cmsc.segments:
-            raise ConfigError(f"methods.cmsc.segments={self.methods.cmsc.segments} must divide the "
-                              f"{m.n_patches} patches of a window (model.input_samples / model.patch_size)")
-        if self.finetune.batch_size % self.train.num_workers:
-            raise ConfigError(f"finetune.batch_size={self.finetune.batch_size} (the global batch) is not divisible "
-                              f"by train.num_workers={self.train.num_workers}")
-        if self.optim.batch_size % self.train.num_workers:
-            raise ConfigError(f"optim.batch_size={self.optim.batch_size} (the global batch) is not divisible "
-                              f"by train.num_workers={self.train.num_workers}")
+        for what, batch in (("finetune", self.finetune.batch_size), ("optim", self.optim.batch_size)):
+            if batch % self.train.num_workers:
+                raise ConfigError(f"{what}.batch_size={batch} (the global batch) is not divisible "
+                                  f"by train.num_workers={self.train.num_workers}")
+        check = getattr(self.method_options, "check", None)
+        if callable(check):
+            check(self)
         return self
 
 
@@ -645,134 +598,39 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
     """Defaults, then the YAML file at `path` (if any), then `a.b=c` overrides. Plugins named in
     the overrides are imported first, so the file may set their `methods.<name>` sections."""
     overrides = list(overrides)
-    for item in overrides:
-        key, _, raw = item.partition("=")
-        if key.strip() == "pretrain.plugins" and isinstance(plugins := yaml.safe_load(raw), list):
-            import_plugins(str(p) for p in plugins)
+    _import_plugins_of(overrides)
     cfg = Config()
     if path is not None:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
-        cfg = _merge(cfg, data, prefix="")
+        cfg = load(cfg, read_yaml(path, ConfigError), origin=str(path), error=ConfigError)
+    return apply_overrides(cfg, overrides).validate()
+
+
+def apply_overrides(cfg: Config, overrides: Iterable[str], origin: str = "overrides",
+                    error: type[TypedError] = ConfigError) -> Config:
+    """`cfg` with each `a.b=c` applied in order (not validated across sections: `validate()`);
+    `error` "<origin>: <key>: <reason>" for an unknown key or a wrong value."""
+    overrides = list(overrides)
+    _import_plugins_of(overrides)
     for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"override {item!r} is not of the form a.b=value")
-        nested: Any = yaml.safe_load(raw) if raw.strip() else ""
-        if _field_type(cfg, key.strip()) is str and not isinstance(nested, str) and nested is not None:
-            nested = raw.strip()    # a string field keeps its text: YAML would read 19182_00000 as an int
-        for part in reversed(key.strip().split(".")):
-            nested = {part: nested}
-        cfg = _merge(cfg, nested, prefix="")
-    return cfg.validate()
+        cfg = load(cfg, override(Config, item, error, origin), origin=origin, error=error)
+    return cfg
 
 
-def _field_type(cfg: Any, dotted: str) -> Any:
-    """The annotated type of a dotted config key (None if it is not a leaf field)."""
-    obj = cfg
-    parts = dotted.split(".")
-    for i, part in enumerate(parts):
-        if isinstance(obj, MethodOptions):
-            obj = getattr(obj, part, None)
-            continue
-        if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
-            return None
-        if i == len(parts) - 1:
-            return typing.get_type_hints(type(obj)).get(part)
-        obj = getattr(obj, part)
-    return None
+def _import_plugins_of(overrides: list[str]) -> None:
+    for item in overrides:
+        key, _, raw = item.partition("=")
+        if key.strip() == "pretrain.plugins":
+            try:
+                plugins = yaml.safe_load(raw)
+            except yaml.YAMLError:
+                continue                      # the override itself reports it
+            if isinstance(plugins, list):
+                import_plugins(str(p) for p in plugins)
 
 
-def config_from_dict(data: dict[str, Any]) -> Config:
+def config_from_dict(data: dict[str, Any], origin: str = "config") -> Config:
     """Rebuild a config saved with `to_dict` (checkpoints, run folders)."""
     ft = data.get("finetune")
     if isinstance(ft, dict) and ft.get("mode") == "full":   # coreecg <= 0.1.0 called finetune "full"
         data = {**data, "finetune": {**ft, "mode": "finetune"}}
-    return _merge(Config(), data, prefix="").validate()
-
-
-def _merge(obj: Any, data: dict[str, Any], prefix: str) -> Any:
-    hints = typing.get_type_hints(type(obj))
-    names = {f.name for f in dataclasses.fields(obj)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        where = prefix.rstrip(".") or "config"
-        raise ConfigError(f"unknown key(s) in {where}: {', '.join(prefix + u for u in unknown)}; "
-                          f"known: {', '.join(sorted(names))}")
-    changes = {}
-    if isinstance(data.get("pretrain"), dict):      # its plugins register methods' options sections
-        data = {"pretrain": data["pretrain"], **{k: v for k, v in data.items() if k != "pretrain"}}
-    for name, value in data.items():
-        current = getattr(obj, name)
-        if isinstance(current, MethodOptions):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{prefix}{name} is a section; give it a mapping, not {value!r}")
-            changes[name] = current.merged(value, prefix + name + ".")
-        elif dataclasses.is_dataclass(current):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{prefix}{name} is a section; give it a mapping, not {value!r}")
-            changes[name] = _merge(current, value, prefix + name + ".")
-        else:
-            changes[name] = _coerce(value, hints[name], prefix + name)
-    return dataclasses.replace(obj, **changes)
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        if value not in typing.get_args(tp):
-            raise ConfigError(f"{key}={value!r} is not one of {typing.get_args(tp)}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            try:
-                return _coerce(value, arg, key)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{key}={value!r} does not match {tp}")
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key} expects a list, got {value!r}")
-        args = typing.get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(v, args[0], key) for v in value)
-        if len(args) != len(value):
-            raise ConfigError(f"{key} expects {len(args)} values, got {len(value)}")
-        return tuple(_coerce(v, a, key) for v, a in zip(value, args))
-    if tp is type(None):
-        if value is not None:
-            raise ConfigError(f"{key}={value!r} is not null")
-        return None
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key} expects true/false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key} expects an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, str):  # PyYAML reads "3e-4" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                raise ConfigError(f"{key} expects a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{key} expects a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{key} expects a string, got {value!r}")
-        return str(value)
-    raise ConfigError(f"{key}: unsupported field type {tp}")
-
-
-def _to_plain(obj: Any) -> Any:
-    if isinstance(obj, MethodOptions):
-        return {name: _to_plain(getattr(obj, name)) for name in obj.names()}
-    if dataclasses.is_dataclass(obj):
-        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, tuple):
-        return [_to_plain(v) for v in obj]
-    return obj
+    return load(Config, data, origin=origin, error=ConfigError).validate()

@@ -1,5 +1,5 @@
 """A complete pretraining method outside coreecg: masked-token regression of the encoder's own
-input patches through a linear head (docs/methods.md shows this file; tests run it)."""
+input patches through a small head (docs/methods.md shows this file; tests run it)."""
 from dataclasses import dataclass
 
 import torch
@@ -14,15 +14,24 @@ from coreecg.model.encoder import Encoder
 @dataclass
 class PatchRegressionOptions:          # the typed config section methods.patch_regression
     ratio: float = 0.5                 # fraction of tokens hidden from the encoder
+    hidden_dim: int = 0                # the head's hidden width; 0: one linear layer
+
+    def __post_init__(self):           # checked whenever a config is read; the error gets the key
+        if not 0 < self.ratio < 1 or self.hidden_dim < 0:
+            raise ValueError(f"need 0 < ratio < 1 and hidden_dim >= 0, got ratio={self.ratio}, "
+                             f"hidden_dim={self.hidden_dim}")
 
 
-@register_method("patch_regression", "Patch regression", options=PatchRegressionOptions)
+# hidden_dim decides the head's modules: a run cannot resume from a checkpoint with another one
+@register_method("patch_regression", "Patch regression", options=PatchRegressionOptions,
+                 structural=("methods.patch_regression.hidden_dim",))
 class PatchRegression(PretrainMethod):
     def __init__(self, config):
         super().__init__(config)
-        m = config.model
+        m, o = config.model, config.methods.patch_regression
         self.encoder = Encoder.from_config(m)                 # the one encoder: exported, probed, fine-tuned
-        self.head = nn.Linear(m.embed_dim, m.patch_size)
+        self.head = (nn.Linear(m.embed_dim, m.patch_size) if o.hidden_dim == 0 else nn.Sequential(
+            nn.Linear(m.embed_dim, o.hidden_dim), nn.GELU(), nn.Linear(o.hidden_dim, m.patch_size)))
 
     def forward(self, x, generator=None, record=None):
         """x: (B, C, T) -> {"loss"}: visible tokens regress their own input patches."""

@@ -11,6 +11,8 @@ canonical name. Rules, in order:
 - a known extra lead (`cfg.extra_leads`, e.g. the Frank leads vx, vy, vz of PTB Diagnostic)
                                                    -> dropped, named in `dropped`
 - any other lead (e.g. "MLII", a Holter lead that is not lead II) -> RecordError
+
+`parse_lead_set` reads the lead sets of fine-tuning and studies ("12", "6", "1" or names).
 """
 from __future__ import annotations
 
@@ -19,6 +21,25 @@ import numpy as np
 from coreecg.data.record import STANDARD_LEADS, RecordError
 
 _CANONICAL = {name.lower(): name for name in STANDARD_LEADS}
+# The paper's lead sets: all twelve, the six limb leads, lead I.
+LEAD_SETS = {"12": STANDARD_LEADS, "6": STANDARD_LEADS[:6], "1": STANDARD_LEADS[:1]}
+
+
+class LeadSetError(ValueError):
+    """A lead set that names no standard leads."""
+
+
+def parse_lead_set(text: str) -> tuple[str, ...]:
+    """12 | 6 (I, II, III, aVR, aVL, aVF) | 1 (I) | a comma list of lead names (any case) -> names."""
+    if text.strip() in LEAD_SETS:
+        return LEAD_SETS[text.strip()]
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    by_lower = {x.lower(): x for x in STANDARD_LEADS}
+    unknown = [x for x in names if x.lower() not in by_lower]
+    if unknown or not names:
+        raise LeadSetError(f"lead set {text!r}: unknown lead name(s) {unknown}; give 12, 6, 1 or names from "
+                           f"{', '.join(STANDARD_LEADS)}")
+    return tuple(by_lower[x.lower()] for x in names)
 
 
 def canonical_lead_name(name: str) -> str:

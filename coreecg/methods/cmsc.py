@@ -7,12 +7,13 @@ of a window and not adjacent windows of a longer record: docs/baselines.md."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coreecg.config import CMSCOptions, Config
+from coreecg.config import Config, ConfigError
 from coreecg.losses import cmsc_contrastive
 from coreecg.methods.registry import register_method
 from coreecg.methods.base import PretrainMethod
@@ -27,7 +28,29 @@ def segment_masks(segments: int, batch: int, n_leads: int, n_patches: int) -> to
     return mask[:, None, None, :].expand(segments, batch, n_leads, n_patches).reshape(-1, n_leads, n_patches)
 
 
-@register_method("cmsc", "CMSC", options=CMSCOptions)
+@dataclass
+class CMSCOptions:
+    """`methods.cmsc`: CMSC (Kiyasseh, Zhu, Clifton, "CLOCS", ICML 2021): adjacent non-overlapping
+    segments of one recording are positives, other recordings negatives; no augmentation
+    (docs/baselines.md)."""
+
+    temperature: float = 0.1
+    segments: int = 2                 # adjacent segments per window, each 1/segments of the crop
+    dim: int = 256                    # CLOCS's embedding size (a linear head on the pooled encoder)
+
+    def __post_init__(self) -> None:     # the config prefixes its errors with methods.cmsc
+        if self.temperature <= 0 or self.segments < 2 or self.dim < 1:
+            raise ConfigError("need temperature > 0, segments >= 2 and dim >= 1")
+
+    def check(self, config: Config) -> None:
+        """Against the rest of the config (Config.validate calls it when CMSC trains)."""
+        n = config.model.n_patches
+        if n % self.segments:
+            raise ConfigError(f"methods.cmsc.segments={self.segments} must divide the {n} patches of a "
+                              "window (model.input_samples / model.patch_size)")
+
+
+@register_method("cmsc", "CMSC", options=CMSCOptions, structural=("methods.cmsc.dim",))
 class CMSC(PretrainMethod):
     """Encoder -> mean over the segment's tokens -> Linear(embed_dim, dim): CLOCS's embedding."""
 

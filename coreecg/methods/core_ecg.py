@@ -19,7 +19,9 @@ from coreecg.model.embed import patchify
 from coreecg.model.encoder import Encoder, default_lead_idx
 
 
-@register_method("core", "CoRe-ECG")
+# Its hyperparameters are the paper's sections (masking, augment, loss); these decide which
+# branches exist (see the class docstring), so a checkpoint cannot resume across them.
+@register_method("core", "CoRe-ECG", structural=("loss.alpha>0", "loss.beta>0", "augment.fda", "augment.learnable"))
 class CoReECG(PretrainMethod):
     """Student encoder on STDM-visible tokens; Time Decoder -> masked MSE; Latent Decoder +
     Projection -> InfoNCE against an EMA teacher (encoder + projection) on the FDA view.

@@ -6,17 +6,42 @@ the loss is the symmetric ctr(q1, k2) + ctr(q2, k1) with keys from every rank
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coreecg.config import Config, MoCoV3Options
+from coreecg.config import Config, ConfigError
 from coreecg.losses import moco_contrastive
 from coreecg.methods.registry import register_method
 from coreecg.methods.base import PretrainMethod
-from coreecg.methods.views import random_view
+from coreecg.methods.views import ViewsConfig, random_view
 from coreecg.model.encoder import Encoder, default_lead_idx
+
+
+@dataclass
+class MoCoV3Options:
+    """`methods.moco_v3`: MoCo v3 (Chen, Xie, He, ICCV 2021) on the one encoder: query encoder +
+    projector + predictor, momentum key encoder + projector, symmetric InfoNCE with keys from
+    every rank. Defaults: the paper's ViT recipe (docs/baselines.md)."""
+
+    temperature: float = 0.2
+    momentum: float = 0.99            # key encoder EMA at step 0 ...
+    momentum_end: float = 1.0         # ... cosine-increased to this at the last step
+    dim: int = 256                    # projector / predictor output
+    hidden_dim: int = 4096            # projector / predictor hidden width
+    proj_layers: int = 3
+    pred_layers: int = 2
+    # MoCo v3's stabiliser for ViTs: a frozen random patch projection.
+    freeze_patch_embed: bool = True
+    views: ViewsConfig = field(default_factory=ViewsConfig)
+
+    def __post_init__(self) -> None:     # the config prefixes its errors with methods.moco_v3
+        if self.temperature <= 0 or not 0 <= self.momentum <= self.momentum_end <= 1:
+            raise ConfigError("need temperature > 0 and 0 <= momentum <= momentum_end <= 1")
+        if min(self.dim, self.hidden_dim) < 1 or self.proj_layers < 1 or self.pred_layers < 1:
+            raise ConfigError("dim, hidden_dim, proj_layers and pred_layers must be >= 1")
 
 
 def mlp(layers: int, in_dim: int, hidden: int, out_dim: int, last_bn: bool) -> nn.Sequential:
@@ -33,7 +58,10 @@ def mlp(layers: int, in_dim: int, hidden: int, out_dim: int, last_bn: bool) -> n
     return nn.Sequential(*mods)
 
 
-@register_method("moco_v3", "MoCo V3", options=MoCoV3Options)
+# A checkpoint cannot resume across these: they change the heads or which parameters train.
+@register_method("moco_v3", "MoCo V3", options=MoCoV3Options,
+                 structural=tuple(f"methods.moco_v3.{k}" for k in ("dim", "hidden_dim", "proj_layers", "pred_layers",
+                                                                   "freeze_patch_embed")))
 class MoCoV3(PretrainMethod):
     """Query: encoder + projector + predictor; key: their EMA copies (no predictor), in train mode
     (batch-statistics BN, as MoCo v3's momentum encoder). Features are the mean over all tokens,

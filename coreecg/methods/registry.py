@@ -1,33 +1,34 @@
-"""The method registry: `pretrain.method` name -> PretrainMethod class (built-ins and plugins)."""
+"""The method registry: `pretrain.method` name -> the method's class, label, options section and
+structural keys (built-ins and plugins), kept in `coreecg.config.METHODS`."""
 from __future__ import annotations
 
 from typing import Callable
 
-from coreecg.config import Config, ConfigError, import_plugins, register_method_config
+from coreecg.config import Config, ConfigError, MethodSpec, import_plugins, method_specs, register_method_spec
 from coreecg.methods.base import PretrainMethod
 
-_CLASSES: dict[str, type[PretrainMethod]] = {}
 
-
-def register_method(name: str, label: str | None = None, options: type | None = None
-                    ) -> Callable[[type[PretrainMethod]], type[PretrainMethod]]:
+def register_method(name: str, label: str | None = None, options: type | None = None,
+                    structural: tuple[str, ...] = ()) -> Callable[[type[PretrainMethod]], type[PretrainMethod]]:
     """Class decorator: `pretrain.method=<name>` builds this class; `label` names it in tables;
-    `options` (a dataclass) becomes the typed config section `methods.<name>`."""
+    `options` (a dataclass) becomes the typed config section `methods.<name>` (its
+    `__post_init__` checks its keys, an optional `check(self, config)` the rest of the config);
+    `structural`: the config keys that decide the modules and shapes of its checkpoints
+    ("a.b" or "a.b>0"; a resume across a change of one is refused)."""
     def register(cls: type[PretrainMethod]) -> type[PretrainMethod]:
         if not (isinstance(cls, type) and issubclass(cls, PretrainMethod)):
             raise TypeError(f"@register_method({name!r}) needs a PretrainMethod subclass, got {cls!r}")
-        if name in _CLASSES and _CLASSES[name] is not cls:
-            raise ConfigError(f"method {name!r} is already registered by {_CLASSES[name].__module__}")
-        register_method_config(name, label or cls.__name__, options)
-        _CLASSES[name] = cls
+        register_method_spec(MethodSpec(name, label or cls.__name__, options, tuple(structural), cls))
         return cls
     return register
 
 
 def method_class(name: str) -> type[PretrainMethod]:
-    if name not in _CLASSES:
-        raise ConfigError(f"pretrain.method={name!r} has no registered class; known: {', '.join(sorted(_CLASSES))}")
-    return _CLASSES[name]
+    spec = method_specs().get(name)
+    if spec is None or spec.cls is None:
+        known = sorted(n for n, s in method_specs().items() if s.cls is not None)
+        raise ConfigError(f"pretrain.method={name!r} has no registered class; known: {', '.join(known)}")
+    return spec.cls
 
 
 def build_method(config: Config) -> PretrainMethod:

@@ -40,7 +40,9 @@ seeds (without `grids`, the one grid of the section's fields); a run two grids s
 A downstream seed s fine-tunes the encoder pretrained with seed s when the study pretrains one,
 else the one of the first pretraining seed. Every pretraining and every fine-tuning config is
 built here (an unknown key, variant, method, corpus, source, mode or lead name is a StudyError
-naming the file and the entry), so a typo costs a second, not a cluster hour.
+"<file>: <dotted.key>: <reason>"), so a typo costs a second, not a cluster hour. The file's schema
+is `StudyFile` (dataclasses, read by `coreecg.typed` like configs and search spaces);
+`study_from_dict` builds a study from the same mapping made in code (a job's preset).
 """
 from __future__ import annotations
 
@@ -48,29 +50,104 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import Annotated, Any, Literal
 
 from coreecg.config import ConfigError, load_config
+from coreecg.data.leads import LeadSetError, parse_lead_set
+from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, Space, SpaceError, load_space
+from coreecg.typed import Check, TypedError, load, read_yaml
 
 MODES = ("finetune", "linear")
 FIGURES = ("reconstruction", "tsne", "mask_rates")
 BUILT_IN_TABLES = ("comparison", "lead_reduction", "train_fraction")
-TOP_KEYS = {"name", "config", "set", "variants", "pretrain", "downstream", "mask_rates", "report"}
-SECTION_KEYS = {
-    "pretrain": {"methods", "seeds", "set"},
-    "downstream": {"corpora", "methods", "modes", "leads", "fractions", "seeds", "set", "grids"},
-    "report": {"tables", "figures", "set"},
-    "mask_rates": {"space", "variant", "corpora", "seeds"},
-}
-CORPUS_KEYS = {"path", "source", "input", "set"}
 PATH_KEYS = ("data.corpus", "data.probe_corpus", "data.cache_dir")   # resolved before any trial runs
-GRID_KEYS = {"corpora", "methods", "modes", "leads", "fractions", "seeds"}
 
 
-class StudyError(ValueError):
+class StudyError(TypedError):
     """A study file that cannot run; the message names the file and the entry."""
+
+
+# ---------------------------------------------------------------------------- the file's schema
+
+Overrides = Annotated[tuple[str, ...], Check(lambda v: all("=" in o for o in v), "must be a list of 'a.b=c' overrides")]
+Names = Annotated[tuple[str, ...], Check(bool, "must not be empty")]
+Seeds = Annotated[tuple[int, ...], Check(bool, "must not be empty")]
+Modes = Annotated[tuple[Literal[MODES], ...], Check(bool, "must not be empty")]
+Fractions = Annotated[tuple[float, ...], Check(lambda v: bool(v) and all(0 < f <= 1 for f in v),
+                                               "must be fractions in (0, 1]")]
+
+
+@dataclass
+class CorpusEntry:
+    """downstream.corpora.<name>: a built corpus (`path`) or raw records to build one from."""
+
+    path: str = ""
+    source: str = ""
+    input: str = ""
+    set: Overrides = ()
+
+
+@dataclass
+class GridEntry:
+    """downstream.grids.<name>: a field not given is the downstream section's (corpora: all)."""
+
+    corpora: Names | None = None
+    methods: Names | None = None
+    modes: Modes | None = None
+    leads: Names | None = None
+    fractions: Fractions | None = None
+    seeds: Seeds | None = None
+
+
+@dataclass
+class DownstreamSection:
+    corpora: dict[str, CorpusEntry] = field(default_factory=dict)
+    methods: Names | None = None         # default: the `scratch` variants, then every pretrained one
+    modes: Modes = ("finetune",)         # the supervised baseline is a `scratch` variant among the methods
+    leads: Names = ("12",)
+    fractions: Fractions = (1.0,)
+    seeds: Seeds = (0,)
+    set: Overrides = ()
+    grids: Annotated[dict[str, GridEntry | None], Check(bool, "must name at least one grid")] | None = None
+
+
+@dataclass
+class PretrainSection:
+    methods: tuple[str, ...] = ()
+    seeds: Seeds = (0,)
+    set: Overrides = ()
+
+
+@dataclass
+class MaskRatesSection:
+    space: str                           # a two-key grid file, e.g. tune_spaces/mask_rates.yaml
+    variant: str = "CoRe-ECG"
+    corpora: Names | None = None         # default: every downstream corpus
+    seeds: Seeds = (0,)
+
+
+@dataclass
+class ReportSection:
+    tables: tuple[str, ...] | None = None    # default: the built-in tables when the study fine-tunes
+    figures: tuple[Literal[FIGURES], ...] = ()
+    set: Overrides = ()
+
+
+@dataclass
+class StudyFile:
+    """A study file as written (the module docstring); `study_from_dict` makes it a `Study`."""
+
+    variants: str                        # a tune_spaces variants file
+    name: str = ""                       # default: the file's stem
+    config: str = ""
+    set: Overrides = ()
+    pretrain: PretrainSection = field(default_factory=PretrainSection)
+    downstream: DownstreamSection = field(default_factory=DownstreamSection)
+    mask_rates: MaskRatesSection | None = None
+    report: ReportSection = field(default_factory=ReportSection)
+
+
+# ---------------------------------------------------------------------------- the runs
 
 
 def slug(text: str) -> str:
@@ -225,9 +302,7 @@ class Study:
 
     def finetune_overrides(self, run: FinetuneRun, more: list[str] | tuple[str, ...] = ()) -> list[str]:
         """The run's overrides; `more` (its corpus and encoder) before the command line's --set."""
-        from coreecg.train.finetuning import parse_leads
-
-        leads = parse_leads(run.leads)
+        leads = parse_lead_set(run.leads)
         method = f"{run.method} ({run.encoder.cell})" if run.encoder and run.encoder.params else run.method
         out = [*self.base, *self.downstream_set, f"finetune.mode={run.mode}", f"finetune.leads=[{','.join(leads)}]",
                f"finetune.train_fraction={run.fraction}", f"train.seed={run.seed}", f"finetune.method={method}",
@@ -241,230 +316,196 @@ class Study:
 # ---------------------------------------------------------------------------- loading
 
 
-def _list(path: Path, where: str, value: Any, kind: type | tuple, default: Any = None) -> list:
-    if value is None:
-        if default is None:
-            raise StudyError(f"{path}: {where} is required")
-        return list(default)
-    if not isinstance(value, list) or not value or not all(isinstance(v, kind) and not isinstance(v, bool)
-                                                           for v in value):
-        raise StudyError(f"{path}: {where} must be a non-empty list of {getattr(kind, '__name__', kind)}, "
-                         f"got {value!r}")
-    return list(value)
-
-
-def _overrides(path: Path, where: str, value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) and "=" in v for v in value):
-        raise StudyError(f"{path}: {where} must be a list of 'a.b=c' overrides, got {value!r}")
-    return tuple(value)
-
-
-def _keys(path: Path, where: str, data: Any, allowed: set[str]) -> dict:
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise StudyError(f"{path}: {where} must be a mapping")
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise StudyError(f"{path}: unknown key(s) {', '.join(f'{where}.{k}' if where else k for k in unknown)}; "
-                         f"allowed: {', '.join(sorted(allowed))}")
-    return data
-
-
-def _expand(path: Path, value: str) -> Path:
-    """~ and $VARS (the driver's environment: shared storage on a cluster, e.g. ray job submit
-    --runtime-env-json '{"env_vars": {"CORPORA": "/mnt/shared/corpora"}}'); an unset one is an error."""
-    expanded = os.path.expandvars(str(value))
-    if "$" in expanded:
-        raise StudyError(f"{path}: {value!r}: environment variable not set")
-    return Path(expanded).expanduser()
-
-
-def _relative(path: Path, value: str) -> str:
-    p = _expand(path, value)
-    return str(p if p.is_absolute() else (path.parent / p).resolve())
-
-
-def _absolute_paths(overrides: tuple[str, ...], folder: Path, path: Path) -> list[str]:
-    out = []
-    for o in overrides:
-        key, _, value = o.partition("=")
-        if key.strip() in PATH_KEYS and value.strip():
-            p = _expand(path, value.strip())
-            o = f"{key.strip()}={p if p.is_absolute() else (folder / p).resolve()}"
-        out.append(o)
-    return out
-
-
-def _config(path: Path, where: str, config_file: str | None, overrides: list[str]):
-    try:
-        return load_config(config_file, overrides)
-    except (ConfigError, FileNotFoundError, yaml.YAMLError) as e:
-        raise StudyError(f"{path}: {where}: {e}") from None
-
-
 def load_study(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Study:
     """Read and validate a study file (every run's config is built once here)."""
-    from coreecg.data.sources import SOURCES
-    from coreecg.train.finetuning import FinetuneError, parse_leads
-    from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, SpaceError, load_space
-
     path = Path(path).resolve()
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise StudyError(f"{path}: cannot read: {e}") from None
-    data = _keys(path, "", data, TOP_KEYS)
-    pre = _keys(path, "pretrain", data.get("pretrain"), SECTION_KEYS["pretrain"])
-    down = _keys(path, "downstream", data.get("downstream"), SECTION_KEYS["downstream"])
-    rep = _keys(path, "report", data.get("report"), SECTION_KEYS["report"])
-    config_file = _relative(path, data["config"]) if data.get("config") else None
-    # Data paths: in the study's `set` relative to the study file, on the command line and in
-    # the config to the current folder; trials run elsewhere (and on other nodes), so absolute.
-    base = tuple(_absolute_paths(_overrides(path, "set", data.get("set")), path.parent, path))
-    extra = tuple(_absolute_paths(tuple(extra), Path.cwd(), path))
-    cfg = _config(path, "config + set + --set", config_file, [*base, *extra])
-    given = {o.partition("=")[0].strip() for o in (*base, *extra)}
-    extra += tuple(f"{key}={Path(getattr(cfg.data, key[5:])).expanduser().resolve()}" for key in PATH_KEYS
-                   if key not in given and getattr(cfg.data, key[5:]))
+    return study_from_dict(read_yaml(path, StudyError), path, extra)
 
-    if not data.get("variants"):
-        raise StudyError(f"{path}: variants (a tune_spaces variants file) is required")
-    try:
-        space = load_space(_relative(path, data["variants"]), config_file, [*base, *extra])
-    except SpaceError as e:
-        raise StudyError(f"{path}: variants: {e}") from None
-    if not space.variants:
-        raise StudyError(f"{path}: variants: {space.path} defines no variants")
 
-    def known(where: str, names: list[str]) -> None:
-        unknown = [n for n in names if n not in space.variants]
-        if unknown:
-            raise StudyError(f"{path}: {where}: unknown variant(s) {unknown}; {space.path.name} has "
-                             f"{list(space.variants)}")
-
-    pretrain_methods = _list(path, "pretrain.methods", pre.get("methods"), str, [])
-    known("pretrain.methods", pretrain_methods)
-    for m in pretrain_methods:
-        if space.variants[m] in (SCRATCH, NOT_AVAILABLE):
-            raise StudyError(f"{path}: pretrain.methods: {m!r} is {space.variants[m]!r} and has no pretraining")
-    pretrain_seeds = _list(path, "pretrain.seeds", pre.get("seeds"), int, [0])
-    pretrain_set = _overrides(path, "pretrain.set", pre.get("set"))
-
-    corpora = []
-    for name, spec in (_keys(path, "downstream.corpora", down.get("corpora"), set(down.get("corpora") or {}))).items():
-        spec = _keys(path, f"downstream.corpora.{name}", spec, CORPUS_KEYS)
-        if bool(spec.get("path")) == bool(spec.get("source")):
-            raise StudyError(f"{path}: downstream.corpora.{name}: give either path (a built corpus) or "
-                             "source + input (raw records to build one from)")
-        if spec.get("source"):
-            if spec["source"] not in SOURCES:
-                raise StudyError(f"{path}: downstream.corpora.{name}: unknown source {spec['source']!r}; "
-                                 f"known: {', '.join(sorted(SOURCES))}")
-            if not spec.get("input") or not Path(_relative(path, spec["input"])).is_dir():
-                raise StudyError(f"{path}: downstream.corpora.{name}: input folder "
-                                 f"{spec.get('input') and _relative(path, spec['input'])!r} does not exist")
-        corpora.append(CorpusSpec(str(name), _relative(path, spec["path"]) if spec.get("path") else "",
-                                  str(spec.get("source") or ""),
-                                  _relative(path, spec["input"]) if spec.get("input") else "",
-                                  _overrides(path, f"downstream.corpora.{name}.set", spec.get("set"))))
-    has_downstream = bool(corpora)
-    default_methods = [*(n for n, v in space.variants.items() if v == SCRATCH), *pretrain_methods]
-
-    def grid(name: str, fields: dict) -> Grid:
-        w = "downstream" if name == "" else f"downstream.grids.{name}"
-        get = lambda key: fields[key] if key in fields else down.get(key)   # noqa: E731
-        names = [c.name for c in corpora]
-        grid_corpora = _list(path, f"{w}.corpora", fields.get("corpora"), str, names)
-        if [c for c in grid_corpora if c not in names]:
-            raise StudyError(f"{path}: {w}.corpora: unknown corpus {[c for c in grid_corpora if c not in names]}; "
-                             f"downstream.corpora has {names}")
-        methods = _list(path, f"{w}.methods", get("methods"), str, default_methods)
-        known(f"{w}.methods", methods)
-        for m in methods:
-            if space.variants[m] not in (SCRATCH, NOT_AVAILABLE) and m not in pretrain_methods:
-                raise StudyError(f"{path}: {w}.methods: {m!r} is not pretrained here (add it to pretrain.methods)")
-        modes = _list(path, f"{w}.modes", get("modes"), str, ["finetune"])
-        bad = [m for m in modes if m not in MODES]
-        if bad:
-            raise StudyError(f"{path}: {w}.modes: unknown mode(s) {bad}; modes are {MODES} (the supervised "
-                             "baseline is a `scratch` variant among the methods)")
-        leads = [str(x) for x in _list(path, f"{w}.leads", get("leads"), (str, int), ["12"])]
-        for x in leads:
-            try:
-                parse_leads(x)
-            except FinetuneError as e:
-                raise StudyError(f"{path}: {w}.leads: {e}") from None
-        fractions = [float(f) for f in _list(path, f"{w}.fractions", get("fractions"), (int, float), [1.0])]
-        if not all(0 < f <= 1 for f in fractions):
-            raise StudyError(f"{path}: {w}.fractions must lie in (0, 1], got {fractions}")
-        seeds = _list(path, f"{w}.seeds", get("seeds"), int, [0])
-        return Grid(name or "downstream", tuple(grid_corpora), tuple(methods), tuple(modes), tuple(leads),
-                    tuple(fractions), tuple(seeds))
-
-    grids: list[Grid] = []
-    if has_downstream:
-        named = down.get("grids")
-        if named is None:
-            grids.append(grid("", {}))
-        else:
-            if not isinstance(named, dict) or not named:
-                raise StudyError(f"{path}: downstream.grids must be a mapping of grid name -> fields")
-            for name, fields in named.items():
-                grids.append(grid(str(name), _keys(path, f"downstream.grids.{name}", fields or {}, GRID_KEYS)))
-    downstream_set = _overrides(path, "downstream.set", down.get("set"))
-
-    tables_allowed = [*BUILT_IN_TABLES, *(t for t in space.tables if t not in BUILT_IN_TABLES)]
-    tables = _list(path, "report.tables", rep.get("tables"), str, BUILT_IN_TABLES if has_downstream else [])
-    if [t for t in tables if t not in tables_allowed]:
-        raise StudyError(f"{path}: report.tables: unknown table(s) {[t for t in tables if t not in tables_allowed]}; "
-                         f"known: {tables_allowed}")
-    figures = _list(path, "report.figures", rep.get("figures"), str, [])
-    if [f for f in figures if f not in FIGURES]:
-        raise StudyError(f"{path}: report.figures: unknown figure(s) {[f for f in figures if f not in FIGURES]}; "
-                         f"known: {list(FIGURES)}")
-    report_set = _overrides(path, "report.set", rep.get("set"))
-    mask_rates = None
-    if data.get("mask_rates") is not None:
-        mr = _keys(path, "mask_rates", data["mask_rates"], SECTION_KEYS["mask_rates"])
-        if not mr.get("space"):
-            raise StudyError(f"{path}: mask_rates.space (a grid file, e.g. tune_spaces/mask_rates.yaml) is required")
-        variant = str(mr.get("variant") or "CoRe-ECG")
-        known("mask_rates.variant", [variant])
-        try:
-            if not isinstance(space.variants[variant], list):
-                raise StudyError(f"{path}: mask_rates.variant {variant!r} has no pretraining")
-            grid_space = load_space(_relative(path, mr["space"]), config_file, [*base, *space.variants[variant]])
-        except SpaceError as e:
-            raise StudyError(f"{path}: mask_rates.space: {e}") from None
-        if len(grid_space.grid) != 2:
-            raise StudyError(f"{path}: mask_rates.space: a mask-rate grid needs exactly two grid keys, "
-                             f"got {list(grid_space.grid)}")
-        names = [c.name for c in corpora]
-        mr_corpora = _list(path, "mask_rates.corpora", mr.get("corpora"), str, names)
-        if not mr_corpora or [c for c in mr_corpora if c not in names]:
-            raise StudyError(f"{path}: mask_rates.corpora: {mr_corpora} must name downstream.corpora ({names})")
-        keys = tuple(grid_space.grid)
-        mask_rates = MaskRates(variant, keys, tuple(tuple(float(v) for v in grid_space.grid[k]) for k in keys),
-                               tuple(mr_corpora), tuple(_list(path, "mask_rates.seeds", mr.get("seeds"), int, [0])))
-    if "mask_rates" in figures and mask_rates is None:
-        raise StudyError(f"{path}: report.figures names mask_rates but the study has no mask_rates section")
-    if not pretrain_methods and not has_downstream:
-        raise StudyError(f"{path}: nothing to run (no pretrain.methods and no downstream.corpora)")
-
-    study = Study(path=path, name=str(data.get("name") or path.stem), config_file=config_file, base=base,
-                  variants=dict(space.variants), unavailable=dict(space.unavailable),
-                  method_tables={k: list(v) for k, v in space.tables.items()},
-                  pretrain_methods=tuple(pretrain_methods), pretrain_seeds=tuple(pretrain_seeds),
-                  pretrain_set=pretrain_set, corpora=tuple(corpora), grids=tuple(grids),
-                  downstream_set=downstream_set, tables=tuple(tables), figures=tuple(figures),
-                  report_set=report_set, mask_rates=mask_rates, extra=extra)
-    for run in study.pretrain_runs():        # every run's config, once, before Ray
-        _config(path, f"pretraining {run.variant!r} (seed {run.seed})", config_file, study.pretrain_overrides(run))
-    for run in [*study.finetune_runs(), *study.mask_rate_runs()]:
-        _config(path, f"fine-tuning {run.method!r} on {run.corpus} ({run.mode}, leads {run.leads}, "
-                      f"fraction {run.fraction}, seed {run.seed})", config_file, study.finetune_overrides(run))
-    _config(path, "report.set", config_file, study.report_overrides())
+def study_from_dict(data: dict[str, Any], origin: Path, extra: list[str] | tuple[str, ...] = ()) -> Study:
+    """A study from a study file's mapping (a job's preset builds one in code). `origin`: the
+    file it stands for: relative paths are from its folder, errors name it, its stem is the
+    default name. `extra`: the command line's --set, over every run."""
+    origin = Path(origin).resolve()
+    spec = load(StudyFile, data, origin=str(origin), error=StudyError)
+    study = _Reader(origin, spec, tuple(extra)).study()
+    _check_run_configs(study)
     return study
+
+
+class _Reader:
+    """A `StudyFile` made a `Study`: paths resolved, every name checked against the variants file."""
+
+    def __init__(self, path: Path, spec: StudyFile, extra: tuple[str, ...]):
+        self.path, self.spec = path, spec
+        self.config_file = self.relative("config", spec.config) if spec.config else None
+        # Data paths: in the study's `set` relative to the study file, on the command line and in
+        # the config to the current folder; trials run elsewhere (and on other nodes), so absolute.
+        self.base = self.absolute_paths("set", spec.set, path.parent)
+        extra = self.absolute_paths("--set", extra, Path.cwd())
+        cfg = _config(path, "config + set + --set", self.config_file, [*self.base, *extra])
+        given = {o.partition("=")[0].strip() for o in (*self.base, *extra)}
+        self.extra = extra + tuple(f"{key}={Path(getattr(cfg.data, key[5:])).expanduser().resolve()}"
+                                   for key in PATH_KEYS if key not in given and getattr(cfg.data, key[5:]))
+        self.space = self.variants_file()
+
+    def error(self, key: str, reason: str) -> StudyError:
+        return StudyError(f"{self.path}: {key}: {reason}")
+
+    def relative(self, key: str, value: str, folder: Path | None = None) -> str:
+        """A path, absolute: ~ and $VARS expanded (the driver's environment: shared storage on a
+        cluster, e.g. ray job submit --runtime-env-json '{"env_vars": {"CORPORA": "/mnt/shared/
+        corpora"}}'), a relative one from `folder` (default: the study file's)."""
+        expanded = os.path.expandvars(str(value))
+        if "$" in expanded:
+            raise self.error(key, f"{value!r}: environment variable not set")
+        p = Path(expanded).expanduser()
+        return str(p if p.is_absolute() else ((folder or self.path.parent) / p).resolve())
+
+    def absolute_paths(self, key: str, overrides: tuple[str, ...], folder: Path) -> tuple[str, ...]:
+        """The overrides with their data.* paths absolute (relative ones from `folder`)."""
+        split = [(o.partition("=")[0].strip(), o.partition("=")[2].strip()) for o in overrides]
+        return tuple(f"{name}={self.relative(key, value, folder)}" if name in PATH_KEYS and value else o
+                     for o, (name, value) in zip(overrides, split))
+
+    # ------------------------------------------------------------------ sections
+
+    def variants_file(self) -> Space:
+        try:
+            space = load_space(self.relative("variants", self.spec.variants), self.config_file,
+                               [*self.base, *self.extra])
+        except SpaceError as e:
+            raise self.error("variants", str(e)) from None
+        if not space.variants:
+            raise self.error("variants", f"{space.path} defines no variants")
+        return space
+
+    def known(self, key: str, names: tuple[str, ...] | list[str]) -> None:
+        unknown = [n for n in names if n not in self.space.variants]
+        if unknown:
+            raise self.error(key, f"unknown variant(s) {unknown}; {self.space.path.name} has "
+                                  f"{list(self.space.variants)}")
+
+    def pretrain_methods(self) -> tuple[str, ...]:
+        methods = self.spec.pretrain.methods
+        self.known("pretrain.methods", methods)
+        for m in methods:
+            if self.space.variants[m] in (SCRATCH, NOT_AVAILABLE):
+                raise self.error("pretrain.methods", f"{m!r} is {self.space.variants[m]!r} and has no pretraining")
+        return methods
+
+    def corpora(self) -> tuple[CorpusSpec, ...]:
+        from coreecg.data.sources import SOURCES
+
+        out = []
+        for name, c in self.spec.downstream.corpora.items():
+            key = f"downstream.corpora.{name}"
+            if bool(c.path) == bool(c.source):
+                raise self.error(key, "give either path (a built corpus) or source + input (raw records to "
+                                      "build one from)")
+            if c.source and c.source not in SOURCES:
+                raise self.error(key, f"unknown source {c.source!r}; known: {', '.join(sorted(SOURCES))}")
+            folder = self.relative(f"{key}.input", c.input) if c.input else ""
+            if c.source and not (folder and Path(folder).is_dir()):
+                raise self.error(key, f"input folder {folder or None!r} does not exist")
+            out.append(CorpusSpec(name, self.relative(f"{key}.path", c.path) if c.path else "", c.source, folder,
+                                  c.set))
+        return tuple(out)
+
+    def grids(self, corpora: tuple[str, ...], pretrained: tuple[str, ...]) -> tuple[Grid, ...]:
+        if not corpora:
+            return ()
+        named = self.spec.downstream.grids
+        if named is None:
+            return (self.grid("downstream", "downstream", GridEntry(), corpora, pretrained),)
+        return tuple(self.grid(name, f"downstream.grids.{name}", entry or GridEntry(), corpora, pretrained)
+                     for name, entry in named.items())
+
+    def grid(self, name: str, key: str, entry: GridEntry, corpora: tuple[str, ...],
+             pretrained: tuple[str, ...]) -> Grid:
+        down, variants = self.spec.downstream, self.space.variants
+        get = lambda f: getattr(down, f) if getattr(entry, f) is None else getattr(entry, f)   # noqa: E731
+        grid_corpora = entry.corpora or corpora
+        if [c for c in grid_corpora if c not in corpora]:
+            raise self.error(f"{key}.corpora", f"unknown corpus {[c for c in grid_corpora if c not in corpora]}; "
+                                               f"downstream.corpora has {list(corpora)}")
+        methods = get("methods") or (*(n for n, v in variants.items() if v == SCRATCH), *pretrained)
+        self.known(f"{key}.methods", methods)
+        for m in methods:
+            if variants[m] not in (SCRATCH, NOT_AVAILABLE) and m not in pretrained:
+                raise self.error(f"{key}.methods", f"{m!r} is not pretrained here (add it to pretrain.methods)")
+        for leads in get("leads"):
+            try:
+                parse_lead_set(leads)
+            except LeadSetError as e:
+                raise self.error(f"{key}.leads", str(e)) from None
+        return Grid(name, grid_corpora, methods, get("modes"), get("leads"), get("fractions"), get("seeds"))
+
+    def tables(self, has_downstream: bool) -> tuple[str, ...]:
+        allowed = [*BUILT_IN_TABLES, *(t for t in self.space.tables if t not in BUILT_IN_TABLES)]
+        tables = self.spec.report.tables
+        tables = tables if tables is not None else (BUILT_IN_TABLES if has_downstream else ())
+        if [t for t in tables if t not in allowed]:
+            raise self.error("report.tables", f"unknown table(s) {[t for t in tables if t not in allowed]}; "
+                                              f"known: {allowed}")
+        return tables
+
+    def mask_rates(self, corpora: tuple[str, ...]) -> MaskRates | None:
+        mr = self.spec.mask_rates
+        if mr is None:
+            if "mask_rates" in self.spec.report.figures:
+                raise self.error("report.figures", "names mask_rates but the study has no mask_rates section")
+            return None
+        self.known("mask_rates.variant", [mr.variant])
+        overrides = self.space.variants[mr.variant]
+        if not isinstance(overrides, list):
+            raise self.error("mask_rates.variant", f"{mr.variant!r} has no pretraining")
+        try:
+            grid = load_space(self.relative("mask_rates.space", mr.space), self.config_file, [*self.base, *overrides])
+        except SpaceError as e:
+            raise self.error("mask_rates.space", str(e)) from None
+        if len(grid.grid) != 2:
+            raise self.error("mask_rates.space", f"a mask-rate grid needs exactly two grid keys, got {list(grid.grid)}")
+        mr_corpora = mr.corpora or corpora
+        if not mr_corpora or [c for c in mr_corpora if c not in corpora]:
+            raise self.error("mask_rates.corpora", f"{list(mr_corpora)} must name downstream.corpora ({list(corpora)})")
+        keys = tuple(grid.grid)
+        return MaskRates(mr.variant, keys, tuple(tuple(float(v) for v in grid.grid[k]) for k in keys),
+                         mr_corpora, mr.seeds)
+
+    def study(self) -> Study:
+        s = self.spec
+        pretrained = self.pretrain_methods()
+        corpora = self.corpora()
+        names = tuple(c.name for c in corpora)
+        grids = self.grids(names, pretrained)
+        tables = self.tables(bool(corpora))
+        mask_rates = self.mask_rates(names)
+        if not pretrained and not corpora:
+            raise StudyError(f"{self.path}: nothing to run (no pretrain.methods and no downstream.corpora)")
+        space = self.space
+        return Study(path=self.path, name=s.name or self.path.stem, config_file=self.config_file, base=self.base,
+                     variants=dict(space.variants), unavailable=dict(space.unavailable),
+                     method_tables={k: list(v) for k, v in space.tables.items()},
+                     pretrain_methods=pretrained, pretrain_seeds=s.pretrain.seeds, pretrain_set=s.pretrain.set,
+                     corpora=corpora, grids=grids, downstream_set=s.downstream.set, tables=tables,
+                     figures=s.report.figures, report_set=s.report.set, mask_rates=mask_rates, extra=self.extra)
+
+
+def _config(origin: Path, where: str, config_file: str | None, overrides: list[str]):
+    try:
+        return load_config(config_file, overrides)
+    except ConfigError as e:
+        raise StudyError(f"{origin}: {where}: {e}") from None
+
+
+def _check_run_configs(study: Study) -> None:
+    """Every run's config, once, before Ray: StudyError naming the file and the run."""
+    for run in study.pretrain_runs():
+        _config(study.path, f"pretraining {run.variant!r} (seed {run.seed})", study.config_file,
+                study.pretrain_overrides(run))
+    for run in [*study.finetune_runs(), *study.mask_rate_runs()]:
+        where = (f"fine-tuning {run.method!r} on {run.corpus} ({run.mode}, leads {run.leads}, fraction "
+                 f"{run.fraction}, seed {run.seed})")
+        _config(study.path, where, study.config_file, study.finetune_overrides(run))
+    _config(study.path, "report.set", study.config_file, study.report_overrides())

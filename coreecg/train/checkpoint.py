@@ -12,28 +12,22 @@ from typing import Any
 from coreecg.checkpoints import CheckpointError
 from coreecg.config import Config
 
-# Config sections that decide which modules exist and their shapes: a checkpoint written
-# under other values cannot be loaded into this run's model.
-STRUCTURAL = ("model", "pretrain.method", "methods.<method>.<its structural keys>", "loss.alpha>0", "loss.beta>0",
-              "augment.fda", "augment.learnable")
+# Config keys that decide which modules exist and their shapes: a checkpoint written under
+# other values cannot be loaded into this run's model. Beside these two, each method declares its
+# own (`register_method(structural=...)`, read through `config.method.structural`).
+STRUCTURAL = ("model", "pretrain.method")
 
 
 def structural_differences(saved: Config, current: Config) -> list[str]:
-    """Config keys (dotted) whose values change the model's modules or shapes."""
+    """Config keys (dotted) whose values change the model's modules or shapes: `STRUCTURAL` and
+    the saved method's own structural keys (when both configs train that method)."""
     a, b = saved.to_dict(), current.to_dict()
     diffs = [f"model.{k}" for k in a["model"] if a["model"][k] != b["model"].get(k)]
-    if saved.pretrain.method == current.pretrain.method == "core":      # CoRe-ECG's branches
-        for name in ("alpha", "beta"):
-            if (a["loss"][name] > 0) != (b["loss"][name] > 0):
-                diffs.append(f"loss.{name}")
-        diffs += [f"augment.{k}" for k in ("fda", "learnable") if a["augment"][k] != b["augment"][k]]
     if saved.pretrain.method != current.pretrain.method:
-        diffs.append("pretrain.method")
-    elif (options := saved.method_options) is not None:
-        name = saved.pretrain.method
-        diffs += [f"methods.{name}.{k}" for k in getattr(options, "structural", ())
-                  if a["methods"][name][k] != b["methods"][name][k]]
-    return diffs
+        return diffs + ["pretrain.method"]
+    spec = saved.method
+    before, after = spec.structural_values(a), spec.structural_values(b)
+    return diffs + [k for k in before if before[k] != after[k]]
 
 
 def changed_keys(saved: Config, current: Config) -> list[str]:

@@ -26,8 +26,9 @@ import numpy as np
 import torch
 
 from coreecg.checkpoints import BEST_FILE, CheckpointError, load_checkpoint, save_checkpoint
-from coreecg.config import STANDARD_LEADS, Config, ModelConfig, load_config
+from coreecg.config import Config, ModelConfig, load_config
 from coreecg.data.corpus import load_manifest
+from coreecg.data.leads import LEAD_SETS, LeadSetError, parse_lead_set
 from coreecg.data.reading import META_COLUMNS, read_split
 from coreecg.files import write_json
 from coreecg.loading import build_model, load_encoder, open_source
@@ -36,24 +37,18 @@ from coreecg.train.loop import RunWriter, WorkerContext
 from coreecg.train.plan import FinetuneSpec, RunPlan, preflight, steps_per_epoch
 from coreecg.train.step import FinetuneStep, Schedule
 
-LEAD_SETS = {"12": STANDARD_LEADS, "6": STANDARD_LEADS[:6], "1": STANDARD_LEADS[:1]}
-
 
 class FinetuneError(ValueError):
     """Input that cannot be fine-tuned on (named, before any training)."""
 
 
 def parse_leads(text: str) -> tuple[str, ...]:
-    """--leads: 12 | 6 (I, II, III, aVR, aVL, aVF) | 1 (I) | a comma list of lead names."""
-    if text.strip() in LEAD_SETS:
-        return LEAD_SETS[text.strip()]
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    by_lower = {x.lower(): x for x in STANDARD_LEADS}
-    unknown = [x for x in names if x.lower() not in by_lower]
-    if unknown or not names:
-        raise FinetuneError(f"--leads {text!r}: unknown lead name(s) {unknown}; give 12, 6, 1 or names from "
-                            f"{', '.join(STANDARD_LEADS)}")
-    return tuple(by_lower[x.lower()] for x in names)
+    """--leads: 12 | 6 (I, II, III, aVR, aVL, aVF) | 1 (I) | a comma list of lead names
+    (`coreecg.data.leads.parse_lead_set`, its error as a FinetuneError)."""
+    try:
+        return parse_lead_set(text)
+    except LeadSetError as e:
+        raise FinetuneError(f"--leads: {e}") from None
 
 
 def leads_label(leads: tuple[str, ...]) -> str:

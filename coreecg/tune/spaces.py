@@ -9,30 +9,64 @@ Three kinds of file, told apart by their top-level key:
                 | {not_available: reason}}               `scratch`: the supervised baseline, no pretraining;
     tables:    {table name: [variant names]}             not_available: a table row that says why it is empty
 
-Every key must be a config key and every value (both ends of a range, every grid value, every
-variant) must make a valid config on top of the base config: SpaceError names the file, the key
-and the reason otherwise. A method's own key (`methods.<name>.<key>`) must be swept where that
-method is selected (`--set pretrain.method=<name>`, or in the variant's own overrides), else
-it would change nothing.
+The file is read by the typed loader (`coreecg.typed`, the schema `SpaceFile`). Every key must be
+a config key and every value (both ends of a range, every grid value, every variant) must make a
+valid config on top of the base config: SpaceError "<file>: <section>: <key>: <reason>"
+otherwise. A method's own key (`methods.<name>.<key>`) must be swept where that method is
+selected (`--set pretrain.method=<name>`, or in the variant's own overrides), else it would
+change nothing.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
 
-from coreecg.config import Config, ConfigError, load_config
+from coreecg.config import Config, ConfigError, apply_overrides, load_config
+from coreecg.typed import Check, TypedError, load, read_yaml
 
 SCRATCH = "scratch"
 NOT_AVAILABLE = "not_available"
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
 
 
-class SpaceError(ValueError):
+class SpaceError(TypedError):
     """A search space or variant table that cannot be used; the message names file and key."""
+
+
+# ---------------------------------------------------------------------------- the file's schema
+
+
+@dataclass
+class Distribution:
+    """params.<key>: uniform, loguniform or int (low, high[, step]), or choice (values)."""
+
+    type: Literal[DISTRIBUTIONS]
+    low: int | float | None = None
+    high: int | float | None = None
+    step: int | None = None
+    values: Annotated[tuple[Any, ...], Check(bool, "must not be empty")] | None = None
+
+
+@dataclass
+class Unavailable:
+    """variants.<name>: {not_available: reason}, a table row that says why it has no run."""
+
+    not_available: Annotated[str, Check(lambda s: bool(s.strip()), "must give the reason")]
+
+
+Overrides = Annotated[tuple[str, ...], Check(lambda v: all("=" in o for o in v), "must be a list of 'a.b=c' overrides")]
+
+
+@dataclass
+class SpaceFile:
+    grid: dict[str, Annotated[tuple[Any, ...], Check(bool, "must not be empty")]] = field(default_factory=dict)
+    params: dict[str, Distribution] = field(default_factory=dict)
+    variants: dict[str, Overrides | Literal[SCRATCH] | Unavailable] = field(default_factory=dict)
+    tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -49,108 +83,84 @@ class Space:
         return list(self.grid or self.params)
 
 
-def _yaml(value: Any) -> str:
-    """A value as one line of YAML (what `--set a.b=<value>` reads back)."""
-    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip()
-
-
-def _check_value(path: Path, key: str, value: Any, base: list[str], config_file: str | None,
-                 swept_methods: set[str] = frozenset()) -> None:
-    try:
-        cfg = load_config(config_file, [*base, f"{key}={_yaml(value)}"])
-    except ConfigError as e:
-        raise SpaceError(f"{path}: {key}={value!r}: {e}") from None
-    except yaml.YAMLError as e:
-        raise SpaceError(f"{path}: {key}={value!r}: {e}") from None
-    _check_method_keys(path, [key], cfg, swept_methods)
-
-
-def _check_method_keys(path: Path, keys: list[str], cfg: Config, swept_methods: set[str] = frozenset(),
-                       where: str = "") -> None:
-    """A `methods.<name>.*` key whose method is not the one that trains would change nothing."""
-    for key in keys:
-        parts = key.split(".")
-        if len(parts) > 2 and parts[0] == "methods" and parts[1] != cfg.pretrain.method \
-                and parts[1] not in swept_methods:
-            raise SpaceError(f"{path}: {where}{key} has no effect: pretrain.method is {cfg.pretrain.method!r}; "
-                             f"select it with --set pretrain.method={parts[1]} (or in the variant)")
-
-
-def _swept_methods(data: dict) -> set[str]:
-    """Methods a space itself selects (a grid or choice over pretrain.method)."""
-    grid = (data.get("grid") or {}).get("pretrain.method") or []
-    choice = ((data.get("params") or {}).get("pretrain.method") or {}).get("values") or []
-    return {str(v) for v in [*grid, *choice]}
+# ---------------------------------------------------------------------------- loading
 
 
 def load_space(path: str | Path, config_file: str | None = None, base: list[str] = ()) -> Space:
     """Read and validate a space file against the config (`config_file` + `base` overrides)."""
     path = Path(path)
+    spec = load(SpaceFile, read_yaml(path, SpaceError), origin=str(path), error=SpaceError)
+    if not (spec.grid or spec.params or spec.variants):
+        raise SpaceError(f"{path}: expected grid, params or variants (+ tables)")
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise SpaceError(f"{path}: cannot read: {e}") from None
-    if not isinstance(data, dict) or not data:
-        raise SpaceError(f"{path}: expected a mapping with 'grid', 'params' or 'variants'")
-    unknown = set(data) - {"grid", "params", "variants", "tables"}
-    if unknown or not ({"grid", "params", "variants"} & set(data)):
-        raise SpaceError(f"{path}: top-level keys must be grid, params or variants (+ tables); got {sorted(data)}")
+        cfg = load_config(config_file, base)
+    except ConfigError as e:
+        raise SpaceError(f"{path}: the base config: {e}") from None
     space = Space(path)
-    base = list(base)
-    swept = _swept_methods(data)
-    for key, values in (data.get("grid") or {}).items():
-        if not isinstance(values, list) or not values:
-            raise SpaceError(f"{path}: grid.{key} must be a non-empty list of values")
+    choice = spec.params.get("pretrain.method")
+    swept = {str(v) for v in [*spec.grid.get("pretrain.method", ()), *((choice and choice.values) or ())]}
+    for key, values in spec.grid.items():
         for v in values:
-            _check_value(path, key, v, base, config_file, swept)
-        space.grid[key] = values
-    for key, dist in (data.get("params") or {}).items():
-        if not isinstance(dist, dict) or dist.get("type") not in DISTRIBUTIONS:
-            raise SpaceError(f"{path}: params.{key} needs type one of {DISTRIBUTIONS}, got {dist!r}")
-        if dist["type"] == "choice":
-            if not isinstance(dist.get("values"), list) or not dist["values"]:
-                raise SpaceError(f"{path}: params.{key}: choice needs a non-empty 'values' list")
-            ends = dist["values"]
-        else:
-            if "low" not in dist or "high" not in dist:
-                raise SpaceError(f"{path}: params.{key}: {dist['type']} needs low and high")
-            low, high = dist["low"], dist["high"]
-            if not (isinstance(low, (int, float)) and isinstance(high, (int, float))) or not low < high:
-                raise SpaceError(f"{path}: params.{key}: need numbers low < high, got low={low!r} high={high!r}")
-            if dist["type"] == "loguniform" and low <= 0:
-                raise SpaceError(f"{path}: params.{key}: loguniform needs low > 0, got {low}")
-            if dist["type"] == "int" and not (float(low).is_integer() and float(high).is_integer()):
-                raise SpaceError(f"{path}: params.{key}: int needs integer bounds")
-            ends = [int(low), int(high)] if dist["type"] == "int" else [float(low), float(high)]
+            _checked(path, "grid", cfg, [f"{key}={_yaml(v)}"], swept)
+        space.grid[key] = list(values)
+    for key, dist in spec.params.items():
+        space.params[key], ends = _distribution(path, key, dist)
         for v in ends:                          # both ends of a range make a valid config
-            _check_value(path, key, v, base, config_file, swept)
-        space.params[key] = dict(dist)
-    for name, overrides in (data.get("variants") or {}).items():
-        if overrides == SCRATCH:
-            space.variants[str(name)] = SCRATCH
-            continue
-        if isinstance(overrides, dict):
-            reason = overrides.get(NOT_AVAILABLE)
-            if set(overrides) != {NOT_AVAILABLE} or not isinstance(reason, str) or not reason.strip():
-                raise SpaceError(f"{path}: variants.{name}: a mapping must be {{{NOT_AVAILABLE}: <the reason>}}")
-            space.unavailable[str(name)] = reason.strip()
-            space.variants[str(name)] = NOT_AVAILABLE
-            continue
-        if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
-            raise SpaceError(f"{path}: variants.{name} must be a list of 'a.b=c' overrides, '{SCRATCH}' "
-                             f"or {{{NOT_AVAILABLE}: reason}}")
-        try:
-            cfg = load_config(config_file, [*base, *overrides])
-        except ConfigError as e:
-            raise SpaceError(f"{path}: variant {name!r}: {e}") from None
-        _check_method_keys(path, [o.partition("=")[0].strip() for o in overrides], cfg, where=f"variant {name!r}: ")
-        space.variants[str(name)] = list(overrides)
-    for table, names in (data.get("tables") or {}).items():
+            _checked(path, "params", cfg, [f"{key}={_yaml(v)}"], swept)
+    for name, overrides in spec.variants.items():
+        if isinstance(overrides, Unavailable):
+            space.unavailable[name] = overrides.not_available.strip()
+            space.variants[name] = NOT_AVAILABLE
+        else:
+            space.variants[name] = SCRATCH if overrides == SCRATCH else list(overrides)
+            if overrides != SCRATCH:
+                _checked(path, f"variants.{name}", cfg, list(overrides))
+    for table, names in spec.tables.items():
         missing = [n for n in names if n not in space.variants]
         if missing:
-            raise SpaceError(f"{path}: table {table!r} names unknown variants {missing}")
-        space.tables[str(table)] = list(names)
+            raise SpaceError(f"{path}: tables.{table}: unknown variants {missing}")
+        space.tables[table] = list(names)
     return space
+
+
+def _yaml(value: Any) -> str:
+    """A value as one line of YAML (what `--set a.b=<value>` reads back)."""
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip()
+
+
+def _distribution(path: Path, key: str, d: Distribution) -> tuple[dict[str, Any], list]:
+    """The distribution as `optuna_space` reads it, and the values whose configs must be valid."""
+    where = f"{path}: params.{key}"
+    if d.type == "choice":
+        if not d.values:
+            raise SpaceError(f"{where}: choice needs a non-empty 'values' list")
+        ends = list(d.values)
+    else:
+        if d.low is None or d.high is None:
+            raise SpaceError(f"{where}: {d.type} needs low and high")
+        if not d.low < d.high:
+            raise SpaceError(f"{where}: need low < high, got low={d.low!r} high={d.high!r}")
+        if d.type == "loguniform" and d.low <= 0:
+            raise SpaceError(f"{where}: loguniform needs low > 0, got {d.low}")
+        if d.type == "int" and not (float(d.low).is_integer() and float(d.high).is_integer()):
+            raise SpaceError(f"{where}: int needs integer bounds")
+        ends = [int(d.low), int(d.high)] if d.type == "int" else [float(d.low), float(d.high)]
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(d).items() if v is not None}, ends
+
+
+def _checked(path: Path, where: str, cfg: Config, overrides: list[str], swept: set[str] = frozenset()) -> Config:
+    """`cfg` with `overrides`, validated; SpaceError "<path>: <where>: <reason>" otherwise, also
+    for a `methods.<name>.*` key whose method is not the one that trains (it would change nothing)."""
+    try:
+        cfg = apply_overrides(cfg, overrides, origin=f"{path}: {where}", error=SpaceError).validate()
+    except ConfigError as e:
+        raise SpaceError(f"{path}: {where}: {e}") from None
+    for key in (o.partition("=")[0].strip() for o in overrides):
+        parts = key.split(".")
+        if len(parts) > 2 and parts[0] == "methods" and parts[1] != cfg.pretrain.method and parts[1] not in swept:
+            raise SpaceError(f"{path}: {where}: {key} has no effect: pretrain.method is {cfg.pretrain.method!r}; "
+                             f"select it with --set pretrain.method={parts[1]} (or in the variant)")
+    return cfg
 
 
 def optuna_space(space: Space):

@@ -1,0 +1,84 @@
+"""A method is one module (issue 27, item 5): the test plugin (tests/plugin_method.py, named in
+pretrain.plugins) brings its typed options section, their check and its structural keys, and no
+file in coreecg names it; the config and the training code name no built-in method either."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coreecg.config import METHODS, ConfigError, config_from_dict, load_config
+from coreecg.train.checkpoint import CheckpointError, check_compatible
+from tests.helpers import tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGIN = ["pretrain.plugins=[tests.plugin_method]", "pretrain.method=patch_regression"]
+
+
+def test_the_plugins_section_is_typed_checked_and_saved(tmp_path):
+    cfg = tiny_config(*PLUGIN, "methods.patch_regression.ratio=0.3", "methods.patch_regression.hidden_dim=16")
+    assert (cfg.method_options.ratio, cfg.method_options.hidden_dim) == (0.3, 16)
+    assert cfg.method_label == "Patch regression" and config_from_dict(cfg.to_dict()) == cfg
+    # its own check, its error prefixed with the section's key
+    with pytest.raises(ConfigError, match=r"^overrides: methods\.patch_regression: need 0 < ratio < 1.*ratio=1\.5"):
+        tiny_config(*PLUGIN, "methods.patch_regression.ratio=1.5")
+    with pytest.raises(ConfigError, match=r"methods\.patch_regression\.hidden_dim: expects an integer"):
+        tiny_config(*PLUGIN, "methods.patch_regression.hidden_dim=wide")
+    # a file naming the plugin sets its section; an unknown key names the file and the key
+    f = tmp_path / "run.yaml"
+    f.write_text("pretrain: {plugins: [tests.plugin_method], method: patch_regression}\n"
+                 "methods: {patch_regression: {ratio: 0.25, ratoi: 0.3}}\n")
+    with pytest.raises(ConfigError, match=rf"^{f}: methods\.patch_regression\.ratoi: unknown key"):
+        load_config(f)
+    f.write_text(f.read_text().replace(", ratoi: 0.3", ""))
+    assert load_config(f).methods.patch_regression.ratio == 0.25
+
+
+def test_resume_refuses_a_change_of_the_plugins_structural_key(tmp_path):
+    from coreecg.train.pretraining import pretrain_local
+
+    run = ["optim.batch_size=8", "train.eval_every_epochs=0", "methods.patch_regression.hidden_dim=16"]
+    saved = tiny_config(*PLUGIN, *run)
+    check_compatible("x.pt", saved, tiny_config(*PLUGIN, *run, "methods.patch_regression.ratio=0.3"))  # not structural
+    windows = np.zeros((8, 12, 2500), dtype=np.float32)
+    pretrain_local(tiny_config(*PLUGIN, *run, "optim.epochs=1"), windows, tmp_path)
+    wider = tiny_config(*PLUGIN, *run, "optim.epochs=2", "methods.patch_regression.hidden_dim=32")
+    with pytest.raises(CheckpointError, match=r"checkpoint\.pt.*methods\.patch_regression\.hidden_dim: 16 -> 32"):
+        pretrain_local(wider, windows, tmp_path)
+    summary = pretrain_local(tiny_config(*PLUGIN, *run, "optim.epochs=2"), windows, tmp_path)
+    assert summary["epoch"] == 2                  # the same structure resumes
+
+
+def _method_names_in(path: Path, names: set[str]) -> list[str]:
+    """String constants in `path` that are a method's name, and sections read as `<x>.methods.<name>`."""
+    hits = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        value = node.value if isinstance(node, ast.Constant) else None
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "methods":
+            value = node.attr
+        if isinstance(value, str) and value in names:
+            hits.append(f"{path.relative_to(REPO)}:{node.lineno}: {value}")
+    return hits
+
+
+def test_no_core_file_names_a_method():
+    tiny_config(*PLUGIN)
+    assert {"core", "moco_v3", "cmsc", "patch_regression"} <= set(METHODS)
+    assert not [p for p in (REPO / "coreecg").rglob("*.py") if "patch_regression" in p.read_text()]
+    core = [REPO / "coreecg" / "config.py", REPO / "coreecg" / "typed.py", *(REPO / "coreecg" / "train").glob("*.py")]
+    hits = [h for p in core for h in _method_names_in(p, set(METHODS))]
+    default = 'method: str = "core"'                       # the paper's method as the default value
+    line = next(i for i, x in enumerate((REPO / "coreecg" / "config.py").read_text().splitlines(), 1) if default in x)
+    assert hits == [f"coreecg/config.py:{line}: core"]
+
+
+def test_the_config_reads_built_in_sections_without_importing_the_methods():
+    code = ("import sys; from coreecg.config import load_config; "
+            "c = load_config(overrides=['methods.cmsc.dim=8', 'methods.moco_v3.views.crop_min=0.9']); "
+            "assert (c.methods.cmsc.dim, c.methods.moco_v3.views.crop_min) == (8, 0.9); print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -115,13 +115,13 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
     """Parse and turn the console on (--verbose decides how much of Ray it shows)."""
     import shlex
 
-    from coreecg.record import COMMAND_ENV
+    from coreecg.run_record import COMMAND_ENV
 
     args = parser.parse_args(argv)
     if getattr(args, "config", None):   # trials and workers run in folders of their own
         args.config = str(Path(args.config).expanduser().resolve())
     console(getattr(args, "verbose", False))
-    # The run record's command line (coreecg.record), also in processes Ray starts.
+    # The run record's command line (coreecg.run_record), also in processes Ray starts.
     shown = [parser.prog, *(sys.argv[1:] if argv is None else argv)]
     os.environ[COMMAND_ENV] = shlex.join(shown if parser.prog.startswith("coreecg-") else ["python", *shown])
     return args

@@ -23,7 +23,7 @@ from pathlib import Path
 from coreecg.cli import job_parser, parse_args as parse_cli, resolve_config
 from coreecg.data.pipeline import build_corpus
 from coreecg.data.sources import SOURCES, get_source
-from coreecg.record import ray_cluster
+from coreecg.run_record import ray_cluster
 
 
 def parse_args(argv: list[str] | None = None):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import sys
-from pathlib import Path
 
 from coreecg.cli import fail, parse_args, sweep_parser, sweep_settings
 

@@ -19,7 +19,6 @@ import wfdb
 
 from coreecg.config import DataConfig, PreprocessConfig
 from coreecg.data import load_manifest, read_split, verify_corpus
-from coreecg.files import sha256_file
 from coreecg.data.pipeline import build_corpus
 from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import RecordRef

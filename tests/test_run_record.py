@@ -14,7 +14,7 @@ import pytest
 from coreecg.eval.leaderboard import find_pretraining_runs, leaderboard_rows, write_leaderboard
 from coreecg.train import loop
 from coreecg.train.pretraining import pretrain_local
-from coreecg.record import COMMAND_ENV, hparams, sessions, wall_seconds
+from coreecg.run_record import COMMAND_ENV, hparams, sessions, wall_seconds
 from tests.helpers import crash_on_save, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]

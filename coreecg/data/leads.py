@@ -48,7 +48,7 @@ def canonical_lead_name(name: str) -> str:
     return _CANONICAL.get(key.lower(), key.upper())
 
 
-def lead_indices(names: tuple[str, ...] | list[str], wanted: tuple[str, ...],
+def file_lead_rows(names: tuple[str, ...] | list[str], wanted: tuple[str, ...],
                  extra_leads: tuple[str, ...], path: str) -> tuple[np.ndarray, tuple[str, ...]]:
     """Row indices that pick `wanted` (canonical names, in that order) out of a file's leads.
 
@@ -77,5 +77,5 @@ def select_leads(signal: np.ndarray, names: tuple[str, ...] | list[str], wanted:
     """(n_file_leads, n) in file order -> (len(wanted), n) in `wanted` order, plus dropped leads."""
     if signal.ndim != 2 or signal.shape[0] != len(names):
         raise RecordError(path, f"signal shape {signal.shape} does not match {len(names)} lead names")
-    idx, dropped = lead_indices(names, wanted, extra_leads, path)
+    idx, dropped = file_lead_rows(names, wanted, extra_leads, path)
     return signal[idx], dropped

@@ -46,7 +46,7 @@ def _records(folder: Path) -> list[dict[str, Any]]:
 
 def run_row(folder: Path) -> dict[str, Any]:
     from coreecg.config import METHODS, load_config
-    from coreecg.record import wall_seconds
+    from coreecg.run_record import wall_seconds
 
     folder = Path(folder).resolve()
     cfg = load_config(folder / "config.yaml")

@@ -12,7 +12,7 @@ from coreecg.config import STANDARD_LEADS
 from coreecg.model.encoder import Encoder
 
 
-def lead_indices(leads: Sequence[str]) -> list[int]:
+def standard_lead_positions(leads: Sequence[str]) -> list[int]:
     """Lead names -> indices into the standard order (I, II, III, aVR, aVL, aVF, V1-V6)."""
     unknown = [x for x in leads if x not in STANDARD_LEADS]
     if unknown or not leads:
@@ -34,7 +34,7 @@ class Classifier(nn.Module):
         super().__init__()
         self.encoder, self.multilabel, self.frozen_encoder = encoder, multilabel, frozen_encoder
         self.leads = tuple(leads)
-        self.register_buffer("lead_idx", torch.tensor(lead_indices(leads)), persistent=False)
+        self.register_buffer("lead_idx", torch.tensor(standard_lead_positions(leads)), persistent=False)
         self.head = nn.Linear(encoder.dim, n_classes)
         nn.init.trunc_normal_(self.head.weight, std=0.02)
         nn.init.zeros_(self.head.bias)

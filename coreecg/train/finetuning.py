@@ -26,16 +26,21 @@ import numpy as np
 import torch
 
 from coreecg.checkpoints import BEST_FILE, CheckpointError, load_checkpoint, save_checkpoint
-from coreecg.config import Config, ModelConfig, load_config
+from coreecg.config import Config, ModelConfig
 from coreecg.data.corpus import load_manifest
 from coreecg.data.leads import LEAD_SETS, LeadSetError, parse_lead_set
 from coreecg.data.reading import META_COLUMNS, read_split
 from coreecg.files import write_json
-from coreecg.loading import build_model, load_encoder, open_source
+from coreecg.loading import load_encoder, open_source
 from coreecg.train.ingest import to_model_input
 from coreecg.train.loop import RunWriter, WorkerContext
 from coreecg.train.plan import FinetuneSpec, RunPlan, preflight, steps_per_epoch
 from coreecg.train.step import FinetuneStep, Schedule
+
+
+# What makes a run folder one fine-tuning: another value of these is another run (refused).
+SAME_RUN = ("data.corpus", "finetune.encoder", "finetune.mode", "finetune.leads", "finetune.train_fraction",
+            "train.seed")
 
 
 class FinetuneError(ValueError):
@@ -257,11 +262,13 @@ def plan_finetune(config: Config) -> RunPlan:
                         stored_leads=len(stored), stored_samples=stored_samples, class_names=tuple(names),
                         multilabel=bool(manifest["multilabel"]), meta=meta,
                         kept_patients=tuple(sorted(set(train["patient_id"][keep]))))
-    _check_run_folder(config.train.run_dir, config)
     n = int(keep.sum())
     spe = steps_per_epoch(corpus, n, f.batch_size, config.train.num_workers, "finetune.batch_size")
-    notes = preflight(config.train.run_dir, config)
-    return RunPlan("finetune", config, corpus, n, spe, finetune=spec, resume_notes=tuple(notes), keep=keep)
+    run_dir = config.train.run_dir
+    notes = preflight(run_dir, config, same_run=SAME_RUN)
+    finished = not notes and (run_dir / "config.yaml").is_file() and (run_dir / "metrics.json").is_file()
+    return RunPlan("finetune", config, corpus, n, spe, finetune=spec, resume_notes=tuple(notes), keep=keep,
+                   finished=finished)
 
 
 def _with_encoder(config: Config) -> tuple[Config, str | None, str]:
@@ -278,11 +285,9 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str]:
         raise FinetuneError(f"finetune.mode={f.mode} needs an encoder checkpoint (--encoder PATH); "
                             "use --mode scratch for the supervised baseline")
     path = Path(f.encoder).expanduser().resolve()
-    # encoder.pt, a checkpoint, a run folder or an export folder; its weights are checked
-    # against its own config here (CheckpointError naming the file otherwise)
-    source = open_source(path, kind="encoder")
-    build_model(source)
-    saved = source.config
+    # encoder.pt, a checkpoint, a run folder or an export folder: read and verified here
+    # (CheckpointError naming the file otherwise); the model is built once, by the task
+    saved = open_source(path, kind="encoder").config
     if config.model != ModelConfig() and config.model != saved.model:
         diff = [f"model.{k.name}: {getattr(saved.model, k.name)} in the checkpoint, {getattr(config.model, k.name)} "
                 "asked" for k in dataclasses.fields(ModelConfig)
@@ -314,16 +319,3 @@ def _train_subset(corpus: Path, config: Config, names: list[str]) -> tuple[dict[
     return train, labelled, keep
 
 
-def _check_run_folder(run_dir: Path, config: Config) -> None:
-    """A run folder is one fine-tuning: the same corpus, encoder, mode, leads, fraction and seed."""
-    saved_yaml = run_dir / "config.yaml"
-    if not saved_yaml.is_file():
-        return
-    saved = load_config(saved_yaml)
-    keys = [("data", "corpus"), ("finetune", "encoder"), ("finetune", "mode"), ("finetune", "leads"),
-            ("finetune", "train_fraction"), ("train", "seed")]
-    diffs = [f"{a}.{b}: {getattr(getattr(saved, a), b)!r} -> {getattr(getattr(config, a), b)!r}"
-             for a, b in keys if getattr(getattr(saved, a), b) != getattr(getattr(config, a), b)]
-    if diffs:
-        raise CheckpointError(f"{run_dir}: holds a run with other settings ({'; '.join(diffs)}); "
-                              "use another --output")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from coreecg.checkpoints import BEST_FILE, ENCODER_FILE, latest_checkpoint
-from coreecg.config import Config, load_config
+from coreecg.config import Config
 from coreecg.train.finetuning import plan_finetune
 from coreecg.train.ingest import ShardFiles, training_dataset
 from coreecg.train.loop import progress_line, progress_log, progress_text
@@ -80,7 +80,7 @@ def fit(plan: RunPlan, *, callbacks: list | None = None, report_fn=None) -> RunR
     in this process instead (one worker, no Train worker group to start: a single-worker Tune
     trial), every report going to report_fn(metrics)."""
     run_dir = plan.run_dir
-    if plan.task == "finetune" and _finished_with(plan):
+    if plan.finished:                       # found by the planner's one check of the run folder
         log.info("%s: already finished (metrics.json); nothing to do", run_dir)
         return _result(plan, {})
     start_ray(plan.config)                  # a no-op when plan_run started it
@@ -132,11 +132,6 @@ def last_epoch(run_dir: Path) -> dict[str, Any]:
         if record.get("kind") == "epoch":
             return {k: v for k, v in record.items() if k not in ("kind", "time")}
     return {}
-
-
-def _finished_with(plan: RunPlan) -> bool:
-    saved = plan.run_dir / "config.yaml"
-    return (plan.run_dir / "metrics.json").is_file() and saved.is_file() and load_config(saved) == plan.config
 
 
 def _result(plan: RunPlan, last: dict[str, Any]) -> RunResult:
@@ -230,7 +225,7 @@ def _trainer(plan: RunPlan, dataset, callbacks: list | None):
 @contextlib.contextmanager
 def _failed_session(run_dir: Path):
     """A fit that raises closes the run record's session as failed, with the cause."""
-    from coreecg.record import end_session
+    from coreecg.run_record import end_session
 
     try:
         yield

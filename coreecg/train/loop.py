@@ -175,110 +175,137 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
 
     Returns the last epoch's metrics (rank 0's view; evaluation metrics only on rank 0).
     """
-    cfg, spe = config, ctx.steps_per_epoch
-    torch.manual_seed(seed_for("init", cfg.train.seed))        # identical init on every rank
+    torch.manual_seed(seed_for("init", config.train.seed))        # identical init on every rank
     core, step = task.build(ctx)
-    step_gen = torch.Generator()    # on the host: masks need no device sync (CoReECG._masks)
-    writer = RunWriter(ctx.run_dir, ctx.is_main, cfg)
-    say = log.info if ctx.is_main else (lambda *a, **k: None)
+    run = _Run(task, config, ctx, core, step, RunWriter(ctx.run_dir, ctx.is_main, config))
+    done_in_epoch = run.resume_or_start()
+    summary: dict[str, float] = {}
+    while run.epoch < task.epochs:
+        sums, count, seconds = run.train_epoch(done_in_epoch)
+        done_in_epoch = 0
+        summary = run.end_epoch(sums, count, seconds)
+        run.epoch += 1
+    if ctx.is_main:
+        from coreecg.run_record import end_session
 
-    epoch, done_in_epoch, state = 0, 0, {}
-    resumed = ctx.latest()
-    if resumed is not None:
+        task.finish(core, ctx, run.writer, summary, run.state)
+        end_session(ctx.run_dir, "completed")
+    run.writer.close()
+    return summary
+
+
+class _Run:
+    """One worker's training state between the loop's parts: the task, its model and step, the
+    epoch (counted from 0), the task's state and rank 0's writer."""
+
+    def __init__(self, task: Task, config: Config, ctx: WorkerContext, core: torch.nn.Module, step: TrainStep,
+                 writer: RunWriter):
+        self.task, self.cfg, self.ctx, self.core, self.step, self.writer = task, config, ctx, core, step, writer
+        self.step_gen = torch.Generator()   # on the host: masks need no device sync (CoReECG._masks)
+        self.epoch, self.state, self.first_step = 0, {}, True
+
+    def resume_or_start(self) -> int:
+        """Load the newest checkpoint (-> batches of its epoch already done), or start fresh (-> 0)."""
+        ctx, task, spe = self.ctx, self.task, self.ctx.steps_per_epoch
+        resumed = ctx.latest()
+        if resumed is None:
+            torch.manual_seed(seed_for("torch", self.cfg.train.seed, ctx.rank))
+            if ctx.is_main:
+                self.state.update(task.start(self.core, ctx, self.writer))
+            return 0
         payload, saved, path = resumed
         if payload.get("task", "pretrain") != task.name:
             raise CheckpointError(f"{path}: a {payload.get('task', 'pretrain')} checkpoint, not {task.name}; "
                                   "use another run folder")
-        check_compatible(path, saved, cfg)
-        core.load_state_dict(payload["model"])
-        step.load_state_dict(payload["trainer"])
-        epoch, done_in_epoch, state = int(payload["epoch"]), int(payload["batches_done"]), dict(payload["state"])
+        check_compatible(path, saved, self.cfg)
+        self.core.load_state_dict(payload["model"])
+        self.step.load_state_dict(payload["trainer"])
+        self.epoch, done, self.state = int(payload["epoch"]), int(payload["batches_done"]), dict(payload["state"])
         if ctx.is_main and "torch_rng" in payload:
             torch.set_rng_state(payload["torch_rng"])
-        if done_in_epoch >= spe:
-            epoch, done_in_epoch = epoch + 1, 0
-        writer.line({"event": "resume", "step": step.step, "epoch": epoch + 1, "batches_done": done_in_epoch,
-                     "checkpoint": str(path)})
-        say("resumed from %s: step %d, epoch %d, %d batches into it", path, step.step, epoch + 1, done_in_epoch)
-    else:
-        torch.manual_seed(seed_for("torch", cfg.train.seed, ctx.rank))
+        if done >= spe:
+            self.epoch, done = self.epoch + 1, 0
+        self.writer.line({"event": "resume", "step": self.step.step, "epoch": self.epoch + 1, "batches_done": done,
+                          "checkpoint": str(path)})
         if ctx.is_main:
-            state.update(task.start(core, ctx, writer))
+            log.info("resumed from %s: step %d, epoch %d, %d batches into it", path, self.step.step, self.epoch + 1,
+                     done)
+        return done
 
-    def payload_now(batches_done: int, metrics: dict[str, float]) -> dict[str, Any] | None:
-        if not ctx.is_main:
+    def payload(self, batches_done: int, metrics: dict[str, float]) -> dict[str, Any] | None:
+        """The checkpoint of this moment (rank 0; None elsewhere)."""
+        if not self.ctx.is_main:
             return None
-        return {"model": core.state_dict(), "trainer": step.state_dict(), "task": task.name, "epoch": epoch,
-                "batches_done": batches_done, "state": state, "metrics": metrics,
+        return {"model": self.core.state_dict(), "trainer": self.step.state_dict(), "task": self.task.name,
+                "epoch": self.epoch, "batches_done": batches_done, "state": self.state, "metrics": metrics,
                 "torch_rng": torch.get_rng_state()}
 
-    summary: dict[str, float] = {}
-    first_step = True
-    every_s = cfg.train.progress_every_s
-    while epoch < task.epochs:
-        number = epoch + 1                  # the epoch as people count it (module docstring)
+    def train_epoch(self, done_in_epoch: int) -> tuple[dict[str, torch.Tensor], int, float]:
+        """The epoch's steps (skipping the `done_in_epoch` a resumed checkpoint had done), with
+        step logs, progress lines and mid-epoch checkpoints -> (metric sums, steps, seconds)."""
+        cfg, ctx, task, step, spe = self.cfg, self.ctx, self.task, self.step, self.ctx.steps_per_epoch
+        number, every_s = self.epoch + 1, cfg.train.progress_every_s     # the epoch as people count it
         t_epoch = t_log = t_progress = time.perf_counter()
         t_first, first_i = None, 0          # speed is timed from the epoch's first step (start-up apart)
         sums: dict[str, torch.Tensor] = {}
         count, log_steps = 0, 0
-        batches = iter(ctx.epoch_batches(epoch))
+        batches = iter(ctx.epoch_batches(self.epoch))
         for i in range(spe):
             try:
                 signal, uid = next(batches)
             except StopIteration:
-                raise RuntimeError(f"rank {ctx.rank}: epoch {epoch} ended after {i} of {spe} batches; "
+                raise RuntimeError(f"rank {ctx.rank}: epoch {self.epoch} ended after {i} of {spe} batches; "
                                    "every rank must get the same number of full batches") from None
             if i < done_in_epoch:   # resumed mid-epoch: this epoch's first batches are done
                 continue
-            step_gen.manual_seed(seed_for("step", cfg.train.seed, ctx.rank, step.step))
-            args, kwargs = task.inputs(signal, uid, epoch, step_gen)
+            self.step_gen.manual_seed(seed_for("step", cfg.train.seed, ctx.rank, step.step))
+            args, kwargs = task.inputs(signal, uid, self.epoch, self.step_gen)
             metrics = {k: v for k, v in step(*args, **kwargs).items() if v.ndim == 0}
             for k, v in metrics.items():     # summed on the device: no host sync per step
                 sums[k] = sums.get(k, 0) + v.detach().float()
             count, log_steps = count + 1, log_steps + 1
-            if first_step and ctx.is_main:      # start-up cost of this session: see bench/study.py
-                writer.line({"event": "first_step", "step": step.step, "epoch": number})
-                first_step = False
+            if self.first_step and ctx.is_main:      # start-up cost of this session: see bench/study.py
+                self.writer.line({"event": "first_step", "step": step.step, "epoch": number})
+                self.first_step = False
             if t_first is None:
                 t_first, first_i = time.perf_counter(), i
             elif every_s and ctx.is_main and time.perf_counter() - t_progress >= every_s and i + 1 < spe:
                 t_progress = time.perf_counter()
                 record = progress_record(number, task.epochs, i + 1, spe, step.step, task.global_batch,
                                          (t_progress - t_first) / (i - first_i))
-                writer.line(record)
+                self.writer.line(record)
                 progress_log.info("%s", progress_text(record))
             if step.step % cfg.train.log_every == 0 and ctx.is_main:
                 now = time.perf_counter()
-                values = _floats(metrics)
-                values["samples_per_s"] = log_steps * task.global_batch / (now - t_log)
+                self._log_step(metrics, log_steps * task.global_batch / (now - t_log), number)
                 t_log, log_steps = now, 0
-                writer.scalars(task.name, values, step.step)
-                writer.line({"kind": "step", "step": step.step, "epoch": number, **values})
             every = cfg.train.checkpoint_every_steps
             if every and step.step % every == 0 and i + 1 < spe:
-                ctx.report({"step": step.step, "epoch": number, **_floats(metrics)}, payload_now(i + 1, {}))
-        done_in_epoch = 0
+                ctx.report({"step": step.step, "epoch": number, **_floats(metrics)}, self.payload(i + 1, {}))
+        return sums, count, time.perf_counter() - t_epoch
+
+    def _log_step(self, metrics: dict[str, torch.Tensor], samples_per_s: float, number: int) -> None:
+        values = {**_floats(metrics), "samples_per_s": samples_per_s}
+        self.writer.scalars(self.task.name, values, self.step.step)
+        self.writer.line({"kind": "step", "step": self.step.step, "epoch": number, **values})
+
+    def end_epoch(self, sums: dict[str, torch.Tensor], count: int, seconds: float) -> dict[str, float]:
+        """Epoch means over every rank, rank 0's evaluation, the epoch line and the report with
+        its checkpoint (a barrier under Ray) -> the epoch's summary."""
+        ctx, task, number = self.ctx, self.task, self.epoch + 1
         release_freed_memory()
-        seconds = time.perf_counter() - t_epoch
         summary = _mean_over_ranks(sums, count, ctx.world_size, ctx.device) if sums else {}
-        summary.update(epoch=number, step=step.step, seconds=seconds,
+        summary.update(epoch=number, step=self.step.step, seconds=seconds,
                        samples_per_s=count * task.global_batch / seconds if count else 0.0)
         if ctx.is_main and task.should_evaluate(number):
-            summary.update(task.evaluate(core, ctx, writer, number, step.step, state))
-        summary.update({k: v for k, v in state.items() if isinstance(v, float)})
-        writer.line({"kind": "epoch", **summary})
-        writer.scalars("epoch", {k: v for k, v in summary.items() if k not in ("epoch", "step")}, step.step)
+            summary.update(task.evaluate(self.core, ctx, self.writer, number, self.step.step, self.state))
+        summary.update({k: v for k, v in self.state.items() if isinstance(v, float)})
+        self.writer.line({"kind": "epoch", **summary})
+        self.writer.scalars("epoch", {k: v for k, v in summary.items() if k not in ("epoch", "step")}, self.step.step)
         if ctx.is_main:
             progress_log.info("%s", progress_line(summary, task.epochs))
-        ctx.report(summary, payload_now(spe, summary))
-        epoch += 1
-    if ctx.is_main:
-        from coreecg.record import end_session
-
-        task.finish(core, ctx, writer, summary, state)
-        end_session(ctx.run_dir, "completed")
-    writer.close()
-    return summary
+        ctx.report(summary, self.payload(ctx.steps_per_epoch, summary))
+        return summary
 
 
 def progress_record(number: int, epochs: int, batch: int, steps_per_epoch: int, step: int, global_batch: int,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -61,6 +61,7 @@ class RunPlan:
     probe_corpus: Path | None = None        # pretraining: the representation probe's corpus
     finetune: FinetuneSpec | None = None    # fine-tuning only
     resume_notes: tuple[str, ...] = ()      # config keys changed against the saved run
+    finished: bool = False                  # the run folder holds this very run, done (fine-tuning)
     keep: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -94,7 +95,7 @@ class RunPlan:
                 "steps_per_epoch": self.steps_per_epoch,
                 "probe_corpus": str(self.probe_corpus) if self.probe_corpus else None,
                 "finetune": dataclasses.asdict(self.finetune) if self.finetune else None,
-                "resume_notes": list(self.resume_notes)}
+                "resume_notes": list(self.resume_notes), "finished": self.finished}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunPlan":
@@ -106,7 +107,7 @@ class RunPlan:
                    corpus=Path(d["corpus"]) if d["corpus"] else None, train_windows=int(d["train_windows"]),
                    steps_per_epoch=int(d["steps_per_epoch"]),
                    probe_corpus=Path(d["probe_corpus"]) if d["probe_corpus"] else None, finetune=spec,
-                   resume_notes=tuple(d["resume_notes"]))
+                   resume_notes=tuple(d["resume_notes"]), finished=bool(d["finished"]))
 
     def describe(self) -> list[str]:
         """The console's account of the run, before it starts."""
@@ -146,10 +147,12 @@ def steps_per_epoch(corpus: Path | str | None, n_windows: int, global_batch: int
     return steps
 
 
-def preflight(run_dir: Path, config: Config) -> list[str]:
-    """Before any worker starts: an existing run folder must hold this model's config and
-    intact checkpoints (CheckpointError naming the file otherwise). Returns the config keys
-    that differ from the saved run (allowed: schedule, logging, data; reported on resume)."""
+def preflight(run_dir: Path, config: Config, same_run: Sequence[str] = ()) -> list[str]:
+    """The one check of a run folder, before any worker starts: an existing folder must hold this
+    model's config (and the same values of the dotted `same_run` keys: what makes it this run)
+    and intact checkpoints (CheckpointError naming the file otherwise). Returns the config keys
+    that differ from the saved run (allowed: schedule, logging, data; reported on resume); none
+    when the folder is new."""
     import importlib.util
 
     if config.train.tracking == "mlflow" and importlib.util.find_spec("mlflow") is None:
@@ -161,6 +164,11 @@ def preflight(run_dir: Path, config: Config) -> list[str]:
             saved = load_config(saved_yaml)
         except ConfigError as e:
             raise CheckpointError(f"{saved_yaml}: the run folder's config is not valid here: {e}") from e
+        a, b = saved.to_dict(), config.to_dict()
+        other = [f"{k}: {_get(a, k)!r} -> {_get(b, k)!r}" for k in same_run if _get(a, k) != _get(b, k)]
+        if other:
+            raise CheckpointError(f"{run_dir}: holds a run with other settings ({'; '.join(other)}); "
+                                  "use another --output")
         check_compatible(saved_yaml, saved, config)
         notes = changed_keys(saved, config)
     dirs = checkpoint_dirs(run_dir)
@@ -170,6 +178,12 @@ def preflight(run_dir: Path, config: Config) -> list[str]:
         _, saved = load_checkpoint(dirs[-1] / CHECKPOINT_FILE)
         check_compatible(dirs[-1] / CHECKPOINT_FILE, saved, config)
     return notes
+
+
+def _get(d: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        d = d[part]
+    return d
 
 
 def plan_local(config: Config, n_windows: int, run_dir: str | Path | None = None, task: str = "pretrain") -> RunPlan:
@@ -189,8 +203,8 @@ def plan_local(config: Config, n_windows: int, run_dir: str | Path | None = None
 
 def write_run_folder(plan: RunPlan) -> Path:
     """Create the run folder with its config.yaml, a new session in run.json
-    (coreecg.record) and a fine-tuning's train_subset.csv."""
-    from coreecg.record import start_session
+    (coreecg.run_record) and a fine-tuning's train_subset.csv."""
+    from coreecg.run_record import start_session
 
     run_dir = plan.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -97,7 +97,7 @@ class PretrainTask:
 
     def finish(self, core: PretrainMethod, ctx: WorkerContext, writer: RunWriter, summary: dict[str, float],
                state: dict[str, Any]) -> None:
-        from coreecg.record import hparams
+        from coreecg.run_record import hparams
 
         path = save_encoder(ctx.run_dir / ENCODER_FILE, core, self.config,
                             step=int(summary.get("step", 0)), metrics=summary)

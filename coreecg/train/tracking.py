@@ -41,7 +41,7 @@ class MlflowTracker:
             from ray.air.integrations.mlflow import setup_mlflow
         except ImportError as e:          # ray[train] without mlflow
             raise RuntimeError("train.tracking=mlflow needs MLflow: pip install 'coreecg[mlflow]'") from e
-        from coreecg.record import flat_params
+        from coreecg.run_record import flat_params
 
         uri = tracking_uri(config)
         if uri.startswith("file:"):

@@ -13,7 +13,6 @@ and their way of reporting; everything else is the same code:
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, Callable
 
 import torch

@@ -25,8 +25,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import yaml
-
 from coreecg.cli import fail, parse_args, sweep_parser, sweep_settings
 
 
@@ -38,7 +36,7 @@ def main(argv=None) -> int:
     parser.add_argument("--finetune", nargs="+", default=[], metavar="CORPUS", help="labelled corpora to fine-tune on")
     args = parse_args(parser, argv)
     s = sweep_settings(parser, args)
-    from coreecg.study.spec import StudyError, load_study
+    from coreecg.study.spec import StudyError, load_study, write_study_file
     from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, SpaceError, load_space
 
     try:
@@ -52,46 +50,33 @@ def main(argv=None) -> int:
         for n in names:
             if space.variants[n] == NOT_AVAILABLE:
                 print(f"{n}: not available ({space.unavailable[n]})", file=sys.stderr)
-        study_file = write_study(s.output, args, names, pretrained=[n for n in names if space.variants[n] not in
-                                                                   (SCRATCH, NOT_AVAILABLE)],
-                                 tables=[t for t, methods in space.tables.items() if set(methods) & set(names)])
-        study = load_study(study_file)
+        pretrained = [n for n in names if space.variants[n] not in (SCRATCH, NOT_AVAILABLE)]
+        tables = [t for t, methods in space.tables.items() if set(methods) & set(names)]
+        study = load_study(write_study_file(s.output, ablation_study(s.output, args, names, pretrained, tables)))
     except (SpaceError, StudyError, ValueError) as e:
         return fail(str(e))
     from coreecg.jobs.study import run_study_job      # the study job's own run-and-report
 
-    return run_study_job(study, s.output, resume=s.resume, concurrency=s.concurrency)
+    return run_study_job(study, s.output, resume=s.resume, concurrency=s.concurrency,
+                         gpus_per_trial=s.gpus_per_trial)
 
 
-def write_study(output: Path, args, names: list[str], pretrained: list[str], tables: list[str]) -> Path:
-    """<output>/study.yaml: the ablation as a study file (absolute paths; kept on --resume)."""
+def ablation_study(output: Path, args, names: list[str], pretrained: list[str], tables: list[str]) -> dict:
+    """The ablation as a study file's data (absolute paths)."""
     from coreecg.data.corpus import load_manifest
+    from coreecg.study.spec import absolute_overrides
     from coreecg.train.finetuning import dataset_name
 
-    from coreecg.study.spec import PATH_KEYS
-
     seeds = list(range(args.seeds))
-    # --set paths are relative to this folder; a study file's would be relative to the study file
-    overrides = [f"{k}={Path(v).expanduser().resolve()}" if k in PATH_KEYS else f"{k}={v}"
-                 for k, v in (o.split("=", 1) for o in args.overrides)]
-    study: dict = {"name": output.name, "config": str(Path(args.config).resolve()) if args.config else None,
-                   "set": overrides, "variants": str(Path(args.space).resolve()),
+    study: dict = {"name": output.name, **({"config": str(Path(args.config).resolve())} if args.config else {}),
+                   "set": absolute_overrides(args.overrides), "variants": str(Path(args.space).resolve()),
                    "pretrain": {"methods": pretrained, "seeds": seeds, "set": ["train.eval_every_epochs=1"]}}
     if args.finetune:
-        corpora = {}
-        for corpus in (Path(c).expanduser().resolve() for c in args.finetune):
-            corpora[dataset_name(load_manifest(corpus))] = {"path": str(corpus)}
+        corpora = {dataset_name(load_manifest(c)): {"path": str(c)}
+                   for c in (Path(c).expanduser().resolve() for c in args.finetune)}
         study["downstream"] = {"corpora": corpora, "methods": names, "modes": ["finetune"], "seeds": seeds}
         study["report"] = {"tables": tables}
-    if study["config"] is None:
-        del study["config"]
-    text, path = yaml.safe_dump(study, sort_keys=False), output / "study.yaml"
-    if path.is_file() and path.read_text() != text:
-        raise ValueError(f"{path}: {output} holds an ablation with other arguments; use another --output")
-    output.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
+    return study
 
 if __name__ == "__main__":
     sys.exit(main())

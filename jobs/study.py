@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     return run_study_job(study, args.output, resume=args.resume, concurrency=args.concurrency)
 
 
-def run_study_job(study, output: str | Path, *, resume: bool = False, concurrency: int = 0) -> int:
+def run_study_job(study, output: str | Path, *, resume: bool = False, concurrency: int = 0,
+                  gpus_per_trial: float = 0.0) -> int:
     """What jobs/study.py and its presets (jobs/ablate.py) do with a loaded study: run it, write
     its report, say what finished -> the exit code (0 all runs finished, 1 some did not, 2 the
     folder cannot hold this study)."""
@@ -66,7 +67,7 @@ def run_study_job(study, output: str | Path, *, resume: bool = False, concurrenc
           f"{len(study.finetune_runs()) + masks} fine-tuning run(s)"
           f"{f' ({masks} for the mask-rate figure)' if masks else ''} -> {output}")
     try:
-        rows = run_study(study, output, resume=resume, concurrency=concurrency)
+        rows = run_study(study, output, resume=resume, concurrency=concurrency, gpus_per_trial=gpus_per_trial)
     except StudyRunError as e:
         return fail(str(e))
     bad = [r for r in rows if r["status"] != "done"]

@@ -188,7 +188,7 @@ def test_a_sweep_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     victim = hit = None
     while thread.is_alive() and victim is None:        # a running trial past its first epoch, off the head
         time.sleep(0.2)
-        for trial in map(Path, glob.glob(str(out / "trials" / "*"))):
+        for trial in map(Path, glob.glob(str(out / "runs" / "pretrain" / "*"))):
             if (trial / "done.json").is_file() or not (trial / "run.json").is_file():
                 continue
             # its first epoch's checkpoint is in its run folder (rank 0 writes it before it reports)
@@ -205,10 +205,11 @@ def test_a_sweep_survives_the_loss_of_a_node(cluster, cache, tmp_path):
 
     import csv
 
-    rows = list(csv.DictReader(open(out / "results.csv")))
+    figures = out / "report" / "figures" / "mask_rates"
+    rows = list(csv.DictReader(open(figures / "probe_results.csv")))
     assert sorted(float(r["masking.p_time"]) for r in rows) == [0.3, 0.5, 0.7]
-    assert all(r["status"] == "completed" and r["epochs"] == "4" for r in rows), rows
-    for trial in (out / "trials").iterdir():
+    assert all(r["status"] == "done" and r["epochs"] == "4" for r in rows), rows
+    for trial in (out / "runs" / "pretrain").iterdir():
         epochs = [x["epoch"] for x in _lines(trial / "metrics.jsonl") if x.get("kind") == "epoch"]
         assert (trial / "done.json").is_file()
         sessions = json.loads((trial / "run.json").read_text())["sessions"]

@@ -76,23 +76,27 @@ def test_mask_rate_grid_records_a_failing_trial_and_goes_on(env, tmp_path):
     corpus = _synthetic(env)              # labelled: every finished cell's encoder is fine-tuned on it
     # A bad cell fails the same way on every retry (train.max_failures, for lost processes and nodes:
     # tests/test_multinode.py): none here, so the test does not wait for them.
-    _run("sweep_mask_rates.py", "--space", str(space), "--output", str(out), *sets, "--set", "finetune.epochs=1",
-         "--set", "train.max_failures=0", "--finetune", str(corpus), env=environ)
-    rows = _rows(out / "results.csv")
+    done = subprocess.run([sys.executable, "jobs/sweep_mask_rates.py", "--space", str(space), "--output", str(out),
+                           *sets, "--set", "finetune.epochs=1", "--set", "train.max_failures=0", "--finetune",
+                           str(corpus)], cwd=REPO, env=environ, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]     # 1: some runs failed, recorded
+    figures = out / "report" / "figures" / "mask_rates"
+    rows = _rows(figures / "probe_results.csv")
     assert len(rows) == 4
-    failed = [r for r in rows if r["status"] == "error"]
-    assert [r["optim.batch_size"] for r in failed] == ["4096", "4096"]
-    assert all("no full batch of 4096" in r["error"] for r in failed)
-    ok = [r for r in rows if r["status"] == "completed"]
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert [r["optim.batch_size"] for r in failed] == ["4096.0", "4096.0"]
+    runs = {r["run_dir"]: r for r in _rows(out / "runs.csv")}
+    assert all("no full batch of 4096" in runs[r["run_dir"]]["error"] for r in failed)
+    ok = [r for r in rows if r["status"] == "done"]
     assert len(ok) == 2 and all(r["epochs"] == "2" and float(r["probe_auroc"]) > 0 for r in ok)
-    assert (out / "heatmap.png").stat().st_size > 5_000
+    assert (figures / "heatmap.png").stat().st_size > 5_000
     # --finetune: the finished cells' encoders fine-tuned, the paper's per-dataset F1 and AUROC heatmaps.
-    ft = _rows(out / "finetune_results.csv")
-    assert sorted(r["masking.p_time"] for r in ft) == ["0.3", "0.6"] and all(r["status"] == "done" for r in ft)
-    assert all(0 <= float(r["auroc"]) <= 1 and r["dataset"] == "synthetic" for r in ft)
+    ft = _rows(figures / "finetune_results.csv")
+    assert sorted(r["masking.p_time"] for r in ft if r["status"] == "done") == ["0.3", "0.6"]
+    assert all(0 <= float(r["auroc"]) <= 1 and r["dataset"] == "synthetic" for r in ft if r["status"] == "done")
     for metric in ("f1", "auroc"):
-        assert (out / f"heatmap_synthetic_{metric}.png").stat().st_size > 5_000
-    (corr,) = _rows(out / "rank_correlation.csv")
+        assert (figures / f"heatmap_synthetic_{metric}.png").stat().st_size > 5_000
+    (corr,) = _rows(figures / "rank_correlation.csv")
     assert corr["dataset"] == "synthetic" and corr["cells"] == "2"      # < 3 cells: no rho (nan), said so
     assert corr["rho"] == "nan" and "3 needed" in corr["note"]
 
@@ -104,12 +108,12 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_trials(env, tmp_path)
     out = tmp_path / "resume"
     args = [sys.executable, "jobs/sweep_mask_rates.py", "--space", str(space), "--output", str(out),
             "--concurrency", "1", *sets]
-    before = kill_after_first(args, environ, REPO, str(out / "trials/*/done.json"), 300)
+    before = kill_after_first(args, environ, REPO, str(out / "runs/pretrain/*/done.json"), 300)
 
     again = subprocess.run([*args, "--resume"], cwd=REPO, env=environ, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    rows = _rows(out / "results.csv")
-    assert len(rows) == 3 and all(r["status"] == "completed" for r in rows)
+    rows = _rows(out / "report" / "figures" / "mask_rates" / "probe_results.csv")
+    assert len(rows) == 3 and all(r["status"] == "done" for r in rows)
     for d, text in before.items():                      # finished trials trained no further step
         assert (d / "metrics.jsonl").read_text() == text
     # A fresh start on the same folder is refused (it would mix two sweeps).
@@ -164,9 +168,9 @@ def test_multi_worker_trials_run_train_inside_tune(env, tmp_path):
     out = tmp_path / "ddp"
     _run("sweep_mask_rates.py", "--space", str(space), "--output", str(out), "--set", "train.num_workers=2",
          *sets, env=environ)
-    (row,) = _rows(out / "results.csv")
+    (row,) = _rows(out / "report" / "figures" / "mask_rates" / "probe_results.csv")
     run = Path(row["run_dir"])
-    assert row["status"] == "completed" and float(row["probe_auroc"]) > 0
+    assert row["status"] == "done" and float(row["probe_auroc"]) > 0
     assert load_config(run / "config.yaml").train.num_workers == 2
     assert list(run.glob("checkpoint_step*/checkpoint.pt"))          # Ray Train's checkpoints, in the trial's folder
 

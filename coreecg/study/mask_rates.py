@@ -2,8 +2,9 @@
 corpus, F1 and AUROC heatmaps per dataset, and how well the cheap probe ranks the cells the way
 fine-tuning does (Spearman's rho with a Fisher-z interval).
 
-The fine-tunings are trials of the study runner (`coreecg.study.runner.run_phase`), so they
-resume like a study: a cell already fine-tuned (its done.json exists) is not re-run.
+Its runs are a study's (`mask_rates` section; `jobs/sweep_mask_rates.py` writes such a study):
+every cell pretrained (judged by its probe every epoch: the cheap mode), then fine-tuned on each
+downstream corpus; the study report calls the writers here.
 """
 from __future__ import annotations
 
@@ -19,37 +20,32 @@ from coreecg.study.spec import slug
 METRICS = ("f1", "auroc")
 
 
-def cell_label(x: str, y: str, row: dict) -> str:
-    return f"{x}={row[x]:g}, {y}={row[y]:g}"
+def probe_row(folder: Path, cell: dict[str, Any]) -> dict[str, Any]:
+    """One pretrained cell's row of the cheap mode: `cell` (grid values, seed), its final and
+    initial probe_auroc and its epochs from done.json (NaN and status failed when it did not
+    finish), its run folder."""
+    import json
+
+    done = (folder / "done.json").is_file()
+    last = json.loads((folder / "done.json").read_text()) if done else {}
+    return {**cell, "status": "done" if done else "failed",
+            **{k: last.get(k, math.nan) for k in ("probe_auroc", "probe_auroc_init", "loss")},
+            "epochs": int(last.get("epoch", 0)), "run_dir": str(folder)}
 
 
-def finetune_cells(rows: Sequence[dict], x: str, y: str, corpora: Sequence[str | Path], output: Path,
-                   config_file: str | None, base: Sequence[str], concurrency: int = 0) -> list[dict[str, Any]]:
-    """Fine-tune the encoder of every finished grid trial on every corpus (12 leads, all training
-    data, mode finetune, the trial's seed). -> one row per (trial, corpus): the cell, seed,
-    dataset, test acc/f1/auroc (NaN where the run failed), status, run folder."""
-    from coreecg.data.corpus import load_manifest
-    from coreecg.study.runner import run_dir, run_phase
-    from coreecg.tune.trials import is_done
-    from coreecg.train.finetuning import dataset_name
+def write_probe_results(rows: Sequence[dict], x: str, y: str, output: Path) -> list[Path]:
+    """probe_results.csv (one row per pretrained cell) and heatmap.png: the cheap mode, the mean
+    final few-label probe_auroc over seeds per cell."""
+    from coreecg.tune.plots import heatmap
 
-    trials = [r for r in rows if r["status"] != "error" and Path(r["run_dir"], "encoder.pt").is_file()]
-    jobs, meta = [], {}
-    for corpus in (Path(c).expanduser().resolve() for c in corpora):
-        dataset = dataset_name(load_manifest(corpus))
-        for r in trials:
-            name = f"{slug(dataset)}-{slug(x)}{r[x]:g}-{slug(y)}{r[y]:g}-s{r['seed']}"
-            meta[name] = {x: r[x], y: r[y], "seed": r["seed"], "dataset": dataset, "trial_id": r["trial_id"]}
-            if is_done(run_dir(output, "finetune", name)):
-                continue
-            jobs.append((name, [*base, f"data.corpus={corpus}", f"finetune.encoder={Path(r['run_dir']) / 'encoder.pt'}",
-                                "finetune.mode=finetune", f"train.seed={r['seed']}",
-                                f"finetune.method={cell_label(x, y, r)}"]))
-    # Tune's experiments beside the sweep's own (output/tune is the sweep's, restored by --resume)
-    phase = {row["run"]: row for row in run_phase(output, "finetune", config_file, jobs, concurrency,
-                                                  tune_dir=output / "tune-finetune")}
-    return [cell_result(run_dir(output, "finetune", name), m, phase.get(name, {}).get("error", ""))
-            for name, m in meta.items()]
+    with open(output / "probe_results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, [x, y, "seed", "status", "probe_auroc", "probe_auroc_init", "loss", "epochs", "run_dir"])
+        w.writeheader()
+        w.writerows(rows)
+    shown = [{**r, "status": "completed" if r["status"] == "done" else "error"} for r in rows]
+    return [output / "probe_results.csv",
+            heatmap(shown, x, y, output / "heatmap.png",
+                    title="cheap mode: few-label probe_auroc (mean over seeds), not the paper's fine-tuned metrics")]
 
 
 def cell_result(folder: Path, cell: dict[str, Any], error: str = "") -> dict[str, Any]:

@@ -13,7 +13,7 @@ from coreecg.config import load_config
 from coreecg.data.corpus import load_manifest
 from coreecg.eval.report import RunError, load_run, table_runs, table_specs, variant_of, write_report
 from coreecg.study.runner import run_dir
-from coreecg.tune.trials import DONE_FILE, is_done
+from coreecg.tune.trials import is_done
 from coreecg.study.spec import Study
 
 log = logging.getLogger(__name__)
@@ -137,29 +137,28 @@ def tsne_figures(study: Study, output: Path, reference: str, seed: int) -> list[
 
 
 def mask_rate_figures(study: Study, output: Path) -> list[tuple[Path, list[str]]]:
-    """The paper's mask-rate figure: fine-tuned F1 and AUROC heatmaps per dataset over the grid,
-    and the rank correlation between each cell's probe_auroc (the cheap mode) and its fine-tuned
-    AUROC (coreecg.study.mask_rates)."""
-    from coreecg.study.mask_rates import cell_result, write_finetune_figures
+    """The paper's mask-rate figure (coreecg.study.mask_rates): the cheap mode (every cell's
+    final probe_auroc: probe_results.csv, heatmap.png) and, where cells were fine-tuned, F1 and
+    AUROC heatmaps per dataset and the rank correlation between the two modes."""
+    from coreecg.study.mask_rates import cell_result, probe_row, write_finetune_figures, write_probe_results
 
     m = study.mask_rates
     x, y = m.keys
-    probe_rows, ft_rows = [], []
-    for run in m.runs():
-        done = run_dir(output, "pretrain", run.name) / DONE_FILE
-        if done.is_file():
-            last = json.loads(done.read_text())
-            probe_rows.append({x: run.params[0][1], y: run.params[1][1], "seed": run.seed, "status": "completed",
-                               "probe_auroc": last.get("probe_auroc", float("nan"))})
-    for run in study.mask_rate_runs():
-        ft_rows.append(cell_result(run_dir(output, "finetune", run.name),
-                                   {x: run.encoder.params[0][1], y: run.encoder.params[1][1], "seed": run.seed,
-                                    "dataset": run.corpus, "trial_id": run.encoder.name}))
+    probe_rows = [probe_row(run_dir(output, "pretrain", run.name), {x: run.params[0][1], y: run.params[1][1],
+                                                                     "seed": run.seed})
+                  for run in m.runs()]
+    ft_rows = [cell_result(run_dir(output, "finetune", run.name),
+                           {x: run.encoder.params[0][1], y: run.encoder.params[1][1], "seed": run.seed,
+                            "dataset": run.corpus, "trial_id": run.encoder.name})
+               for run in study.mask_rate_runs()]
     figures = output / "report" / "figures" / "mask_rates"
     figures.mkdir(parents=True, exist_ok=True)
-    written = write_finetune_figures(probe_rows, ft_rows, x, y, figures)
-    behind = [r.name for r in study.mask_rate_runs() if is_done(run_dir(output, "finetune", r.name))]
-    return [(p, behind) for p in written]
+    cells = [r.name for r in m.runs() if is_done(run_dir(output, "pretrain", r.name))]
+    written = [(p, cells) for p in write_probe_results(probe_rows, x, y, figures)]
+    if ft_rows:
+        behind = [r.name for r in study.mask_rate_runs() if is_done(run_dir(output, "finetune", r.name))]
+        written += [(p, behind) for p in write_finetune_figures(probe_rows, ft_rows, x, y, figures)]
+    return written
 
 
 def write_study_report(study: Study, output: str | Path) -> Path:

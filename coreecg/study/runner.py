@@ -94,7 +94,7 @@ def build_corpora(study: Study, output: Path) -> dict[str, Path]:
 
 
 def run_phase(output: Path, phase: str, config_file: str | None, runs: list[tuple[str, list[str]]],
-              concurrency: int = 0, tune_dir: Path | None = None) -> list[dict[str, Any]]:
+              concurrency: int = 0, tune_dir: Path | None = None, gpus_per_trial: float = 0.0) -> list[dict[str, Any]]:
     """Run (name, overrides) pairs of one phase (pretrain | finetune) as Tune trials
     (`coreecg.tune.trials`), each in `output/runs/<phase>/<name>/`, Tune's experiment in
     `tune_dir/<phase>-<attempt>` (default output/tune) -> one row per run. Resources per trial
@@ -110,7 +110,8 @@ def run_phase(output: Path, phase: str, config_file: str | None, runs: list[tupl
                        run_dir=str(run_dir(output, phase, name))).to_dict() for name, overrides in runs]
     t0 = time.perf_counter()
     grid = run_trials({"run": tune.grid_search(specs)}, storage=tune_dir, name=f"{phase}-{attempt}", config=first,
-                      concurrency=concurrency_for(first, concurrency), label=phase, total=len(runs))
+                      concurrency=concurrency_for(first, concurrency), gpus_per_trial=gpus_per_trial,
+                      label=phase, total=len(runs))
     rows = []
     for result in grid:
         name = (result.config or {}).get("run", {}).get("name", Path(result.path).name)
@@ -132,8 +133,11 @@ def write_runs_csv(rows: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def run_study(study: Study, output: str | Path, *, resume: bool = False, concurrency: int = 0) -> list[dict]:
-    """Corpora, pretraining, fine-tuning; -> one row per run (runs.csv). Finished runs are kept."""
+def run_study(study: Study, output: str | Path, *, resume: bool = False, concurrency: int = 0,
+              gpus_per_trial: float = 0.0) -> list[dict]:
+    """Corpora, pretraining, fine-tuning; -> one row per run (runs.csv). Finished runs are kept.
+    concurrency: trials at once (0: what the cluster's CPUs allow); gpus_per_trial: what each
+    single-worker trial reserves (0: one GPU when train.use_gpu, else none)."""
     from coreecg.cluster import init_ray
 
     output = Path(output).resolve()
@@ -158,7 +162,7 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
         else:
             pending.append((r.name, study.pretrain_overrides(r)))
     log.info("pretraining: %d run(s), %d finished before", len(study.pretrain_runs()), len(study.pretrain_runs()) - len(pending))
-    rows += run_phase(output, "pretrain", study.config_file, pending, concurrency)
+    rows += run_phase(output, "pretrain", study.config_file, pending, concurrency, gpus_per_trial=gpus_per_trial)
 
     pending = []
     finetunes = [*study.finetune_runs(), *study.mask_rate_runs()]
@@ -176,7 +180,7 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
             extra.append(f"finetune.encoder={encoder}")
         pending.append((r.name, study.finetune_overrides(r, extra)))
     log.info("fine-tuning: %d run(s), %d to run", len(finetunes), len(pending))
-    rows += run_phase(output, "finetune", study.config_file, pending, concurrency)
+    rows += run_phase(output, "finetune", study.config_file, pending, concurrency, gpus_per_trial=gpus_per_trial)
     labels = {("pretrain", r.name): (r.variant, r.seed) for r in study.pretrain_runs()}
     labels.update({("finetune", r.name): (r.method, r.seed) for r in finetunes})
     rows = [{**row, "method": labels[row["phase"], row["run"]][0], "seed": labels[row["phase"], row["run"]][1]}

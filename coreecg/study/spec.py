@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import yaml
+
 from coreecg.config import ConfigError, load_config
 from coreecg.data.leads import LeadSetError, parse_lead_set
 from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, Space, SpaceError, load_space
@@ -466,8 +468,8 @@ class _Reader:
             raise self.error("mask_rates.space", str(e)) from None
         if len(grid.grid) != 2:
             raise self.error("mask_rates.space", f"a mask-rate grid needs exactly two grid keys, got {list(grid.grid)}")
-        mr_corpora = mr.corpora or corpora
-        if not mr_corpora or [c for c in mr_corpora if c not in corpora]:
+        mr_corpora = mr.corpora or corpora      # none at all: the cheap mode only (the probe's heatmap)
+        if (mr.corpora and not corpora) or [c for c in mr_corpora if c not in corpora]:
             raise self.error("mask_rates.corpora", f"{list(mr_corpora)} must name downstream.corpora ({list(corpora)})")
         keys = tuple(grid.grid)
         return MaskRates(mr.variant, keys, tuple(tuple(float(v) for v in grid.grid[k]) for k in keys),
@@ -481,8 +483,8 @@ class _Reader:
         grids = self.grids(names, pretrained)
         tables = self.tables(bool(corpora))
         mask_rates = self.mask_rates(names)
-        if not pretrained and not corpora:
-            raise StudyError(f"{self.path}: nothing to run (no pretrain.methods and no downstream.corpora)")
+        if not pretrained and not corpora and mask_rates is None:
+            raise StudyError(f"{self.path}: nothing to run (no pretrain.methods, downstream.corpora or mask_rates)")
         space = self.space
         return Study(path=self.path, name=s.name or self.path.stem, config_file=self.config_file, base=self.base,
                      variants=dict(space.variants), unavailable=dict(space.unavailable),
@@ -509,3 +511,26 @@ def _check_run_configs(study: Study) -> None:
                  f"{run.fraction}, seed {run.seed})")
         _config(study.path, where, study.config_file, study.finetune_overrides(run))
     _config(study.path, "report.set", study.config_file, study.report_overrides())
+
+
+def write_study_file(output: Path, study: dict[str, Any]) -> Path:
+    """<output>/study.yaml: a study the presets (jobs/ablate.py, jobs/sweep_mask_rates.py) build
+    from their flags, written where its runs go (`python jobs/study.py <output>/study.yaml`
+    runs it again). A folder already holding another one is a StudyError (resume it with the
+    same flags, or use another folder)."""
+    text, path = yaml.safe_dump(study, sort_keys=False), Path(output) / "study.yaml"
+    if path.is_file() and path.read_text() != text:
+        raise StudyError(f"{path}: {output} holds a study built from other flags; use another --output")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def absolute_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """--set overrides with the path keys (PATH_KEYS) made absolute: given on a command line they
+    are relative to its folder, in a study file they would be relative to the file."""
+    out = []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        out.append(f"{key}={Path(value).expanduser().resolve()}" if key in PATH_KEYS and value else o)
+    return out

@@ -6,8 +6,9 @@ fine-tuning alike.
 
 `plan_run` starts (or joins) Ray once, pulls a mirrored run folder back where it is missing and
 plans the run (`coreecg.train.plan`); `fit` trains the plan with a TorchTrainer whose workers run
-`coreecg.train.worker.train_on`, and returns where everything went. From a job to the loss:
-main -> fit -> (Ray) _train_loop -> train_on -> train_worker -> step -> method.forward -> loss.
+`coreecg.train.loop.train_worker` (on `coreecg.train.worker.worker_context`), and returns where
+everything went. From a job to the loss:
+main -> fit -> (Ray) _train_loop -> train_worker -> TrainStep -> method.forward -> loss.
 
 Outputs go to `<train.storage_path>/<train.name>/`: `checkpoint_step<N>/checkpoint.pt` (rank 0
 writes them, the last `train.keep_checkpoints` kept), `config.yaml`, `run.json`,
@@ -108,7 +109,8 @@ def _fit_here(plan: RunPlan, dataset, report_fn, mirror) -> dict[str, Any]:
     """The one worker in this process; -> the last report's numbers."""
     from coreecg.devices import trial_device
     from coreecg.train.ingest import local_source
-    from coreecg.train.worker import train_on
+    from coreecg.train.loop import train_worker
+    from coreecg.train.worker import worker_context
 
     last: dict[str, Any] = {}
 
@@ -119,7 +121,9 @@ def _fit_here(plan: RunPlan, dataset, report_fn, mirror) -> dict[str, Any]:
         if mirror is not None:
             mirror()
 
-    train_on(plan, local_source(dataset), 0, 1, trial_device(plan.config.train.use_gpu), report_fn=report)
+    task, ctx = worker_context(plan, local_source(dataset), 0, 1, trial_device(plan.config.train.use_gpu),
+                               report_fn=report)
+    train_worker(task, plan.config, ctx)
     return last
 
 
@@ -146,13 +150,14 @@ def _result(plan: RunPlan, last: dict[str, Any]) -> RunResult:
 
 
 def _train_loop(config: dict[str, Any]) -> None:
-    """train_loop_per_worker: `train_on` with Ray's data, DDP and reporting. config: {"plan":
+    """train_loop_per_worker: the loop with Ray's data, DDP and reporting. config: {"plan":
     RunPlan.to_dict() (its task is built on the worker), "files": the split's ShardFiles when it
     streams, else None (the materialised dataset is Ray Train's "train")}."""
     import ray.train
     import ray.train.torch
 
-    from coreecg.train.worker import train_on
+    from coreecg.train.loop import train_worker
+    from coreecg.train.worker import worker_context
 
     _quiet_worker_logs()
     rc = ray.train.get_context()
@@ -162,9 +167,10 @@ def _train_loop(config: dict[str, Any]) -> None:
         return ray.train.torch.prepare_model(model, move_to_device=False,
                                              parallel_strategy_kwargs={"forward_sync_buffers": False})
 
-    train_on(RunPlan.from_dict(config["plan"]), config["files"] or ray.train.get_dataset_shard("train"),
-             rc.get_world_rank(), rc.get_world_size(), ray.train.torch.get_device(),
-             report_fn=ray.train.report, wrap=wrap)
+    plan = RunPlan.from_dict(config["plan"])
+    task, ctx = worker_context(plan, config["files"] or ray.train.get_dataset_shard("train"), rc.get_world_rank(),
+                               rc.get_world_size(), ray.train.torch.get_device(), report_fn=ray.train.report, wrap=wrap)
+    train_worker(task, plan.config, ctx)
 
 
 def _quiet_worker_logs() -> None:

@@ -1,6 +1,7 @@
 """One worker of a run, wherever it runs: a Ray Train worker (`coreecg.train.fit`), or the process
-of a single-worker Tune trial (`coreecg.tune.trials`). Both hand `train_on` the plan, their data
-and their way of reporting; everything else is the same code:
+of a single-worker Tune trial (`coreecg.tune.trials`). Both hand `worker_context` the plan, their
+data and their way of reporting, and run `coreecg.train.loop.train_worker` on what it returns;
+everything else is the same code:
 
 - checkpoints: rank 0 writes them into the run folder itself, atomically with their sha256
   (the store, `coreecg.checkpoints`), keeps the newest `train.keep_checkpoints`, and every start
@@ -20,7 +21,7 @@ import torch
 from coreecg.checkpoints import load_latest, prune_checkpoints, save_step
 from coreecg.train.finetuning import FinetuneTask
 from coreecg.train.ingest import epoch_batches
-from coreecg.train.loop import WorkerContext, train_worker
+from coreecg.train.loop import WorkerContext
 from coreecg.train.plan import RunPlan
 from coreecg.train.pretraining import task_from_plan
 
@@ -32,12 +33,12 @@ def build_task(plan: RunPlan, rank: int, device: torch.device):
     return FinetuneTask(plan, device) if plan.task == "finetune" else task_from_plan(plan, rank)
 
 
-def train_on(plan: RunPlan, source, rank: int, world: int, device: torch.device, *,
-             report_fn: Callable[[dict[str, float]], None] = lambda metrics: None,
-             wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m) -> dict[str, float]:
-    """Train this worker's share of `plan` to its end (resuming from the run folder's newest
-    checkpoint). source: what `ingest.epoch_batches` reads (a Ray Data shard, a materialised
-    dataset's iterator, or ShardFiles). -> the last epoch's metrics (rank 0's view)."""
+def worker_context(plan: RunPlan, source, rank: int, world: int, device: torch.device, *,
+                   report_fn: Callable[[dict[str, float]], None] = lambda metrics: None,
+                   wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m) -> tuple[Any, WorkerContext]:
+    """(task, context) of this worker's share of `plan`, for `train_worker`: batches from `source`
+    (what `ingest.epoch_batches` reads: a Ray Data shard, a materialised dataset's iterator, or
+    ShardFiles), checkpoints in the run folder, reports to `report_fn`, the model wrapped by `wrap`."""
     cfg, run_dir = plan.config, plan.run_dir
     if device.type == "cpu":
         torch.set_num_threads(max(1, cfg.train.cpus_per_worker))
@@ -50,9 +51,8 @@ def train_on(plan: RunPlan, source, rank: int, world: int, device: torch.device,
             prune_checkpoints(run_dir, cfg.train.keep_checkpoints)
         report_fn(metrics)
 
-    ctx = WorkerContext(
+    return task, WorkerContext(
         rank=rank, world_size=world, device=device, steps_per_epoch=plan.steps_per_epoch, run_dir=run_dir,
         epoch_batches=lambda epoch: epoch_batches(source, per_worker, epoch, cfg.train.seed, rank,
                                                   cfg.data.shuffle_buffer, device, world),
         report=report, latest=lambda: load_latest(run_dir, device), wrap=wrap)
-    return train_worker(task, cfg, ctx)

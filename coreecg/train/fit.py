@@ -84,7 +84,10 @@ def fit(plan: RunPlan, *, callbacks: list | None = None, report_fn=None) -> RunR
     if plan.finished:                       # found by the planner's one check of the run folder
         log.info("%s: already finished (metrics.json); nothing to do", run_dir)
         return _result(plan, {})
-    start_ray(plan.config)                  # a no-op when plan_run started it
+    import ray
+
+    if not ray.is_initialized():            # plan_run (or the Tune trial) started it: once
+        start_ray(plan.config)
     for line in plan.describe():
         (log.warning if line.startswith("warning:") else log.info)("%s", line)
     write_run_folder(plan)

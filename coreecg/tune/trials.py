@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from coreecg.config import Config, load_config
+from coreecg.files import write_json
 from coreecg.tune.spaces import overrides_for
 
 log = logging.getLogger(__name__)
@@ -85,9 +86,7 @@ def run_trial(trial: dict[str, Any]) -> None:
         f.write(json.dumps({"event": "trial_start", "time": round(time.time(), 3)}) + "\n")
     t0 = time.perf_counter()
     last = _fit(spec, cfg)
-    tmp = run_dir / f".{DONE_FILE}.tmp"
-    tmp.write_text(json.dumps({**last, "wall_s": time.perf_counter() - t0}))
-    os.replace(tmp, run_dir / DONE_FILE)
+    write_json(run_dir / DONE_FILE, {**last, "wall_s": time.perf_counter() - t0})
 
 
 def _fit(spec: dict[str, Any], cfg: Config) -> dict[str, Any]:

@@ -84,7 +84,7 @@ def test_mask_rate_grid_records_a_failing_trial_and_goes_on(env, tmp_path):
     rows = _rows(figures / "probe_results.csv")
     assert len(rows) == 4
     failed = [r for r in rows if r["status"] == "failed"]
-    assert [r["optim.batch_size"] for r in failed] == ["4096.0", "4096.0"]
+    assert [r["optim.batch_size"] for r in failed] == ["4096", "4096"]
     runs = {r["run_dir"]: r for r in _rows(out / "runs.csv")}
     assert all("no full batch of 4096" in runs[r["run_dir"]]["error"] for r in failed)
     ok = [r for r in rows if r["status"] == "done"]

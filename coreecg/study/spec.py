@@ -36,7 +36,8 @@ Paths are relative to the study file (data.* paths given with --set: to the curr
 ~ and $VARS are expanded, an unset variable is an error.
 
 The downstream runs are the union of the grids' corpora x methods x modes x leads x fractions x
-seeds (without `grids`, the one grid of the section's fields); a run two grids share runs once.
+seeds (without `grids`, the one grid of the section's fields; `grids: {}`, none: the corpora then
+serve the mask-rate figure's fine-tunings only); a run two grids share runs once.
 A downstream seed s fine-tunes the encoder pretrained with seed s when the study pretrains one,
 else the one of the first pretraining seed. Every pretraining and every fine-tuning config is
 built here (an unknown key, variant, method, corpus, source, mode or lead name is a StudyError
@@ -110,7 +111,8 @@ class DownstreamSection:
     fractions: Fractions = (1.0,)
     seeds: Seeds = (0,)
     set: Overrides = ()
-    grids: Annotated[dict[str, GridEntry | None], Check(bool, "must name at least one grid")] | None = None
+    # None: one grid of the fields above; {}: none (the corpora serve mask_rates' fine-tunings only)
+    grids: dict[str, GridEntry | None] | None = None
 
 
 @dataclass
@@ -472,7 +474,7 @@ class _Reader:
         if (mr.corpora and not corpora) or [c for c in mr_corpora if c not in corpora]:
             raise self.error("mask_rates.corpora", f"{list(mr_corpora)} must name downstream.corpora ({list(corpora)})")
         keys = tuple(grid.grid)
-        return MaskRates(mr.variant, keys, tuple(tuple(float(v) for v in grid.grid[k]) for k in keys),
+        return MaskRates(mr.variant, keys, tuple(tuple(grid.grid[k]) for k in keys),
                          mr_corpora, mr.seeds)
 
     def study(self) -> Study:

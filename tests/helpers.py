@@ -78,3 +78,16 @@ def crash_on_save(monkeypatch, n: int, message: str = "simulated crash") -> None
             raise KeyboardInterrupt(message)
 
     monkeypatch.setattr(loop, "save_step", save_then_crash)
+
+
+class InProcessDataset:
+    """Ray Data's from_items(...).map(fn, fn_kwargs=...).take_all(), run in this process."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def map(self, fn, fn_kwargs=None, **_):
+        return InProcessDataset(fn(item, **(fn_kwargs or {})) for item in self.items)
+
+    def take_all(self):
+        return self.items

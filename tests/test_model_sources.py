@@ -19,24 +19,11 @@ from coreecg.hub import export_model
 from coreecg.loading import load_classifier, load_encoder, open_source
 from coreecg.methods import CoReECG
 from coreecg.model.classifier import Classifier
-from tests.helpers import TINY
+from tests.helpers import TINY, InProcessDataset
 
 # Small inputs (120 tokens for 12 leads), as in tests/test_predict.py: cheap on 2 CPU cores.
 SMALL = [*TINY, "model.input_samples=1500", "data.crop_samples=1500", "model.patch_size=150"]
 RECORDS = 90           # 30 synthetic patients, 60/20/20 by patient: val and test get windows of their own
-
-
-class _InProcess:
-    """Ray Data's from_items(...).map(fn, fn_kwargs=...).take_all(), run in this process."""
-
-    def __init__(self, items):
-        self.items = list(items)
-
-    def map(self, fn, fn_kwargs=None, **_):
-        return _InProcess(fn(item, **(fn_kwargs or {})) for item in self.items)
-
-    def take_all(self):
-        return self.items
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +46,7 @@ def corpus(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sources-corpus") / "synthetic"
     cfg = load_config(overrides=["data.shard_records=45", "data.split_ratios=[0.6,0.2,0.2]"]).data
     with pytest.MonkeyPatch.context() as mp:          # no cluster: the shards run here, one by one
-        mp.setattr(ray.data, "from_items", lambda items, **_: _InProcess(items))
+        mp.setattr(ray.data, "from_items", lambda items, **_: InProcessDataset(items))
         build_corpus("synthetic", None, out, cfg, source_options=cfg.sources.for_source("synthetic", RECORDS),
                      log_warnings=False)
     return out

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from coreecg.config import STANDARD_LEADS, load_config
-from tests.helpers import TINY
+from tests.helpers import TINY, InProcessDataset
 
 REPO = Path(__file__).resolve().parents[1]
 LIMB = STANDARD_LEADS[:6]
@@ -28,19 +28,6 @@ LIMB = STANDARD_LEADS[:6]
 # for 12 leads, not 360), so every forward pass here is cheap on 2 CPU cores.
 SMALL = [*TINY, "model.input_samples=1500", "data.crop_samples=1500", "model.patch_size=150"]
 N_RECORDS = 100        # the first PTB-XL records: ~85 single-label, enough for labelled val and test splits
-
-
-class _InProcess:
-    """Ray Data's from_items(...).map(fn, fn_kwargs=...).take_all(), run in this process."""
-
-    def __init__(self, items):
-        self.items = list(items)
-
-    def map(self, fn, fn_kwargs=None, **_):
-        return _InProcess(fn(item, **(fn_kwargs or {})) for item in self.items)
-
-    def take_all(self):
-        return self.items
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +47,7 @@ def corpus(ecg_data, ptbxl_refs, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("predict-corpus") / "ptbxl"
     cfg = load_config(overrides=["data.shard_records=50"]).data
     with pytest.MonkeyPatch.context() as mp:          # no cluster: the shards run here, one by one
-        mp.setattr(ray.data, "from_items", lambda items, **_: _InProcess(items))
+        mp.setattr(ray.data, "from_items", lambda items, **_: InProcessDataset(items))
         build_corpus("ptbxl", ecg_data / "ptbxl", out, cfg, source_options=cfg.sources.for_source("ptbxl", 0),
                      refs=ptbxl_refs, log_warnings=False)
     return out

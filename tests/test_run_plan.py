@@ -87,45 +87,6 @@ def test_read_split_numbers_rows_as_training_ingest_does(corpus):
     assert ids.shape == whole["uid"].shape and len(set(ids)) == len(set(whole["record_id"]))
 
 
-def _imports(path: Path) -> set[str]:
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("coreecg"):
-            out.add(node.module)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("coreecg"))
-    return out
-
-
-def _module_graph() -> dict[str, set[str]]:
-    graph = {}
-    for p in PACKAGE.rglob("*.py"):
-        name = ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
-        graph[name] = _imports(p)
-    return {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
-
-
-def test_no_import_circles_and_lower_layers_never_import_training():
-    graph = _module_graph()
-    state: dict[str, int] = {}
-
-    def visit(m: str, stack: list[str]) -> None:       # depth-first; a grey node reached again is a circle
-        state[m] = 1
-        for d in sorted(graph[m]):
-            if state.get(d) == 1:
-                pytest.fail(f"import circle: {' -> '.join(stack[stack.index(d):] + [m, d])}")
-            if d not in state:
-                visit(d, stack + [m])
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [])
-    for m, deps in graph.items():
-        if m.startswith(("coreecg.data", "coreecg.eval", "coreecg.model", "coreecg.methods")):
-            assert not [d for d in deps if d.startswith(("coreecg.train", "coreecg.tune"))], m
-
-
 def test_the_library_logs_and_never_prints():
     for p in PACKAGE.rglob("*.py"):
         tree = ast.parse(p.read_text())

@@ -45,7 +45,6 @@ class SweepSettings:
     concurrency: int = 0                     # 0: as many as the cluster's CPUs allow (at least 1)
     gpus_per_trial: float = 0.0              # single-worker trials: a fraction of a GPU is fine
     resume: bool = False
-    variants: dict[str, list[str]] = field(default_factory=dict)
     metric: str = METRIC                     # the objective (OBJECTIVES); its direction follows
 
     @property
@@ -76,8 +75,7 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
     out.mkdir(parents=True, exist_ok=True)
     config_file = str(Path(settings.config_file).expanduser().resolve()) if settings.config_file else None
     spec = TrialSpec(task="pretrain", config_file=config_file, overrides=(*absolute_data_paths(settings), *FORCED),
-                     storage=str(out / "trials"), variants={k: tuple(v) for k, v in settings.variants.items()},
-                     require_probe=True)
+                     storage=str(out / "trials"), require_probe=True)
     return run_trials({**param_space, "run": spec.to_dict()}, mode=settings.mode, search_alg=search_alg,
                       scheduler=scheduler, num_samples=num_samples, **common)
 

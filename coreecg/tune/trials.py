@@ -3,7 +3,7 @@ trials of `run_trial`, started by `run_trials`.
 
 A trial's config is {"run": TrialSpec as a dict, **params}: the spec is what every trial of the
 experiment shares or, for a study, grid-searched per run; params are what a searcher samples
-(dotted config keys such as "masking.p_time", or "variant": a named override list). The trial:
+(dotted config keys such as "masking.p_time"). The trial:
 - builds its config: config file, the spec's overrides, its params, its run folder (the spec's
   `run_dir`, or `<storage>/<trial id>`: a retried or restored trial finds its own folder);
 - returns at once if its run folder holds `done.json` (a finished trial whose end Tune did not
@@ -23,7 +23,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,6 @@ class TrialSpec:
     run_dir: str = ""                           # "" : <storage>/<trial id>
     storage: str = ""
     name: str = ""                              # the console's name of the run ("": the trial id)
-    variants: dict[str, tuple[str, ...]] = field(default_factory=dict)   # "variant" param -> overrides
     require_probe: bool = False                 # judged by probe_auroc: a corpus without labels is an error
 
     def to_dict(self) -> dict[str, Any]:
@@ -61,13 +60,8 @@ def read_done(run_dir: str | Path) -> dict[str, Any]:
 
 
 def build_trial_config(spec: dict[str, Any], params: dict[str, Any], run_dir: Path) -> Config:
-    """The trial's config: config file, the spec's overrides, the variant's, the params, its folder."""
-    overrides = list(spec["overrides"])
-    params = dict(params)
-    if "variant" in params:
-        name = params.pop("variant")
-        overrides += [*spec["variants"][name], f"train.variant={name}"]
-    return load_config(spec["config_file"], [*overrides, *overrides_for(params),
+    """The trial's config: config file, the spec's overrides, the sampled params, its folder."""
+    return load_config(spec["config_file"], [*spec["overrides"], *overrides_for(params),
                                              f"train.storage_path={run_dir.parent}", f"train.name={run_dir.name}"])
 
 

@@ -63,17 +63,13 @@ def main(argv=None) -> int:
 
 def ablation_study(output: Path, args, names: list[str], pretrained: list[str], tables: list[str]) -> dict:
     """The ablation as a study file's data (absolute paths)."""
-    from coreecg.data.corpus import load_manifest
-    from coreecg.study.spec import absolute_overrides
-    from coreecg.train.finetuning import dataset_name
+    from coreecg.jobs.study import preset_study
 
     seeds = list(range(args.seeds))
-    study: dict = {"name": output.name, **({"config": str(Path(args.config).resolve())} if args.config else {}),
-                   "set": absolute_overrides(args.overrides), "variants": str(Path(args.space).resolve()),
+    head, corpora = preset_study(output, args.config, args.overrides, args.finetune)
+    study: dict = {**head, "variants": str(Path(args.space).resolve()),
                    "pretrain": {"methods": pretrained, "seeds": seeds, "set": ["train.eval_every_epochs=1"]}}
-    if args.finetune:
-        corpora = {dataset_name(load_manifest(c)): {"path": str(c)}
-                   for c in (Path(c).expanduser().resolve() for c in args.finetune)}
+    if corpora:
         study["downstream"] = {"corpora": corpora, "methods": names, "modes": ["finetune"], "seeds": seeds}
         study["report"] = {"tables": tables}
     return study

@@ -79,5 +79,20 @@ def run_study_job(study, output: str | Path, *, resume: bool = False, concurrenc
     return 1 if bad else 0
 
 
+
+def preset_study(output: Path, config: str | None, overrides: list[str], finetune: list[str]) -> tuple[dict, dict]:
+    """What every preset's study file starts with (its name, config and --set, paths made
+    absolute) and its downstream corpora (dataset name -> {path}) from --finetune folders."""
+    from coreecg.data.corpus import load_manifest
+    from coreecg.study.spec import absolute_overrides
+    from coreecg.train.finetuning import dataset_name
+
+    head = {"name": output.name, **({"config": str(Path(config).resolve())} if config else {}),
+            "set": absolute_overrides(overrides)}
+    corpora = {dataset_name(load_manifest(c)): {"path": str(c)}
+               for c in (Path(c).expanduser().resolve() for c in finetune)}
+    return head, corpora
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -61,23 +61,17 @@ def main(argv=None) -> int:
 def mask_rate_study(output: Path, args) -> dict:
     """The mask-rate grid as a study file's data (absolute paths): no other pretraining, no
     downstream grid; the cells and, with --finetune, their fine-tunings."""
-    from coreecg.data.corpus import load_manifest
-    from coreecg.study.spec import absolute_overrides
-    from coreecg.train.finetuning import dataset_name
+    from coreecg.jobs.study import preset_study
 
-    seeds = list(range(args.seeds))
-    study: dict = {"name": output.name, **({"config": str(Path(args.config).resolve())} if args.config else {}),
-                   "set": absolute_overrides(args.overrides),
-                   "variants": str(shipped("tune_spaces/ablations.yaml").resolve()),
+    head, corpora = preset_study(output, args.config, args.overrides, args.finetune)
+    study: dict = {**head, "variants": str(shipped("tune_spaces/ablations.yaml").resolve()),
                    "pretrain": {"methods": []},
-                   "mask_rates": {"space": str(Path(args.space).resolve()), "variant": args.variant, "seeds": seeds},
+                   "mask_rates": {"space": str(Path(args.space).resolve()), "variant": args.variant,
+                                  "seeds": list(range(args.seeds))},
                    "report": {"tables": [], "figures": ["mask_rates"]}}
-    if args.finetune:
-        corpora = {dataset_name(load_manifest(c)): {"path": str(c)}
-                   for c in (Path(c).expanduser().resolve() for c in args.finetune)}
+    if corpora:
         study["downstream"] = {"corpora": corpora, "grids": {}}
     return study
-
 
 if __name__ == "__main__":
     sys.exit(main())

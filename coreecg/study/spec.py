@@ -255,6 +255,7 @@ class Study:
     report_set: tuple[str, ...]
     mask_rates: MaskRates | None = None
     extra: tuple[str, ...] = field(default=())   # --set of the command line, over everything
+    allow: tuple = ()                            # the variants file's declared differences (Allowance)
 
     # ------------------------------------------------------------------ runs
 
@@ -316,6 +317,11 @@ class Study:
     def report_overrides(self) -> list[str]:
         return [*self.base, *self.report_set, *self.extra]
 
+    def table_rows(self) -> dict[str, list[str]]:
+        """Each table's rows (methods that run): the variants file's row list, else every method."""
+        runnable = [m for m in self.methods if m not in self.unavailable]
+        return {t: [m for m in self.method_tables.get(t, runnable) if m in runnable] for t in self.tables}
+
 
 # ---------------------------------------------------------------------------- loading
 
@@ -333,7 +339,8 @@ def study_from_dict(data: dict[str, Any], origin: Path, extra: list[str] | tuple
     origin = Path(origin).resolve()
     spec = load(StudyFile, data, origin=str(origin), error=StudyError)
     study = _Reader(origin, spec, tuple(extra)).study()
-    _check_run_configs(study)
+    configs = _check_run_configs(study)
+    _check_fair_tables(study, configs)
     return study
 
 
@@ -493,7 +500,8 @@ class _Reader:
                      method_tables={k: list(v) for k, v in space.tables.items()},
                      pretrain_methods=pretrained, pretrain_seeds=s.pretrain.seeds, pretrain_set=s.pretrain.set,
                      corpora=corpora, grids=grids, downstream_set=s.downstream.set, tables=tables,
-                     figures=s.report.figures, report_set=s.report.set, mask_rates=mask_rates, extra=self.extra)
+                     figures=s.report.figures, report_set=s.report.set, mask_rates=mask_rates, extra=self.extra,
+                     allow=tuple(space.allow))
 
 
 def _config(origin: Path, where: str, config_file: str | None, overrides: list[str]):
@@ -503,16 +511,42 @@ def _config(origin: Path, where: str, config_file: str | None, overrides: list[s
         raise StudyError(f"{origin}: {where}: {e}") from None
 
 
-def _check_run_configs(study: Study) -> None:
-    """Every run's config, once, before Ray: StudyError naming the file and the run."""
+def _check_run_configs(study: Study) -> dict[str, dict]:
+    """Every run's config, once, before Ray: StudyError naming the file and the run. -> run name
+    -> its config as a plain dict (what the fairness check compares)."""
+    out = {}
     for run in study.pretrain_runs():
-        _config(study.path, f"pretraining {run.variant!r} (seed {run.seed})", study.config_file,
-                study.pretrain_overrides(run))
+        out[run.name] = _config(study.path, f"pretraining {run.variant!r} (seed {run.seed})", study.config_file,
+                                study.pretrain_overrides(run)).to_dict()
     for run in [*study.finetune_runs(), *study.mask_rate_runs()]:
         where = (f"fine-tuning {run.method!r} on {run.corpus} ({run.mode}, leads {run.leads}, fraction "
                  f"{run.fraction}, seed {run.seed})")
-        _config(study.path, where, study.config_file, study.finetune_overrides(run))
+        out[run.name] = _config(study.path, where, study.config_file, study.finetune_overrides(run)).to_dict()
     _config(study.path, "report.set", study.config_file, study.report_overrides())
+    return out
+
+
+def _check_fair_tables(study: Study, configs: dict[str, dict]) -> None:
+    """Every table's rows differ only in what defines their method (coreecg/eval/fairness.py),
+    before Ray starts: StudyError naming the table, rows and keys otherwise."""
+    from coreecg.eval.fairness import FINETUNING, PRETRAINING, Entry, UnfairTableError, check_table
+
+    for table, rows in study.table_rows().items():
+        entries = [Entry(r.variant, PRETRAINING, "", configs[r.name]) for r in study.pretrain_runs()
+                   if r.variant in rows and not r.params]
+        entries += [Entry(r.method, FINETUNING, finetune_cell(r.corpus, r.mode, r.leads, r.fraction), configs[r.name])
+                    for r in study.finetune_runs() if r.method in rows]
+        try:
+            check_table(table, entries, study.allow)
+        except UnfairTableError as e:
+            raise StudyError(f"{study.path}: {e}") from None
+
+
+def finetune_cell(corpus: str, mode: str, leads: str, fraction: float) -> str:
+    """The table cell a fine-tuning run fills (the supervised baseline's `scratch` sits in the
+    fine-tuning column)."""
+    column = "finetune" if mode == "scratch" else mode
+    return f"{corpus}, {column}, {leads} leads, {fraction:.0%} of the training data"
 
 
 def write_study_file(output: Path, study: dict[str, Any]) -> Path:

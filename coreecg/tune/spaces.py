@@ -8,6 +8,8 @@ Three kinds of file, told apart by their top-level key:
     variants:  {Name: [a.b=c, ...] | scratch             named override lists (ablations.yaml);
                 | {not_available: reason}}               `scratch`: the supervised baseline, no pretraining;
     tables:    {table name: [variant names]}             not_available: a table row that says why it is empty
+    allow:     [{variants: [names], keys: [a.b | a.*],   a declared protocol difference between table
+                 reason: text}]                          rows (coreecg/eval/fairness.py): a footnote
 
 The file is read by the typed loader (`coreecg.typed`, the schema `SpaceFile`). Every key must be
 a config key and every value (both ends of a range, every grid value, every variant) must make a
@@ -26,6 +28,7 @@ from typing import Annotated, Any, Literal
 import yaml
 
 from coreecg.config import Config, ConfigError, apply_overrides, load_config
+from coreecg.eval.fairness import Allowance, flatten, is_compared
 from coreecg.typed import Check, TypedError, load, read_yaml
 
 SCRATCH = "scratch"
@@ -62,11 +65,21 @@ Overrides = Annotated[tuple[str, ...], Check(lambda v: all("=" in o for o in v),
 
 
 @dataclass
+class AllowEntry:
+    """allow[i]: rows `variants` may differ from the other rows of a table in `keys`, for `reason`."""
+
+    variants: Annotated[tuple[str, ...], Check(bool, "must not be empty")]
+    keys: Annotated[tuple[str, ...], Check(bool, "must not be empty")]
+    reason: Annotated[str, Check(lambda s: bool(s.strip()), "must give the reason")]
+
+
+@dataclass
 class SpaceFile:
     grid: dict[str, Annotated[tuple[Any, ...], Check(bool, "must not be empty")]] = field(default_factory=dict)
     params: dict[str, Distribution] = field(default_factory=dict)
     variants: dict[str, Overrides | Literal[SCRATCH] | Unavailable] = field(default_factory=dict)
     tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    allow: tuple[AllowEntry, ...] = ()
 
 
 @dataclass
@@ -77,6 +90,7 @@ class Space:
     variants: dict[str, list[str] | str] = field(default_factory=dict)
     tables: dict[str, list[str]] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)     # variant name -> why it has no run
+    allow: list[Allowance] = field(default_factory=list)          # declared protocol differences
 
     @property
     def keys(self) -> list[str]:
@@ -120,7 +134,26 @@ def load_space(path: str | Path, config_file: str | None = None, base: list[str]
         if missing:
             raise SpaceError(f"{path}: tables.{table}: unknown variants {missing}")
         space.tables[table] = list(names)
+    space.allow = [_allowance(path, i, entry, space, cfg) for i, entry in enumerate(spec.allow)]
     return space
+
+
+def _allowance(path: Path, i: int, entry: AllowEntry, space: Space, cfg: Config) -> Allowance:
+    """allow[i], checked: its variants exist, each key is a config key (or `section.*` prefix)
+    on which rows must agree (declaring a method's own key would allow nothing)."""
+    where = f"{path}: allow[{i}]"
+    missing = [v for v in entry.variants if v not in space.variants]
+    if missing:
+        raise SpaceError(f"{where}: variants: unknown variants {missing}")
+    known = flatten(cfg.to_dict())
+    for key in entry.keys:
+        matches = [k for k in known if k == key or (key.endswith(".*") and k.startswith(key[:-1]))]
+        if not matches:
+            raise SpaceError(f"{where}: keys: {key!r} is not a config key (nor a 'section.*' prefix of one)")
+        if not any(is_compared(k) for k in matches):
+            raise SpaceError(f"{where}: keys: {key!r} defines a method or only bookkeeps a run: rows may "
+                             "differ in it without a declaration")
+    return Allowance(tuple(entry.variants), tuple(entry.keys), entry.reason.strip())
 
 
 def _yaml(value: Any) -> str:

@@ -1,0 +1,150 @@
+"""Fair tables: the rows of a table may differ only in what defines their method.
+
+A table compares methods; a difference between two rows is a claim about the methods only when
+everything else was the same: the encoder, the pretraining data and budget (corpus, epochs,
+batch, optimiser), the negatives pool, workers x per-worker batch, the fine-tuning protocol and
+the seeds. `check_table` compares the configs behind each row and
+
+- ignores what defines a method (METHOD_KEYS: the method and its options, masking, loss weights
+  and temperature, augmentation, the decoders and projection heads, the teacher's EMA) and what
+  only bookkeeps a run (BOOKKEEPING: names, paths, logging, checkpoint cadence, speed options
+  that do not change the arithmetic's result beyond float rounding);
+- turns a difference declared in the variants file (`allow:` entries: rows, keys, reason) into
+  a footnote of the table;
+- raises UnfairTableError naming the table, the rows and the keys for any other difference.
+
+    allow:                                   # tune_spaces/<variants>.yaml
+      - variants: [MoCo V3]
+        keys: [optim.lr]                     # a dotted key, or a section prefix such as optim.*
+        reason: MoCo v3's own learning rate (its paper, Table 1)
+
+Configs come in as plain nested dicts (`Config.to_dict()` or a run folder's config.yaml), one
+`Entry` per run: a study checks the configs it is about to run (before Ray starts), the report
+the configs of the runs that finished.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+# Keys that define a method: rows are meant to differ here.
+METHOD_PREFIXES = ("pretrain.", "methods.", "masking.", "augment.", "model.time_decoder_",
+                   "model.latent_decoder_", "model.proj_", "optim.ema_momentum")
+METHOD_KEYS = frozenset({"loss.alpha", "loss.beta", "loss.tau", "train.variant", "finetune.method",
+                         "finetune.mode", "finetune.encoder"})
+# Keys that name, place, log or speed up a run without changing what it computes.
+BOOKKEEPING_PREFIXES = ("report.", "data.probe_", "train.tracking")
+BOOKKEEPING = frozenset({
+    "train.name", "train.storage_path", "train.mirror_uri", "train.log_every", "train.progress_every_s",
+    "train.eval_every_epochs", "train.figures", "train.checkpoint_every_steps", "train.keep_checkpoints",
+    "train.max_failures", "train.device", "train.cpus_per_worker", "train.host_memory_cache",
+    "train.activation_checkpointing", "train.compile", "data.cache_dir", "data.cache_in_memory_gb",
+    "finetune.eval_batch_size", "finetune.bootstrap_resamples", "finetune.tsne_max_points",
+    "finetune.dataset", "train.seed"})       # seeds are compared as sets per row (SEEDS)
+SEEDS = "train.seed"
+PRETRAINING, FINETUNING = "pretraining", "fine-tuning"
+
+
+class UnfairTableError(ValueError):
+    """Rows of a table trained under different protocols; the message names table, rows and keys."""
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """A declared difference: rows `variants` may differ from the others in `keys` (dotted keys
+    or `section.*` prefixes), for `reason` (printed as the table's footnote)."""
+
+    variants: tuple[str, ...]
+    keys: tuple[str, ...]
+    reason: str
+
+    def covers(self, row: str, key: str) -> bool:
+        return row in self.variants and any(key == k or (k.endswith(".*") and key.startswith(k[:-1]))
+                                            for k in self.keys)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One run behind a table row: its method (the row), which comparison it is part of (`phase`
+    and `cell`: runs are compared within one cell, e.g. "ptbxl, 12 leads, 100 %"), its config."""
+
+    method: str
+    phase: str                  # PRETRAINING | FINETUNING
+    cell: str
+    config: Mapping[str, Any]
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"optim": {"lr": 1e-3}} -> {"optim.lr": 1e-3}; lists become tuples (comparable, hashable)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def is_compared(key: str) -> bool:
+    """Whether rows must agree on `key` (it neither defines a method nor only bookkeeps)."""
+    return not (key in METHOD_KEYS or key in BOOKKEEPING or key.startswith(METHOD_PREFIXES)
+                or key.startswith(BOOKKEEPING_PREFIXES))
+
+
+def check_table(table: str, entries: Iterable[Entry], allow: Sequence[Allowance] = (), *,
+                seeds: str = "strict") -> list[str]:
+    """Compare the rows of `table` cell by cell. -> the table's footnotes (declared differences,
+    and with seeds="note" rows whose seed sets differ). seeds="strict" (a study about to run):
+    differing seed sets are a protocol difference like any other; "note" (the report on finished
+    runs, where a failed run leaves a row short): a footnote, since the significance rule compares
+    rows with different runs. UnfairTableError lists every undeclared difference."""
+    groups: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+    for e in entries:
+        groups.setdefault((e.phase, e.cell), {}).setdefault(e.method, []).append(flatten(e.config))
+    notes, errors = [], []
+    for (phase, cell), rows in groups.items():
+        if len(rows) < 2:
+            continue
+        where = f"{phase}{f' ({cell})' if cell else ''}"
+        for key, values in _differences(rows).items():
+            _judge(key, values, where, allow, notes, errors)
+        seed_sets = {m: tuple(sorted({c.get(SEEDS) for c in cs})) for m, cs in rows.items()}
+        if len(set(seed_sets.values())) > 1:
+            text = f"{where}: seeds differ: " + "; ".join(f"{m} {list(s)}" for m, s in seed_sets.items())
+            (errors if seeds == "strict" else notes).append(text)
+    if errors:
+        raise UnfairTableError(f"table {table!r}: rows trained under different protocols (only what defines a "
+                               "method may differ; declare any other difference in the variants file's allow: "
+                               "with a reason):\n  " + "\n  ".join(errors))
+    return list(dict.fromkeys(notes))
+
+
+def _differences(rows: Mapping[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """key -> {method: value} for every compared key on which the rows' first runs disagree."""
+    first = {m: cs[0] for m, cs in rows.items()}
+    keys = sorted({k for c in first.values() for k in c if is_compared(k)})
+    out = {}
+    for key in keys:
+        values = {m: c.get(key, "<absent>") for m, c in first.items()}
+        if len({repr(v) for v in values.values()}) > 1:
+            out[key] = values
+    return out
+
+
+def _judge(key: str, values: Mapping[str, Any], where: str, allow: Sequence[Allowance],
+           notes: list[str], errors: list[str]) -> None:
+    """One differing key: a footnote when an allowance covers every row on one side of the
+    difference (the rows off the most common value, or the rows on it), else an error line."""
+    common = Counter(repr(v) for v in values.values()).most_common(1)[0][0]
+    off = [m for m, v in values.items() if repr(v) != common]
+    on = [m for m in values if m not in off]
+    shown = ", ".join(f"{m}: {values[m]!r}" for m in values)
+    for side in (off, on):
+        reasons = [a.reason for a in allow if all(a.covers(m, key) for m in side)]
+        if reasons:
+            notes.append(f"{', '.join(side)} differ{'s' if len(side) == 1 else ''} in {key} ({shown}): "
+                         f"{reasons[0]}")
+            return
+    errors.append(f"{where}: {', '.join(off)} differ{'s' if len(off) == 1 else ''} from {', '.join(on)} in {key} "
+                  f"({shown})")

@@ -1,0 +1,126 @@
+"""Fair tables (coreecg/eval/fairness.py): rows may differ only in what defines their method; any
+other difference is an error naming the table, the rows and the keys, unless the variants file
+declares it (`allow:`), and then it is the table's footnote. Checked by a study before Ray starts."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from coreecg.config import LossConfig
+from coreecg.eval.fairness import FINETUNING, PRETRAINING, Allowance, Entry, UnfairTableError, check_table
+from coreecg.study.spec import StudyError, load_study
+from coreecg.tune.spaces import SpaceError, load_space
+from tests.helpers import TINY, tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pre(method: str, *overrides: str, seed: int = 0) -> Entry:
+    return Entry(method, PRETRAINING, "", tiny_config(*overrides, f"train.seed={seed}").to_dict())
+
+
+def test_what_defines_a_method_and_what_only_bookkeeps_may_differ():
+    entries = [_pre("CoRe-ECG"),
+               _pre("ST-MEM-like", "masking.strategy=random", "loss.beta=0", "train.name=other",
+                    "train.storage_path=/elsewhere", "train.checkpoint_every_steps=7", "data.probe_max_windows=9"),
+               _pre("MoCo V3", "pretrain.method=moco_v3", "methods.moco_v3.dim=16", "augment.fda=false")]
+    assert check_table("comparison", entries) == []
+
+
+@pytest.mark.parametrize("override, key", [
+    ("optim.lr=0.001", "optim.lr"),                       # pretraining budget and optimiser
+    ("optim.epochs=3", "optim.epochs"),
+    ("model.depth=3", "model.depth"),                     # the encoder
+    (f"loss.gather_negatives={str(not LossConfig().gather_negatives).lower()}", "loss.gather_negatives"),  # negatives
+    ("train.num_workers=4", "train.num_workers"),         # workers x per-worker batch
+    ("data.corpus=/other/corpus", "data.corpus"),         # pretraining data
+])
+def test_an_undeclared_difference_names_the_table_rows_and_key(override, key):
+    entries = [_pre("CoRe-ECG"), _pre("ST-MEM-like", "loss.beta=0"), _pre("MoCo V3", "pretrain.method=moco_v3",
+                                                                        override)]
+    with pytest.raises(UnfairTableError) as err:
+        check_table("comparison", entries)
+    text = str(err.value)
+    assert "'comparison'" in text and key in text and "MoCo V3 differs from CoRe-ECG, ST-MEM-like" in text
+
+
+def test_a_declared_difference_becomes_a_footnote_and_covers_only_its_rows_and_keys():
+    entries = [_pre("CoRe-ECG"), _pre("ST-MEM-like", "loss.beta=0"),
+               _pre("MoCo V3", "pretrain.method=moco_v3", "optim.lr=0.001")]
+    allow = [Allowance(("MoCo V3",), ("optim.*",), "MoCo v3's own optimiser settings")]
+    (note,) = check_table("comparison", entries, allow)
+    assert note.startswith("MoCo V3 differs in optim.lr") and note.endswith("MoCo v3's own optimiser settings")
+    with pytest.raises(UnfairTableError, match="optim.lr"):             # another row is not covered
+        check_table("comparison", entries, [Allowance(("ST-MEM-like",), ("optim.*",), "x")])
+    with pytest.raises(UnfairTableError, match="optim.lr"):             # another key is not covered
+        check_table("comparison", entries, [Allowance(("MoCo V3",), ("optim.epochs",), "x")])
+
+
+def test_fine_tuning_rows_are_compared_cell_by_cell_and_seed_sets_must_agree():
+    ft = lambda m, cell, *o, seed=0: Entry(m, FINETUNING, cell, tiny_config(*o, f"train.seed={seed}").to_dict())  # noqa: E731
+    same_cell = [ft("A", "ptbxl 12", "finetune.method=A"), ft("B", "ptbxl 12", "finetune.method=B", "finetune.mode=scratch")]
+    other_cell = [ft("A", "ptbxl 1", "finetune.leads=[I]"), ft("B", "ptbxl 1", "finetune.leads=[I]")]
+    assert check_table("leads", same_cell + other_cell) == []           # leads differ between cells, not within
+    with pytest.raises(UnfairTableError, match=r"fine-tuning \(ptbxl 12\): B differs from A in finetune.lr"):
+        check_table("leads", [same_cell[0], ft("B", "ptbxl 12", "finetune.lr=0.01")])
+    seeds = [ft("A", "c", seed=0), ft("A", "c", seed=1), ft("B", "c", seed=0)]
+    with pytest.raises(UnfairTableError, match=r"seeds differ: A \[0, 1\]; B \[0\]"):
+        check_table("t", seeds)
+    assert check_table("t", seeds, seeds="note") == ["fine-tuning (c): seeds differ: A [0, 1]; B [0]"]
+
+
+def _variants(tmp_path: Path, moco: list[str], allow: list | None = None) -> Path:
+    data = {"variants": {"CoRe-ECG": [], "ST-MEM-like": ["masking.strategy=random", "masking.ratio=0.75",
+                                                          "loss.beta=0"],
+                         "MoCo V3": ["pretrain.method=moco_v3", *moco], "Supervised": "scratch"},
+            "tables": {"comparison": ["Supervised", "MoCo V3", "ST-MEM-like", "CoRe-ECG"]}}
+    if allow is not None:
+        data["allow"] = allow
+    path = tmp_path / "variants.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _study(tmp_path: Path, variants: Path, ecg_data: Path) -> Path:
+    data = {"config": str(REPO / "configs" / "quickstart.yaml"),
+            "set": [*TINY, f"data.cache_dir={tmp_path / 'cache'}"],
+            "variants": str(variants),
+            "pretrain": {"methods": ["CoRe-ECG", "ST-MEM-like", "MoCo V3"], "seeds": [0, 1]},
+            "downstream": {"corpora": {"ptbxl": {"source": "ptbxl", "input": str(ecg_data / "ptbxl")}},
+                           "seeds": [0, 1]},
+            "report": {"tables": ["comparison"]}}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_study_with_an_undeclared_difference_stops_before_ray_and_a_declared_one_runs(tmp_path, ecg_data):
+    study = _study(tmp_path, _variants(tmp_path, ["optim.batch_size=64"]), ecg_data)
+    with pytest.raises(StudyError) as err:
+        load_study(study)
+    assert str(study) in str(err.value) and "'comparison'" in str(err.value)
+    assert "MoCo V3 differs from CoRe-ECG, ST-MEM-like in optim.batch_size" in str(err.value)
+    done = subprocess.run([sys.executable, "jobs/study.py", str(study), "--output", str(tmp_path / "out")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "optim.batch_size" in done.stderr and not (tmp_path / "out").exists()
+    allow = [{"variants": ["MoCo V3"], "keys": ["optim.batch_size"], "reason": "MoCo v3 needs a large batch"}]
+    loaded = load_study(_study(tmp_path, _variants(tmp_path, ["optim.batch_size=64"], allow), ecg_data))
+    assert [a.reason for a in loaded.allow] == ["MoCo v3 needs a large batch"]
+    assert loaded.table_rows() == {"comparison": ["Supervised", "MoCo V3", "ST-MEM-like", "CoRe-ECG"]}
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"variants": ["MoCo v3"], "keys": ["optim.lr"], "reason": "r"}, "unknown variants"),
+    ({"variants": ["MoCo V3"], "keys": ["optim.learning_rate"], "reason": "r"}, "not a config key"),
+    ({"variants": ["MoCo V3"], "keys": ["masking.ratio"], "reason": "r"}, "defines a method"),
+    ({"variants": ["MoCo V3"], "keys": ["optim.lr"], "reason": " "}, "must give the reason"),
+])
+def test_a_bad_allow_entry_names_the_file_and_the_entry(tmp_path, entry, message):
+    path = _variants(tmp_path, [], [entry])
+    with pytest.raises(SpaceError, match=message) as err:
+        load_space(path)
+    assert str(path) in str(err.value) and "allow" in str(err.value)

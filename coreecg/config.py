@@ -87,7 +87,9 @@ class CPSC2018Options:
 
 @dataclass
 class CinC2021Options:
-    class_map: Literal["scored26", "ningbo25", "frequent", "none"] = "scored26"
+    # auto: ningbo25 when subsets is exactly [Ningbo] (the paper's Ningbo task has 25 classes: AF
+    # never occurs there, and a never-positive output would inflate micro ACC), else scored26
+    class_map: Literal["auto", "scored26", "ningbo25", "frequent", "none"] = "auto"
     min_count: int = 1                # class_map=frequent: codes seen at least this often ...
     count_column: str = "Total"       # ... in this column of the challenge tables
     subsets: tuple[str, ...] = ()     # e.g. [Ningbo]; empty = every database found
@@ -111,6 +113,8 @@ class SourceOptions:
         if name == "cinc2021":
             opts = dataclasses.asdict(self.cinc2021)
             opts["subsets"] = list(opts["subsets"]) or None
+            if opts["class_map"] == "auto":
+                opts["class_map"] = "ningbo25" if opts["subsets"] == ["Ningbo"] else "scored26"
             return opts
         if name == "synthetic":
             return {"n_records": synthetic_records, "seed": self.synthetic_seed}

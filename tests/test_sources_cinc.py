@@ -278,6 +278,23 @@ def test_cinc2021_ningbo_task(ecg_data):
         assert set(rec.labels) <= set(src.class_names) and rec.signal.shape == (12, 5000)
 
 
+def test_the_ningbo_subset_alone_reads_the_25_class_task_by_default():
+    """A build that names only subsets=[Ningbo] (studies/paper.yaml's) gets ningbo25, not the
+    26-class map with an output that is never positive; any other selection keeps scored26, and
+    an explicit class_map is kept."""
+    from coreecg.config import load_config
+
+    def opts(*sets):
+        return load_config(overrides=list(sets)).data.sources.for_source("cinc2021", 0)
+
+    assert opts("data.sources.cinc2021.subsets=[Ningbo]")["class_map"] == "ningbo25"
+    assert len(get_source("cinc2021", **opts("data.sources.cinc2021.subsets=[Ningbo]")).class_names) == 25
+    assert opts()["class_map"] == "scored26"
+    assert opts("data.sources.cinc2021.subsets=[Ningbo, Georgia]")["class_map"] == "scored26"
+    assert opts("data.sources.cinc2021.subsets=[Ningbo]",
+                "data.sources.cinc2021.class_map=scored26")["class_map"] == "scored26"
+
+
 def test_cinc2021_georgia_and_ptbxl(ecg_data):
     src = get_source("cinc2021")
     refs = _by_id(src.list_records(ecg_data / "cinc2021"))

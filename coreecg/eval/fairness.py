@@ -26,7 +26,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
+
+import yaml
 
 # Keys that define a method: rows are meant to differ here.
 METHOD_PREFIXES = ("pretrain.", "methods.", "masking.", "augment.", "model.time_decoder_",
@@ -73,6 +76,42 @@ class Entry:
     phase: str                  # PRETRAINING | FINETUNING
     cell: str
     config: Mapping[str, Any]
+
+
+def finetune_cell(dataset: str, mode: str, leads: str, fraction: float) -> str:
+    """The table cell a fine-tuning run fills (the supervised baseline's `scratch` sits in the
+    fine-tuning column)."""
+    column = "finetune" if mode == "scratch" else mode
+    return f"{dataset}, {column}, {leads} leads, {fraction:.0%} of the training data"
+
+
+def run_entries(runs: Sequence[Any]) -> tuple[list[Entry], list[str]]:
+    """The entries behind finished fine-tuning runs (`coreecg.eval.report.Run`: path, method,
+    dataset, mode, leads, train_fraction, record): each run's config.yaml, and once per encoder the
+    pretraining config it carries. -> (entries, notes on what could not be checked)."""
+    from coreecg.checkpoints import CheckpointError
+    from coreecg.loading import open_source
+
+    entries, notes, encoders = [], [], {}
+    for run in runs:
+        cell = finetune_cell(run.dataset, run.mode, run.leads, run.train_fraction)
+        try:
+            config = yaml.safe_load((Path(run.path) / "config.yaml").read_text())
+        except (OSError, yaml.YAMLError) as e:
+            notes.append(f"{run.path}: no readable config.yaml ({e}); its protocol is not checked")
+            continue
+        entries.append(Entry(run.method, FINETUNING, cell, config))
+        encoder = run.record.get("encoder")
+        if encoder and encoder not in encoders:
+            try:
+                encoders[encoder] = open_source(encoder, kind="encoder").config.to_dict()
+            except (CheckpointError, OSError, ValueError) as e:   # moved or unreadable: say so
+                notes.append(f"{run.method}: the encoder {encoder} cannot be opened ({e}); its pretraining "
+                             "protocol is not checked")
+                encoders[encoder] = None
+            if encoders[encoder] is not None:
+                entries.append(Entry(run.method, PRETRAINING, "", encoders[encoder]))
+    return entries, notes
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

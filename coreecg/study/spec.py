@@ -529,7 +529,7 @@ def _check_run_configs(study: Study) -> dict[str, dict]:
 def _check_fair_tables(study: Study, configs: dict[str, dict]) -> None:
     """Every table's rows differ only in what defines their method (coreecg/eval/fairness.py),
     before Ray starts: StudyError naming the table, rows and keys otherwise."""
-    from coreecg.eval.fairness import FINETUNING, PRETRAINING, Entry, UnfairTableError, check_table
+    from coreecg.eval.fairness import FINETUNING, PRETRAINING, Entry, UnfairTableError, check_table, finetune_cell
 
     for table, rows in study.table_rows().items():
         entries = [Entry(r.variant, PRETRAINING, "", configs[r.name]) for r in study.pretrain_runs()
@@ -540,13 +540,6 @@ def _check_fair_tables(study: Study, configs: dict[str, dict]) -> None:
             check_table(table, entries, study.allow)
         except UnfairTableError as e:
             raise StudyError(f"{study.path}: {e}") from None
-
-
-def finetune_cell(corpus: str, mode: str, leads: str, fraction: float) -> str:
-    """The table cell a fine-tuning run fills (the supervised baseline's `scratch` sits in the
-    fine-tuning column)."""
-    column = "finetune" if mode == "scratch" else mode
-    return f"{corpus}, {column}, {leads} leads, {fraction:.0%} of the training data"
 
 
 def write_study_file(output: Path, study: dict[str, Any]) -> Path:

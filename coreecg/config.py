@@ -223,8 +223,8 @@ class LossConfig:
     alpha: float = 1.0                # reconstruction weight; 0 = contrastive-only ablation
     beta: float = 1.0                 # contrastive weight; 0 = reconstructive-only ablation
     tau: float = 0.2
-    # Every contrastive method's negatives (CoRe-ECG's InfoNCE, MoCo v3, CMSC): true, the global
-    # batch (every rank's rows; the paper's batch of 256); false, each rank's own batch.
+    # Every contrastive method's negatives pool (one key, so compared methods share it): true,
+    # the global batch (every rank's rows; the paper's batch of 256); false, each rank's own batch.
     gather_negatives: bool = True
 
 

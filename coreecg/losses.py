@@ -80,15 +80,6 @@ def moco_contrastive(query: torch.Tensor, key: torch.Tensor, tau: float, gather:
     return F.cross_entropy(logits, labels) * (2 * tau)
 
 
-def _sum_over_ranks(t: torch.Tensor) -> torch.Tensor:
-    """t summed over every data-parallel rank (no gradient); t itself on one process."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(t)
-    return t
-
-
 def cmsc_contrastive(a: torch.Tensor, b: torch.Tensor, tau: float, patient: torch.Tensor | None = None,
                      gather: bool = True) -> torch.Tensor:
     """CLOCS's CMSC loss for one pair of segment views (Kiyasseh et al., ICML 2021, and
@@ -117,8 +108,9 @@ def cmsc_contrastive(a: torch.Tensor, b: torch.Tensor, tau: float, patient: torc
     all_patient = _gather_no_grad(patient)[0] if gather else patient
     same = patient[:, None] == all_patient[None, :]                      # (B, B * world)
     same[rows, own] = False                                              # the own pair: its own term
-    # The same-patient mean divides by the global count, so each rank's share sums to the mean.
-    pairs = _sum_over_ranks(same.sum().float()) if gather else same.sum().float()
+    # The same-patient mean divides by the pairs of the whole pool (every rank's, counted from the
+    # gathered ids), so the ranks' shares sum to the global mean; no sync, no extra collective.
+    pairs = (all_patient[:, None] == all_patient[None, :]).sum().float() - all_patient.shape[0]
     has_pairs = (pairs > 0).float()
     loss = a.new_zeros(())
     for logits in (a @ all_b.T / tau, b @ all_a.T / tau):               # (B, B * world) each

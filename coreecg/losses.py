@@ -84,13 +84,14 @@ def cmsc_contrastive(a: torch.Tensor, b: torch.Tensor, tau: float, patient: torc
                      gather: bool = True) -> torch.Tensor:
     """CLOCS's CMSC loss for one pair of segment views (Kiyasseh et al., ICML 2021, and
     `obtain_contrastive_loss` in its code; docs/baselines.md). a[i] and b[i] are adjacent segments
-    of window i; the candidates of a[i] are b of the whole (global) batch, and the other way round
-    (cosine similarity / tau, both views with gradient). Positives: the own pair, and every pair
-    of windows of one patient (`patient` equal: other recordings and other windows of the same
-    recording); everything else is a negative. As in CLOCS every candidate stays in the softmax,
-    and the loss per direction is the mean of two terms, the own pairs' mean -log p and the
-    same-patient pairs' mean -log p (the latter only when the batch has such pairs); unlike CLOCS
-    (one triangle per direction) both directions take every same-patient pair.
+    of window i; the candidates of a[i] are b of the whole (global) batch, or of the rank's batch
+    without `gather`, and the other way round (cosine similarity / tau, both views with
+    gradient). Positives: the own pair, and every pair of windows of one patient (`patient`
+    equal: other recordings and other windows of the same recording); everything else is a
+    negative. As in CLOCS every candidate stays in the softmax, and the loss per direction is the
+    mean of two terms, the own pairs' mean -log p and the same-patient pairs' mean -log p (the
+    latter only when the pool has such pairs); unlike CLOCS (one triangle per direction) both
+    directions take every same-patient pair.
 
     a, b: (B, E); patient: (B,) int64 or None (every window its own patient) -> scalar. With
     `gather` the same-patient mean is over the pairs of every rank, so the mean over ranks of

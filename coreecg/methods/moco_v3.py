@@ -2,7 +2,8 @@
 ICCV 2021) for ECG, on the one encoder: two random views of each window; the query path is
 encoder -> projector -> predictor, the key path a momentum (EMA) copy of encoder and projector;
 the loss is the symmetric ctr(q1, k2) + ctr(q2, k1) with the keys of the global batch
-(`coreecg.losses.moco_contrastive`; `loss.gather_negatives`, as for every contrastive method). Departures from the image recipe: docs/baselines.md."""
+(`coreecg.losses.moco_contrastive`; the pool is `loss.gather_negatives`, as for every contrastive
+method). Departures from the image recipe: docs/baselines.md."""
 from __future__ import annotations
 
 import copy

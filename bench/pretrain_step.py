@@ -73,11 +73,11 @@ def run_variant(args) -> dict:
     step = PretrainStep(model, cfg, Schedule(steps_per_epoch=1000, epochs=1, warmup_epochs=0))
     x = torch.randn(args.batch, cfg.model.n_leads, cfg.model.input_samples, device=device)
     gen = torch.Generator().manual_seed(0)   # on the host, as in the training loop
-    record = torch.arange(args.batch, device=device) if model.needs_record_ids else None
+    patient = torch.arange(args.batch, device=device) if model.needs_patient_ids else None
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    kwargs = {"generator": gen, **({"record": record} if record is not None else {})}
+    kwargs = {"generator": gen, **({"patient": patient} if patient is not None else {})}
     for _ in range(args.warmup):
         step(x, **kwargs)
     sync(device)

@@ -227,7 +227,9 @@ class LossConfig:
     alpha: float = 1.0                # reconstruction weight; 0 = contrastive-only ablation
     beta: float = 1.0                 # contrastive weight; 0 = reconstructive-only ablation
     tau: float = 0.2
-    gather_negatives: bool = False    # InfoNCE negatives from all data-parallel ranks
+    # Every contrastive method's negatives pool (one key, so compared methods share it): true,
+    # the global batch (every rank's rows; the paper's batch of 256); false, each rank's own batch.
+    gather_negatives: bool = True
 
 
 @dataclass

@@ -1,5 +1,7 @@
 """Pretraining objectives: masked reconstruction MSE, CoRe-ECG's InfoNCE, and the contrastive
-losses of the baselines (MoCo v3, CMSC), each with negatives from every data-parallel rank."""
+losses of the baselines (MoCo v3, CMSC). Every contrastive loss draws its negatives from one pool,
+chosen by the one key `loss.gather_negatives`: `gather=True` (the default) the global batch, every
+data-parallel rank's rows; `gather=False` the rank's own batch. On one process both are the batch."""
 from __future__ import annotations
 
 import torch
@@ -32,12 +34,12 @@ def _gather_with_grad(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     return gathered, dist.get_rank() * t.shape[0]
 
 
-def info_nce(student: torch.Tensor, teacher: torch.Tensor, tau: float, gather: bool = False) -> torch.Tensor:
+def info_nce(student: torch.Tensor, teacher: torch.Tensor, tau: float, gather: bool = True) -> torch.Tensor:
     """InfoNCE (paper, Eq. contrastive_loss): each student embedding against every teacher
     embedding of the batch, its own teacher embedding being the positive.
 
     student, teacher: (B, D). Similarity is cosine. With gather=True the negatives are the
-    teacher embeddings of every data-parallel rank (B * world_size candidates).
+    teacher embeddings of every data-parallel rank (B * world_size candidates), else the rank's.
     Returns the mean over the local batch of -log softmax(sim / tau)[positive].
     """
     s = F.normalize(student.float(), dim=-1)
@@ -62,8 +64,9 @@ def _gather_no_grad(t: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def moco_contrastive(query: torch.Tensor, key: torch.Tensor, tau: float, gather: bool = True) -> torch.Tensor:
-    """MoCo v3's ctr(q, k): each query against the keys of the whole (global) batch, its own key
-    the positive; keys carry no gradient. Scaled by 2 tau, as the MoCo v3 code does.
+    """MoCo v3's ctr(q, k): each query against the keys of the whole (global) batch (the rank's
+    batch without `gather`), its own key the positive; keys carry no gradient. Scaled by 2 tau,
+    as the MoCo v3 code does.
 
     query, key: (B, D) -> scalar, the mean over the local queries.
     """
@@ -77,27 +80,43 @@ def moco_contrastive(query: torch.Tensor, key: torch.Tensor, tau: float, gather:
     return F.cross_entropy(logits, labels) * (2 * tau)
 
 
-def cmsc_contrastive(a: torch.Tensor, b: torch.Tensor, tau: float, record: torch.Tensor | None = None,
+def cmsc_contrastive(a: torch.Tensor, b: torch.Tensor, tau: float, patient: torch.Tensor | None = None,
                      gather: bool = True) -> torch.Tensor:
-    """CLOCS's CMSC loss for one pair of segment views: a[i] and b[i] are adjacent segments of
-    window i (the positive); the candidates are the other view's embeddings of the whole (global)
-    batch, except those of the same recording (`record` equal), which are never negatives.
-    Cosine similarity / tau, symmetric (a -> b rows and b -> a), both views with gradient.
+    """CLOCS's CMSC loss for one pair of segment views (Kiyasseh et al., ICML 2021, and
+    `obtain_contrastive_loss` in its code; docs/baselines.md). a[i] and b[i] are adjacent segments
+    of window i; the candidates of a[i] are b of the whole (global) batch, or of the rank's batch
+    without `gather`, and the other way round (cosine similarity / tau, both views with
+    gradient). Positives: the own pair, and every pair of windows of one patient (`patient`
+    equal: other recordings and other windows of the same recording); everything else is a
+    negative. As in CLOCS every candidate stays in the softmax, and the loss per direction is the
+    mean of two terms, the own pairs' mean -log p and the same-patient pairs' mean -log p (the
+    latter only when the pool has such pairs); unlike CLOCS (one triangle per direction) both
+    directions take every same-patient pair.
 
-    a, b: (B, E); record: (B,) int64 or None (every window its own recording) -> scalar.
+    a, b: (B, E); patient: (B,) int64 or None (every window its own patient) -> scalar. With
+    `gather` the same-patient mean is over the pairs of every rank, so the mean over ranks of
+    this loss (what DDP's gradient averaging optimises) is the one-rank loss of the global batch.
     """
     a, b = F.normalize(a.float(), dim=-1), F.normalize(b.float(), dim=-1)
-    offset = 0
-    all_a, all_b = a, b
+    all_a, all_b, offset, world = a, b, 0, 1
     if gather:
         all_a, offset = _gather_with_grad(a)
         all_b, _ = _gather_with_grad(b)
-    labels = torch.arange(a.shape[0], device=a.device) + offset
-    logits_ab, logits_ba = a @ all_b.T / tau, b @ all_a.T / tau        # (B, B * world)
-    if record is not None:
-        all_rec = _gather_no_grad(record)[0] if gather else record
-        same = record[:, None] == all_rec[None, :]
-        same[torch.arange(a.shape[0], device=a.device), labels] = False      # the positive stays
-        logits_ab = logits_ab.masked_fill(same, float("-inf"))
-        logits_ba = logits_ba.masked_fill(same, float("-inf"))
-    return (F.cross_entropy(logits_ab, labels) + F.cross_entropy(logits_ba, labels)) / 2
+        world = all_a.shape[0] // a.shape[0]
+    rows = torch.arange(a.shape[0], device=a.device)
+    own = rows + offset                                                  # (B,) own pair's column
+    patient = own if patient is None else patient
+    all_patient = _gather_no_grad(patient)[0] if gather else patient
+    same = patient[:, None] == all_patient[None, :]                      # (B, B * world)
+    same[rows, own] = False                                              # the own pair: its own term
+    # The same-patient mean divides by the pairs of the whole pool (every rank's, counted from the
+    # gathered ids), so the ranks' shares sum to the global mean; no sync, no extra collective.
+    pairs = (all_patient[:, None] == all_patient[None, :]).sum().float() - all_patient.shape[0]
+    has_pairs = (pairs > 0).float()
+    loss = a.new_zeros(())
+    for logits in (a @ all_b.T / tau, b @ all_a.T / tau):               # (B, B * world) each
+        log_p = logits.log_softmax(dim=-1)
+        own_term = -log_p[rows, own].mean()
+        patient_term = -torch.where(same, log_p, 0.0).sum() * world / pairs.clamp_min(1.0)
+        loss = loss + (own_term + has_pairs * patient_term) / (1.0 + has_pairs)
+    return loss / 2

@@ -77,14 +77,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(args.cache) if args.cache else Path(tmp) / "corpora"
         corpora = build(cache)
-        parts, records = [], []
+        parts, patients = [], []
         for name, splits in (("ptbxl", ("train",)), ("cpsc2018", SPLITS), ("cinc2021", SPLITS)):
             present = {s["split"] for s in load_manifest(corpora[name])["shards"]}
             for split in (s for s in splits if s in present):
                 parts.append(read_split(corpora[name], split, ["signal"])["signal"])
-                records += [f"{name}/{r}" for r in read_split(corpora[name], split, ["record_id"])["record_id"]]   # same order
+                patients += [f"{name}/{p}" for p in read_split(corpora[name], split, ["patient_id"])["patient_id"]]   # same order
         windows = np.concatenate(parts).astype(np.float32)
-        record_of = np.unique(records, return_inverse=True)[1]       # CMSC: one recording's windows share an id
+        patient_of = np.unique(patients, return_inverse=True)[1]     # CMSC: one patient's windows share an id
         probe = load_probe_data(corpora["ptbxl"], 1000)
         test = read_split(corpora["ptbxl"], "test", ["signal", "labels"])
         probe.val = ProbeSplit(np.concatenate([probe.val.windows, test["signal"]]),
@@ -98,7 +98,7 @@ def main() -> None:
                                             "data.probe_labels_per_class=0", *args.set])
             run_dir = Path(tmp) / "runs" / method
             t0 = time.perf_counter()
-            last = pretrain_local(cfg, windows, run_dir, probe, record_of=record_of)
+            last = pretrain_local(cfg, windows, run_dir, probe, patient_of=patient_of)
             seconds = time.perf_counter() - t0
             init, epochs = epoch_records(run_dir)
             probes = [round(e["probe_auroc"], 4) for e in epochs if "probe_auroc" in e]
@@ -111,7 +111,7 @@ def main() -> None:
             print(json.dumps({method: results[method]}), file=sys.stderr, flush=True)
     print(json.dumps({"benchmark": "methods_probe", "config": args.config, "epochs": args.epochs,
                       "overrides": args.set, "pretraining_windows": int(len(windows)),
-                      "pretraining_recordings": int(record_of.max() + 1),
+                      "pretraining_patients": int(patient_of.max() + 1),
                       "probe": {"corpus": "ptbxl", "classes": probe.class_names,
                                 "train_windows": int(len(probe.train.label)), "val_windows": int(len(probe.val.label))},
                       "threads": torch.get_num_threads(), "results": results}, indent=1))

@@ -33,7 +33,7 @@ class PatchRegression(PretrainMethod):
         self.head = (nn.Linear(m.embed_dim, m.patch_size) if o.hidden_dim == 0 else nn.Sequential(
             nn.Linear(m.embed_dim, o.hidden_dim), nn.GELU(), nn.Linear(o.hidden_dim, m.patch_size)))
 
-    def forward(self, x, generator=None, record=None):
+    def forward(self, x, generator=None, patient=None):
         """x: (B, C, T) -> {"loss"}: visible tokens regress their own input patches."""
         B, C, _ = x.shape
         visible, _, _ = random_token_mask(B, C, self.config.model.n_patches,

@@ -149,48 +149,71 @@ def test_cmsc_segments_are_encoded_separately():
     assert torch.allclose(z[0], z2[0], atol=1e-6) and not torch.allclose(z[1], z2[1], atol=1e-3)
 
 
-def test_cmsc_loss_is_the_hand_computation_without_same_recording_negatives():
-    g = torch.Generator().manual_seed(2)
-    a, b = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
-    record = torch.tensor([7, 7, 3, 9])          # windows 0 and 1 come from one recording
-    tau = 0.1
+def _clocs_by_hand(a, b, patient, tau):
+    """CLOCS's patient-specific CMSC loss, one scalar at a time: per direction, the mean of the
+    own pairs' -log p and the same-patient pairs' -log p (every candidate in the softmax)."""
+    n = len(patient)
+
+    def log_p(u, v, i, j):
+        logits = [_cos(u[i].tolist(), v[k].tolist()) / tau for k in range(n)]
+        return logits[j] - math.log(sum(math.exp(x) for x in logits))
 
     def direction(u, v):
-        total = 0.0
-        for i in range(4):
-            cands = [j for j in range(4) if j == i or record[j] != record[i]]
-            logits = {j: _cos(u[i].tolist(), v[j].tolist()) / tau for j in cands}
-            total += -(logits[i] - math.log(sum(math.exp(x) for x in logits.values())))
-        return total / 4
+        own = -sum(log_p(u, v, i, i) for i in range(n)) / n
+        pairs = [(i, j) for i in range(n) for j in range(n) if i != j and patient[i] == patient[j]]
+        if not pairs:
+            return own
+        return (own - sum(log_p(u, v, i, j) for i, j in pairs) / len(pairs)) / 2
 
-    want = (direction(a, b) + direction(b, a)) / 2
-    assert cmsc_contrastive(a, b, tau, record).item() == pytest.approx(want, rel=1e-5)
-    # the exclusion matters: with every window its own recording the loss differs
-    assert cmsc_contrastive(a, b, tau, torch.arange(4)).item() != pytest.approx(want, rel=1e-3)
+    return (direction(a, b) + direction(b, a)) / 2
 
 
-def test_cmsc_model_takes_record_ids_from_the_loop():
+def test_cmsc_loss_takes_same_patient_windows_as_positives_as_clocs_does():
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
+    patient = [7, 7, 3, 9]                       # windows 0 and 1: one patient (other recordings)
+    tau = 0.1
+    a_, b_ = a.clone().requires_grad_(True), b.clone().requires_grad_(True)
+    loss = cmsc_contrastive(a_, b_, tau, torch.tensor(patient))
+    assert loss.item() == pytest.approx(_clocs_by_hand(a, b, patient, tau), rel=1e-5)
+    loss.backward()                              # both views of every window get a gradient
+    assert a_.grad.abs().sum(1).gt(0).all() and b_.grad.abs().sum(1).gt(0).all()
+    # no shared patient: CLOCS's own-pair terms alone, today's symmetric InfoNCE
+    alone = cmsc_contrastive(a, b, tau, torch.arange(4))
+    assert alone.item() == pytest.approx(_clocs_by_hand(a, b, [0, 1, 2, 3], tau), rel=1e-5)
+    assert alone.item() != pytest.approx(loss.item(), rel=1e-3)
+    assert cmsc_contrastive(a, b, tau, None).item() == pytest.approx(alone.item())
+    # two near-identical windows: a hard negative pair when the patients differ, a positive pair
+    # (low loss) when they share one
+    twin = torch.randn(5, generator=g)
+    a[0] = b[0] = twin
+    a[1] = b[1] = twin + 0.01 * torch.randn(5, generator=g)
+    shared = cmsc_contrastive(a, b, tau, torch.tensor(patient))
+    assert shared < cmsc_contrastive(a, b, tau, torch.arange(4)) - 0.2
+
+
+def test_cmsc_model_takes_patient_ids_from_the_loop():
     model = CMSC(_cfg("cmsc"))
-    assert model.needs_record_ids and not CoReECG(tiny_config()).needs_record_ids
+    assert model.needs_patient_ids and not CoReECG(tiny_config()).needs_patient_ids
     x = _x()
-    one = model(x, record=torch.tensor([0, 0, 1, 1]))["loss"]
-    own = model(x, record=None)["loss"]
+    one = model(x, patient=torch.tensor([0, 0, 1, 1]))["loss"]
+    own = model(x, patient=None)["loss"]
     assert one.item() != pytest.approx(own.item())
 
 
 # ---------------------------------------------------------------------------- two ranks
 
 
-def _rank(rank, world, q_all, k_all, record_all):
+def _rank(rank, world, q_all, k_all, patient_all):
     b = q_all.shape[0] // world
     q = q_all[rank * b:(rank + 1) * b].clone().requires_grad_(True)
     k = k_all[rank * b:(rank + 1) * b].clone().requires_grad_(True)
-    rec = record_all[rank * b:(rank + 1) * b].clone()
+    patient = patient_all[rank * b:(rank + 1) * b].clone()
     moco = moco_contrastive(q, k, 0.2)
     (moco / world).backward()                     # DDP averages gradients over ranks
     qa = q_all[rank * b:(rank + 1) * b].clone().requires_grad_(True)
     kb = k_all[rank * b:(rank + 1) * b].clone().requires_grad_(True)
-    cmsc = cmsc_contrastive(qa, kb, 0.1, rec)
+    cmsc = cmsc_contrastive(qa, kb, 0.1, patient)
     (cmsc / world).backward()
     return moco.detach(), q.grad.clone(), cmsc.detach(), qa.grad.clone(), kb.grad.clone()
 
@@ -198,8 +221,8 @@ def _rank(rank, world, q_all, k_all, record_all):
 def test_gathered_losses_on_two_ranks_equal_one_rank_on_the_global_batch():
     g = torch.Generator().manual_seed(0)
     q_all, k_all = torch.randn(8, 6, generator=g), torch.randn(8, 6, generator=g)
-    record = torch.tensor([0, 1, 2, 3, 0, 5, 6, 3])      # recordings shared across the two ranks
-    results = run_on_ranks(_rank, q_all, k_all, record)
+    patient = torch.tensor([0, 1, 2, 3, 0, 5, 6, 3])     # patients shared across the two ranks
+    results = run_on_ranks(_rank, q_all, k_all, patient)
 
     q, k = q_all.clone().requires_grad_(True), k_all.clone().requires_grad_(True)
     moco = moco_contrastive(q, k, 0.2)
@@ -207,7 +230,7 @@ def test_gathered_losses_on_two_ranks_equal_one_rank_on_the_global_batch():
     assert torch.allclose((results[0][0] + results[1][0]) / 2, moco, atol=1e-6)
     assert torch.allclose(torch.cat([results[0][1], results[1][1]]), q.grad, atol=1e-6)
     a, b = q_all.clone().requires_grad_(True), k_all.clone().requires_grad_(True)
-    cmsc = cmsc_contrastive(a, b, 0.1, record)
+    cmsc = cmsc_contrastive(a, b, 0.1, patient)
     cmsc.backward()
     assert torch.allclose((results[0][2] + results[1][2]) / 2, cmsc, atol=1e-6)
     assert torch.allclose(torch.cat([results[0][3], results[1][3]]), a.grad, atol=1e-6)
@@ -224,7 +247,7 @@ def test_gathered_losses_on_two_ranks_equal_one_rank_on_the_global_batch():
 def test_every_method_trains_the_one_encoder_and_has_gradient(method):
     cfg = _cfg(method)
     model = build_method(cfg)
-    out = model(_x(), torch.Generator().manual_seed(0), record=torch.arange(4))
+    out = model(_x(), torch.Generator().manual_seed(0), patient=torch.arange(4))
     out["loss"].backward()
     assert all(v.ndim == 0 for v in out.values()) and out["loss"].requires_grad
     grads = [p.grad for n, p in model.encoder.named_parameters() if p.requires_grad]

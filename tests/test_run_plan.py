@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from coreecg.data.locate import synthetic_corpus
-from coreecg.data.reading import read_split, record_index, split_rows
+from coreecg.data.reading import patient_index, read_split, split_rows
 from coreecg.train.finetuning import plan_finetune
 from coreecg.train.plan import FinetuneSpec, PlanError, RunPlan, plan_local
 from coreecg.train.pretraining import plan_pretrain
@@ -83,8 +83,12 @@ def test_read_split_numbers_rows_as_training_ingest_does(corpus):
     assert len(spread["uid"]) <= 7 and all(u % stride == 0 for u in spread["uid"])
     assert np.array_equal(spread["signal"], whole["signal"][spread["uid"]].astype(np.float32))
     assert np.array_equal(spread["multihot"], whole["multihot"][spread["uid"]])
-    ids = record_index(path)
-    assert ids.shape == whole["uid"].shape and len(set(ids)) == len(set(whole["record_id"]))
+    ids = patient_index(path)
+    meta = read_split(path, "train", ["dataset", "patient_id", "record_id"])
+    assert ids.shape == whole["uid"].shape and len(set(ids)) == len(set(meta["patient_id"]))
+    assert len(set(ids)) < len(set(meta["record_id"]))      # synthetic patients have several recordings
+    for p in set(meta["patient_id"]):                       # one index per patient, its own
+        assert len(set(ids[meta["patient_id"] == p])) == 1
 
 
 def test_the_library_logs_and_never_prints():

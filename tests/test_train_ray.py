@@ -255,14 +255,15 @@ def test_synthetic_corpus_is_built_once_and_reused(fresh_ray, tmp_path, monkeypa
 
 
 def test_cmsc_on_two_workers_with_multi_window_recordings(fresh_ray, ecg_data, tmp_path):
-    """CPSC2018 records last 6-60 s, so one recording gives several windows: they share a record
-    id on every worker (never each other's negatives), and the gathered loss trains under DDP."""
-    from coreecg.data.reading import read_split, record_index
+    """CPSC2018 records last 6-60 s, so one recording gives several windows; CPSC2018 has no
+    patient ids, so each recording is its own patient: its windows share a patient index on every
+    worker (positives, never negatives), and the gathered loss trains under DDP."""
+    from coreecg.data.reading import patient_index, read_split
 
     corpus = tmp_path / "cpsc"
     build_corpus("cpsc2018", ecg_data / "cpsc2018-cinc2020", corpus, load_config(overrides=["data.shard_records=16"]).data)
     meta = read_split(corpus, "train", ["record_id"])
-    ids = record_index(corpus)
+    ids = patient_index(corpus)
     assert len(set(ids)) == len(set(meta["record_id"])) < len(ids)            # several windows per recording
     for rec in set(meta["record_id"]):
         assert len(set(ids[meta["record_id"] == rec])) == 1

@@ -59,7 +59,7 @@ def test_ablation_variants_build_the_intended_model(name):
     overrides = load_space(SPACES / "ablations.yaml").variants[name]
     cfg = load_config(overrides=[*TINY, *overrides, "methods.moco_v3.hidden_dim=64"])
     model = build_method(cfg)
-    out = model(torch.randn(4, 12, 2250), record=torch.arange(4))
+    out = model(torch.randn(4, 12, 2250), patient=torch.arange(4))
     assert torch.isfinite(out["loss"])
     if cfg.pretrain.method != "core":               # a baseline: its own class, no CoRe-ECG branch
         assert not isinstance(model, CoReECG) and "loss_rec" not in out and "loss_con" in out

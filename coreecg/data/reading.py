@@ -101,7 +101,10 @@ def read_split(corpus: str | Path, split: str = "train", columns: Iterable[str] 
     return out
 
 
-def record_index(corpus: str | Path, split: str = "train") -> np.ndarray:
-    """(N,) int64 over the split's uids: windows of one recording share an index."""
-    _, ids = np.unique(read_split(corpus, split, ["record_id"])["record_id"], return_inverse=True)
-    return ids.astype(np.int64)
+def patient_index(corpus: str | Path, split: str = "train") -> np.ndarray:
+    """(N,) int64 over the split's uids: windows of one patient share an index. A patient is
+    (dataset, patient_id), so equal ids of two sources stay apart; a recording without a patient
+    id is its own patient (the corpus stores "record:<record_id>" for it)."""
+    meta = read_split(corpus, split, ["dataset", "patient_id"])
+    key = np.char.add(np.char.add(meta["dataset"].astype(str), "\x1f"), meta["patient_id"].astype(str))
+    return np.unique(key, return_inverse=True)[1].astype(np.int64).reshape(-1)

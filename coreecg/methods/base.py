@@ -18,12 +18,13 @@ class PretrainMethod(nn.Module):
     - momentum targets: return the student/target module pairs from `student_teacher_pairs`
       and the (start, end) momentum from `ema_schedule`; the step then updates the targets by
       EMA after every optimiser step (cosine schedule from start to end over the run).
-    - `needs_record_ids = True`: `forward` receives `record` (B,) int64, equal for windows of the
-      same recording (the loop looks it up from the corpus; in-memory data: one per window).
+    - `needs_patient_ids = True`: `forward` receives `patient` (B,) int64, equal for windows of
+      the same patient (the loop looks it up from the corpus, where a recording without a patient
+      id is its own patient; in-memory data: one per window).
     - `reconstruct(x, generator)`: draws the reconstruction figure at eval epochs.
     """
 
-    needs_record_ids: bool = False
+    needs_patient_ids: bool = False
     # Targets run in eval mode (no dropout). MoCo v3 keeps its key encoder in train mode so that
     # the BatchNorm in its projector normalises with batch statistics, as the query's does.
     targets_in_eval_mode: bool = True
@@ -33,7 +34,7 @@ class PretrainMethod(nn.Module):
         self.config = config.validate()
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
-                record: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                patient: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """x: (B, C, T) the training crop (C = model.n_leads, T = model.input_samples).
 
         -> {"loss": scalar with grad, plus detached scalar diagnostics}. Draw every random

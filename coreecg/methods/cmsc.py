@@ -1,9 +1,11 @@
 """CMSC, "Contrastive Multi-Segment Coding" (Kiyasseh, Zhu, Clifton, "CLOCS", ICML 2021), on the
 one encoder: each training window is cut into `segments` adjacent, non-overlapping segments (two
 4.5 s halves of the 9 s crop by default); each segment goes through the encoder alone, at its
-own time positions, and a linear head; segments of the same window are positives, other
-recordings' segments negatives (`coreecg.losses.cmsc_contrastive`). No augmentation. Why halves
-of a window and not adjacent windows of a longer record: docs/baselines.md."""
+own time positions, and a linear head; segments of the same window are positives, and so are
+segments of the same patient's other windows (CLOCS's patient-specific positives); other
+patients' segments of the global batch are negatives (`coreecg.losses.cmsc_contrastive`). No
+augmentation. Why halves of a window and not adjacent windows of a longer record:
+docs/baselines.md."""
 from __future__ import annotations
 
 import itertools
@@ -31,8 +33,8 @@ def segment_masks(segments: int, batch: int, n_leads: int, n_patches: int) -> to
 @dataclass
 class CMSCOptions:
     """`methods.cmsc`: CMSC (Kiyasseh, Zhu, Clifton, "CLOCS", ICML 2021): adjacent non-overlapping
-    segments of one recording are positives, other recordings negatives; no augmentation
-    (docs/baselines.md)."""
+    segments of one window, and segments of one patient, are positives, other patients negatives;
+    no augmentation (docs/baselines.md)."""
 
     temperature: float = 0.1
     segments: int = 2                 # adjacent segments per window, each 1/segments of the crop
@@ -54,7 +56,7 @@ class CMSCOptions:
 class CMSC(PretrainMethod):
     """Encoder -> mean over the segment's tokens -> Linear(embed_dim, dim): CLOCS's embedding."""
 
-    needs_record_ids = True
+    needs_patient_ids = True
 
     def __init__(self, config: Config):
         super().__init__(config)
@@ -73,13 +75,14 @@ class CMSC(PretrainMethod):
         return self.head(tokens.mean(dim=1)).view(S, B, -1)
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
-                record: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """x: (B, C, T); record: (B,) recording ids (None: every window its own recording).
+                patient: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """x: (B, C, T); patient: (B,) patient ids (None: every window its own patient).
         -> {loss, loss_con, segment_cos}: the mean CMSC loss over all segment pairs."""
         B, C, _ = self.check_input(x)
         z = self.embed_segments(x)
         pairs = list(itertools.combinations(range(self.options.segments), 2))
-        loss = sum(cmsc_contrastive(z[i], z[j], self.options.temperature, record) for i, j in pairs) / len(pairs)
+        tau, gather = self.options.temperature, self.config.loss.gather_negatives
+        loss = sum(cmsc_contrastive(z[i], z[j], tau, patient, gather) for i, j in pairs) / len(pairs)
         cos = torch.stack([F.cosine_similarity(z[i].detach().float(), z[j].detach().float(), dim=-1).mean()
                            for i, j in pairs]).mean()
         return {"loss": loss, "loss_con": loss.detach(), "segment_cos": cos}

@@ -79,7 +79,7 @@ class CoReECG(PretrainMethod):
     # ------------------------------------------------------------------ forward
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
-                record: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                patient: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """x: (B, C, T) with C = model.n_leads, T = model.input_samples.
 
         Returns a dict of scalars: loss, loss_rec (only with a Time Decoder), loss_con (only

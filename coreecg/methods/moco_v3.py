@@ -1,8 +1,9 @@
 """MoCo v3 (Chen, Xie, He, "An Empirical Study of Training Self-Supervised Vision Transformers",
 ICCV 2021) for ECG, on the one encoder: two random views of each window; the query path is
 encoder -> projector -> predictor, the key path a momentum (EMA) copy of encoder and projector;
-the loss is the symmetric ctr(q1, k2) + ctr(q2, k1) with keys from every rank
-(`coreecg.losses.moco_contrastive`). Departures from the image recipe: docs/baselines.md."""
+the loss is the symmetric ctr(q1, k2) + ctr(q2, k1) with the keys of the global batch
+(`coreecg.losses.moco_contrastive`; the pool is `loss.gather_negatives`, as for every contrastive
+method). Departures from the image recipe: docs/baselines.md."""
 from __future__ import annotations
 
 import copy
@@ -23,8 +24,8 @@ from coreecg.model.encoder import Encoder, default_lead_idx
 @dataclass
 class MoCoV3Options:
     """`methods.moco_v3`: MoCo v3 (Chen, Xie, He, ICCV 2021) on the one encoder: query encoder +
-    projector + predictor, momentum key encoder + projector, symmetric InfoNCE with keys from
-    every rank. Defaults: the paper's ViT recipe (docs/baselines.md)."""
+    projector + predictor, momentum key encoder + projector, symmetric InfoNCE with the keys of
+    the global batch (`loss.gather_negatives`). Defaults: the paper's ViT recipe (docs/baselines.md)."""
 
     temperature: float = 0.2
     momentum: float = 0.99            # key encoder EMA at step 0 ...
@@ -93,7 +94,7 @@ class MoCoV3(PretrainMethod):
                            generator)
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
-                record: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                patient: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """x: (B, C, T) -> {loss, loss_con, view_difference, query_key_cos}."""
         B, C, _ = self.check_input(x)
         views = self.views(x, generator)
@@ -105,8 +106,8 @@ class MoCoV3(PretrainMethod):
         with torch.no_grad():
             keys = self.momentum_encoder.pooled(views, lead_idx)
             k1, k2 = (self.momentum_projector(f) for f in keys.split(B))
-        tau = self.options.temperature
-        loss = moco_contrastive(q1, k2, tau) + moco_contrastive(q2, k1, tau)
+        tau, gather = self.options.temperature, self.config.loss.gather_negatives
+        loss = moco_contrastive(q1, k2, tau, gather) + moco_contrastive(q2, k1, tau, gather)
         v1, v2 = views.detach().split(B)
         return {"loss": loss, "loss_con": loss.detach(),
                 "view_difference": (v1 - v2).norm() / x.float().norm().clamp_min(1e-12),

@@ -27,17 +27,17 @@ log = logging.getLogger(__name__)
 class PretrainTask:
     """probe: coreecg.eval.probe.ProbeData (rank 0; None: no probe); figure_windows: (W, C, crop)
     fixed validation windows for the reconstruction figure (rank 0; None: no figure);
-    record_of: (N,) int64 recording id of every train uid, for methods that need record ids
-    (None: every window is its own recording, e.g. in-memory windows)."""
+    patient_of: (N,) int64 patient index of every train uid, for methods that need patient ids
+    (None: every window is its own patient, e.g. in-memory windows)."""
 
     name = "pretrain"
 
     def __init__(self, config: Config, probe: Any = None, figure_windows: torch.Tensor | None = None,
-                 record_of: torch.Tensor | None = None):
+                 patient_of: torch.Tensor | None = None):
         self.config, self.probe, self.figure_windows = config, probe, figure_windows
         self.epochs, self.global_batch = config.optim.epochs, config.optim.batch_size
-        self.record_of = record_of
-        self.needs_record_ids = False
+        self.patient_of = patient_of
+        self.needs_patient_ids = False
 
     def build(self, ctx: WorkerContext) -> tuple[PretrainMethod, PretrainStep]:
         cfg = self.config
@@ -45,9 +45,9 @@ class PretrainTask:
         if ctx.world_size > 1 and ctx.device.type == "cuda":
             # BatchNorm heads (MoCo v3) normalise over the global batch, as MoCo v3 does.
             core = torch.nn.SyncBatchNorm.convert_sync_batchnorm(core)
-        self.needs_record_ids = core.needs_record_ids
-        if self.record_of is not None:
-            self.record_of = self.record_of.to(ctx.device)
+        self.needs_patient_ids = core.needs_patient_ids
+        if self.patient_of is not None:
+            self.patient_of = self.patient_of.to(ctx.device)
         schedule = Schedule(ctx.steps_per_epoch, cfg.optim.epochs, cfg.optim.warmup_epochs)
         return core, PretrainStep(ctx.wrap(core), cfg, schedule, core=core)
 
@@ -55,8 +55,8 @@ class PretrainTask:
                generator: torch.Generator) -> tuple[tuple, dict]:
         x = to_model_input(signal, uid, self.config.train.seed, epoch, self.config.data.crop_samples)
         kwargs: dict[str, Any] = {"generator": generator}
-        if self.needs_record_ids:
-            kwargs["record"] = self.record_of[uid] if self.record_of is not None else uid
+        if self.needs_patient_ids:
+            kwargs["patient"] = self.patient_of[uid] if self.patient_of is not None else uid
         return (x,), kwargs
 
     def start(self, core: PretrainMethod, ctx: WorkerContext, writer: RunWriter) -> dict[str, Any]:
@@ -134,9 +134,9 @@ def figure_windows(corpus: Path, crop: int, n: int = 2) -> torch.Tensor:
 
 
 def task_from_plan(plan: RunPlan, rank: int) -> PretrainTask:
-    """The task a worker runs: the probe's data and the figure's windows on rank 0 only; record
+    """The task a worker runs: the probe's data and the figure's windows on rank 0 only; patient
     ids of the train split for methods that need them (CMSC)."""
-    from coreecg.data.reading import record_index
+    from coreecg.data.reading import patient_index
     from coreecg.eval.probe import load_probe_data
     from coreecg.methods import method_class
 
@@ -145,15 +145,15 @@ def task_from_plan(plan: RunPlan, rank: int) -> PretrainTask:
     if rank == 0:
         probe = load_probe_data(plan.probe_corpus, cfg.data.probe_max_windows) if plan.probe_corpus else None
         figures = figure_windows(plan.corpus, cfg.data.crop_samples) if cfg.train.figures else None
-    record_of = (torch.from_numpy(record_index(plan.corpus, "train"))
-                 if method_class(cfg.pretrain.method).needs_record_ids else None)
-    return PretrainTask(cfg, probe, figures, record_of)
+    patient_of = (torch.from_numpy(patient_index(plan.corpus, "train"))
+                  if method_class(cfg.pretrain.method).needs_patient_ids else None)
+    return PretrainTask(cfg, probe, figures, patient_of)
 
 
 def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | None = None,
-                   probe: Any = None, record_of: np.ndarray | None = None) -> dict[str, float]:
+                   probe: Any = None, patient_of: np.ndarray | None = None) -> dict[str, float]:
     """The no-Ray reference pretraining on in-memory windows (n, C, T_stored); see `run_local`.
-    record_of: (n,) recording id of each window (methods that need record ids); None: one per window."""
-    record = torch.as_tensor(record_of, dtype=torch.int64) if record_of is not None else None
+    patient_of: (n,) patient id of each window (methods that need patient ids); None: one per window."""
+    patient = torch.as_tensor(patient_of, dtype=torch.int64) if patient_of is not None else None
     plan = plan_local(config, len(windows), run_dir)
-    return run_local(plan, PretrainTask(plan.config, probe, record_of=record), windows)
+    return run_local(plan, PretrainTask(plan.config, probe, patient_of=patient), windows)

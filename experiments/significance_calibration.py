@@ -1,7 +1,7 @@
 """Calibration and power of the report's significance rule on synthetic predictions.csv files
 (coreecg/eval/calibration.py; the table in docs/evaluation.md, "Calibration").
 
-    python -m experiments.significance_calibration            # about 5 minutes on 2 busy cores
+    python -m experiments.significance_calibration            # about 7 minutes on 2 busy cores
 
 A/A tables (one method against itself on disjoint seeds): the observed share of raw p below the
 nominal 1, 5 and 10 % on AUROC, the share of cells and of tables marked after Holm over ACC, F1 and

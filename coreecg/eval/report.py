@@ -336,9 +336,9 @@ def _unmarkable_counts(table: Table) -> dict[str, int]:
         for j in range(len(table.columns)):
             d = table.difference(method, j)
             why = d if isinstance(d, str) else d.unmarkable if isinstance(d, Difference) else None
-            if why:
-                kind = ("runs" if why.startswith("fewer than") else "patients" if why.endswith(
-                    f"fewer than {sig.min_test_patients}") else why)
+            for part in why.split("; ") if why else ():      # a cell may lack both runs and patients
+                kind = ("runs" if part.startswith("fewer than") else "patients" if part.endswith(
+                    f"fewer than {sig.min_test_patients}") else part)
                 counts[kind] = counts.get(kind, 0) + 1
     return counts
 

@@ -189,16 +189,15 @@ def _compare(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarra
     if np.isnan(a).any() or np.isnan(b).any() or ok.sum() < 2:
         return None, None, None, None, "undefined on the test set or its resamples", undefined
     diff = float(np.mean(b) - np.mean(a))
+    why = [f"fewer than {min_runs} runs ({len(b)} and {len(a)} of the reference): test-set sampling only, "
+           "not a claim about the methods"] if min(len(a), len(b)) < min_runs else []
+    why += [f"{n_patients} test patients, fewer than {min_test_patients}"] if n_patients < min_test_patients else []
     if min(len(a), len(b)) < min_runs:
         d_boot = b_boot.mean(0) - a_boot.mean(0)
         low, high = (float(x) for x in np.quantile(d_boot, [(1 - level) / 2, (1 + level) / 2]))
-        why = (f"fewer than {min_runs} runs ({len(b)} and {len(a)} of the reference): test-set sampling only, "
-               "not a claim about the methods")
-        return diff, low, high, None, why, undefined
+        return diff, low, high, None, "; ".join(why), undefined
     low, high, p = run_level_test(a, b, a_boot, b_boot, level)
-    why = (f"{n_patients} test patients, fewer than {min_test_patients}" if n_patients < min_test_patients
-           else None)
-    return diff, low, high, p, why, undefined
+    return diff, low, high, p, "; ".join(why) or None, undefined
 
 
 def _resampled(cell: _Cell, metrics: Sequence[str], multilabel: bool, n_resamples: int,
@@ -293,13 +292,8 @@ def holm(p: Sequence[float]) -> np.ndarray:
 
 def benjamini_hochberg(p: Sequence[float]) -> np.ndarray:
     """Benjamini-Hochberg step-up adjusted p-values (false discovery rate): the i-th smallest of
-    k is min over j >= i of min(1, k p_(j) / j). (k,) -> (k,) in the input order."""
-    p = np.asarray(p, dtype=float)
-    order = np.argsort(p, kind="stable")
-    scaled = np.minimum(1.0, len(p) * p[order] / np.arange(1, len(p) + 1))
-    out = np.empty_like(p)
-    out[order] = np.minimum.accumulate(scaled[::-1])[::-1]
-    return out
+    k is min over j >= i of min(1, k p_(j) / j). (k,) -> (k,) in the input order (scipy's)."""
+    return stats.false_discovery_control(np.asarray(p, dtype=float), method="bh")
 
 
 def adjust_p(p: Sequence[float], how: str) -> np.ndarray:

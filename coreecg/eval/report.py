@@ -272,10 +272,12 @@ class Table:
     def unmarked_because(self, method: str, j: int) -> str:
         """Why a cell with a difference (or a reason for none) has no mark; '' otherwise."""
         d = self.difference(method, j)
-        if isinstance(d, str) or not isinstance(d, Difference) or self.marked(method, j):
-            return d if isinstance(d, str) else ""
+        if isinstance(d, str):
+            return d
+        if not isinstance(d, Difference) or self.marked(method, j):
+            return ""
         if not d.testable:
-            return d.unmarkable or "no p-value"
+            return d.unmarkable
         alpha = 1 - self.significance.level
         return f"adjusted p ({self.significance.adjust}) {self.adjusted[(method, j)]:.3g} >= {alpha:g}"
 
@@ -377,9 +379,10 @@ def _pp(x: float | None) -> str:
 
 
 def table_markdown(table: Table) -> str:
-    """The table as the paper prints it (best per column in bold, second underlined, a difference to the
-    reference marked \\* by `Table.marked`), then a runs-per-cell table (n per dataset block; shown as 'ACC/F1/AUROC'
-    counts when a metric was undefined in some run) and the differences to the reference."""
+    """The table as the paper prints it (best per column in bold, second underlined, a difference to
+    the reference marked \\* by `Table.marked`), then a runs-per-cell table (n per dataset block;
+    shown as 'ACC/F1/AUROC' counts when a metric was undefined in some run) and the differences to
+    the reference."""
     cols = table.columns
     lines = [f"# {table.spec.title}", "",
              "Test-set metrics in percent: mean ± sample standard deviation over seeds (the mean alone "

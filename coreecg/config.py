@@ -296,10 +296,15 @@ class ReportConfig:
         (metrics.json test.f1); argmax: macro F1 of argmax decisions, as ST-MEM's code computes
         it (test.f1_argmax), single-label only: a multi-label dataset keeps the threshold F1 and
         the table says so.
-    reference: the method every other row is compared with (paired bootstrap differences).
-    bootstrap_resamples: resamples of those differences; 0 computes none.
-    level: their interval's coverage.
+    reference: the method every other row is compared with (coreecg/eval/significance.py).
+    bootstrap_resamples: test-patient resamples of those differences; 0 computes none.
+    level: their interval's coverage; a difference is marked where its adjusted p < 1 - level.
     seed: the seed of their resampling (the same seed gives the same intervals).
+    min_runs: runs each method needs in a cell for its difference to be tested and marked; below
+        it the cell shows an interval from test-set sampling only (>= 2: a variance over runs).
+    min_test_patients: test patients a cell needs to be marked.
+    adjust: the correction over each table's testable differences: holm (family-wise error),
+        bh (Benjamini-Hochberg, false discovery rate) or none.
     """
 
     f1: Literal["threshold", "argmax"] = "threshold"
@@ -307,14 +312,22 @@ class ReportConfig:
     bootstrap_resamples: int = 1000
     level: float = 0.95
     seed: int = 0
+    min_runs: int = 3
+    min_test_patients: int = 30
+    adjust: Literal["holm", "bh", "none"] = "holm"
 
     def __post_init__(self) -> None:
         if not self.reference:
             raise ConfigError("report.reference must name a method (a table row)")
-        if self.bootstrap_resamples < 0:
-            raise ConfigError(f"report.bootstrap_resamples={self.bootstrap_resamples} must be >= 0 (0: none)")
+        if self.bootstrap_resamples < 0 or self.bootstrap_resamples == 1:
+            raise ConfigError(f"report.bootstrap_resamples={self.bootstrap_resamples} must be 0 (none) or >= 2 "
+                              "(a variance over resamples)")
         if not 0 < self.level < 1:
             raise ConfigError(f"report.level={self.level} must lie in (0, 1)")
+        if self.min_runs < 2:
+            raise ConfigError(f"report.min_runs={self.min_runs} must be >= 2 (the test needs a variance over runs)")
+        if self.min_test_patients < 0:
+            raise ConfigError(f"report.min_test_patients={self.min_test_patients} must be >= 0")
 
 
 @dataclass

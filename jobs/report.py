@@ -4,9 +4,11 @@
 
 Writes comparison, lead_reduction and train_fraction (.md, .csv and booktabs .tex) and
 all_runs.csv into --output (coreecg/eval/report.py; docs/evaluation.md). Each cell's difference
-to the reference method (`report.reference`, default CoRe-ECG) comes with a paired bootstrap
-interval over the same test patients and seeds; Markdown and LaTeX mark the ones whose interval
-excludes 0, the CSV holds difference, interval and p-value. `report.f1` picks the F1 printed
+to the reference method (`report.reference`, default CoRe-ECG) comes with an interval over
+training runs, test patients resampled within; Markdown and LaTeX mark it where both methods have
+report.min_runs runs and its p-value, adjusted over the table (report.adjust), is below 1 -
+report.level; the CSV holds difference, interval, raw and adjusted p, run counts and why a cell is
+not marked. `report.f1` picks the F1 printed
 (threshold: the paper's 0.5; argmax: ST-MEM's). Table rows follow the order in which methods
 first appear among RUN_DIRS. Exit codes: 0 written, 2 a run folder or the config cannot be read
 (the message names it).

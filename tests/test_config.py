@@ -94,13 +94,20 @@ def test_report_section():
     assert load_config().report == ReportConfig()
     r = ReportConfig()
     assert (r.f1, r.reference, r.bootstrap_resamples, r.level, r.seed) == ("threshold", "CoRe-ECG", 1000, 0.95, 0)
+    assert (r.min_runs, r.min_test_patients, r.adjust) == (3, 30, "holm")
     c = load_config(overrides=["report.f1=argmax", "report.reference=ST-MEM", "report.level=0.9",
-                               "report.bootstrap_resamples=0", "report.seed=3"])
+                               "report.bootstrap_resamples=0", "report.seed=3", "report.min_runs=5",
+                               "report.min_test_patients=100", "report.adjust=bh"])
     r = c.report
     assert (r.f1, r.reference, r.level, r.bootstrap_resamples, r.seed) == ("argmax", "ST-MEM", 0.9, 0, 3)
+    assert (r.min_runs, r.min_test_patients, r.adjust) == (5, 100, "bh")
     assert config_from_dict(c.to_dict()) == c
     for override, needle in [("report.f1=macro", r"report\.f1"), ("report.level=1", r"report\.level"),
                              ("report.bootstrap_resamples=-1", r"report\.bootstrap_resamples"),
+                             ("report.bootstrap_resamples=1", r"report\.bootstrap_resamples=1 must be 0"),
+                             ("report.min_runs=1", r"report\.min_runs=1 must be >= 2"),
+                             ("report.min_test_patients=-1", r"report\.min_test_patients"),
+                             ("report.adjust=bonferroni", r"report\.adjust: 'bonferroni'"),
                              ("report.reference=", r"report\.reference"), ("report.seeds=1", r"report\.seeds")]:
         with pytest.raises(ConfigError, match=needle):
             load_config(overrides=[override])

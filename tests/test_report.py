@@ -90,7 +90,7 @@ def test_comparison_table(runs, tmp_path):
     text = (out / "comparison.md").read_text()
     assert md["CoRe-ECG"]["ICBEB2018 F1"] == "**84.0**"            # NaN read as undefined; cpsc2018 alias
     assert "| CoRe-ECG | 3/2/3 | 2/1/2 |" in text and "| ST-MEM | 1 | – |" in text   # runs per cell
-    # the fake runs have no predictions.csv: no paired difference, no mark, and the legend says so
+    # the fake runs have no predictions.csv: no difference, no mark, and the legend says so
     assert "6 cell(s) have no difference: 6 with no predictions.csv." in text and "\\*" not in text.split("\n\n")[2]
     assert "F1: macro F1 at the paper's fixed 0.5 threshold (metrics.json test.f1)." in text
 
@@ -98,7 +98,11 @@ def test_comparison_table(runs, tmp_path):
     assert rows["CoRe-ECG"]["PTB-XL ACC"] == "81.0 ± 1.0" and rows["CoRe-ECG"]["PTB-XL ACC n"] == "3"
     assert rows["CoRe-ECG"]["PTB-XL F1 n"] == "2"
     assert rows["ST-MEM"]["ICBEB2018 ACC"] == "" and rows["ST-MEM"]["ICBEB2018 ACC n"] == "0"
-    assert all(rows["ST-MEM"][f"PTB-XL F1 {k}"] == "" for k in ("diff", "diff low", "diff high", "p", "diff seeds"))
+    assert all(rows["ST-MEM"][f"PTB-XL F1 {k}"] == "" for k in ("diff", "diff low", "diff high", "p", "p adjusted",
+                                                                 "diff runs", "diff reference runs"))
+    assert rows["ST-MEM"]["PTB-XL F1 unmarked because"] == "no predictions.csv"
+    assert rows["Supervised"]["PTB-XL F1 unmarked because"] == "no predictions.csv"
+    assert rows["CoRe-ECG"]["PTB-XL F1 unmarked because"] == ""                 # the reference's own row
 
 
 def test_lead_and_fraction_tables(runs, tmp_path):
@@ -195,7 +199,7 @@ def test_f1_argmax_is_selectable_and_named(tmp_path):
     text = (out / "comparison.md").read_text()
     assert "F1: macro F1 of argmax decisions, as ST-MEM's code computes it (metrics.json test.f1_argmax)" in text
     assert "Ningbo: multi-label, no argmax decision, so F1 at the 0.5 threshold (test.f1)" in text
-    assert "No paired differences (report.bootstrap_resamples = 0)." in text
+    assert "No differences between methods (report.bootstrap_resamples = 0)." in text
     assert "argmax decisions" in (out / "lead_reduction.tex").read_text()
     write_report(runs, tmp_path / "threshold", report=ReportConfig(bootstrap_resamples=0))
     assert read_md_table(tmp_path / "threshold" / "comparison.md")["CoRe-ECG"]["PTB-XL F1"] == "**60.0**"
@@ -220,6 +224,6 @@ def test_reference_is_selectable(runs, tmp_path):
     out = tmp_path / "ref"
     write_report(runs, out, report=ReportConfig(reference="ST-MEM", bootstrap_resamples=10))
     text = (out / "comparison.md").read_text()
-    assert "the difference to ST-MEM has a 95 % paired-bootstrap interval" in text
+    assert "the difference to ST-MEM has a p-value below 0.05 after Holm's correction" in text
     write_report(runs, tmp_path / "none", report=ReportConfig(reference="MoCo V3", bootstrap_resamples=10))
-    assert "No MoCo V3 runs in this table: no paired differences." in (tmp_path / "none" / "comparison.md").read_text()
+    assert "No MoCo V3 runs in this table: no differences between methods." in (tmp_path / "none" / "comparison.md").read_text()

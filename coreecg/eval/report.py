@@ -1,7 +1,9 @@
 """The paper's result tables from saved fine-tuning runs (comparison, lead reduction, training
 fraction), as Markdown, CSV and LaTeX, plus every run in all_runs.csv. Every method's cell is
-compared with a reference method's (default CoRe-ECG) by a paired bootstrap over the same test
-patients (coreecg/eval/significance.py); differences whose interval excludes 0 are marked.
+compared with a reference method's (default CoRe-ECG) over training runs, test patients resampled
+within (coreecg/eval/significance.py); a difference is marked when both methods have
+report.min_runs runs, the test set report.min_test_patients patients, and its p-value, adjusted
+over the table's comparisons (report.adjust), is below 1 - report.level.
 
 Contract: the fine-tuning job writes RUN_DIR/metrics.json as
 
@@ -42,7 +44,7 @@ from typing import Sequence
 import numpy as np
 
 from coreecg.config import ReportConfig
-from coreecg.eval.significance import PREDICTIONS, PairedDifference, PairingError, cell_differences, paired_seeds
+from coreecg.eval.significance import PREDICTIONS, Difference, PairingError, adjust_p, cell_differences
 
 METRICS = {"acc": "ACC", "f1": "F1", "auroc": "AUROC"}
 DATASETS = {"ptbxl": "PTB-XL", "icbeb2018": "ICBEB2018", "ningbo": "Ningbo"}   # the paper's order
@@ -53,7 +55,10 @@ FRACTIONS = (1.0, 0.5, 0.05)
 MISSING = "–"
 UNAVAILABLE = "n/a"
 F1_KEYS = {"threshold": "f1", "argmax": "f1_argmax"}
-NO_PREDICTIONS, NO_COMMON_SEED = "no predictions.csv", "no seed in common"
+NO_PREDICTIONS = "no predictions.csv"
+ADJUST_NAMES = {"holm": "Holm's correction", "bh": "the Benjamini-Hochberg correction (false discovery rate)",
+                "none": "no correction for multiple comparisons"}
+SAMPLING_ONLY = "test-set sampling only, not a claim about the methods"
 
 
 class RunError(ValueError):
@@ -200,14 +205,17 @@ Cell = tuple[str, str, float]   # (dataset, leads, train_fraction): one run per 
 
 @dataclass
 class Significance:
-    """Paired differences to `reference` (coreecg/eval/significance.py) for every (method, cell)
-    of the tables: {metric column: PairedDifference}, or why there is none (NO_PREDICTIONS,
-    NO_COMMON_SEED). Empty when n_resamples is 0."""
+    """Differences to `reference` (coreecg/eval/significance.py) for every (method, cell) of the
+    tables: {metric column: Difference}, or why there is none (NO_PREDICTIONS), with the rule that
+    marks them (report.level, adjust, min_runs, min_test_patients). Empty when n_resamples is 0."""
 
     reference: str
     n_resamples: int
     level: float
-    cells: dict[tuple[str, Cell], dict[str, PairedDifference] | str] = field(default_factory=dict)
+    adjust: str = "holm"
+    min_runs: int = 3
+    min_test_patients: int = 30
+    cells: dict[tuple[str, Cell], dict[str, Difference] | str] = field(default_factory=dict)
 
 
 @dataclass
@@ -220,6 +228,7 @@ class Table:
     f1_fallback: tuple[str, ...] = ()       # datasets printing the 0.5-threshold F1 under f1="argmax"
     members: dict[str, set[Cell]] = field(default_factory=dict)  # method -> cells it has runs in
     significance: Significance | None = None
+    adjusted: dict[tuple[str, int], float] = field(default_factory=dict)   # (method, column) -> adjusted p
 
     def _means(self, j: int) -> list[float]:
         return sorted({round(100 * np.mean(v[j]), 1) for v in self.cells.values() if v[j]}, reverse=True)
@@ -234,10 +243,10 @@ class Table:
         means = self._means(j)
         return means[1] if len(means) > 1 else None
 
-    def difference(self, method: str, j: int) -> PairedDifference | str | None:
-        """Column j's paired difference of `method` to the reference; a str says why there is
-        none; None where none is asked for (the reference's own row, an n/a row, no runs of the
-        method or of the reference in that cell, differences off)."""
+    def difference(self, method: str, j: int) -> Difference | str | None:
+        """Column j's difference of `method` to the reference; a str says why there is none; None
+        where none is asked for (the reference's own row, an n/a row, no runs of the method or of
+        the reference in that cell, differences off)."""
         sig, c = self.significance, self.columns[j]
         cell = (c.dataset, c.leads, c.fraction)
         if sig is None or not sig.n_resamples or method == sig.reference or method in self.unavailable \
@@ -246,9 +255,31 @@ class Table:
         found = sig.cells.get((method, cell))
         return found if found is None or isinstance(found, str) else found[c.metric]
 
+    def set_significance(self, sig: Significance) -> None:
+        """Attach the differences and adjust the p-values of this table's family: every testable
+        difference it shows (each method with min_runs runs, min_test_patients patients); the
+        same cell in another table is adjusted within that table's family."""
+        self.significance = sig
+        family = [(m, j) for m in self.cells for j in range(len(self.columns))
+                  if isinstance(d := self.difference(m, j), Difference) and d.testable]
+        adjusted = adjust_p([self.difference(m, j).p_value for m, j in family], sig.adjust)
+        self.adjusted = dict(zip(family, map(float, adjusted)))
+
     def marked(self, method: str, j: int) -> bool:
+        p = self.adjusted.get((method, j))
+        return p is not None and p < 1 - self.significance.level
+
+    def unmarked_because(self, method: str, j: int) -> str:
+        """Why a cell with a difference (or a reason for none) has no mark; '' otherwise."""
         d = self.difference(method, j)
-        return isinstance(d, PairedDifference) and d.significant
+        if isinstance(d, str):
+            return d
+        if not isinstance(d, Difference) or self.marked(method, j):
+            return ""
+        if not d.testable:
+            return d.unmarkable
+        alpha = 1 - self.significance.level
+        return f"adjusted p ({self.significance.adjust}) {self.adjusted[(method, j)]:.3g} >= {alpha:g}"
 
 
 def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold") -> Table:
@@ -300,27 +331,47 @@ def _f1_note(table: Table) -> str:
     return text + "."
 
 
+def _unmarkable_counts(table: Table) -> dict[str, int]:
+    """How many of the table's cells have no mark for a reason other than their p-value, by kind."""
+    sig, counts = table.significance, {}
+    for method in table.cells:
+        for j in range(len(table.columns)):
+            d = table.difference(method, j)
+            why = d if isinstance(d, str) else d.unmarkable if isinstance(d, Difference) else None
+            for part in why.split("; ") if why else ():      # a cell may lack both runs and patients
+                kind = ("runs" if part.startswith("fewer than") else "patients" if part.endswith(
+                    f"fewer than {sig.min_test_patients}") else part)
+                counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
 def _significance_note(table: Table, mark: str) -> str:
-    """The legend of the significance mark: reference, level, resamples, cells without a difference."""
+    """The legend of the significance mark: the rule, its correction and family, and the cells that
+    cannot be marked and why (they are not in the family)."""
     sig = table.significance
     if sig is None:
         return ""
     if not sig.n_resamples:
-        return "No paired differences (report.bootstrap_resamples = 0)."
+        return "No differences between methods (report.bootstrap_resamples = 0)."
     if sig.reference not in table.members:
-        return f"No {sig.reference} runs in this table: no paired differences."
-    lacking: dict[str, int] = {}
-    for method in table.cells:
-        for j in range(len(table.columns)):
-            if isinstance(d := table.difference(method, j), str):
-                lacking[d] = lacking.get(d, 0) + 1
-    text = (f"{mark} the difference to {sig.reference} has a {100 * sig.level:g} % paired-bootstrap interval that "
-            f"excludes 0 ({sig.n_resamples:,} resamples of the same test patients, and of the seeds where a cell "
-            f"has several; docs/evaluation.md, Paired differences); {sig.reference}'s row is the reference.")
-    if lacking:
-        text += (f" {sum(lacking.values())} cell(s) have no difference: "
-                 + ", ".join(f"{n} with {why}" for why, n in lacking.items()) + ".")
-    return text
+        return f"No {sig.reference} runs in this table: no differences between methods."
+    alpha = 1 - sig.level
+    text = (f"{mark} the difference to {sig.reference} has a p-value below {alpha:g} after "
+            f"{ADJUST_NAMES[sig.adjust]} over the {len(table.adjusted)} comparison(s) of this table that can be "
+            f"marked: Welch's t over training runs (each method >= {sig.min_runs} runs in the cell), test patients "
+            f"resampled within ({sig.n_resamples:,} resamples; docs/evaluation.md, Differences between methods); "
+            f"{sig.reference}'s row is the reference.")
+    counts = _unmarkable_counts(table)
+    excluded = " Cells that cannot be marked are not counted in the correction." if counts else ""
+    if n := counts.pop("runs", 0):
+        text += (f" {n} cell(s) have fewer than {sig.min_runs} runs of a method: their difference interval is "
+                 f"{SAMPLING_ONLY}; never marked.")
+    if n := counts.pop("patients", 0):
+        text += f" {n} cell(s) have fewer than {sig.min_test_patients} test patients: not marked."
+    if counts:
+        text += (f" {sum(counts.values())} cell(s) have no difference: "
+                 + ", ".join(f"{n} with {why}" for why, n in counts.items()) + ".")
+    return text + excluded
 
 
 def _pp(x: float | None) -> str:
@@ -328,9 +379,10 @@ def _pp(x: float | None) -> str:
 
 
 def table_markdown(table: Table) -> str:
-    """The table as the paper prints it (best per column in bold, second underlined, a significant difference to the
-    reference marked \\*), then a runs-per-cell table (n per dataset block; shown as 'ACC/F1/AUROC'
-    counts when a metric was undefined in some run) and the differences to the reference."""
+    """The table as the paper prints it (best per column in bold, second underlined, a difference to
+    the reference marked \\* by `Table.marked`), then a runs-per-cell table (n per dataset block;
+    shown as 'ACC/F1/AUROC' counts when a metric was undefined in some run) and the differences to
+    the reference."""
     cols = table.columns
     lines = [f"# {table.spec.title}", "",
              "Test-set metrics in percent: mean ± sample standard deviation over seeds (the mean alone "
@@ -365,36 +417,53 @@ def table_markdown(table: Table) -> str:
             n = [len(row[j]) for j, c in enumerate(cols) if c.group == g]
             counts.append(MISSING if not any(n) else str(n[0]) if len(set(n)) == 1 else "/".join(map(str, n)))
         lines.append(_markdown_row([method] + counts))
-    diffs = {m: [table.difference(m, j) for j in range(len(cols))] for m in table.cells}
-    diffs = {m: row for m, row in diffs.items() if any(isinstance(d, PairedDifference) for d in row)}
-    if diffs:
-        sig = table.significance
-        lines += ["", f"Differences to {sig.reference} in percentage points (the method minus {sig.reference}, "
-                      f"mean over the seeds both ran) [{100 * sig.level:g} % paired-bootstrap interval]; "
-                      "p-values and seed counts in the CSV:", "",
-                  _markdown_row(["Method"] + [c.label for c in cols]), _markdown_row(["---"] * (len(cols) + 1))]
-        for method, row in diffs.items():
-            lines.append(_markdown_row([method] + [
-                f"{_pp(d.diff)} [{_pp(d.low)}, {_pp(d.high)}]" if isinstance(d, PairedDifference) and d.diff is not None
-                else MISSING for d in row]))
+    lines += _differences_markdown(table)
     return "\n".join(lines) + "\n"
 
 
-DIFF_FIELDS = ("diff", "diff low", "diff high", "p", "diff seeds")
+def _differences_markdown(table: Table) -> list[str]:
+    """The differences to the reference in percentage points with their intervals; an interval from
+    test-set sampling alone (fewer than min_runs runs) is flagged §."""
+    cols, sig = table.columns, table.significance
+    diffs = {m: [table.difference(m, j) for j in range(len(cols))] for m in table.cells}
+    diffs = {m: row for m, row in diffs.items() if any(isinstance(d, Difference) for d in row)}
+    if not diffs:
+        return []
+
+    def text(d) -> str:
+        if not isinstance(d, Difference) or d.diff is None:
+            return MISSING
+        return f"{_pp(d.diff)} [{_pp(d.low)}, {_pp(d.high)}]" + ("§" if d.p_value is None else "")
+
+    lines = ["", f"Differences to {sig.reference} in percentage points (the method's mean over its runs minus "
+                 f"{sig.reference}'s) [{100 * sig.level:g} % interval over training runs and test patients; § "
+                 f"fewer than {sig.min_runs} runs of a method: {SAMPLING_ONLY}]; p-values, run counts and why a "
+                 "cell is not marked in the CSV:", "",
+             _markdown_row(["Method"] + [c.label for c in cols]), _markdown_row(["---"] * (len(cols) + 1))]
+    return lines + [_markdown_row([method] + [text(d) for d in row]) for method, row in diffs.items()]
 
 
-def _diff_fields(d: PairedDifference | str | None) -> list:
-    """The CSV's difference fields of one cell: percentage points, p, paired seeds ('' for none)."""
-    if not isinstance(d, PairedDifference):
-        return [""] * len(DIFF_FIELDS)
+DIFF_FIELDS = ("diff", "diff low", "diff high", "p", "p adjusted", "diff runs", "diff reference runs",
+               "unmarked because")
+
+
+def _diff_fields(table: Table, method: str, j: int) -> list:
+    """The CSV's difference fields of one cell: percentage points, raw and adjusted p, the run
+    counts of the method and the reference, why it has no mark ('' where none applies)."""
+    d = table.difference(method, j)
+    if not isinstance(d, Difference):
+        return [""] * (len(DIFF_FIELDS) - 1) + [table.unmarked_because(method, j)]
     pp = ["" if x is None else f"{100 * x:.2f}" for x in (d.diff, d.low, d.high)]
-    return pp + ["" if d.p_value is None else f"{d.p_value:.3g}", len(d.seeds)]
+    adjusted = table.adjusted.get((method, j))
+    return pp + ["" if d.p_value is None else f"{d.p_value:.3g}", "" if adjusted is None else f"{adjusted:.3g}",
+                 len(d.seeds), len(d.reference_seeds), table.unmarked_because(method, j)]
 
 
 def write_table_csv(table: Table, path: Path) -> None:
     """One row per method; per column the printed cell ('' when missing) and its run count, then a
-    note; after it, per column the paired difference to the reference in percentage points (diff,
-    diff low, diff high), its p-value and the number of paired seeds ('' where there is none)."""
+    note; after it, per column the difference to the reference in percentage points (diff, diff
+    low, diff high), its raw and adjusted p-values, the run counts of the method and of the
+    reference, and why the cell is not marked ('' where none applies: `_diff_fields`)."""
     diff_header = [f"{c.label} {name}" for c in table.columns for name in DIFF_FIELDS]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -406,7 +475,7 @@ def write_table_csv(table: Table, path: Path) -> None:
                            + [""] * len(diff_header))
                 continue
             w.writerow([method] + [x for values in row for x in (format_cell(values), len(values))] + [""]
-                       + [x for j in range(len(table.columns)) for x in _diff_fields(table.difference(method, j))])
+                       + [x for j in range(len(table.columns)) for x in _diff_fields(table, method, j)])
 
 
 MARK = "\x00"      # stands for the significance mark until the caption is escaped
@@ -436,7 +505,7 @@ def _latex_cell(table: Table, method: str, j: int) -> str:
 
 def table_latex(table: Table) -> str:
     """The table as a booktabs `table` in the paper's layout: methods x datasets x (ACC, F1, AUROC),
-    best per column bold, second underlined, a significant difference to the reference marked
+    best per column bold, second underlined, a marked difference to the reference (`Table.marked`)
     \\textsuperscript{*}; a table of several variants (leads, fractions) gets one row block per
     variant, as the paper's Tables 2 and 3. Needs \\usepackage{booktabs, multirow}."""
     cols, variants = table.columns, table.spec.variants
@@ -537,52 +606,54 @@ def _task(run: Run) -> tuple[bool, list[str]]:
     return _multilabel(run), names
 
 
-def paired_cells(runs: Sequence[Run], report: ReportConfig) -> Significance:
-    """Paired differences to `report.reference` for every (method, cell) the tables hold (its F1,
-    resamples, level and seed), from the runs' predictions.csv: one `cell_differences` per cell (so each run is resampled once however many
-    tables show it). A method sharing no seed with the reference, or whose paired runs (or the
-    reference's) lack predictions.csv, gets the reason instead; runs that cannot be paired (other
-    test records, labels or classes) are a RunError naming them."""
-    reference, f1, n_resamples, level, seed = (report.reference, report.f1, report.bootstrap_resamples,
-                                               report.level, report.seed)
+def method_differences(runs: Sequence[Run], report: ReportConfig) -> Significance:
+    """Differences to `report.reference` for every (method, cell) the tables hold (its F1,
+    resamples, level, seed, min_runs, min_test_patients), from the runs' predictions.csv: one
+    `cell_differences` per cell (so each run is resampled once however many tables show it). A
+    method whose runs (or the reference's) lack predictions.csv gets the reason instead; runs that
+    cannot be compared (other test records, labels or classes) are a RunError naming them."""
     settings = {(v[0], v[1]) for spec in table_specs(runs) for v in spec.variants}
     cells: dict[Cell, dict[str, list[Run]]] = {}
     for run in runs:
         setting = next((s for s in settings if s[0] == run.leads and isclose(s[1], run.train_fraction)), None)
         if run.mode in TABLE_MODES and setting:
             cells.setdefault((run.dataset, *setting), {}).setdefault(run.method, []).append(run)
-    sig = Significance(reference, n_resamples, level)
+    reference = report.reference
+    sig = Significance(reference, report.bootstrap_resamples, report.level, report.adjust, report.min_runs,
+                       report.min_test_patients)
     for cell, by_method in cells.items():
         ref = by_method.get(reference)
-        if not ref or len(by_method) < 2 or not n_resamples:
+        if not ref or len(by_method) < 2 or not report.bootstrap_resamples:
             continue
         ready = {}
-        try:
-            for method, method_runs in by_method.items():
-                if method == reference:
-                    continue
-                seeds, _ = paired_seeds(ref, method_runs)
-                used = [r for r in (*ref, *method_runs) if r.seed in seeds]
-                if not seeds:
-                    sig.cells[(method, cell)] = NO_COMMON_SEED
-                elif any(not (r.path / PREDICTIONS).is_file() for r in used):
-                    sig.cells[(method, cell)] = NO_PREDICTIONS
-                else:
-                    ready[method] = method_runs
-            if not ready:
+        for method, method_runs in by_method.items():
+            if method == reference:
                 continue
-            multilabel, class_names = _task(ref[0])
-            for method_runs in ready.values():
-                if _task(method_runs[0])[1] != class_names:
-                    raise RunError(f"{method_runs[0].path} and {ref[0].path}: one table cell, other class names")
-            keys = {m: metric_key(ref[0], m, f1) for m in METRICS}    # column -> metrics.json key
-            found = cell_differences({reference: ref, **ready}, reference, list(dict.fromkeys(keys.values())),
-                                     multilabel, class_names, n_resamples, seed, level)
-            for method, by_metric in found.items():
-                sig.cells[(method, cell)] = {m: by_metric[key] for m, key in keys.items()}
-        except PairingError as e:
-            raise RunError(str(e)) from None
+            if any(not (r.path / PREDICTIONS).is_file() for r in (*ref, *method_runs)):
+                sig.cells[(method, cell)] = NO_PREDICTIONS
+            else:
+                ready[method] = method_runs
+        if ready:
+            sig.cells.update(_cell_differences(cell, ref, ready, report))
     return sig
+
+
+def _cell_differences(cell: Cell, ref: list[Run], others: dict[str, list[Run]],
+                      report: ReportConfig) -> dict[tuple[str, Cell], dict[str, Difference]]:
+    """`cell_differences` of one cell by table column: {(method, cell): {metric column: Difference}}."""
+    multilabel, class_names = _task(ref[0])
+    for method_runs in others.values():
+        if _task(method_runs[0])[1] != class_names:
+            raise RunError(f"{method_runs[0].path} and {ref[0].path}: one table cell, other class names")
+    keys = {m: metric_key(ref[0], m, report.f1) for m in METRICS}    # column -> metrics.json key
+    try:
+        found = cell_differences({report.reference: ref, **others}, report.reference,
+                                 list(dict.fromkeys(keys.values())), multilabel, class_names,
+                                 report.bootstrap_resamples, report.seed, report.level, report.min_runs,
+                                 report.min_test_patients)
+    except PairingError as e:
+        raise RunError(str(e)) from None
+    return {(method, cell): {m: by_metric[key] for m, key in keys.items()} for method, by_metric in found.items()}
 
 
 def write_report(run_dirs: Sequence[str | Path], output: str | Path,
@@ -593,8 +664,9 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
     order; `ablation_<name>`, except that an entry named `comparison` replaces the comparison
     table with the paper's Table 1 rows in that order); `unavailable`: method -> why it has no
     run (an n/a row). `report` (the config's `report` section, defaults if None): which F1 the
-    tables print, the reference method of the paired differences, their resamples, level and
-    seed. -> the files written. RunError on an unreadable folder."""
+    tables print, the reference method of the differences, their resamples, level, seed and the
+    marking rule (adjust, min_runs, min_test_patients). -> the files written. RunError on an
+    unreadable folder."""
     if not run_dirs:
         raise RunError("no run folders given")
     report = report or ReportConfig()
@@ -607,12 +679,12 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
     tables += [method_table(f"ablation_{name}", f"Ablation: {name} (12 leads, all training data)", methods, runs,
                             unavailable, report.f1)
                for name, methods in method_tables.items()]
-    significance = paired_cells(runs, report)
+    significance = method_differences(runs, report)
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     written = []
     for table in tables:
-        table.significance = significance
+        table.set_significance(significance)
         md, csv_path, tex = (output / f"{table.spec.name}.{ext}" for ext in ("md", "csv", "tex"))
         md.write_text(table_markdown(table))
         write_table_csv(table, csv_path)

@@ -1,28 +1,37 @@
-"""Paired differences between methods in one table cell, with paired-bootstrap intervals and
-p-values, from the runs' predictions.csv (docs/evaluation.md, "Paired differences").
+"""Differences between methods in one table cell, and whether they are more than noise: the
+training run is the unit of replication, test patients are resampled within (docs/evaluation.md,
+"Differences between methods").
 
-A cell is one (dataset, mode, leads, train fraction); a method has one fine-tuning run per seed
-there. The two methods of a comparison are scored on the same test records, so the bootstrap
-resamples those records once for both (paired), which removes the between-patient variation
-the two share and leaves the variation of their difference.
+A cell is one (dataset, mode, leads, train fraction); a method has one run per seed there, each
+one pretraining x fine-tuning. Training randomness is the larger source of variance between
+methods, and a single run per method measures two particular models, not two methods; so the
+runs of a method are exchangeable replicates and two methods are compared through their run
+means, whatever their seeds (no pairing by seed value). All runs of a cell are scored on one test
+set, so each bootstrap resample draws the test patients once for every run of every method.
 
-    d = paired_difference(core_runs, stmem_runs, "auroc", multilabel=False, class_names=names)
-    d.diff, d.low, d.high, d.p_value, d.significant      # ST-MEM - CoRe-ECG, fractions
+    d = cell_differences({"CoRe-ECG": core, "ST-MEM": stmem}, "CoRe-ECG", ["auroc"], False, names,
+                         min_runs=3)["ST-MEM"]["auroc"]
+    d.diff, d.low, d.high, d.p_value, d.unmarkable       # ST-MEM - CoRe-ECG, fractions
 
-Statistic of resample b, over the S seeds both methods ran (paired by seed value: one seed is
-one label-fraction subset for both): mean over the drawn seeds of metric(other) - metric(ref)
-on the drawn patients. Draw order, fixed so that an independent computation reproduces every
-resample bit for bit:
+The test (`run_level_test`), for reference runs a_1..a_n and other runs b_1..b_m, each run's
+metric on the full test set: D = mean(b) - mean(a); SE^2 = s_a^2/n + s_b^2/m + V_shared, with s^2
+the sample variances of the run metrics (training randomness plus each run's own test-set noise)
+and V_shared the part of the patient-bootstrap variance of D that a method's runs share (the
+bootstrap variance of D less its run-specific part, which s^2 already holds); t = D / SE against
+Student's t with Welch-Satterthwaite degrees of freedom; interval D -/+ t_q SE. A percentile
+bootstrap over 3 runs is anti-conservative (a mean of 3 resampled values has 10 possible values
+and 2/3 of the variance, with normal tails where t has 4 df): it marks 8 % of A/A comparisons at a
+nominal 5 % (experiments/significance_calibration.py; this test 5 %).
 
-  patients  numbered in sorted order of their ids (P of them); resample b's patient counts are
-            the b-th draw of Generator.multinomial(P, [1/P] * P) from default_rng(seed) (the
-            draws of `bootstrap_ci` with the same seed: `patient_resample_weights`); every record
-            of a patient drawn k times counts k times. One draw serves both methods and all seeds.
-  seeds     only when S > 1: resample b's counts of the paired seeds (ascending seed order) are
-            the b-th draw of multinomial(S, [1/S] * S) from
-            default_rng(SeedSequence(seed).spawn(1)[0]), a stream of its own that restarts for
-            every pair of methods (so a pair's result does not depend on the cell's other rows)
-            and serves every metric of the pair.
+A method with fewer than `min_runs` runs gets the percentile interval of D over patient
+resamples alone ("test-set sampling only, not a claim about the methods"), no p-value, and a
+reason in `unmarkable`; so does a test set of fewer than `min_test_patients` patients (with its
+p-value). Multiple comparisons: `adjust_p` (Holm, Benjamini-Hochberg) over a table's family.
+
+Draw order: patients are numbered in sorted order of their ids (P of them); resample b's patient
+counts are the b-th draw of Generator.multinomial(P, [1/P] * P) from default_rng(seed) (the draws
+of `bootstrap_ci` with the same seed: `patient_resample_weights`); every record of a patient drawn
+k times counts k times. One draw serves every run of the cell and every metric.
 """
 from __future__ import annotations
 
@@ -32,28 +41,31 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+from scipy import stats
 
-from coreecg.eval.metrics import (BOOTSTRAP_CHUNK, classification_metrics, patient_resample_weights,
-                                  resample_metrics)
+from coreecg.eval.metrics import BOOTSTRAP_CHUNK, patient_resample_weights, resample_metrics
 
 PREDICTIONS = "predictions.csv"
 SUPPORTED = ("acc", "f1", "f1_argmax", "auroc")
+ADJUSTMENTS = ("holm", "bh", "none")
 
 
 class PairingError(ValueError):
-    """Runs that cannot be compared pairwise (other test records, labels, classes, no common
-    seed, an unreadable predictions.csv); the message names the run folders."""
+    """Runs that cannot be compared (other test records, labels, classes, two runs of a method with
+    one seed, an unreadable predictions.csv); the message names the run folders."""
 
 
 @dataclass(frozen=True)
-class PairedDifference:
+class Difference:
     """metric(other) - metric(reference) in one cell, as fractions (None where undefined).
 
-    diff: difference of the metric means over the paired seeds on the full test set
-    (classification_metrics on predictions.csv); low, high: percentile interval at `level` of the
-    resampled statistic; p_value: two-sided bootstrap p (docs/evaluation.md); seeds: the paired
-    seed values; unpaired_seeds: runs of either method whose seed the other lacks (left out);
-    undefined_resamples: resamples skipped because the metric is undefined on them."""
+    diff: mean over the other's runs minus mean over the reference's, each run scored on the full
+    test set (classification_metrics' values, from predictions.csv); low, high: interval at `level`, from
+    `run_level_test` when both methods have min_runs runs, else the percentile interval over
+    patient resamples alone; p_value: two-sided p of the run-level test (None below min_runs);
+    seeds, reference_seeds: the runs compared (ascending seeds); unmarkable: why the difference
+    may not be marked whatever its p (too few runs or test patients, undefined), None when it may;
+    undefined_resamples: patient resamples in which the metric is undefined (left out)."""
 
     metric: str
     diff: float | None
@@ -61,17 +73,23 @@ class PairedDifference:
     high: float | None
     p_value: float | None
     seeds: tuple[int, ...]
-    unpaired_seeds: int
+    reference_seeds: tuple[int, ...]
     n_records: int
     n_patients: int
     n_resamples: int
     undefined_resamples: int
     level: float
+    unmarkable: str | None
+
+    @property
+    def testable(self) -> bool:
+        """It belongs to its table's family of comparisons (multiple-comparison correction)."""
+        return self.unmarkable is None and self.p_value is not None
 
     @property
     def significant(self) -> bool:
-        """The interval excludes 0."""
-        return self.low is not None and (self.low > 0 or self.high < 0)
+        """Testable and p < 1 - level, before any correction for multiple comparisons."""
+        return self.testable and self.p_value < 1 - self.level
 
 
 def run_seed_dir(run) -> tuple[int, Path]:
@@ -87,19 +105,14 @@ def run_seed_dir(run) -> tuple[int, Path]:
 
 
 def _by_seed(runs: Sequence, name: str) -> dict[int, Path]:
+    """seed -> folder, ascending; a seed twice would count one training twice."""
     out: dict[int, Path] = {}
     for run in runs:
         seed, path = run_seed_dir(run)
         if seed in out:
             raise PairingError(f"{out[seed]} and {path}: two runs of {name} with seed {seed}")
         out[seed] = path
-    return out
-
-
-def paired_seeds(reference_runs: Sequence, other_runs: Sequence) -> tuple[list[int], int]:
-    """-> (the seeds both have, ascending; how many runs of either have a seed the other lacks)."""
-    a, b = set(_by_seed(reference_runs, "the reference")), set(_by_seed(other_runs, "the other method"))
-    return sorted(a & b), len(a ^ b)
+    return dict(sorted(out.items()))
 
 
 def _read(path: Path, class_names: Sequence[str]):
@@ -139,96 +152,155 @@ class _Cell:
         differ = set(self.record_id) ^ set(s.record_id)
         if differ:
             raise PairingError(f"{self.first} and {path}: scored on different test records ({len(differ)} "
-                               "record ids are in only one of them); a paired difference needs one test set")
+                               "record ids are in only one of them); a cell's runs need one test set")
         order = np.argsort([self.index[r] for r in s.record_id])     # this file's rows in our order
         if (s.y[order] != self.y).any() or (np.asarray(s.patient_id)[order] != self.patient_id).any():
             raise PairingError(f"{self.first} and {path}: the same test records with other labels or patients")
         self.probs[path] = s.probs[order]
 
 
-def cell_differences(runs: Mapping[str, Sequence], reference: str, metrics: Sequence[str], multilabel: bool,
-                     class_names: Sequence[str], n_resamples: int = 1000, seed: int = 0,
-                     level: float = 0.95) -> dict[str, dict[str, PairedDifference]]:
-    """Every other method's paired difference to `reference` in one cell, from one set of resamples.
+def run_level_test(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarray,
+                   level: float) -> tuple[float, float, float]:
+    """Welch's t over training runs with a shared test-set term from the patient bootstrap.
 
-    runs: method -> its runs in the cell (report `Run`s or run folders), one per seed, each with
-    predictions.csv; metrics: of SUPPORTED (f1_argmax single-label only). Only the runs of paired
-    seeds are read, each resampled once however many methods it is compared with (B weighted
-    copies through `resample_metrics`, BOOTSTRAP_CHUNK at a time). -> {method: {metric: diff}}.
-    PairingError when a method shares no seed with the reference or the runs do not share one
-    test set; FileNotFoundError naming the folder when a paired run has no predictions.csv.
-    """
-    unknown = [m for m in metrics if m not in SUPPORTED]
-    if unknown or (multilabel and "f1_argmax" in metrics):
-        raise ValueError(f"metrics {list(metrics)}: supported are {SUPPORTED} (f1_argmax single-label only)")
-    if n_resamples < 1 or not 0 < level < 1:
-        raise ValueError(f"need n_resamples >= 1 and 0 < level < 1, got {n_resamples} and {level}")
-    if reference not in runs:
-        raise PairingError(f"no runs of the reference {reference!r}")
-    ref = _by_seed(runs[reference], reference)
-    pairs: dict[str, tuple[list[int], int, dict[int, Path]]] = {}
-    for method, method_runs in runs.items():
-        if method == reference:
-            continue
-        other = _by_seed(method_runs, method)
-        seeds = sorted(set(ref) & set(other))
-        if not seeds:
-            raise PairingError(f"{method} (seeds {sorted(other)}) and {reference} (seeds {sorted(ref)}) have "
-                               f"no seed in common: {', '.join(map(str, other.values()))}")
-        pairs[method] = seeds, len(set(ref) ^ set(other)), other
-    cell = _Cell(class_names)
-    for s in sorted({s for seeds, _, _ in pairs.values() for s in seeds}):
-        cell.add(ref[s])
-    for seeds, _, other in pairs.values():
-        for s in seeds:
-            cell.add(other[s])
-    if cell.first is None:
-        return {}
+    a (n,), b (m,): each run's metric on the full test set, n, m >= 2; a_boot (n, B), b_boot (m, B):
+    the same runs on B >= 2 patient resamples (one draw per column for all runs). -> (low, high,
+    two-sided p) of mean(b) - mean(a) at `level` (module docstring)."""
+    n, m = len(a), len(b)
+    va, vb = np.var(a, ddof=1) / n, np.var(b, ddof=1) / m
+    d_boot = b_boot.mean(0) - a_boot.mean(0)
+    # each run's own test-set noise, which the run variances va, vb already hold (var(w) / n)
+    own = sum(np.var(x - x.mean(0), axis=1, ddof=1).mean() / (len(x) - 1) for x in (a_boot, b_boot))
+    se = float(np.sqrt(va + vb + max(0.0, np.var(d_boot, ddof=1) - own)))
+    diff = float(np.mean(b) - np.mean(a))
+    if se == 0:                 # every run of both methods alike on every resample
+        return diff, diff, float(diff == 0)
+    welch = va ** 2 / (n - 1) + vb ** 2 / (m - 1)
+    df = se ** 4 / welch if welch > 0 else np.inf          # the shared term: known (many patients)
+    q = stats.t.ppf((1 + level) / 2, df)
+    return diff - q * se, diff + q * se, float(2 * stats.t.sf(abs(diff) / se, df))
 
-    paths = list(cell.probs)
-    point = {p: classification_metrics(cell.y, cell.probs[p], multilabel, class_names) for p in paths}
-    resampled = {p: {m: np.empty(n_resamples) for m in metrics} for p in paths}
+
+def _compare(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarray, level: float,
+             min_runs: int, min_test_patients: int, n_patients: int) -> tuple:
+    """One method against the reference on one metric: (diff, low, high, p, unmarkable, undefined).
+    a, b: full-set metrics (NaN where undefined); a_boot, b_boot: (runs, B) resampled."""
+    ok = ~np.isnan(np.vstack([a_boot, b_boot])).any(0)         # undefined: decided by the labels alone
+    a_boot, b_boot, undefined = a_boot[:, ok], b_boot[:, ok], int((~ok).sum())
+    if np.isnan(a).any() or np.isnan(b).any() or ok.sum() < 2:
+        return None, None, None, None, "the metric undefined on the test set or its resamples", undefined
+    diff, few = float(np.mean(b) - np.mean(a)), min(len(a), len(b)) < min_runs
+    why = [f"fewer than {min_runs} runs ({len(b)} and {len(a)} of the reference): test-set sampling only, "
+           "not a claim about the methods"] if few else []
+    why += [f"{n_patients} test patients, fewer than {min_test_patients}"] if n_patients < min_test_patients else []
+    if few:                     # no variance over runs to test with: the test set's sampling alone
+        d_boot = b_boot.mean(0) - a_boot.mean(0)
+        low, high = (float(x) for x in np.quantile(d_boot, [(1 - level) / 2, (1 + level) / 2]))
+        return diff, low, high, None, "; ".join(why), undefined
+    low, high, p = run_level_test(a, b, a_boot, b_boot, level)
+    return diff, low, high, p, "; ".join(why) or None, undefined
+
+
+def _resampled(cell: _Cell, metrics: Sequence[str], multilabel: bool, n_resamples: int,
+               seed: int) -> dict[Path, dict[str, np.ndarray]]:
+    """Every run's metrics on the same B patient resamples: {run: {metric: (B,)}}, NaN where
+    undefined (BOOTSTRAP_CHUNK resamples at a time; the draws do not depend on the chunking)."""
+    out = {p: {m: np.empty(n_resamples) for m in metrics} for p in cell.probs}
     rng = np.random.default_rng(seed)
-    for start in range(0, n_resamples, BOOTSTRAP_CHUNK):      # the draws do not depend on the chunking
+    for start in range(0, n_resamples, BOOTSTRAP_CHUNK):
         w = patient_resample_weights(cell.patient_id, min(BOOTSTRAP_CHUNK, n_resamples - start), rng)
-        for p in paths:
+        for p in cell.probs:
             r = resample_metrics(cell.y, cell.probs[p], multilabel, w)
             for m in metrics:
-                resampled[p][m][start:start + len(w)] = r[m]
-
-    n_patients = len(np.unique(cell.patient_id))
-    out = {}
-    for method, (seeds, unpaired, other) in pairs.items():
-        S = len(seeds)
-        counts = None
-        if S > 1:   # seeds drawn with replacement, shared by both methods and every metric
-            seed_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
-            counts = seed_rng.multinomial(S, np.full(S, 1 / S), size=n_resamples)       # (B, S)
-        out[method] = {}
-        for m in metrics:
-            ref_values = [point[ref[s]][m] for s in seeds]
-            other_values = [point[other[s]][m] for s in seeds]
-            diff = (None if None in ref_values + other_values
-                    else float(np.mean(other_values) - np.mean(ref_values)))
-            d = np.stack([resampled[other[s]][m] - resampled[ref[s]][m] for s in seeds])   # (S, B)
-            stats = d[0] if counts is None else (counts * d.T).sum(1) / S
-            ok = stats[~np.isnan(stats)]
-            low = high = p_value = None
-            if len(ok):
-                low, high = (float(q) for q in np.quantile(ok, [(1 - level) / 2, (1 + level) / 2]))
-                # two-sided: twice the smaller tail at 0, each tail with the (1 + count) / (1 + B) correction
-                tail = min((ok <= 0).sum(), (ok >= 0).sum())
-                p_value = float(min(1.0, 2 * (1 + tail) / (1 + len(ok))))
-            out[method][m] = PairedDifference(m, diff, low, high, p_value, tuple(seeds), unpaired,
-                                              len(cell.record_id), n_patients, n_resamples,
-                                              int(n_resamples - len(ok)), level)
+                out[p][m][start:start + len(w)] = r[m]
     return out
 
 
-def paired_difference(reference_runs: Sequence, other_runs: Sequence, metric: str, multilabel: bool,
-                      class_names: Sequence[str], n_resamples: int = 1000, seed: int = 0,
-                      level: float = 0.95) -> PairedDifference:
-    """metric(other) - metric(reference) over one cell's paired seeds and test patients, with its
-    paired-bootstrap interval and p-value (`cell_differences` for two methods)."""
-    return cell_differences({"reference": reference_runs, "other": other_runs}, "reference", [metric],
-                            multilabel, class_names, n_resamples, seed, level)["other"][metric]
+def _check_arguments(metrics, multilabel, n_resamples, level, min_runs) -> None:
+    unknown = [m for m in metrics if m not in SUPPORTED]
+    if unknown or (multilabel and "f1_argmax" in metrics):
+        raise ValueError(f"metrics {list(metrics)}: supported are {SUPPORTED} (f1_argmax single-label only)")
+    if n_resamples < 2 or not 0 < level < 1 or min_runs < 2:
+        raise ValueError(f"need n_resamples >= 2, 0 < level < 1 and min_runs >= 2 (a variance over runs), "
+                         f"got {n_resamples}, {level} and {min_runs}")
+
+
+def cell_differences(runs: Mapping[str, Sequence], reference: str, metrics: Sequence[str], multilabel: bool,
+                     class_names: Sequence[str], n_resamples: int = 1000, seed: int = 0, level: float = 0.95,
+                     min_runs: int = 3, min_test_patients: int = 30) -> dict[str, dict[str, Difference]]:
+    """Every other method's difference to `reference` in one cell, from one set of patient resamples.
+
+    runs: method -> its runs in the cell (report `Run`s or run folders), one per seed, each with
+    predictions.csv; metrics: of SUPPORTED (f1_argmax single-label only). Each run is resampled
+    once however many methods it is compared with. -> {method: {metric: Difference}}.
+    PairingError when the runs do not share one test set or a method has one seed twice;
+    FileNotFoundError naming the folder when a run has no predictions.csv.
+    """
+    _check_arguments(metrics, multilabel, n_resamples, level, min_runs)
+    if reference not in runs:
+        raise PairingError(f"no runs of the reference {reference!r}")
+    by_seed = {method: _by_seed(method_runs, method) for method, method_runs in runs.items()}
+    if len(by_seed) < 2 or not by_seed[reference]:
+        return {}
+    cell = _Cell(class_names)
+    for folders in by_seed.values():
+        for path in folders.values():
+            cell.add(path)
+    # the full test set as one copy of weight 1: classification_metrics' values, at bootstrap speed
+    ones = np.ones((1, len(cell.y)))
+    point = {p: resample_metrics(cell.y, cell.probs[p], multilabel, ones) for p in cell.probs}
+    resampled = _resampled(cell, metrics, multilabel, n_resamples, seed)
+    n_patients = len(np.unique(cell.patient_id))
+
+    def values(method: str, m: str) -> tuple[np.ndarray, np.ndarray]:
+        paths = by_seed[method].values()
+        full = np.array([point[p][m][0] for p in paths])
+        return full, np.stack([resampled[p][m] for p in paths])
+
+    out: dict[str, dict[str, Difference]] = {}
+    for method in by_seed:
+        if method == reference or not by_seed[method]:
+            continue
+        out[method] = {}
+        for m in metrics:
+            (a, a_boot), (b, b_boot) = values(reference, m), values(method, m)
+            diff, low, high, p, why, undefined = _compare(a, b, a_boot, b_boot, level, min_runs,
+                                                          min_test_patients, n_patients)
+            out[method][m] = Difference(m, diff, low, high, p, tuple(by_seed[method]), tuple(by_seed[reference]),
+                                        len(cell.record_id), n_patients, n_resamples, undefined, level, why)
+    return out
+
+
+def difference(reference_runs: Sequence, other_runs: Sequence, metric: str, multilabel: bool,
+               class_names: Sequence[str], n_resamples: int = 1000, seed: int = 0, level: float = 0.95,
+               min_runs: int = 3, min_test_patients: int = 30) -> Difference:
+    """metric(other) - metric(reference) over one cell's runs and test patients, with its interval,
+    p-value and whether it may be marked (`cell_differences` for two methods)."""
+    return cell_differences({"reference": reference_runs, "other": other_runs}, "reference", [metric], multilabel,
+                            class_names, n_resamples, seed, level, min_runs, min_test_patients)["other"][metric]
+
+
+def holm(p: Sequence[float]) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error): the i-th smallest of k is
+    max over j <= i of min(1, (k - j + 1) p_(j)). (k,) -> (k,) in the input order."""
+    p = np.asarray(p, dtype=float)
+    order = np.argsort(p, kind="stable")
+    stepped = np.minimum(1.0, (len(p) - np.arange(len(p))) * p[order])
+    out = np.empty_like(p)
+    out[order] = np.maximum.accumulate(stepped)
+    return out
+
+
+def benjamini_hochberg(p: Sequence[float]) -> np.ndarray:
+    """Benjamini-Hochberg step-up adjusted p-values (false discovery rate): the i-th smallest of
+    k is min over j >= i of min(1, k p_(j) / j). (k,) -> (k,) in the input order (scipy's)."""
+    return stats.false_discovery_control(np.asarray(p, dtype=float), method="bh")
+
+
+def adjust_p(p: Sequence[float], how: str) -> np.ndarray:
+    """A family's p-values adjusted by `how` (ADJUSTMENTS: holm, bh, none); mark where < alpha."""
+    if how not in ADJUSTMENTS:
+        raise ValueError(f"adjust={how!r} is not one of {ADJUSTMENTS}")
+    if how == "none" or not len(p):
+        return np.asarray(p, dtype=float)
+    return holm(p) if how == "holm" else benjamini_hochberg(p)

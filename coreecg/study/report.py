@@ -1,6 +1,6 @@
-"""A study's report: its tables (coreecg.eval.report: Markdown, CSV, booktabs LaTeX, paired
-differences to the reference method) and figures, and `report/README.md`, an index naming each
-table and figure with the runs behind it."""
+"""A study's report: its tables (coreecg.eval.report: Markdown, CSV, booktabs LaTeX, differences
+to the reference method over training runs) and figures, and `report/README.md`, an index naming
+each table and figure with the runs behind it."""
 from __future__ import annotations
 
 import json
@@ -186,8 +186,9 @@ def write_study_report(study: Study, output: str | Path) -> Path:
                                method_tables, study.unavailable, report=cfg.report)
         lines += ["## Tables", "",
                   f"Markdown, CSV and LaTeX (booktabs) in `tables/`; differences to {cfg.report.reference} with "
-                  f"{cfg.report.level:.0%} paired bootstrap intervals ({cfg.report.bootstrap_resamples} resamples "
-                  f"over test patients and seeds); F1: {cfg.report.f1} (docs/evaluation.md).", ""]
+                  f"{cfg.report.level:.0%} intervals over training runs ({cfg.report.bootstrap_resamples} resamples "
+                  f"of the test patients within), marked with >= {cfg.report.min_runs} runs per method after "
+                  f"{cfg.report.adjust} over each table; F1: {cfg.report.f1} (docs/evaluation.md).", ""]
         for table in study.tables:
             file = table if table in ("comparison", "lead_reduction", "train_fraction") else f"ablation_{table}"
             members = _members(table if file == table else "comparison",

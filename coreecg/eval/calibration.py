@@ -1,0 +1,133 @@
+"""Synthetic fine-tuning runs that calibrate the report's significance rule (docs/evaluation.md,
+"Calibration"): run folders holding predictions.csv and metrics.json, as the fine-tuning job
+writes them, whose metrics vary between training runs and between test patients; and the share of
+simulated tables in which the rule (coreecg/eval/significance.py) marks a difference.
+
+One simulated table is one cell (a test set of `n_patients` patients, the first fifth with two
+records; 4 single-label classes) with a reference method and one other method. Run r of a method
+of skill s scores record i, class k with the logit
+
+    y[i, k] (s + u_r) + hard[i, k] + e_r[i, k],   u_r ~ N(0, run_sd), e_r ~ N(0, noise_sd), hard ~ N(0, hard_sd)
+
+and softmax probabilities: u_r is the training randomness of a run (pretraining x fine-tuning
+seed), hard a patient's difficulty that every run of the table shares, e_r a run's own errors.
+An A/A table gives both methods one skill (the other method's runs are the same method's with
+disjoint seeds); a real difference gives the other method skill s + effect.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+import numpy as np
+
+from coreecg.eval.metrics import resample_metrics
+from coreecg.eval.significance import adjust_p, cell_differences
+
+CLASSES = ("A", "B", "C", "D")
+METRICS = ("acc", "f1", "auroc")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One kind of simulated table: runs per method, the other method's skill advantage (0: A/A),
+    the test set's size, the run-to-run and patient spreads (module docstring)."""
+
+    runs: int = 3
+    effect: float = 0.0
+    n_patients: int = 100
+    skill: float = 1.0
+    run_sd: float = 0.15
+    hard_sd: float = 1.0
+    noise_sd: float = 0.5
+
+
+def _test_set(n_patients: int, rng: np.random.Generator):
+    """record ids (n,), patient ids (n,), one-hot labels (n, 4): the first fifth of the patients
+    have two records (with one label), so the bootstrap moves records in patient groups."""
+    patients = np.r_[np.arange(n_patients), np.arange(n_patients // 5)]
+    labels = rng.integers(0, len(CLASSES), n_patients)[patients]
+    return ([f"R{i:04d}" for i in range(len(patients))], np.array([f"P{p:04d}" for p in patients]),
+            np.eye(len(CLASSES), dtype=int)[labels])
+
+
+def write_run(folder: Path, method: str, seed: int, task, logits: np.ndarray) -> Path:
+    """A run folder as the fine-tuning job leaves it: predictions.csv (softmax of `logits`) and
+    metrics.json with the keys the report reads (test metrics from that file)."""
+    from coreecg.eval.downstream import RecordScores, read_predictions, write_predictions   # torch: lazy
+
+    rids, pids, y = task
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    folder.mkdir(parents=True)
+    write_predictions(folder / "predictions.csv", RecordScores(rids, pids, y, probs / probs.sum(1, keepdims=True),
+                                                               None), list(CLASSES))
+    back = read_predictions(folder / "predictions.csv", list(CLASSES))
+    # classification_metrics' values (tests/test_eval_metrics.py), without its per-call overhead
+    test = {m: float(v[0]) for m, v in resample_metrics(back.y, back.probs, False, np.ones((1, len(y)))).items()}
+    record = {"method": method, "dataset": "synthetic", "mode": "finetune", "leads": "12", "train_fraction": 1.0,
+              "seed": seed, "multilabel": False, "class_names": list(CLASSES), "test": test}
+    (folder / "metrics.json").write_text(json.dumps(record))
+    return folder
+
+
+def simulate_table(root: Path, scenario: Scenario, rng: np.random.Generator) -> dict[str, list[Path]]:
+    """The run folders of one simulated table under `root`: {"reference": seeds 0..runs-1,
+    "other": seeds runs..2 runs-1 (disjoint)}."""
+    task = _test_set(scenario.n_patients, rng)
+    y = task[2]
+    hard = rng.normal(0, scenario.hard_sd, y.shape)
+    out: dict[str, list[Path]] = {}
+    for i, (method, skill) in enumerate((("reference", scenario.skill), ("other", scenario.skill + scenario.effect))):
+        out[method] = []
+        for seed in range(i * scenario.runs, (i + 1) * scenario.runs):
+            logits = y * (skill + rng.normal(0, scenario.run_sd)) + hard + rng.normal(0, scenario.noise_sd, y.shape)
+            out[method].append(write_run(root / f"{method}-s{seed}", method, seed, task, logits))
+    return out
+
+
+def table_marks(runs: dict[str, list[Path]], n_resamples: int, seed: int, adjust: str, alpha: float = 0.05,
+                min_runs: int = 3, min_test_patients: int = 30) -> dict[str, np.ndarray]:
+    """The rule on one simulated table: per metric of METRICS, {"p": raw p, "marked_raw": p < alpha,
+    "marked": adjusted p < alpha (`adjust` over the table's testable metrics), "diff": difference}."""
+    found = cell_differences(runs, "reference", METRICS, False, CLASSES, n_resamples, seed, 1 - alpha, min_runs,
+                             min_test_patients)["other"]
+    d = [found[m] for m in METRICS]
+    p = np.array([x.p_value if x.testable else np.nan for x in d])
+    testable = ~np.isnan(p)
+    adjusted = np.full(len(p), np.nan)
+    adjusted[testable] = adjust_p(p[testable], adjust)
+    return {"p": p, "marked_raw": p < alpha, "marked": adjusted < alpha,
+            "diff": np.array([np.nan if x.diff is None else x.diff for x in d])}
+
+
+def mark_rates(root: Path, scenario: Scenario, n_tables: int, seed: int = 0, n_resamples: int = 200,
+               adjust: str = "holm") -> dict:
+    """Simulate `n_tables` tables of `scenario` under `root` and count the marks. -> {"tables",
+    "auroc_raw": share of tables whose AUROC difference has raw p < 0.05 (one test per table,
+    independent), "auroc_marked": share whose AUROC cell is marked after `adjust` over the table's
+    3 metrics, "cell_adjusted": share of (table, metric) cells marked, "table_any": share of tables
+    with any mark, "mean_auroc_diff", "run_sd_auroc": mean sample sd of the reference's run AUROCs,
+    "auroc_p": every table's raw AUROC p}."""
+    rng = np.random.default_rng(seed)
+    rows, sds = [], []
+    for t in range(n_tables):
+        runs = simulate_table(root / f"table{t:04d}", scenario, rng)
+        rows.append(table_marks(runs, n_resamples, seed + t, adjust))
+        auroc = [json.loads((r / "metrics.json").read_text())["test"]["auroc"] for r in runs["reference"]]
+        sds.append(np.std(auroc, ddof=1) if len(auroc) > 1 else np.nan)
+    k = METRICS.index("auroc")
+    return {"tables": n_tables,
+            "auroc_raw": float(np.mean([r["marked_raw"][k] for r in rows])),
+            "auroc_marked": float(np.mean([r["marked"][k] for r in rows])),
+            "cell_adjusted": float(np.mean([r["marked"] for r in rows])),
+            "table_any": float(np.mean([r["marked"].any() for r in rows])),
+            "mean_auroc_diff": float(np.mean([r["diff"][k] for r in rows])),
+            "run_sd_auroc": float(np.nanmean(sds)),
+            "auroc_p": [float(r["p"][k]) for r in rows]}
+
+
+def binomial_upper(rate: float, n: int, z: float = 2.326) -> float:
+    """The largest share of n independent trials that a true rate `rate` exceeds with probability
+    about 1 % (normal approximation): the tolerance of an observed false-mark rate."""
+    return rate + z * np.sqrt(rate * (1 - rate) / n)
+

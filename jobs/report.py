@@ -10,8 +10,11 @@ report.min_runs runs and its p-value, adjusted over the table (report.adjust), i
 report.level; the CSV holds difference, interval, raw and adjusted p, run counts and why a cell is
 not marked. `report.f1` picks the F1 printed
 (threshold: the paper's 0.5; argmax: ST-MEM's). Table rows follow the order in which methods
-first appear among RUN_DIRS. Exit codes: 0 written, 2 a run folder or the config cannot be read
-(the message names it).
+first appear among RUN_DIRS. Each table's rows must have been trained under one protocol
+(coreecg/eval/fairness.py: only what defines a method may differ); a difference declared in
+--variants FILE (its `allow:` entries) is printed as the table's footnote. Exit codes: 0 written,
+2 a run folder, the config or the variants file cannot be read, or a table's rows differ in an
+undeclared key (the message names the table, rows and keys).
 """
 from __future__ import annotations
 
@@ -25,11 +28,18 @@ def main(argv: list[str] | None = None) -> int:
     p = job_parser(__doc__)
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a folder holding metrics.json")
     p.add_argument("--output", required=True, help="folder for the tables (created if missing)")
+    p.add_argument("--variants", default=None, metavar="FILE",
+                   help="a variants file (tune_spaces/ablations.yaml) whose allow: entries declare protocol "
+                        "differences between rows")
     args = parse_args(p, argv)
     cfg = resolve_config(p, args)
+    from coreecg.eval.fairness import UnfairTableError
+    from coreecg.tune.spaces import SpaceError, load_space
+
     try:
-        written = write_report(args.run_dirs, args.output, report=cfg.report)
-    except RunError as e:
+        allow = load_space(args.variants).allow if args.variants else []
+        written = write_report(args.run_dirs, args.output, report=cfg.report, allow=allow)
+    except (RunError, UnfairTableError, SpaceError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for path in written:

@@ -58,6 +58,7 @@ def run_study_job(study, output: str | Path, *, resume: bool = False, concurrenc
     """What jobs/study.py and its presets (jobs/ablate.py) do with a loaded study: run it, write
     its report, say what finished -> the exit code (0 all runs finished, 1 some did not, 2 the
     folder cannot hold this study)."""
+    from coreecg.eval.fairness import UnfairTableError
     from coreecg.study.report import write_study_report
     from coreecg.study.runner import StudyRunError, run_study
 
@@ -71,7 +72,10 @@ def run_study_job(study, output: str | Path, *, resume: bool = False, concurrenc
     except StudyRunError as e:
         return fail(str(e))
     bad = [r for r in rows if r["status"] != "done"]
-    index = write_study_report(study, output)
+    try:
+        index = write_study_report(study, output)
+    except UnfairTableError as e:     # checked before the runs; here only if --set changed between resumes
+        return fail(f"{study.path}: {e}")
     print(f"\n{len(rows) - len(bad)} of {len(rows)} run(s) finished; runs: {output / 'runs.csv'}")
     for r in bad:
         print(f"  {r['status']}: {r['phase']} {r['run']}: {r['error']}", file=sys.stderr)

@@ -124,3 +124,35 @@ def test_a_bad_allow_entry_names_the_file_and_the_entry(tmp_path, entry, message
     with pytest.raises(SpaceError, match=message) as err:
         load_space(path)
     assert str(path) in str(err.value) and "allow" in str(err.value)
+
+
+def _finished(tmp_path: Path, method: str, seed: int, *overrides: str) -> Path:
+    """A finished fine-tuning run folder (calibration's synthetic predictions) with its config.yaml."""
+    import numpy as np
+
+    from coreecg.eval.calibration import _test_set, write_run
+
+    task = _test_set(40, np.random.default_rng(0))
+    folder = write_run(tmp_path / "runs" / f"{method}-s{seed}", method, seed, task,
+                       np.random.default_rng(seed).normal(size=task[2].shape) + 2 * task[2])
+    tiny_config(*overrides, f"train.seed={seed}", f"finetune.method={method}").to_yaml(folder / "config.yaml")
+    return folder
+
+
+def test_the_report_refuses_rows_trained_differently_and_footnotes_a_declared_difference(tmp_path):
+    runs = [_finished(tmp_path, "CoRe-ECG", s) for s in (0, 1)]
+    runs += [_finished(tmp_path, "MoCo V3", s, "finetune.epochs=3") for s in (0, 1)]
+    args = [sys.executable, "jobs/report.py", *map(str, runs), "--set", "report.reference=CoRe-ECG"]
+    done = subprocess.run([*args, "--output", str(tmp_path / "t1")], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "'comparison'" in done.stderr and "MoCo V3 differs from CoRe-ECG in finetune.epochs" in done.stderr
+    assert not (tmp_path / "t1" / "comparison.md").exists()
+    variants = _variants(tmp_path, [], [{"variants": ["MoCo V3"], "keys": ["finetune.epochs"],
+                                         "reason": "a shorter schedule, stated in the paper"}])
+    done = subprocess.run([*args, "--output", str(tmp_path / "t2"), "--variants", str(variants)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    table = (tmp_path / "t2" / "comparison.md").read_text()
+    assert "‡ Protocol: MoCo V3 differs in finetune.epochs" in table and "stated in the paper" in table
+    assert "stated in the paper" in (tmp_path / "t2" / "comparison.tex").read_text()

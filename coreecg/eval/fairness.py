@@ -85,33 +85,36 @@ def finetune_cell(dataset: str, mode: str, leads: str, fraction: float) -> str:
     return f"{dataset}, {column}, {leads} leads, {fraction:.0%} of the training data"
 
 
-def run_entries(runs: Sequence[Any]) -> tuple[list[Entry], list[str]]:
+def run_entries(runs: Sequence[Any]) -> dict[Path, tuple[list[Entry], list[str]]]:
     """The entries behind finished fine-tuning runs (`coreecg.eval.report.Run`: path, method,
-    dataset, mode, leads, train_fraction, record): each run's config.yaml, and once per encoder the
-    pretraining config it carries. -> (entries, notes on what could not be checked)."""
+    dataset, mode, leads, train_fraction, record): run folder -> (its config.yaml as a fine-tuning
+    entry and, where it has an encoder, the pretraining config that encoder carries; notes on what
+    could not be checked). Each encoder is opened once."""
     from coreecg.checkpoints import CheckpointError
     from coreecg.loading import open_source
 
-    entries, notes, encoders = [], [], {}
+    out, encoders = {}, {}
     for run in runs:
+        entries, notes = [], []
         cell = finetune_cell(run.dataset, run.mode, run.leads, run.train_fraction)
         try:
-            config = yaml.safe_load((Path(run.path) / "config.yaml").read_text())
+            entries.append(Entry(run.method, FINETUNING, cell,
+                                 yaml.safe_load((Path(run.path) / "config.yaml").read_text())))
         except (OSError, yaml.YAMLError) as e:
             notes.append(f"{run.path}: no readable config.yaml ({e}); its protocol is not checked")
-            continue
-        entries.append(Entry(run.method, FINETUNING, cell, config))
         encoder = run.record.get("encoder")
         if encoder and encoder not in encoders:
             try:
-                encoders[encoder] = open_source(encoder, kind="encoder").config.to_dict()
+                encoders[encoder] = (open_source(encoder, kind="encoder").config.to_dict(), "")
             except (CheckpointError, OSError, ValueError) as e:   # moved or unreadable: say so
-                notes.append(f"{run.method}: the encoder {encoder} cannot be opened ({e}); its pretraining "
-                             "protocol is not checked")
-                encoders[encoder] = None
-            if encoders[encoder] is not None:
-                entries.append(Entry(run.method, PRETRAINING, "", encoders[encoder]))
-    return entries, notes
+                encoders[encoder] = (None, f"{run.method}: its encoder {encoder} cannot be opened ({e}); "
+                                           "its pretraining protocol is not checked")
+        if encoder:
+            config, why = encoders[encoder]
+            entries += [Entry(run.method, PRETRAINING, "", config)] if config is not None else []
+            notes += [why] if why else []
+        out[Path(run.path)] = (entries, notes)
+    return out
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

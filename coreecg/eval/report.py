@@ -44,6 +44,7 @@ from typing import Sequence
 import numpy as np
 
 from coreecg.config import ReportConfig
+from coreecg.eval.fairness import Allowance, check_table, run_entries
 from coreecg.eval.significance import PREDICTIONS, Difference, PairingError, adjust_p, cell_differences
 
 METRICS = {"acc": "ACC", "f1": "F1", "auroc": "AUROC"}
@@ -229,6 +230,7 @@ class Table:
     members: dict[str, set[Cell]] = field(default_factory=dict)  # method -> cells it has runs in
     significance: Significance | None = None
     adjusted: dict[tuple[str, int], float] = field(default_factory=dict)   # (method, column) -> adjusted p
+    footnotes: list[str] = field(default_factory=list)   # protocol differences of its rows (eval/fairness)
 
     def _means(self, j: int) -> list[float]:
         return sorted({round(100 * np.mean(v[j]), 1) for v in self.cells.values() if v[j]}, reverse=True)
@@ -406,6 +408,7 @@ def table_markdown(table: Table) -> str:
     notes = [f"† {UNAVAILABLE}: {m}: {why}" for m, why in table.unavailable.items()]
     if note := _significance_note(table, "\\*"):
         notes.append(note)
+    notes += [f"‡ Protocol: {n}" for n in table.footnotes]
     if notes:
         lines += [""] + notes
     groups = list(dict.fromkeys(c.group for c in cols))
@@ -517,6 +520,7 @@ def table_latex(table: Table) -> str:
                "column in bold, second underlined.", _f1_note(table)]
     caption += [f"† {UNAVAILABLE}: {m}: {why}." for m, why in table.unavailable.items()]
     caption += [note] if (note := _significance_note(table, MARK)) else []
+    caption += [f"‡ Protocol: {n}." for n in table.footnotes]
     lines = [f"% {table.spec.name}: written by coreecg/eval/report.py; needs \\usepackage{{booktabs,multirow}}",
              r"\begin{table}[t]", r"\centering",
              r"\caption{" + latex_escape(" ".join(caption)).replace(MARK, r"\textsuperscript{*}") + "}",
@@ -658,15 +662,18 @@ def _cell_differences(cell: Cell, ref: list[Run], others: dict[str, list[Run]],
 
 def write_report(run_dirs: Sequence[str | Path], output: str | Path,
                  method_tables: dict[str, Sequence[str]] | None = None,
-                 unavailable: dict[str, str] | None = None, *, report: ReportConfig | None = None) -> list[Path]:
+                 unavailable: dict[str, str] | None = None, *, report: ReportConfig | None = None,
+                 allow: Sequence[Allowance] = ()) -> list[Path]:
     """Read every run folder, write comparison / lead_reduction / train_fraction (.md, .csv, .tex)
     and all_runs.csv into `output`, plus one table per `method_tables` entry (name -> methods in row
     order; `ablation_<name>`, except that an entry named `comparison` replaces the comparison
     table with the paper's Table 1 rows in that order); `unavailable`: method -> why it has no
     run (an n/a row). `report` (the config's `report` section, defaults if None): which F1 the
     tables print, the reference method of the differences, their resamples, level, seed and the
-    marking rule (adjust, min_runs, min_test_patients). -> the files written. RunError on an
-    unreadable folder."""
+    marking rule (adjust, min_runs, min_test_patients). Each table's rows are checked to have been
+    trained under one protocol (coreecg/eval/fairness.py; `allow`: the variants file's declared
+    differences, printed as footnotes): UnfairTableError names an undeclared difference. -> the
+    files written. RunError on an unreadable folder."""
     if not run_dirs:
         raise RunError("no run folders given")
     report = report or ReportConfig()
@@ -679,6 +686,12 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
     tables += [method_table(f"ablation_{name}", f"Ablation: {name} (12 leads, all training data)", methods, runs,
                             unavailable, report.f1)
                for name, methods in method_tables.items()]
+    protocols = run_entries(runs)
+    for table in tables:
+        behind = [protocols[r.path] for r in runs
+                  if r.mode in TABLE_MODES and (r.dataset, r.leads, r.train_fraction) in table.members.get(r.method, ())]
+        notes = check_table(table.spec.name, [e for entries, _ in behind for e in entries], allow, seeds="note")
+        table.footnotes = list(dict.fromkeys([*notes, *(n for _, ns in behind for n in ns)]))
     significance = method_differences(runs, report)
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)

@@ -183,7 +183,7 @@ def write_study_report(study: Study, output: str | Path) -> Path:
                          for t in study.tables if t in study.method_tables}
         method_tables = {t: m for t, m in method_tables.items() if m}
         write_report([r.path for r in runs.values()], report_dir / "tables",
-                               method_tables, study.unavailable, report=cfg.report)
+                               method_tables, study.unavailable, report=cfg.report, allow=study.allow)
         lines += ["## Tables", "",
                   f"Markdown, CSV and LaTeX (booktabs) in `tables/`; differences to {cfg.report.reference} with "
                   f"{cfg.report.level:.0%} intervals over training runs ({cfg.report.bootstrap_resamples} resamples "

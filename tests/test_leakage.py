@@ -219,3 +219,20 @@ def test_finetune_job_exits_2_naming_records_and_allow_overlap_records_the_overl
 
     table = write_report([tmp_path / "ft"], tmp_path / "tables")[0].read_text()
     assert "‡" in table and "trained with --allow-overlap" in table
+
+
+def test_a_study_is_stopped_before_training_when_a_pretraining_corpus_leaks(corpora, tmp_path):
+    from coreecg.study.runner import check_leakage
+    from coreecg.study.spec import study_from_dict
+
+    root = corpora["root"]
+    data = {"name": "leaky", "set": [*TINY], "variants": str(REPO / "tune_spaces" / "ablations.yaml"),
+            "pretrain": {"methods": ["CoRe-ECG"], "seeds": [0], "set": [f"data.corpus={root / 'copies'}"]},
+            "downstream": {"corpora": {"ptbxl": {"path": str(root / "ptbxl")}}, "methods": ["CoRe-ECG"]},
+            "report": {"tables": ["comparison"]}}
+    with pytest.raises(LeakageError, match=corpora["guarded"][0]):
+        check_leakage(study_from_dict(data, tmp_path / "study.yaml"), {"ptbxl": root / "ptbxl"})
+    allowed = study_from_dict(data, tmp_path / "study.yaml", ["finetune.allow_overlap=true"])
+    check_leakage(allowed, {"ptbxl": root / "ptbxl"})            # each fine-tuning records it instead
+    clean = {**data, "pretrain": {**data["pretrain"], "set": [f"data.corpus={root / 'cpsc'}"]}}
+    check_leakage(study_from_dict(clean, tmp_path / "study.yaml"), {"ptbxl": root / "ptbxl"})

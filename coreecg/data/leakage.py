@@ -103,24 +103,22 @@ def candidate_pairs(keys_a: np.ndarray, keys_b: np.ndarray) -> tuple[np.ndarray,
     return pair // len(keys_b), pair % len(keys_b)
 
 
-def similarity(fa: np.ndarray, fb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(n, leads, blocks) int8 feature pairs -> (lead-by-lead mean cosine, lead-permuted mean cosine);
-    flat leads (all-zero features) are left out of the means."""
-    ua, ub = _unit(fa), _unit(fb)
-    valid = (np.abs(ub).sum(-1) > 0)
-    same_valid = valid & (np.abs(ua).sum(-1) > 0)
-    same = (ua * ub).sum(-1)
-    best = np.einsum("nlp,nmp->nml", ub, ua).max(-1)
-    return _masked_mean(same, same_valid), _masked_mean(best, valid)
-
-
-def _unit(f: np.ndarray) -> np.ndarray:
-    f = f.astype(np.float32)
-    return f / np.maximum(np.linalg.norm(f, axis=-1, keepdims=True), 1e-6)
+def similarity(fa: np.ndarray, fb: np.ndarray, norm_a: np.ndarray, norm_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, leads, blocks) int8 feature pairs and their (n, leads) norms -> (lead-by-lead mean
+    cosine, lead-permuted mean cosine: each lead of B with its best lead of A); flat leads (norm 0)
+    are left out of the means. One batched matmul gives every lead pair's dot product."""
+    dots = np.matmul(fb.astype(np.float32), fa.astype(np.float32).transpose(0, 2, 1))    # (n, B lead, A lead)
+    cos = dots / np.maximum(norm_b[:, :, None] * norm_a[:, None, :], 1e-6)
+    same = _masked_mean(np.diagonal(cos, axis1=1, axis2=2), (norm_a > 0) & (norm_b > 0))
+    return same, _masked_mean(cos.max(-1), norm_b > 0)
 
 
 def _masked_mean(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(mask, x, 0).sum(-1) / np.maximum(mask.sum(-1), 1)
+
+
+def _norms(features: np.ndarray) -> np.ndarray:
+    return np.linalg.norm(features.astype(np.float32), axis=-1)
 
 
 def signal_windows(a: pa.Table, b: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -128,10 +126,11 @@ def signal_windows(a: pa.Table, b: pa.Table) -> tuple[np.ndarray, np.ndarray, np
     keys_a, feats_a = decode_fingerprints(a)
     keys_b, feats_b = decode_fingerprints(b)
     wa, wb = candidate_pairs(keys_a, keys_b)
+    norm_a, norm_b = _norms(feats_a), _norms(feats_b)
     out_a, out_b, out_s = [], [], []
     for i in range(0, len(wa), _CHUNK):
         ca, cb = wa[i:i + _CHUNK], wb[i:i + _CHUNK]
-        same, permuted = similarity(feats_a[ca], feats_b[cb])
+        same, permuted = similarity(feats_a[ca], feats_b[cb], norm_a[ca], norm_b[cb])
         hit = (same >= SIMILARITY) | (permuted >= PERMUTED)
         out_a.append(ca[hit])
         out_b.append(cb[hit])

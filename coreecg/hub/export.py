@@ -23,7 +23,7 @@ from coreecg.hub.contract import source_contract
 from coreecg.hub.onnx_export import ONNX_FILE, onnx_entry
 from coreecg.hub.provenance import provenance
 from coreecg.loading import CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, ModelSource, open_source
-from coreecg.train.leakage import PRETRAINING_FINGERPRINTS, LeakageError, fingerprints_of, pretraining_of
+from coreecg.train.leakage import PRETRAINING_FINGERPRINTS, fingerprints_of, pretraining_of
 from coreecg.version import __version__
 
 
@@ -69,7 +69,7 @@ def _carry_fingerprints(src: ModelSource, meta: dict[str, Any], out: Path) -> No
         return
     try:
         table, where = fingerprints_of(pre)
-    except LeakageError as e:
+    except (OSError, ValueError) as e:      # LeakageError, a corpus that cannot be read: the export goes on
         corpus["fingerprints"] = {"file": None, "note": str(e)}
         return
     copied = write_atomic(out / PRETRAINING_FINGERPRINTS, lambda tmp: pq.write_table(table, tmp, compression="zstd"))

@@ -236,3 +236,10 @@ def test_a_study_is_stopped_before_training_when_a_pretraining_corpus_leaks(corp
     check_leakage(allowed, {"ptbxl": root / "ptbxl"})            # each fine-tuning records it instead
     clean = {**data, "pretrain": {**data["pretrain"], "set": [f"data.corpus={root / 'cpsc'}"]}}
     check_leakage(study_from_dict(clean, tmp_path / "study.yaml"), {"ptbxl": root / "ptbxl"})
+
+
+def test_the_overlap_job_names_a_folder_that_is_not_a_corpus(tmp_path):
+    done = subprocess.run([sys.executable, "jobs/overlap.py", str(tmp_path), str(tmp_path), "--output", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, env=_env())
+    assert done.returncode == 2 and f"not a coreecg corpus (no manifest.json): {tmp_path}" in done.stderr
+    assert not (tmp_path / "overlap.csv").exists()

@@ -15,7 +15,6 @@ at most 0.88 lead by lead and 0.96 lead-permuted.
 """
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -54,13 +53,14 @@ class Overlap:
     counts: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def b_records(self) -> list[str]:
+    def b_record_ids(self) -> list[str]:
+        """The records of B that share anything with A, sorted."""
         return sorted(set(self.pairs["b_record"]))
 
     def write_csv(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.pairs.to_csv(path, index=False, columns=list(CSV_FIELDS), quoting=csv.QUOTE_MINIMAL)
+        self.pairs.to_csv(path, index=False, columns=list(CSV_FIELDS))
         return path
 
     def message(self) -> str:

@@ -105,6 +105,6 @@ def check_overlap(pre: Pretraining, downstream: Path, allow: bool) -> tuple[dict
                            "overlap is recorded in metrics.json, overlap.csv and the report)")
     entry = {"checked": True, "allowed": allow, "overlap": found, "pretraining_corpus": pre.corpus,
              "fingerprints": where, "splits": list(GUARDED_SPLITS), **overlap.counts,
-             "examples": overlap.b_records[:EXAMPLES], "file": OVERLAP_CSV if found else None,
+             "examples": overlap.b_record_ids[:EXAMPLES], "file": OVERLAP_CSV if found else None,
              "seconds": round(time.perf_counter() - t0, 3)}
     return entry, overlap if found else None

@@ -218,6 +218,7 @@ def write_run_folder(plan: RunPlan) -> Path:
     (coreecg.run_record; a pretraining's names its corpus and fingerprint file) and a
     fine-tuning's train_subset.csv (and overlap.csv when the leakage guard was overruled)."""
     from coreecg.data.fingerprints import corpus_record
+    from coreecg.data.leakage import OVERLAP_CSV
     from coreecg.run_record import start_session
 
     run_dir = plan.run_dir
@@ -228,5 +229,5 @@ def write_run_folder(plan: RunPlan) -> Path:
         (run_dir / "train_subset.csv").write_text(
             "patient_id\n" + "".join(f"{p}\n" for p in plan.finetune.kept_patients))
         if plan.finetune.overlap_csv:
-            (run_dir / "overlap.csv").write_text(plan.finetune.overlap_csv)
+            (run_dir / OVERLAP_CSV).write_text(plan.finetune.overlap_csv)
     return run_dir

@@ -22,8 +22,9 @@ from pathlib import Path
 from coreecg.cli import fail, job_parser, parse_args
 
 
-def _summary(name: str, manifest: dict, counts_records: int, windows: int) -> str:
-    return f"{name} ({manifest['source']}): {counts_records} records, {windows} windows"
+def _summary(name: str, manifest: dict, records: int, windows: int) -> str:
+    """One corpus's line: its folder, source, records and windows."""
+    return f"{name} ({manifest['source']}): {records} records, {windows} windows"
 
 
 def main(argv=None) -> int:

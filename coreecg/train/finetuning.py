@@ -224,7 +224,8 @@ def plan_finetune(config: Config) -> RunPlan:
     corpus without labels or without labelled val/test windows, a lead it does not store, an
     encoder checkpoint that is unreadable, holds no encoder, or has another shape than asked,
     a scratch run given an encoder (or a fine-tune given none), a fraction that empties a class,
-    a run folder that holds another run.
+    a run folder that holds another run; LeakageError when the encoder's pretraining corpus shares
+    records or patients with the val/test splits (unless finetune.allow_overlap; docs/leakage.md).
     """
     from coreecg.data.locate import training_corpus
     from coreecg.data.subsets import subset_summary

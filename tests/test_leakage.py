@@ -243,3 +243,17 @@ def test_the_overlap_job_names_a_folder_that_is_not_a_corpus(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=120, env=_env())
     assert done.returncode == 2 and f"not a coreecg corpus (no manifest.json): {tmp_path}" in done.stderr
     assert not (tmp_path / "overlap.csv").exists()
+
+
+def test_a_pretraining_run_record_names_its_corpus_and_fingerprint_file(corpora, tmp_path):
+    from coreecg.run_record import sessions
+    from coreecg.train.plan import RunPlan, write_run_folder
+
+    corpus = corpora["root"] / "copies"
+    cfg = load_config(overrides=[*TINY, f"data.corpus={corpus}", "optim.batch_size=4",
+                                 f"train.storage_path={tmp_path}", "train.name=pre"])
+    write_run_folder(RunPlan("pretrain", cfg, corpus, 8, 2))
+    data = sessions(tmp_path / "pre")[-1]["data"]
+    assert data["corpus"] == str(corpus) and data["fingerprints"] == str(corpus / FINGERPRINT_FILE)
+    assert data["fingerprints_sha256"] == sha256_file(corpus / FINGERPRINT_FILE)
+    assert data["manifest_sha256"] == sha256_file(corpus / "manifest.json")

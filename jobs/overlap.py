@@ -53,6 +53,8 @@ def main(argv=None) -> int:
           f"a recording: {c['signal_records']})")
     for split, s in c["by_split"].items():
         print(f"  {split}: {s['shared']} of {s['records']} (patient {s['patient']}, recording {s['signal']})")
+    if "warning" in c:
+        print(f"warning: {c['warning']}")
     print(f"{path}: {len(overlap.pairs)} record pair(s); {time.perf_counter() - t0:.1f} s")
     return 0
 

@@ -17,6 +17,7 @@ fingerprints existed, or rebuilt since, gets them computed on first use (`corpus
 """
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -94,9 +95,24 @@ def compute_fingerprints(corpus: str | Path, manifest: dict[str, Any] | None = N
     return pa.concat_tables(parts)
 
 
-def _stamp(table: pa.Table, manifest_sha256: str) -> pa.Table:
+def _stamp(table: pa.Table, corpus: Path) -> pa.Table:
+    """The table with its provenance: version, the manifest's sha256 and its preprocessing (two
+    corpora preprocessed differently store other numbers for one recording: `preprocess_warning`)."""
+    preprocess = load_manifest(corpus).get("preprocess")
     return table.replace_schema_metadata({"fingerprint_version": str(FINGERPRINT_VERSION),
-                                          "manifest_sha256": manifest_sha256})
+                                          "manifest_sha256": sha256_file(corpus / MANIFEST),
+                                          "preprocess": json.dumps(preprocess, sort_keys=True)})
+
+
+def preprocess_warning(a: pa.Table, b: pa.Table) -> str | None:
+    """Why two fingerprint tables may not be comparable (other preprocessing), None when alike or unknown."""
+    pa_, pb = ((t.schema.metadata or {}).get(b"preprocess") for t in (a, b))
+    if pa_ is None or pb is None or pa_ == pb or b"null" in (pa_, pb):
+        return None
+    da, db = json.loads(pa_), json.loads(pb)
+    diff = ", ".join(f"{k}: {da.get(k)} vs {db.get(k)}" for k in sorted(set(da) | set(db)) if da.get(k) != db.get(k))
+    return (f"the two corpora were preprocessed differently ({diff}): a recording in both is stored as other "
+            "numbers, so fingerprints may miss it (patient ids still compare)")
 
 
 def fingerprint_stamp(path: str | Path) -> dict[str, str]:
@@ -108,7 +124,7 @@ def fingerprint_stamp(path: str | Path) -> dict[str, str]:
 def write_fingerprints(corpus: str | Path) -> Path:
     """Compute the corpus's fingerprints and write them beside its manifest (atomically)."""
     corpus = Path(corpus)
-    table = _stamp(compute_fingerprints(corpus), sha256_file(corpus / MANIFEST))
+    table = _stamp(compute_fingerprints(corpus), corpus)
     return write_atomic(corpus / FINGERPRINT_FILE, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
@@ -142,7 +158,7 @@ def corpus_fingerprints(corpus: str | Path) -> pa.Table:
     manifest (kept in memory only when the corpus folder is read-only)."""
     path = ensure_fingerprints(corpus)
     if path is None:
-        return _stamp(compute_fingerprints(corpus), sha256_file(Path(corpus) / MANIFEST))
+        return _stamp(compute_fingerprints(corpus), Path(corpus))
     return read_fingerprint_file(path)
 
 

@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from coreecg.data.fingerprints import META_COLUMNS, decode_fingerprints
+from coreecg.data.fingerprints import META_COLUMNS, decode_fingerprints, preprocess_warning
 from coreecg.data.splits import SPLITS
 
 SIMILARITY = 0.9
@@ -167,7 +167,10 @@ def compare(a: pa.Table, b: pa.Table, a_name: str, b_name: str, splits: Iterable
     a, b = only_splits(a, a_splits), only_splits(b, splits)
     pairs = pd.concat([patient_pairs(records_of(a), records_of(b)), signal_pairs(a, b)], ignore_index=True)
     pairs = pairs.sort_values(["b_split", "b_record", "kind", "a_record"], ignore_index=True)
-    return Overlap(a_name, b_name, pairs, overlap_counts(a, b, pairs))
+    counts = overlap_counts(a, b, pairs)
+    if warning := preprocess_warning(a, b):
+        counts["warning"] = warning
+    return Overlap(a_name, b_name, pairs, counts)
 
 
 def overlap_counts(a: pa.Table, b: pa.Table, pairs: pd.DataFrame) -> dict[str, Any]:

@@ -137,7 +137,10 @@ class RunPlan:
 
 
 def _leakage_lines(leak: dict[str, Any]) -> list[str]:
-    """The console's warning when finetune.allow_overlap let a leaking or unchecked run through."""
+    """The console's warning when finetune.allow_overlap let a leaking or unchecked run through,
+    and when the two corpora's preprocessing differs (fingerprints may then miss a copy)."""
+    if leak.get("warning"):
+        return [f"warning: leakage guard: {leak['warning']}", *_leakage_lines({**leak, "warning": None})]
     if leak.get("overlap"):
         return [f"warning: {leak['b_records']} val/test record(s) share a patient or a recording with the encoder's "
                 "pretraining corpus (allowed by finetune.allow_overlap; listed in overlap.csv)"]

@@ -149,7 +149,13 @@ def test_corpora_without_copies_show_no_overlap(corpora, ecg_data):
     same = compare(ptbxl, ptbxl, "ptbxl", "ptbxl", splits=("val", "test"), a_splits=("train",))
     assert same.counts["b_records"] == 0
     # ... while the whole corpus against itself is all patient and signal matches
-    assert compare(ptbxl, ptbxl, "a", "b").counts["signal_records"] == ptbxl.column("record_id").unique().__len__()
+    assert compare(ptbxl, ptbxl, "a", "b").counts["signal_records"] == len(ptbxl.column("record_id").unique())
+    assert "warning" not in same.counts
+    # fingerprints of corpora preprocessed differently are other numbers: the comparison says so
+    meta = dict(ptbxl.schema.metadata)
+    meta[b"preprocess"] = meta[b"preprocess"].replace(b'"lowpass_hz": 40.0', b'"lowpass_hz": 45.0')
+    other = compare(ptbxl, ptbxl.replace_schema_metadata(meta), "a", "b")
+    assert "preprocessed differently (lowpass_hz: 40.0 vs 45.0)" in other.counts["warning"]
 
 
 def test_finetuning_from_an_encoder_pretrained_on_copies_is_refused_before_training(corpora, tmp_path):

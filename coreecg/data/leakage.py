@@ -90,7 +90,7 @@ def patient_pairs(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 def candidate_pairs(keys_a: np.ndarray, keys_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(window of A, window of B) pairs that share at least one non-zero lead key, each once."""
-    leads = keys_a.shape[1]
+    leads_a, leads_b = keys_a.shape[1], keys_b.shape[1]
     flat_a, flat_b = keys_a.ravel(), keys_b.ravel()
     order = np.argsort(flat_a, kind="stable")
     sorted_a = flat_a[order]
@@ -99,7 +99,7 @@ def candidate_pairs(keys_a: np.ndarray, keys_b: np.ndarray) -> tuple[np.ndarray,
     rows_b = np.repeat(np.arange(flat_b.size), hits)
     start = np.repeat(lo - (np.cumsum(hits) - hits), hits)
     rows_a = order[start + np.arange(rows_b.size)]
-    pair = np.unique((rows_a // leads).astype(np.int64) * len(keys_b) + rows_b // leads)
+    pair = np.unique((rows_a // leads_a).astype(np.int64) * len(keys_b) + rows_b // leads_b)
     return pair // len(keys_b), pair % len(keys_b)
 
 
@@ -109,6 +109,8 @@ def similarity(fa: np.ndarray, fb: np.ndarray, norm_a: np.ndarray, norm_b: np.nd
     are left out of the means. One batched matmul gives every lead pair's dot product."""
     dots = np.matmul(fb.astype(np.float32), fa.astype(np.float32).transpose(0, 2, 1))    # (n, B lead, A lead)
     cos = dots / np.maximum(norm_b[:, :, None] * norm_a[:, None, :], 1e-6)
+    if cos.shape[1] != cos.shape[2]:       # corpora storing other lead sets: no lead-by-lead order
+        return np.zeros(len(cos), np.float32), _masked_mean(cos.max(-1), norm_b > 0)
     same = _masked_mean(np.diagonal(cos, axis1=1, axis2=2), (norm_a > 0) & (norm_b > 0))
     return same, _masked_mean(cos.max(-1), norm_b > 0)
 

@@ -41,6 +41,14 @@ CPU seconds (this process / Ray workers / other: raylet, GCS, job drivers), obje
 use (peak) and bytes spilled during the phase. CPU us per window compares ingest and pyarrow
 apart from the machine's load, which wall-clock rates on a shared machine are not.
 
+(d) The leakage guard (docs/leakage.md) with the corpus as a pretraining corpus: the fingerprint
+    pass over every window (what building it adds), then the guard a fine-tuning runs (its train
+    split against a downstream corpus's val and test: --downstream, and the corpus's own),
+    seconds each. `--leakage-only` skips (b), (c) and the epochs. Its figure, on a 100k-window
+    corpus written by `--direct` (see direct_corpus) in minutes:
+    python -m bench.large_corpus --direct --leakage-only --records 100000 --workdir /tmp/lk \
+        --downstream corpora/ptbxl
+
 Prints one JSON object; exits 1 when a resume check fails. Runtime on 2 idle cores: preprocessing
 about 21 ms per record per core (100k: about 20 min); the tiny model's epoch on CPU is bound by
 its steps, not by ingest (tens of windows/s per core: 80k train windows take tens of minutes).
@@ -299,6 +307,75 @@ def pretrain_epochs(corpus: Path, run: Path, cache_gb: float, epochs: int, batch
 # ---------------------------------------------------------------------------- main
 
 
+def _direct_shard(args: tuple[Path, int, int, int]) -> list[dict]:
+    """One shard of `direct_corpus`: synthetic records drawn at the stored rate, z-scored, written."""
+    from coreecg.data.corpus import windows_table, write_parquet
+    from coreecg.data.preprocess import zscore
+    from coreecg.data.sources.synthetic import CLASS_NAMES, synthesize_record
+    from coreecg.data.splits import assign_split
+
+    corpus, shard, first, n = args
+    records = [synthesize_record(0, i, fs=250.0) for i in range(first, first + n)]
+    signals = zscore(np.stack([r.signal for r in records]), 1e-6).astype(np.float32)
+    rows = [{"dataset": "synthetic", "record_id": r.record_id, "patient_id": r.patient_id, "window_index": 0,
+             "split": assign_split("synthetic", r.patient_id, r.record_id),
+             "labels": [CLASS_NAMES.index(r.labels[0])]} for r in records]
+    table, split = windows_table(rows, signals), np.array([r["split"] for r in rows])
+    out = []
+    for name in SPLITS:
+        idx = np.flatnonzero(split == name)
+        if idx.size:
+            rel = f"{name}/shard-{shard:05d}.parquet"
+            out.append({"path": rel, "split": name, "rows": int(idx.size),
+                        "sha256": write_parquet(table.take(idx), corpus / rel)})
+    return out
+
+
+def direct_corpus(corpus: Path, records: int, shard_records: int, cores: int) -> dict:
+    """`--direct`: a corpus of `records` synthetic windows written straight from the generator at
+    250 Hz (z-scored, the corpus writer's layout and bytes, but no filter or resampling and no
+    Ray): a 100k-window corpus in minutes where (a)'s preprocessing takes most of an hour on 2
+    shared cores. For (b)-(d); it has no resume markers, so (a) is not run."""
+    from multiprocessing import get_context
+
+    from coreecg.data.sources.synthetic import CLASS_NAMES
+
+    t0 = time.perf_counter()
+    jobs = [(corpus, i, first, min(shard_records, records - first))
+            for i, first in enumerate(range(0, records, shard_records))]
+    with get_context("spawn").Pool(cores) as pool:
+        shards = [f for part in pool.map(_direct_shard, jobs) for f in part]
+    windows = {s: sum(f["rows"] for f in shards if f["split"] == s) for s in SPLITS}
+    manifest = {"format": "coreecg-corpus", "format_version": 1, "source": "synthetic", "class_names": list(CLASS_NAMES),
+                "multilabel": False, "signal": {"shape": [12, 2500], "dtype": "float16", "sampling_rate": 250},
+                "counts": {"windows": windows, "windows_total": records}, "shards": shards,
+                "note": "bench.large_corpus --direct: generator windows written straight, not preprocessed"}
+    (corpus / "manifest.json").write_text(json.dumps(manifest))
+    return {"records": records, "write_s": round(time.perf_counter() - t0, 1), "windows": windows}
+
+
+def leakage(corpus: Path, downstream: Path | None) -> dict:
+    """(d) The leakage guard (coreecg.train.leakage) with this corpus as the pretraining corpus:
+    its fingerprint pass (what a build adds; an older corpus pays it once, on first use), then the
+    guard as a fine-tuning runs it (cached fingerprints: A's train split against the downstream
+    corpus's val and test), against `downstream` and against the corpus's own val and test."""
+    from coreecg.data.fingerprints import FINGERPRINT_FILE, write_fingerprints
+    from coreecg.train.leakage import Pretraining, check_overlap
+
+    t0 = time.perf_counter()
+    write_fingerprints(corpus)
+    out: dict = {"fingerprint_pass_s": round(time.perf_counter() - t0, 2),
+                 "fingerprint_bytes": (corpus / FINGERPRINT_FILE).stat().st_size}
+    for name, target in (("downstream", downstream), ("own_val_test", corpus)):
+        if target is None:
+            continue
+        t0 = time.perf_counter()
+        entry, _ = check_overlap(Pretraining(str(corpus)), target, allow=True)
+        out[name] = {"corpus": str(target), "guard_s": round(time.perf_counter() - t0, 2),
+                     **{k: entry[k] for k in ("a_windows", "b_windows_compared", "b_records")}}
+    return out
+
+
 def main() -> int:
     p = parser(__doc__, "512 records in shards of 64, killed after 2 shards; no pretraining epoch")
     p.add_argument("--records", type=int, default=100_000)
@@ -311,6 +388,9 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=1, help="pretraining epochs of the tiny model (0: none)")
     p.add_argument("--batch-size", type=int, default=64, help="the pretraining's global batch")
     p.add_argument("--workers", type=int, default=1, help="train.num_workers")
+    p.add_argument("--leakage-only", action="store_true", help="after (a), only (d): no ingest pass, no epoch")
+    p.add_argument("--direct", action="store_true", help="instead of (a): write the corpus straight from the generator")
+    p.add_argument("--downstream", type=Path, help="(d): a downstream corpus to guard against (e.g. PTB-XL)")
     args = p.parse_args()
     if args.quick:
         args.records, args.shard_records, args.kill_after_shards, args.epochs = 512, 64, 2, 0
@@ -331,7 +411,9 @@ def main() -> int:
     env = job_env({"RAY_ADDRESS": gcs})
     cores = min(cores, int(ray.cluster_resources()["CPU"]))
     result: dict = {"cores": cores, "ray_cpus": int(ray.cluster_resources()["CPU"])}
-    if not args.reuse_corpus:
+    if args.direct and not args.reuse_corpus:
+        result["direct"] = direct_corpus(corpus, args.records, args.shard_records, cores)
+    elif not args.reuse_corpus:
         n_shards = math.ceil(args.records / args.shard_records)
         result["preprocess"] = preprocess(corpus, args.records, args.shard_records,
                                           args.kill_after_shards or max(1, n_shards // 3), env, cores, gcs)
@@ -342,6 +424,11 @@ def main() -> int:
     train_bytes = manifest["counts"]["windows"]["train"] * int(np.prod(shape)) * np.dtype(dtype).itemsize
     cache_gb = args.cache_gb if args.cache_gb is not None else round(train_bytes / 2**30 / 2, 4)
     cfg = DataConfig()
+    result["leakage"] = leakage(corpus, args.downstream)
+    if args.leakage_only:
+        ray.shutdown()
+        emit({"benchmark": "large_corpus", **result})
+        return 1 if result.get("preprocess", {}).get("problems") else 0
     passes = []
     for name in ("pyarrow_before", "ingest", "pyarrow_after"):
         with Monitor(gcs) as mon:

@@ -274,6 +274,9 @@ class FinetuneConfig:
     # method's label ("Supervised" for scratch); dataset "" = from the corpus manifest.
     method: str = ""
     dataset: str = ""
+    # The leakage guard (docs/leakage.md): a fine-tuning whose encoder was pretrained on records or
+    # patients of its val/test splits stops before training; true proceeds and records the overlap.
+    allow_overlap: bool = False
 
     def __post_init__(self) -> None:
         if not self.leads or len(set(self.leads)) != len(self.leads) or not set(self.leads) <= set(STANDARD_LEADS):

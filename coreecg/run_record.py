@@ -10,6 +10,8 @@ for TensorBoard's HParams and MLflow.
                    "ray": {"address": "127.0.0.1:61234", "nodes": 1, "node": "<id>"} | null
                           (the cluster it ran on, its live nodes, the node of the process writing it),
                    "pid": 4242 (that process: a job's driver, or the Tune trial running the run),
+                   "data": {"corpus", "manifest_sha256", "fingerprints", "fingerprints_sha256"} (pretraining:
+                            its corpus and the fingerprint file the leakage guard compares),
                    "started": "2026-11-23T20:41:07+00:00", "ended": ... | absent while running or killed,
                    "status": "running" | "completed" | "failed", "error": "..." (failed only)}]}
 
@@ -113,11 +115,14 @@ def _read(run_dir: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a readable run record ({e}); move it aside to start a new one") from e
 
 
-def start_session(run_dir: Path) -> None:
+def start_session(run_dir: Path, data: dict[str, Any] | None = None) -> None:
+    """A new session; `data`: what a pretraining trains on (its corpus and fingerprint file, for
+    the leakage guard: coreecg.data.fingerprints.corpus_record), kept as the session's "data"."""
     record = _read(run_dir)
     record["sessions"].append({"command": command_line(), "cwd": os.getcwd(), "git": git_state(),
                                "versions": versions(), "host": host(),
-                               "ray": ray_cluster(), "pid": os.getpid(), "started": _now(), "status": "running"})
+                               "ray": ray_cluster(), "pid": os.getpid(), "started": _now(), "status": "running",
+                               **({"data": data} if data else {})})
     write_json(run_dir / RECORD_FILE, record)
 
 

@@ -17,15 +17,18 @@ runs/finetune/<variant>-<corpus>-finetune-l12-f100-s<seed>/, runs.csv: one row p
 method, seed, status and error), and with --finetune report/tables/: `comparison` in the paper's
 Table 1 row order plus one table per other `tables` entry of the variants file
 (ablation_paradigm, ablation_stdm_fda, ...), as Markdown, CSV and LaTeX, mean ± std over seeds.
+The leakage guard (docs/leakage.md) compares --corpus with each --finetune corpus before any
+training: shared records or patients in a val/test split stop the ablation (exit 2) unless
+--allow-overlap (finetune.allow_overlap), which records the overlap in each fine-tuning.
 Exit codes: 0 every run finished, 1 some runs failed (runs.csv says which and why), 2 bad
-arguments, variants or config.
+arguments, variants or config, or the leakage guard refused.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from coreecg.cli import fail, parse_args, sweep_parser, sweep_settings
+from coreecg.cli import fail, flag_overrides, parse_args, sweep_parser, sweep_settings
 
 
 def main(argv=None) -> int:
@@ -34,7 +37,12 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=1, help="seeds per variant (train.seed = 0..N-1)")
     parser.add_argument("--only", help="comma list of variant names to run")
     parser.add_argument("--finetune", nargs="+", default=[], metavar="CORPUS", help="labelled corpora to fine-tune on")
+    parser.add_argument("--allow-overlap", action="store_true",
+                        help="fine-tune although the pretraining corpus shares records or patients with a --finetune "
+                             "corpus's val/test split (finetune.allow_overlap; docs/leakage.md)")
     args = parse_args(parser, argv)
+    args.overrides = flag_overrides(parser, args.overrides, {
+        "finetune.allow_overlap": ("--allow-overlap", "true" if args.allow_overlap else None)})
     s = sweep_settings(parser, args)
     from coreecg.study.spec import StudyError, load_study, write_study_file
     from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, SpaceError, load_space

@@ -15,11 +15,14 @@ machine. The model architecture comes from the encoder checkpoint.
 Merge order: defaults < --config < --set < this job's flags. The flags are config keys:
 --encoder finetune.encoder (none: finetune.mode=scratch), --corpus data.corpus, --mode
 finetune.mode, --leads finetune.leads, --train-fraction finetune.train_fraction, --seed
-train.seed, --output train.storage_path + train.name. A flag left out leaves its key to --set,
+train.seed, --allow-overlap finetune.allow_overlap, --output train.storage_path + train.name. A flag left out leaves its key to --set,
 --config or the default; a key given both ways is an error (exit 2). Writes metrics.json, predictions.csv, best.pt,
 figures/tsne.png, metrics.jsonl and tensorboard/ to --output; re-running the same command
 resumes (or returns at once when the run is finished).
-Exit codes: 0 done, 2 bad arguments, config or input, 1 training failed.
+The leakage guard (docs/leakage.md): an encoder pretrained on records or patients of the corpus's
+val or test split is refused before training, naming them (exit 2); --allow-overlap trains anyway
+and records the overlap (metrics.json "leakage", overlap.csv, a mark in the report's tables).
+Exit codes: 0 done, 2 bad arguments, config or input (leakage included), 1 training failed.
 """
 from __future__ import annotations
 
@@ -49,6 +52,9 @@ def main(argv=None) -> int:
     parser.add_argument("--train-fraction", type=float, help="default: finetune.train_fraction (1.0)")
     parser.add_argument("--seed", type=int, help="default: train.seed (0)")
     parser.add_argument("--output", required=True, help="run folder (re-run to resume)")
+    parser.add_argument("--allow-overlap", action="store_true",
+                        help="fine-tune although the encoder's pretraining corpus shares records or patients with "
+                             "the val/test splits (recorded in metrics.json, overlap.csv and the report)")
     args = parse_args(parser, argv)
 
     from coreecg.data.corpus import CorpusError
@@ -70,6 +76,7 @@ def main(argv=None) -> int:
             "finetune.leads": ("--leads", f"[{','.join(leads)}]" if leads else None),
             "finetune.train_fraction": ("--train-fraction", args.train_fraction),
             "train.seed": ("--seed", args.seed),
+            "finetune.allow_overlap": ("--allow-overlap", "true" if args.allow_overlap else None),
             "data.corpus": ("--corpus", Path(args.corpus).expanduser().resolve()),
             "train.storage_path": ("--output", output.parent),
             "train.name": ("--output", output.name)})

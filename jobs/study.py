@@ -12,18 +12,23 @@ naming it. Then: the downstream corpora are built (or reused), every pretraining
 Tune trial, then every fine-tuning whose encoder exists; a failed run is recorded in runs.csv with
 its error and the others go on. With --resume, finished runs are kept and unfinished ones continue
 from their latest checkpoint. --set a.b=c applies to every run (after the study's own settings).
+Once the corpora are there, before any training, the leakage guard compares each pretraining
+corpus with the downstream corpora it is fine-tuned on (docs/leakage.md): shared records or
+patients in a val/test split stop the study naming them (exit 2); --allow-overlap
+(finetune.allow_overlap) goes on and each fine-tuning records its overlap.
 
 Outputs in --output: study.json, corpora/, runs/pretrain/*, runs/finetune/*, runs.csv, and
 report/ (tables as Markdown, CSV and LaTeX, figures as PNG, README.md naming each with its runs).
 Exit codes: 0 every run finished and the report is written; 1 some runs failed or were skipped
-(see runs.csv; the report holds what finished); 2 the study file, the folder or --set is invalid.
+(see runs.csv; the report holds what finished); 2 the study file, the folder or --set is invalid,
+or the leakage guard refused.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from coreecg.cli import fail, job_parser, parse_args
+from coreecg.cli import fail, flag_overrides, job_parser, parse_args
 
 
 def main(argv=None) -> int:
@@ -37,7 +42,12 @@ def main(argv=None) -> int:
     parser.add_argument("--output", required=True, help="the study folder (re-run with --resume to continue)")
     parser.add_argument("--resume", action="store_true", help="continue the study in --output")
     parser.add_argument("--concurrency", type=int, default=0, help="trials at once (0: what the cluster's CPUs allow)")
+    parser.add_argument("--allow-overlap", action="store_true",
+                        help="fine-tune although a pretraining corpus shares records or patients with a downstream "
+                             "val/test split (finetune.allow_overlap; each run records its overlap)")
     args = parse_args(parser, argv)
+    args.overrides = flag_overrides(parser, args.overrides, {
+        "finetune.allow_overlap": ("--allow-overlap", "true" if args.allow_overlap else None)})
 
     from coreecg.study.spec import StudyError, load_study
 
@@ -60,6 +70,7 @@ def run_study_job(study, output: str | Path, *, resume: bool = False, concurrenc
     folder cannot hold this study)."""
     from coreecg.eval.fairness import UnfairTableError
     from coreecg.study.report import write_study_report
+    from coreecg.data.leakage import LeakageError
     from coreecg.study.runner import StudyRunError, run_study
 
     output = Path(output).expanduser().resolve()
@@ -69,7 +80,7 @@ def run_study_job(study, output: str | Path, *, resume: bool = False, concurrenc
           f"{f' ({masks} for the mask-rate figure)' if masks else ''} -> {output}")
     try:
         rows = run_study(study, output, resume=resume, concurrency=concurrency, gpus_per_trial=gpus_per_trial)
-    except StudyRunError as e:
+    except (StudyRunError, LeakageError) as e:
         return fail(str(e))
     bad = [r for r in rows if r["status"] != "done"]
     try:

@@ -154,5 +154,5 @@ def test_the_report_refuses_rows_trained_differently_and_footnotes_a_declared_di
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     table = (tmp_path / "t2" / "comparison.md").read_text()
-    assert "‡ Protocol: MoCo V3 differs in finetune.epochs" in table and "stated in the paper" in table
+    assert "Protocol: MoCo V3 differs in finetune.epochs" in table and "stated in the paper" in table
     assert "stated in the paper" in (tmp_path / "t2" / "comparison.tex").read_text()

@@ -5,6 +5,8 @@ Layout of a corpus folder:
     manifest.json                 source, class names, counts, full PreprocessConfig,
                                   code version, every shard file with rows and sha256
     quarantine.csv                record_id, path, reason for every record not written
+    fingerprints.parquet          one signal fingerprint per window, for the leakage guard
+                                  (coreecg.data.fingerprints; stamped with the manifest's sha256)
     train/shard-00000.parquet     one row per 10 s window (see ROW SCHEMA)
     val/...  test/...             a split is a folder, so reading one split opens only its files
     _state/shard-00000.json       resume markers (one per shard, written after its files)

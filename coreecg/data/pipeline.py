@@ -10,7 +10,8 @@ atomically, then a resume marker `_state/shard-NNNNN.json` holding the shard's k
 of its record refs and every setting that changes the output), file checksums, counts and
 quarantine rows. A re-run skips a shard whose marker key matches and whose files still
 have their checksums; anything else is rebuilt. The driver then writes `quarantine.csv`
-and `manifest.json` from the markers, so a resumed run's manifest equals a fresh one's.
+and `manifest.json` from the markers, so a resumed run's manifest equals a fresh one's, and
+last `fingerprints.parquet` (the leakage guard's, coreecg.data.fingerprints) from the shards.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from coreecg.config import DataConfig, PreprocessConfig
 from coreecg.data.corpus import FORMAT_VERSION, MANIFEST, QUARANTINE, SIGNAL_DTYPE, windows_table, write_parquet
+from coreecg.data.fingerprints import write_fingerprints
 from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources import get_source
@@ -251,6 +253,9 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     write_atomic(out / QUARANTINE, lambda tmp: _write_csv(tmp, quarantine))
     manifest = _manifest(source, input_dir, cfg, settings, markers, refs, quarantine)
     write_json(out / MANIFEST, manifest)
+    t_fp = time.perf_counter()
+    write_fingerprints(out)           # the leakage guard's (coreecg.data.leakage), stamped with this manifest
+    t_fp = time.perf_counter() - t_fp
     for message in manifest["warnings"] if log_warnings else ():  # after Ray Data's progress output
         log.warning(message)
     stale = _remove_stale(out, {f["path"] for m in markers for f in m["files"]}, len(shards))
@@ -260,7 +265,7 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
             seconds.update(m["seconds"])
     run = {"wall_s": wall, "shards": len(shards), "shards_skipped": sum(m["skipped"] for m in markers),
            "records_per_s": (sum(m["records_in"] for m in markers if not m["skipped"]) / wall) if wall else 0.0,
-           "task_seconds": dict(seconds), "stale_files_removed": stale}
+           "task_seconds": dict(seconds), "fingerprint_s": t_fp, "stale_files_removed": stale}
     return {**manifest, "run": run}
 
 

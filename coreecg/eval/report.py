@@ -19,7 +19,8 @@ Contract: the fine-tuning job writes RUN_DIR/metrics.json as
               "ci": {"acc": {"low": .., "high": .., "undefined_resamples": 0}, ...},
               "per_class": {...}, "classes_left_out": {...}, ...},   # classification_metrics
      "val": {...same keys...},                                        #   + bootstrap_ci as "ci"
-     "crop_rule": "...", "encoder": "path or null", "encoder_config_hash": "..."}
+     "crop_rule": "...", "encoder": "path or null", "encoder_config_hash": "...",
+     "leakage": {"overlap": bool, "allowed": bool, "checked": bool, "b_records": n, ...}}  # optional
 
 `jobs/finetune.py` (coreecg.train.finetuning) also writes lead_names, corpus, config_hash,
 selection {metric, best_epoch (from 1), best_step, val_auroc, epochs, steps}, counts, train_subset,
@@ -31,6 +32,8 @@ The report reads method, dataset, mode, leads, train_fraction, seed and test.{ac
 metrics.json, or one missing any of these or with a wrong type, is a RunError naming the folder.
 Paired differences read RUN_DIR/predictions.csv (one row per test record) and multilabel and
 class_names; a run without predictions.csv leaves its cells without a difference.
+A run whose "leakage" says the guard was overruled (--allow-overlap: overlap, or unchecked) puts
+‡ after its method's name and a note under every table it is in, and a note in all_runs.csv.
 """
 from __future__ import annotations
 
@@ -60,6 +63,7 @@ NO_PREDICTIONS = "no predictions.csv"
 ADJUST_NAMES = {"holm": "Holm's correction", "bh": "the Benjamini-Hochberg correction (false discovery rate)",
                 "none": "no correction for multiple comparisons"}
 SAMPLING_ONLY = "test-set sampling only, not a claim about the methods"
+LEAK = "‡"      # a method with a run that the leakage guard let through (--allow-overlap)
 
 
 class RunError(ValueError):
@@ -231,6 +235,7 @@ class Table:
     significance: Significance | None = None
     adjusted: dict[tuple[str, int], float] = field(default_factory=dict)   # (method, column) -> adjusted p
     footnotes: list[str] = field(default_factory=list)   # protocol differences of its rows (eval/fairness)
+    leaks: dict[str, list[str]] = field(default_factory=dict)   # method -> its runs' leakage notes
 
     def _means(self, j: int) -> list[float]:
         return sorted({round(100 * np.mean(v[j]), 1) for v in self.cells.values() if v[j]}, reverse=True)
@@ -314,7 +319,29 @@ def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold") -> 
             value = _require(run.record["test"], name, (int, float, type(None)), run.path, parent="test.")
             if value is not None and value == value:     # null (or NaN): undefined in this run
                 row[index[(run.dataset, leads, fraction, metric)]].append(float(value))
-    return Table(spec, columns, cells, f1=f1, f1_fallback=tuple(dict.fromkeys(fallback)), members=cell_members)
+    leaks: dict[str, list[str]] = {}
+    for run, _ in members:
+        if note := leakage_note(run.record):
+            leaks.setdefault(run.method, []).append(f"{DATASETS.get(run.dataset, run.dataset)}, seed {run.seed}: {note}")
+    return Table(spec, columns, cells, f1=f1, f1_fallback=tuple(dict.fromkeys(fallback)), members=cell_members,
+                 leaks=leaks)
+
+
+def leakage_note(record: dict) -> str:
+    """What a run's metrics.json "leakage" says when the guard was overruled (--allow-overlap):
+    the val/test records shared with the encoder's pretraining corpus, or that it went unchecked."""
+    leak = record.get("leakage") if isinstance(record.get("leakage"), dict) else {}
+    if leak.get("overlap"):
+        return (f"{leak.get('b_records')} val/test record(s) share a patient ({leak.get('patient_records')}) or a "
+                f"recording ({leak.get('signal_records')}) with the encoder's pretraining corpus (overlap.csv)")
+    if leak.get("allowed") and leak.get("checked") is False and leak.get("pretraining_corpus"):
+        return "leakage not checked (the pretraining corpus was not found)"
+    return ""
+
+
+def _leak_notes(table: Table) -> list[str]:
+    return [f"{LEAK} {m}: trained with --allow-overlap; {n}" for m, notes in table.leaks.items() if m in table.cells
+            for n in notes]
 
 
 def _markdown_row(cells: Sequence[str]) -> str:
@@ -395,6 +422,7 @@ def table_markdown(table: Table) -> str:
         if method in table.unavailable:
             lines.append(_markdown_row([f"{method}†"] + [UNAVAILABLE] * len(cols)))
             continue
+        label = method + (LEAK if method in table.leaks else "")
         out = []
         for j, values in enumerate(row):
             text = format_cell(values) or MISSING
@@ -404,11 +432,11 @@ def table_markdown(table: Table) -> str:
             elif mean is not None and mean == table.second(j):
                 text = f"<u>{text}</u>"          # GitHub renders it, as the paper underlines
             out.append(text + ("\\*" if table.marked(method, j) else ""))
-        lines.append(_markdown_row([method] + out))
-    notes = [f"† {UNAVAILABLE}: {m}: {why}" for m, why in table.unavailable.items()]
+        lines.append(_markdown_row([label] + out))
+    notes = [f"† {UNAVAILABLE}: {m}: {why}" for m, why in table.unavailable.items()] + _leak_notes(table)
     if note := _significance_note(table, "\\*"):
         notes.append(note)
-    notes += [f"‡ Protocol: {n}" for n in table.footnotes]
+    notes += [f"Protocol: {n}" for n in table.footnotes]
     if notes:
         lines += [""] + notes
     groups = list(dict.fromkeys(c.group for c in cols))
@@ -477,14 +505,15 @@ def write_table_csv(table: Table, path: Path) -> None:
                 w.writerow([method] + [UNAVAILABLE, 0] * len(table.columns) + [table.unavailable[method]]
                            + [""] * len(diff_header))
                 continue
-            w.writerow([method] + [x for values in row for x in (format_cell(values), len(values))] + [""]
+            w.writerow([method] + [x for values in row for x in (format_cell(values), len(values))]
+                       + ["; ".join(table.leaks.get(method, []))]
                        + [x for j in range(len(table.columns)) for x in _diff_fields(table, method, j)])
 
 
 MARK = "\x00"      # stands for the significance mark until the caption is escaped
 _LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
                   "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
-                  "–": "--", "±": r"$\pm$", "†": r"\textsuperscript{\dag}"}
+                  "–": "--", "±": r"$\pm$", "†": r"\textsuperscript{\dag}", LEAK: r"\textsuperscript{\ddag}"}
 
 
 def latex_escape(text: str) -> str:
@@ -519,8 +548,9 @@ def table_latex(table: Table) -> str:
     caption = [f"{table.spec.title}. Test-set metrics in percent, mean ± standard deviation over seeds; best per "
                "column in bold, second underlined.", _f1_note(table)]
     caption += [f"† {UNAVAILABLE}: {m}: {why}." for m, why in table.unavailable.items()]
+    caption += [f"{note}." for note in _leak_notes(table)]
     caption += [note] if (note := _significance_note(table, MARK)) else []
-    caption += [f"‡ Protocol: {n}." for n in table.footnotes]
+    caption += [f"Protocol: {n}." for n in table.footnotes]
     lines = [f"% {table.spec.name}: written by coreecg/eval/report.py; needs \\usepackage{{booktabs,multirow}}",
              r"\begin{table}[t]", r"\centering",
              r"\caption{" + latex_escape(" ".join(caption)).replace(MARK, r"\textsuperscript{*}") + "}",
@@ -539,7 +569,8 @@ def table_latex(table: Table) -> str:
                    if lead == 1 or m in table.unavailable or any(row[j] for j in js)]
         rows = []
         for i, method in enumerate(methods):
-            name = latex_escape(method) + (r"\textsuperscript{\dag}" if method in table.unavailable else "")
+            name = latex_escape(method + (LEAK if method in table.leaks else "")) + \
+                (r"\textsuperscript{\dag}" if method in table.unavailable else "")
             first = ([rf"\multirow{{{len(methods)}}}{{*}}{{{latex_escape(label.replace('-lead', ''))}}}" if i == 0
                       else ""] if lead == 2 else [])
             rows.append(" & ".join(first + [name] + [_latex_cell(table, method, j) for j in js]) + r" \\")
@@ -560,7 +591,7 @@ def write_all_runs_csv(runs: Sequence[Run], tables: Sequence[Table], path: Path)
     ci_keys = [f"test_{m}_{end}" for m in ("acc", "f1", "f1_argmax", "auroc") for end in ("low", "high")]
     header = (["run_dir", *RUN_FIELDS, "multilabel", "tables"]
               + [f"{s}_{k}" for s in ("test", "val") for k in split_keys]
-              + ci_keys + ["encoder", "encoder_config_hash", "crop_rule"])
+              + ci_keys + ["encoder", "encoder_config_hash", "crop_rule", "leakage"])
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, header)
         w.writeheader()
@@ -569,7 +600,8 @@ def write_all_runs_csv(runs: Sequence[Run], tables: Sequence[Table], path: Path)
             row = {"run_dir": str(run.path), **{k: getattr(run, k) for k in RUN_FIELDS},
                    "multilabel": rec.get("multilabel"),
                    "tables": ";".join(t.spec.name for t in tables if variant_of(t.spec, run) and run.method in t.cells),
-                   **{k: rec.get(k) for k in ("encoder", "encoder_config_hash", "crop_rule")}}
+                   **{k: rec.get(k) for k in ("encoder", "encoder_config_hash", "crop_rule")},
+                   "leakage": leakage_note(rec)}
             for split in ("test", "val"):
                 metrics = rec.get(split) or {}
                 row.update({f"{split}_{k}": metrics.get(k) for k in split_keys})
@@ -590,7 +622,7 @@ def method_table(name: str, title: str, methods: Sequence[str], runs: Sequence[R
     empty = [[] for _ in full.columns]
     why = {m: r for m, r in (unavailable or {}).items() if m in methods}
     return Table(spec, full.columns, {m: full.cells.get(m, empty) for m in methods}, why, f1, full.f1_fallback,
-                 full.members)
+                 full.members, leaks=full.leaks)
 
 
 def table_runs(spec: TableSpec, runs: Sequence[Run]) -> list[Run]:

@@ -1,5 +1,6 @@
-"""An export folder from any model source: model.safetensors, config.json, README.md and, when
-asked, model.onnx (docs/export.md).
+"""An export folder from any model source: model.safetensors, config.json, README.md, the
+pretraining corpus's fingerprints (pretraining_fingerprints.parquet, for the leakage guard) and,
+when asked, model.onnx (docs/export.md).
 
 config.json is the commit mark, written last: an export killed or failing half-way (ONNX
 included) leaves a folder without one, which every loader refuses, never a config whose sha256
@@ -12,6 +13,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import torch
 
 from coreecg.checkpoints import CheckpointError
@@ -21,6 +23,7 @@ from coreecg.hub.contract import source_contract
 from coreecg.hub.onnx_export import ONNX_FILE, onnx_entry
 from coreecg.hub.provenance import provenance
 from coreecg.loading import CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, ModelSource, open_source
+from coreecg.train.leakage import PRETRAINING_FINGERPRINTS, fingerprints_of, pretraining_of
 from coreecg.version import __version__
 
 
@@ -39,7 +42,7 @@ def export_model(source: str | Path, output: str | Path, *, onnx: bool = False) 
     out = Path(output).expanduser()
     _check_output(out, Path(source).expanduser())
     out.mkdir(parents=True, exist_ok=True)
-    for stale in (CONFIG_FILE, ONNX_FILE):
+    for stale in (CONFIG_FILE, ONNX_FILE, PRETRAINING_FINGERPRINTS):
         (out / stale).unlink(missing_ok=True)
     # clone: safetensors refuses tensors that share storage (views of one buffer) or are not contiguous
     state = {k: v.detach().to("cpu").contiguous().clone() for k, v in src.state.items()}
@@ -47,11 +50,31 @@ def export_model(source: str | Path, output: str | Path, *, onnx: bool = False) 
         state, str(tmp), metadata={"format": "pt", "coreecg_kind": src.kind, "coreecg_version": __version__}))
     contract = source_contract(src)
     meta = _export_config(src, contract, state, sha256_file(weights), weights.stat().st_size)
+    _carry_fingerprints(src, meta, out)
     if onnx:
         meta["onnx"] = onnx_entry(src, contract, out / ONNX_FILE)
     write_text(out / CARD_FILE, model_card(meta))
     write_json(out / CONFIG_FILE, meta, indent=2)
     return out
+
+
+def _carry_fingerprints(src: ModelSource, meta: dict[str, Any], out: Path) -> None:
+    """Copy the pretraining corpus's fingerprint file into the export and name it (with its
+    sha256) in the provenance, so the leakage guard works from the export wherever the corpus is
+    (coreecg.train.leakage). Without a pretraining corpus, or with none found here, the
+    provenance says so and nothing is copied."""
+    corpus = (meta["provenance"].get("pretraining") or {}).get("corpus")
+    pre = pretraining_of(src)
+    if not isinstance(corpus, dict) or (pre.corpus is None and pre.carried is None):
+        return
+    try:
+        table, where = fingerprints_of(pre)
+    except (OSError, ValueError) as e:      # LeakageError, a corpus that cannot be read: the export goes on
+        corpus["fingerprints"] = {"file": None, "note": str(e)}
+        return
+    copied = write_atomic(out / PRETRAINING_FINGERPRINTS, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    corpus["fingerprints"] = {"file": PRETRAINING_FINGERPRINTS, "sha256": sha256_file(copied),
+                              "windows": table.num_rows, "copied_from": where}
 
 
 def _check_output(out: Path, source: Path) -> None:
@@ -61,7 +84,7 @@ def _check_output(out: Path, source: Path) -> None:
         raise CheckpointError(f"{out}: exists and is not a folder")
     if out.resolve() == source.resolve():
         raise CheckpointError(f"{out}: is the source itself; export to another folder")
-    known = {WEIGHTS_FILE, CONFIG_FILE, CARD_FILE, ONNX_FILE}
+    known = {WEIGHTS_FILE, CONFIG_FILE, CARD_FILE, ONNX_FILE, PRETRAINING_FINGERPRINTS}
     known |= {f"{name}.tmp" for name in known}      # left by an export that was killed (before coreecg.files)
     others = sorted(p.name for p in out.iterdir() if p.name not in known and not fnmatch(p.name, TEMP_GLOB))
     if others:

@@ -90,6 +90,23 @@ def build_corpora(study: Study, output: Path) -> dict[str, Path]:
     return out
 
 
+def check_leakage(study: Study, corpora: dict[str, Path]) -> None:
+    """The leakage guard (coreecg.train.leakage) of every (pretraining corpus, downstream corpus)
+    pair the study fine-tunes, before any training: LeakageError naming the records unless
+    finetune.allow_overlap (then each fine-tuning records its overlap itself)."""
+    from coreecg.train.leakage import Pretraining, check_overlap
+
+    if load_config(study.config_file, [*study.base, *study.extra]).finetune.allow_overlap:
+        return
+    pairs = set()
+    for r in [*study.finetune_runs(), *study.mask_rate_runs()]:
+        if r.encoder is not None:
+            corpus = load_config(study.config_file, study.pretrain_overrides(r.encoder)).data.corpus
+            pairs |= {(str(Path(corpus).resolve()), r.corpus)} if corpus else set()
+    for corpus, name in sorted(pairs):
+        check_overlap(Pretraining(corpus), corpora[name], allow=False)
+
+
 # ---------------------------------------------------------------------------- phases
 
 
@@ -145,6 +162,7 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
     cfg = load_config(study.config_file, [*study.base, *study.extra])
     init_ray(cfg.train.num_workers * cfg.train.cpus_per_worker)
     corpora = build_corpora(study, output)
+    check_leakage(study, corpora)
     from coreecg.data.locate import training_corpus
 
     for r in study.pretrain_runs():     # the embedded synthetic corpus is built here once, not per trial

@@ -33,6 +33,7 @@ from coreecg.data.reading import META_COLUMNS, read_split
 from coreecg.files import write_json
 from coreecg.loading import load_encoder, open_source
 from coreecg.train.ingest import to_model_input
+from coreecg.train.leakage import Pretraining, check_overlap, pretraining_of
 from coreecg.train.loop import RunWriter, WorkerContext
 from coreecg.train.plan import FinetuneSpec, RunPlan, preflight, steps_per_epoch
 from coreecg.train.step import FinetuneStep, Schedule
@@ -223,7 +224,8 @@ def plan_finetune(config: Config) -> RunPlan:
     corpus without labels or without labelled val/test windows, a lead it does not store, an
     encoder checkpoint that is unreadable, holds no encoder, or has another shape than asked,
     a scratch run given an encoder (or a fine-tune given none), a fraction that empties a class,
-    a run folder that holds another run.
+    a run folder that holds another run; LeakageError when the encoder's pretraining corpus shares
+    records or patients with the val/test splits (unless finetune.allow_overlap; docs/leakage.md).
     """
     from coreecg.data.locate import training_corpus
     from coreecg.data.subsets import subset_summary
@@ -238,8 +240,9 @@ def plan_finetune(config: Config) -> RunPlan:
     missing = [x for x in config.finetune.leads if x not in stored]
     if missing:
         raise FinetuneError(f"{corpus}: finetune.leads {missing} are not stored in this corpus (it has {stored})")
-    config, encoder_hash, method = _with_encoder(config)
+    config, encoder_hash, method, pretraining = _with_encoder(config)
     f = config.finetune
+    leakage, overlap = _leakage_check(pretraining, corpus, f.allow_overlap)
     stored_samples = int(manifest["signal"]["shape"][-1])
     if config.data.crop_samples > stored_samples:
         raise FinetuneError(f"{corpus}: windows of {stored_samples} samples are shorter than the model's input "
@@ -252,7 +255,7 @@ def plan_finetune(config: Config) -> RunPlan:
         "leads": leads_label(f.leads), "lead_names": list(f.leads), "train_fraction": f.train_fraction,
         "seed": config.train.seed, "multilabel": bool(manifest["multilabel"]), "class_names": names,
         "corpus": str(corpus), "encoder": f.encoder or None, "encoder_config_hash": encoder_hash,
-        "config_hash": config_hash(config),
+        "config_hash": config_hash(config), "leakage": leakage,
         "classes_absent_from_train": [c for c, n in zip(names, counts) if n == 0],
         "train_subset": subset_summary(train["patient_id"][labelled], train["multihot"][labelled],
                                        keep[labelled], names),
@@ -261,7 +264,8 @@ def plan_finetune(config: Config) -> RunPlan:
     spec = FinetuneSpec(encoder=f.encoder, lead_rows=tuple(stored.index(x) for x in f.leads),
                         stored_leads=len(stored), stored_samples=stored_samples, class_names=tuple(names),
                         multilabel=bool(manifest["multilabel"]), meta=meta,
-                        kept_patients=tuple(sorted(set(train["patient_id"][keep]))))
+                        kept_patients=tuple(sorted(set(train["patient_id"][keep]))),
+                        overlap_csv=overlap.pairs.to_csv(index=False) if overlap is not None else "")
     n = int(keep.sum())
     spe = steps_per_epoch(corpus, n, f.batch_size, config.train.num_workers, "finetune.batch_size")
     run_dir = config.train.run_dir
@@ -271,23 +275,33 @@ def plan_finetune(config: Config) -> RunPlan:
                    finished=finished)
 
 
-def _with_encoder(config: Config) -> tuple[Config, str | None, str]:
-    """-> (config, the encoder's config hash, the method's table name). A fine-tune or linear
-    probe takes its architecture (model, crop) from the encoder, whose path is resolved; a
-    scratch run keeps the config (no hash, "Supervised" unless finetune.method says otherwise)."""
+def _leakage_check(pretraining: Pretraining | None, corpus: Path, allow: bool):
+    """The leakage guard (coreecg.train.leakage): metrics.json's "leakage" entry and the overlap;
+    a supervised run has no pretraining corpus, so nothing to compare."""
+    if pretraining is None:
+        return {"checked": False, "allowed": allow, "overlap": False, "reason": "trained from scratch: no encoder"}, None
+    return check_overlap(pretraining, corpus, allow)
+
+
+def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining | None]:
+    """-> (config, the encoder's config hash, the method's table name, its pretraining data). A
+    fine-tune or linear probe takes its architecture (model, crop) from the encoder, whose path is
+    resolved; a scratch run keeps the config (no hash, "Supervised" unless finetune.method says
+    otherwise, no pretraining)."""
     f = config.finetune
     if f.mode == "scratch":
         if f.encoder:
             raise FinetuneError(f"finetune.mode=scratch trains a randomly initialised encoder; drop the encoder "
                                 f"({f.encoder}) or use mode finetune/linear")
-        return config, None, f.method or "Supervised"
+        return config, None, f.method or "Supervised", None
     if not f.encoder:
         raise FinetuneError(f"finetune.mode={f.mode} needs an encoder checkpoint (--encoder PATH); "
                             "use --mode scratch for the supervised baseline")
     path = Path(f.encoder).expanduser().resolve()
     # encoder.pt, a checkpoint, a run folder or an export folder: read and verified here
     # (CheckpointError naming the file otherwise); the model is built once, by the task
-    saved = open_source(path, kind="encoder").config
+    src = open_source(path, kind="encoder")
+    saved = src.config
     if config.model != ModelConfig() and config.model != saved.model:
         diff = [f"model.{k.name}: {getattr(saved.model, k.name)} in the checkpoint, {getattr(config.model, k.name)} "
                 "asked" for k in dataclasses.fields(ModelConfig)
@@ -296,7 +310,7 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str]:
     config = dataclasses.replace(
         config, model=saved.model, data=dataclasses.replace(config.data, crop_samples=saved.model.input_samples),
         finetune=dataclasses.replace(f, encoder=str(path))).validate()
-    return config, config_hash(saved), config.finetune.method or saved.method_label
+    return config, config_hash(saved), config.finetune.method or saved.method_label, pretraining_of(src)
 
 
 def _train_subset(corpus: Path, config: Config, names: list[str]) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:

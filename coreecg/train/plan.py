@@ -46,6 +46,7 @@ class FinetuneSpec:
     multilabel: bool
     meta: dict[str, Any]            # metrics.json fields known before training
     kept_patients: tuple[str, ...]  # patients of the label subset (train_subset.csv)
+    overlap_csv: str = ""           # records shared with the encoder's pretraining (overlap.csv), allowed
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,23 @@ class RunPlan:
                       f"over {t.num_workers} worker(s)"]
             if meta["classes_absent_from_train"]:
                 lines.append(f"warning: no training window of {meta['classes_absent_from_train']}")
+            lines += _leakage_lines(meta.get("leakage") or {})
         if self.resume_notes:
             lines.append(f"resuming with changed settings: {', '.join(self.resume_notes)}")
         return lines
+
+
+def _leakage_lines(leak: dict[str, Any]) -> list[str]:
+    """The console's warning when finetune.allow_overlap let a leaking or unchecked run through,
+    and when the two corpora's preprocessing differs (fingerprints may then miss a copy)."""
+    if leak.get("warning"):
+        return [f"warning: leakage guard: {leak['warning']}", *_leakage_lines({**leak, "warning": None})]
+    if leak.get("overlap"):
+        return [f"warning: {leak['b_records']} val/test record(s) share a patient or a recording with the encoder's "
+                "pretraining corpus (allowed by finetune.allow_overlap; listed in overlap.csv)"]
+    if leak.get("allowed") and leak.get("checked") is False and leak.get("pretraining_corpus"):
+        return [f"warning: leakage not checked (allowed by finetune.allow_overlap): {leak['reason']}"]
+    return []
 
 
 # ---------------------------------------------------------------------------- shared planning steps
@@ -203,14 +218,19 @@ def plan_local(config: Config, n_windows: int, run_dir: str | Path | None = None
 
 def write_run_folder(plan: RunPlan) -> Path:
     """Create the run folder with its config.yaml, a new session in run.json
-    (coreecg.run_record) and a fine-tuning's train_subset.csv."""
+    (coreecg.run_record; a pretraining's names its corpus and fingerprint file) and a
+    fine-tuning's train_subset.csv (and overlap.csv when the leakage guard was overruled)."""
+    from coreecg.data.fingerprints import corpus_record
+    from coreecg.data.leakage import OVERLAP_CSV
     from coreecg.run_record import start_session
 
     run_dir = plan.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     plan.config.to_yaml(run_dir / "config.yaml")
-    start_session(run_dir)
+    start_session(run_dir, corpus_record(plan.corpus) if plan.task == "pretrain" and plan.corpus else None)
     if plan.finetune is not None:
         (run_dir / "train_subset.csv").write_text(
             "patient_id\n" + "".join(f"{p}\n" for p in plan.finetune.kept_patients))
+        if plan.finetune.overlap_csv:
+            (run_dir / OVERLAP_CSV).write_text(plan.finetune.overlap_csv)
     return run_dir

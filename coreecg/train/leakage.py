@@ -1,0 +1,110 @@
+"""The leakage guard before a fine-tuning (and a study): the encoder's pretraining corpus against
+the downstream corpus's val and test splits (`coreecg.data.leakage`, docs/leakage.md).
+
+Where the pretraining corpus's fingerprints come from, first found wins:
+
+    the copy an export carries    PRETRAINING_FINGERPRINTS, its sha256 in config.json's provenance
+    the corpus itself             data.corpus of the encoder's run config (its fingerprints.parquet,
+                                  computed and cached on first use)
+
+An encoder pretrained on the embedded synthetic corpus (data.corpus empty) holds no real record:
+nothing to check. A corpus that is neither here nor carried is a LeakageError (the check cannot
+run), unless finetune.allow_overlap, which records that the run went unchecked.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from coreecg.checkpoints import CheckpointError
+from coreecg.data.corpus import MANIFEST
+from coreecg.data.fingerprints import FINGERPRINT_FILE, corpus_fingerprints, read_fingerprint_file
+from coreecg.data.leakage import (
+    EXAMPLES, GUARDED_SPLITS, OVERLAP_CSV, PRETRAINED_SPLITS, LeakageError, Overlap, compare,
+)
+from coreecg.files import sha256_file
+from coreecg.loading import ModelSource, open_source
+
+PRETRAINING_FINGERPRINTS = "pretraining_fingerprints.parquet"   # the copy an export carries
+ALLOW = "pass --allow-overlap (finetune.allow_overlap=true)"
+
+
+@dataclass(frozen=True)
+class Pretraining:
+    """An encoder's pretraining data: the corpus path as recorded (None: the synthetic corpus or
+    no pretraining), the fingerprint file that travels with it and its sha256, and why none."""
+
+    corpus: str | None
+    carried: Path | None = None
+    sha256: str | None = None
+    note: str = ""
+
+
+def pretraining_of(src: ModelSource) -> Pretraining:
+    """The pretraining data of a model source opened as an encoder (coreecg.loading.open_source)."""
+    if src.export is not None:
+        corpus = (((src.export.get("provenance") or {}).get("pretraining") or {}).get("corpus")) or {}
+        fp = corpus.get("fingerprints") or {}
+        carried = src.path / fp["file"] if fp.get("file") else None
+        return Pretraining(corpus.get("path"), carried, fp.get("sha256"),
+                           "" if corpus.get("path") else "pretrained on the embedded synthetic corpus")
+    cfg = src.config
+    if src.entries.get("task") == "finetune":       # a fine-tuned classifier's encoder: its own pretraining
+        if cfg.finetune.mode == "scratch" or not cfg.finetune.encoder:
+            return Pretraining(None, note="its encoder was trained from scratch: no pretraining corpus")
+        try:
+            return pretraining_of(open_source(cfg.finetune.encoder, kind="encoder"))
+        except CheckpointError:
+            return Pretraining(None, note=f"its encoder ({cfg.finetune.encoder}) is not here: pretraining unknown")
+    if not cfg.data.corpus:
+        return Pretraining(None, note="pretrained on the embedded synthetic corpus: no real record")
+    return Pretraining(str(Path(cfg.data.corpus).expanduser().resolve()))
+
+
+def fingerprints_of(pre: Pretraining) -> tuple[pa.Table, str]:
+    """(the pretraining corpus's fingerprints, the file they came from); LeakageError when
+    neither a carried copy nor the corpus is here, or the copy fails its sha256."""
+    if pre.carried is not None and pre.carried.is_file():
+        if pre.sha256 and sha256_file(pre.carried) != pre.sha256:
+            raise LeakageError(f"{pre.carried}: corrupted fingerprint file (sha256 differs from the one its "
+                               "export's config.json records); export the encoder again")
+        return read_fingerprint_file(pre.carried), str(pre.carried)
+    path = Path(pre.corpus).expanduser()
+    if not (path / MANIFEST).is_file():
+        raise LeakageError(f"{path}: the encoder's pretraining corpus is not here and no fingerprint file travels "
+                           f"with the encoder, so the leakage guard cannot compare it with the downstream corpus; "
+                           f"fine-tune from an export made where the corpus is (it carries "
+                           f"{PRETRAINING_FINGERPRINTS}), or {ALLOW} to proceed unchecked")
+    return corpus_fingerprints(path), str(path / FINGERPRINT_FILE)
+
+
+def check_overlap(pre: Pretraining, downstream: Path, allow: bool) -> tuple[dict[str, Any], Overlap | None]:
+    """-> (metrics.json's "leakage" entry, the overlap when there is one). LeakageError naming the
+    records when the pretraining corpus shares records or patients with the downstream val/test
+    splits, or cannot be checked, unless `allow`."""
+    if pre.corpus is None and pre.carried is None:
+        return {"checked": False, "allowed": allow, "overlap": False, "reason": pre.note}, None
+    t0 = time.perf_counter()
+    try:
+        table, where = fingerprints_of(pre)
+    except LeakageError as e:
+        if not allow:
+            raise
+        return {"checked": False, "allowed": True, "overlap": None, "pretraining_corpus": pre.corpus,
+                "reason": str(e)}, None
+    overlap = compare(table, corpus_fingerprints(downstream), pre.corpus or where, str(downstream),
+                      splits=GUARDED_SPLITS, a_splits=PRETRAINED_SPLITS)
+    found = overlap.counts["b_records"] > 0
+    if found and not allow:
+        raise LeakageError(f"{overlap.message()}; fine-tuning would measure records the encoder was pretrained "
+                           f"on. Use a downstream corpus without them, or {ALLOW} to fine-tune anyway (the "
+                           "overlap is recorded in metrics.json, overlap.csv and the report)")
+    entry = {"checked": True, "allowed": allow, "overlap": found, "pretraining_corpus": pre.corpus,
+             "fingerprints": where, "splits": list(GUARDED_SPLITS), **overlap.counts,
+             "examples": overlap.b_record_ids[:EXAMPLES], "file": OVERLAP_CSV if found else None,
+             "seconds": round(time.perf_counter() - t0, 3)}
+    return entry, overlap if found else None

@@ -73,6 +73,17 @@ def test_fine_tuning_rows_are_compared_cell_by_cell_and_seed_sets_must_agree():
     assert check_table("t", seeds, seeds="note") == ["fine-tuning (c): seeds differ: A [0, 1]; B [0]"]
 
 
+def test_every_run_of_a_row_is_compared_not_only_its_first():
+    runs = [_pre("CoRe-ECG", seed=0), _pre("CoRe-ECG", "optim.epochs=3", seed=1),
+            _pre("ST-MEM-like", "loss.beta=0", seed=0), _pre("ST-MEM-like", "loss.beta=0", seed=1)]
+    with pytest.raises(UnfairTableError, match=r"CoRe-ECG's runs differ among themselves in optim.epochs"):
+        check_table("comparison", runs)
+    (note,) = check_table("comparison", runs, [Allowance(("CoRe-ECG",), ("optim.epochs",), "a longer rerun")])
+    assert note.startswith("CoRe-ECG's runs differ among themselves in optim.epochs") and note.endswith("a longer rerun")
+    with pytest.raises(UnfairTableError, match="differ among themselves"):      # a table of one row too
+        check_table("one row", runs[:2])
+
+
 def _variants(tmp_path: Path, moco: list[str], allow: list | None = None) -> Path:
     data = {"variants": {"CoRe-ECG": [], "ST-MEM-like": ["masking.strategy=random", "masking.ratio=0.75",
                                                           "loss.beta=0"],

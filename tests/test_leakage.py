@@ -263,3 +263,20 @@ def test_a_pretraining_run_record_names_its_corpus_and_fingerprint_file(corpora,
     assert data["corpus"] == str(corpus) and data["fingerprints"] == str(corpus / FINGERPRINT_FILE)
     assert data["fingerprints_sha256"] == sha256_file(corpus / FINGERPRINT_FILE)
     assert data["manifest_sha256"] == sha256_file(corpus / "manifest.json")
+
+
+def test_an_empty_side_compares_to_no_overlap_instead_of_failing():
+    """A downstream corpus without val/test rows (or a pretraining corpus without train rows)
+    leaves one side empty: no overlap, and the fine-tuning's own checks speak."""
+    import numpy as np
+    import pyarrow as pa
+
+    from coreecg.data.fingerprints import BLOCKS, META_COLUMNS, decode_fingerprints, fingerprint_table
+    from coreecg.data.leakage import compare
+
+    empty = fingerprint_table(pa.table({c: pa.array([], pa.string()) for c in META_COLUMNS}),
+                              np.zeros((0, 12), np.uint32), np.zeros((0, 12, BLOCKS), np.int8))
+    keys, features = decode_fingerprints(empty)
+    assert keys.shape == (0, 12) and features.shape == (0, 12, BLOCKS)
+    counts = compare(empty, empty, "a", "b").counts
+    assert counts["b_records"] == 0 and counts["signal_records"] == 0 and counts["patient_records"] == 0

@@ -190,8 +190,8 @@ def test_single_run_cells_are_never_significant(tmp_path):
     d = difference(list(ref.values()), list(sharp.values()), "auroc", False, CLASSES, n_resamples=200)
     assert d.low > 0 and d.diff > 0.1                       # far from 0 on this test set ...
     assert d.p_value is None and not d.testable and not d.significant      # ... yet not a claim
-    assert d.unmarkable == ("fewer than 3 runs (1 and 1 of the reference): test-set sampling only, "
-                            "not a claim about the methods")
+    assert d.unmarkable == ("fewer than 3 runs (1 and 1 of the reference, runs fine-tuned from one pretrained "
+                            "encoder count once): test-set sampling only, not a claim about the methods")
     point, low, high, _, _ = by_loops(ref, sharp, "auroc", False, 200, 0)
     assert (d.low, d.high) == pytest.approx((low, high), abs=1e-12)
 
@@ -213,6 +213,29 @@ def test_disjoint_seed_sets_are_compared(tmp_path):
         assert aa.testable and not aa.significant and aa.low < 0 < aa.high
 
 
+def test_fine_tunings_of_one_pretrained_encoder_are_one_run(tmp_path):
+    """Three fine-tuning seeds from one pretraining replicate the fine-tuning only: they count as
+    one run (averaged), so the cell is not marked; three pretrainings are three runs."""
+    task = make_task(False)
+    ref = runs_of(tmp_path, "ref", "CoRe-ECG", (0, 1, 2), task, False, 10)
+    sharp = runs_of(tmp_path, "sharp", "Sharp", (10, 11, 12), task, False, 30, 0.6)
+
+    def encoders(runs: dict, name) -> None:
+        for seed, run in runs.items():
+            record = json.loads((run / "metrics.json").read_text())
+            (run / "metrics.json").write_text(json.dumps({**record, "encoder": str(tmp_path / name(seed))}))
+
+    encoders(ref, lambda s: "enc-ref")
+    encoders(sharp, lambda s: "enc-sharp")
+    shared = difference(list(ref.values()), list(sharp.values()), "auroc", False, CLASSES, n_resamples=200)
+    assert not shared.testable and shared.p_value is None and shared.unmarkable.startswith("fewer than 3 runs (1 and 1")
+    assert shared.seeds == (10, 11, 12)                      # the runs are still listed
+    encoders(ref, lambda s: f"enc-ref-{s}")
+    encoders(sharp, lambda s: f"enc-sharp-{s}")
+    own = difference(list(ref.values()), list(sharp.values()), "auroc", False, CLASSES, n_resamples=200)
+    assert own.testable and own.significant and own.diff == pytest.approx(shared.diff)
+
+
 def test_a_copy_is_zero_and_too_few_patients_are_not_marked(tmp_path):
     task = make_task(False)
     ref = list(runs_of(tmp_path, "ref", "CoRe-ECG", (0, 1, 2), task, False, 10).values())
@@ -229,8 +252,9 @@ def test_a_copy_is_zero_and_too_few_patients_are_not_marked(tmp_path):
     assert few.p_value == out["Sharp"]["auroc"].p_value and few.unmarkable == "40 test patients, fewer than 50"
     assert not few.testable and not few.significant
     both = difference(ref[:1], sharp[:1], "auroc", False, CLASSES, n_resamples=50, min_test_patients=50)
-    assert both.unmarkable == ("fewer than 3 runs (1 and 1 of the reference): test-set sampling only, not a claim "
-                               "about the methods; 40 test patients, fewer than 50")     # tiny's ICBEB2018 cells
+    assert both.unmarkable == ("fewer than 3 runs (1 and 1 of the reference, runs fine-tuned from one pretrained "
+                               "encoder count once): test-set sampling only, not a claim about the methods; "
+                               "40 test patients, fewer than 50")     # tiny's ICBEB2018 cells
     with pytest.raises(ValueError, match="f1_argmax"):
         difference(ref, copy, "f1_argmax", True, CLASSES)
     with pytest.raises(ValueError, match="min_runs >= 2"):
@@ -388,7 +412,8 @@ def test_report_csv_holds_raw_and_adjusted_p_run_counts_and_reasons(report, tmp_
     # one run: an interval, no p, the reason; no predictions: the reason
     assert (single["PTB-XL AUROC p"], single["PTB-XL AUROC p adjusted"]) == ("", "")
     assert float(single["PTB-XL AUROC diff low"]) > 0 and single["PTB-XL AUROC diff runs"] == "1"
-    assert single["PTB-XL AUROC unmarked because"] == ("fewer than 3 runs (1 and 3 of the reference): test-set "
+    assert single["PTB-XL AUROC unmarked because"] == ("fewer than 3 runs (1 and 3 of the reference, runs fine-tuned "
+                                                       "from one pretrained encoder count once): test-set "
                                                        "sampling only, not a claim about the methods")
     assert rows["NoPred"]["PTB-XL ACC unmarked because"] == "no predictions.csv"
     # the difference is the one of the table's means (metrics.json), in percentage points

@@ -68,9 +68,9 @@ def fingerprint_table(meta: pa.Table, keys: np.ndarray, features: np.ndarray) ->
 
 def decode_fingerprints(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """A fingerprint table -> (keys (n, leads) uint32, features (n, leads, BLOCKS) int8)."""
-    n = table.num_rows
-    keys = _binary_column(table.column("keys"), "<u4").reshape(n, -1)
-    return keys, _binary_column(table.column("features"), np.int8).reshape(n, keys.shape[1], BLOCKS)
+    n, leads = table.num_rows, table.schema.field("keys").type.byte_width // 4   # from the type: n may be 0
+    keys = _binary_column(table.column("keys"), "<u4").reshape(n, leads)
+    return keys, _binary_column(table.column("features"), np.int8).reshape(n, leads, BLOCKS)
 
 
 def _binary_column(col: pa.ChunkedArray, dtype: Any) -> np.ndarray:

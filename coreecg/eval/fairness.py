@@ -146,10 +146,8 @@ def check_table(table: str, entries: Iterable[Entry], allow: Sequence[Allowance]
         groups.setdefault((e.phase, e.cell), {}).setdefault(e.method, []).append(flatten(e.config))
     notes, errors = [], []
     for (phase, cell), rows in groups.items():
-        if len(rows) < 2:
-            continue
         where = f"{phase}{f' ({cell})' if cell else ''}"
-        for key, values in _differences(rows).items():
+        for key, values in _differences(rows, where, allow, notes, errors).items():
             _judge(key, values, where, allow, notes, errors)
         seed_sets = {m: tuple(sorted({c.get(SEEDS) for c in cs})) for m, cs in rows.items()}
         if len(set(seed_sets.values())) > 1:
@@ -162,13 +160,21 @@ def check_table(table: str, entries: Iterable[Entry], allow: Sequence[Allowance]
     return list(dict.fromkeys(notes))
 
 
-def _differences(rows: Mapping[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """key -> {method: value} for every compared key on which the rows' first runs disagree."""
-    first = {m: cs[0] for m, cs in rows.items()}
-    keys = sorted({k for c in first.values() for k in c if is_compared(k)})
+def _differences(rows: Mapping[str, list[dict[str, Any]]], where: str, allow: Sequence[Allowance],
+                 notes: list[str], errors: list[str]) -> dict[str, dict[str, Any]]:
+    """key -> {method: value} for every compared key on which the rows disagree. Every run of a
+    row is compared, not only its first: runs of one row that disagree among themselves are judged
+    here (a note when declared for that row, else an error line) and compared by their first."""
+    keys = sorted({k for cs in rows.values() for c in cs for k in c if is_compared(k)})
     out = {}
     for key in keys:
-        values = {m: c.get(key, "<absent>") for m, c in first.items()}
+        for method, cs in rows.items():
+            seen = list(dict.fromkeys(repr(c.get(key, "<absent>")) for c in cs))
+            if len(seen) > 1:
+                text = f"{method}'s runs differ among themselves in {key} ({', '.join(seen)})"
+                reasons = [a.reason for a in allow if a.covers(method, key)]
+                (notes if reasons else errors).append(f"{text}: {reasons[0]}" if reasons else f"{where}: {text}")
+        values = {m: cs[0].get(key, "<absent>") for m, cs in rows.items()}
         if len({repr(v) for v in values.values()}) > 1:
             out[key] = values
     return out

@@ -30,7 +30,7 @@ test metrics in percent.
 The report reads method, dataset, mode, leads, train_fraction, seed and test.{acc, f1, auroc}
 (and with report.f1=argmax multilabel and, single-label, test.f1_argmax); a folder without
 metrics.json, or one missing any of these or with a wrong type, is a RunError naming the folder.
-Paired differences read RUN_DIR/predictions.csv (one row per test record) and multilabel and
+Differences between methods read RUN_DIR/predictions.csv (one row per test record) and multilabel and
 class_names; a run without predictions.csv leaves its cells without a difference.
 A run whose "leakage" says the guard was overruled (--allow-overlap: overlap, or unchecked) puts
 ‡ after its method's name and a note under every table it is in, and a note in all_runs.csv.

@@ -115,6 +115,16 @@ def _by_seed(runs: Sequence, name: str) -> dict[int, Path]:
     return dict(sorted(out.items()))
 
 
+def _encoder_of(path: Path) -> str:
+    """The pretrained encoder a run was fine-tuned from (metrics.json "encoder"), or the run itself
+    when it has none (trained from scratch: its own replicate)."""
+    try:
+        encoder = json.loads((path / "metrics.json").read_text()).get("encoder")
+    except (OSError, ValueError) as e:
+        raise PairingError(f"{path}: cannot read metrics.json ({e})") from None
+    return f"encoder:{Path(encoder).expanduser().resolve()}" if encoder else f"run:{path}"
+
+
 def _read(path: Path, class_names: Sequence[str]):
     """predictions.csv of a run folder -> RecordScores; PairingError naming the file otherwise."""
     from coreecg.eval.downstream import read_predictions   # lazy: downstream imports torch
@@ -190,8 +200,8 @@ def _compare(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarra
     if np.isnan(a).any() or np.isnan(b).any() or ok.sum() < 2:
         return None, None, None, None, "the metric undefined on the test set or its resamples", undefined
     diff, few = float(np.mean(b) - np.mean(a)), min(len(a), len(b)) < min_runs
-    why = [f"fewer than {min_runs} runs ({len(b)} and {len(a)} of the reference): test-set sampling only, "
-           "not a claim about the methods"] if few else []
+    why = [f"fewer than {min_runs} runs ({len(b)} and {len(a)} of the reference, runs fine-tuned from one "
+           "pretrained encoder count once): test-set sampling only, not a claim about the methods"] if few else []
     why += [f"{n_patients} test patients, fewer than {min_test_patients}"] if n_patients < min_test_patients else []
     if few:                     # no variance over runs to test with: the test set's sampling alone
         d_boot = b_boot.mean(0) - a_boot.mean(0)
@@ -253,9 +263,13 @@ def cell_differences(runs: Mapping[str, Sequence], reference: str, metrics: Sequ
     n_patients = len(np.unique(cell.patient_id))
 
     def values(method: str, m: str) -> tuple[np.ndarray, np.ndarray]:
-        paths = by_seed[method].values()
-        full = np.array([point[p][m][0] for p in paths])
-        return full, np.stack([resampled[p][m] for p in paths])
+        """(replicates,) full-set and (replicates, B) resampled values: runs fine-tuned from one
+        pretrained encoder share its pretraining randomness, so they are averaged into one."""
+        groups: dict[str, list[Path]] = {}
+        for p in by_seed[method].values():
+            groups.setdefault(_encoder_of(p), []).append(p)
+        full = np.array([np.mean([point[p][m][0] for p in g]) for g in groups.values()])
+        return full, np.stack([np.mean([resampled[p][m] for p in g], axis=0) for g in groups.values()])
 
     out: dict[str, dict[str, Difference]] = {}
     for method in by_seed:
@@ -293,8 +307,13 @@ def holm(p: Sequence[float]) -> np.ndarray:
 
 def benjamini_hochberg(p: Sequence[float]) -> np.ndarray:
     """Benjamini-Hochberg step-up adjusted p-values (false discovery rate): the i-th smallest of
-    k is min over j >= i of min(1, k p_(j) / j). (k,) -> (k,) in the input order (scipy's)."""
-    return stats.false_discovery_control(np.asarray(p, dtype=float), method="bh")
+    k is min over j >= i of min(1, k p_(j) / j). (k,) -> (k,) in the input order."""
+    p = np.asarray(p, dtype=float)
+    order = np.argsort(p, kind="stable")[::-1]                 # largest first: the step-up minimum
+    stepped = np.minimum(1.0, len(p) * p[order] / (len(p) - np.arange(len(p))))
+    out = np.empty_like(p)
+    out[order] = np.minimum.accumulate(stepped)
+    return out
 
 
 def adjust_p(p: Sequence[float], how: str) -> np.ndarray:

@@ -96,11 +96,11 @@ def check_leakage(study: Study, corpora: dict[str, Path]) -> None:
     finetune.allow_overlap (then each fine-tuning records its overlap itself)."""
     from coreecg.train.leakage import Pretraining, check_overlap
 
-    if load_config(study.config_file, [*study.base, *study.extra]).finetune.allow_overlap:
-        return
     pairs = set()
     for r in [*study.finetune_runs(), *study.mask_rate_runs()]:
-        if r.encoder is not None:
+        # each run's own config decides (downstream.set may allow what the study's set does not)
+        if r.encoder is not None and not load_config(study.config_file,
+                                                     study.finetune_overrides(r)).finetune.allow_overlap:
             corpus = load_config(study.config_file, study.pretrain_overrides(r.encoder)).data.corpus
             pairs |= {(str(Path(corpus).resolve()), r.corpus)} if corpus else set()
     for corpus, name in sorted(pairs):

@@ -57,6 +57,7 @@ import yaml
 
 from coreecg.config import ConfigError, load_config
 from coreecg.data.leads import LeadSetError, parse_lead_set
+from coreecg.eval.fairness import Allowance
 from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, Space, SpaceError, load_space
 from coreecg.typed import Check, TypedError, load, read_yaml
 
@@ -255,7 +256,7 @@ class Study:
     report_set: tuple[str, ...]
     mask_rates: MaskRates | None = None
     extra: tuple[str, ...] = field(default=())   # --set of the command line, over everything
-    allow: tuple = ()                            # the variants file's declared differences (Allowance)
+    allow: tuple[Allowance, ...] = ()            # the variants file's declared differences
 
     # ------------------------------------------------------------------ runs
 

@@ -96,12 +96,19 @@ class CinC2021Options:
 
 
 @dataclass
+class Code15Options:
+    # multi: the six abnormalities + normal_ecg, 7 classes; none: unlabelled (pretraining)
+    label_view: Literal["multi", "none"] = "multi"
+
+
+@dataclass
 class SourceOptions:
     """Reader options per source (the rest of the readers take none)."""
 
     ptbxl: PTBXLOptions = field(default_factory=PTBXLOptions)
     cpsc2018: CPSC2018Options = field(default_factory=CPSC2018Options)
     cinc2021: CinC2021Options = field(default_factory=CinC2021Options)
+    code15: Code15Options = field(default_factory=Code15Options)
     synthetic_seed: int = 0
 
     def for_source(self, name: str, synthetic_records: int) -> dict[str, Any]:
@@ -110,6 +117,8 @@ class SourceOptions:
             return dataclasses.asdict(self.ptbxl)
         if name == "cpsc2018":
             return dataclasses.asdict(self.cpsc2018)
+        if name == "code15":
+            return dataclasses.asdict(self.code15)
         if name == "cinc2021":
             opts = dataclasses.asdict(self.cinc2021)
             opts["subsets"] = list(opts["subsets"]) or None

@@ -19,6 +19,7 @@ SOURCES: dict[str, str] = {
     "cpsc2018": "coreecg.data.sources.cpsc2018:CPSC2018Source",
     "cinc2021": "coreecg.data.sources.cinc2021:CinC2021Source",
     "mimic-iv-ecg": "coreecg.data.sources.mimic:MimicIVECGSource",
+    "code15": "coreecg.data.sources.code15:Code15Source",
     "wfdb": "coreecg.data.sources.wfdb_generic:WfdbFolderSource",
     "synthetic": "coreecg.data.sources.synthetic:SyntheticSource",
 }

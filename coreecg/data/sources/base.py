@@ -18,7 +18,7 @@ from coreecg.data.record import Record, RecordError, RecordRef
 class Source(Protocol):
     """One public ECG database, as a reader.
 
-    name: registry name ("ptbxl", "cpsc2018", "cinc2021", "mimic-iv-ecg", "wfdb", "synthetic").
+    name: registry name ("ptbxl", "cpsc2018", "cinc2021", "mimic-iv-ecg", "code15", "wfdb", "synthetic").
     class_names: the fixed class order of this source's label space (empty if unlabelled).
     multilabel: whether a record may carry more than one class.
     """

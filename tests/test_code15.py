@@ -1,0 +1,129 @@
+"""CODE-15% reader on real PTB-XL records re-written in the release layout (bench/code15_layout.py)."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.code15_layout import ptbxl_at_400hz, write_code15
+from coreecg.config import STANDARD_LEADS
+from coreecg.data.record import RecordError
+from coreecg.data.sources import get_source
+from coreecg.data.sources.code15 import CLASS_NAMES, trim_padding
+
+REPO = Path(__file__).resolve().parents[1]
+SEVEN_S = 7 * 400
+
+# exam_id: (trace_file, seconds, labels). 203 is in exams.csv but not in its hdf5; 301's part
+# was not downloaded (not listed); 202 has none of the 7 classes.
+PLAN = {
+    101: ("exams_part0.hdf5", 10, ("normal_ecg",)),
+    102: ("exams_part0.hdf5", 10, ("1dAVb", "RBBB")),
+    103: ("exams_part0.hdf5", 7, ("AF",)),
+    201: ("exams_part1.hdf5", 10, ("SB", "ST")),
+    202: ("exams_part1.hdf5", 10, ()),
+    203: ("exams_part1.hdf5", 10, ("LBBB",)),
+    301: ("exams_part2.hdf5", 10, ("AF",)),
+}
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory, ecg_data):
+    """(root, exam_id -> written 400 Hz signal (12, n)) of a CODE-15 folder made from real records."""
+    root = tmp_path_factory.mktemp("code15")
+    real = ptbxl_at_400hz(len(PLAN), ecg_data / "ptbxl")
+    exams = []
+    for (exam_id, (trace_file, seconds, labels)), (ecg_id, sig) in zip(PLAN.items(), real):
+        exams.append({"exam_id": exam_id, "patient_id": f"p{ecg_id}", "trace_file": trace_file,
+                      "signal": sig[:, :seconds * 400], "labels": labels})
+    # rows out of exam_id order, as in the release; 203 and part 2 absent on purpose
+    write_code15(root, exams, {"exams_part0.hdf5": [103, 101, 102], "exams_part1.hdf5": [202, 201]})
+    return root, {e["exam_id"]: e for e in exams}
+
+
+def test_listing_follows_exams_csv_and_present_parts(layout):
+    root, _ = layout
+    refs = get_source("code15").list_records(root)
+    assert sorted(r.record_id for r in refs) == ["101", "102", "103", "201", "202", "203"]
+    assert {r.record_id: Path(r.path).name for r in refs}["203"] == "exams_part1.hdf5"
+    assert "0" not in {r.record_id for r in refs}  # the padding row
+
+
+def test_read_trims_padding_and_keeps_labels_and_patients(layout):
+    root, exams = layout
+    src = get_source("code15")
+    for ref in src.list_records(root):
+        if ref.record_id in ("202", "203"):
+            continue
+        rec = src.read(ref)
+        e = exams[int(ref.record_id)]
+        np.testing.assert_array_equal(rec.signal, e["signal"])  # exact: float32 in, float32 out
+        assert rec.signal.dtype == np.float32 and rec.fs == 400.0 and rec.lead_names == STANDARD_LEADS
+        assert rec.labels == tuple(c for c in CLASS_NAMES if c in e["labels"])
+        assert rec.patient_id == e["patient_id"]
+    short = src.read(next(r for r in src.list_records(root) if r.record_id == "103"))
+    assert short.signal.shape == (12, SEVEN_S) and short.meta["padding_samples"] == [648, 648]
+
+
+def test_missing_exam_and_unlabelled_exam_are_record_errors(layout):
+    root, _ = layout
+    src = get_source("code15")
+    refs = {r.record_id: r for r in src.list_records(root)}
+    with pytest.raises(RecordError, match=r"exam_id 203 not in exams_part1.hdf5") as err:
+        src.read(refs["203"])
+    assert err.value.path.endswith("exams_part1.hdf5")
+    with pytest.raises(RecordError, match="no label of the task"):
+        src.read(refs["202"])
+    unlabelled = get_source("code15", label_view="none").read(refs["202"])
+    assert unlabelled.labels == () and unlabelled.signal.shape == (12, 4000)
+
+
+def test_bad_tracings_shape_names_the_file(tmp_path):
+    import h5py
+
+    with h5py.File(tmp_path / "exams_part0.hdf5", "w") as f:
+        f["tracings"] = np.ones((1, 4096, 8), np.float32)
+        f["exam_id"] = np.array([5])
+    (tmp_path / "exams.csv").write_text("exam_id,patient_id,trace_file," + ",".join(CLASS_NAMES) + "\n"
+                                        "5,9,exams_part0.hdf5,False,False,False,False,False,True,False\n")
+    src = get_source("code15")
+    with pytest.raises(RecordError, match=r"tracings has shape \(1, 4096, 8\)") as err:
+        src.read(src.list_records(tmp_path)[0])
+    assert err.value.path.endswith("exams_part0.hdf5")
+
+
+def test_trim_padding_keeps_interior_zeros_and_refuses_an_all_zero_exam():
+    x = np.zeros((10, 12), np.float32)
+    x[2, 0], x[6, 3] = 1.0, -1.0      # samples 3-5 are zero on every lead but inside the exam
+    sig, lead, trail = trim_padding(x, "f.hdf5", "1")
+    assert sig.shape == (12, 5) and (lead, trail) == (2, 3)
+    with pytest.raises(RecordError, match="all zero"):
+        trim_padding(np.zeros((10, 12), np.float32), "f.hdf5", "1")
+
+
+def test_missing_exams_csv_is_a_value_error(tmp_path):
+    with pytest.raises(ValueError, match="no exams.csv"):
+        get_source("code15").list_records(tmp_path)
+
+
+def test_preprocess_job_builds_a_corpus_and_quarantines_with_reasons(layout, tmp_path):
+    root, _ = layout
+    out = tmp_path / "corpus"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run([sys.executable, str(REPO / "jobs" / "preprocess.py"), "--source", "code15",
+                        "--input", str(root), "--output", str(out)],
+                       capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    summary = json.loads(p.stdout[p.stdout.index("{"):])
+    assert summary["records_written"] == 3 and summary["records_quarantined"] == 3
+    with open(out / "quarantine.csv") as f:
+        reasons = {r["record_id"]: r["reason"] for r in csv.DictReader(f)}
+    assert reasons["103"].startswith("record is 7 s, shorter than 10 s")
+    assert reasons["202"].startswith("no label of the task")
+    assert reasons["203"].startswith("exam_id 203 not in exams_part1.hdf5")

@@ -2,6 +2,7 @@
 
     python -m bench.preprocess                                   # real PTB-XL 500 Hz records
     python -m bench.preprocess --source synthetic --records 200
+    python -m bench.preprocess --source code15 --input DIR      # DIR: python -m bench.code15_layout
     python -m bench.preprocess --pipeline                        # also the Ray Data job, all CPUs
     python -m bench.preprocess --quick                           # 20 records: a smoke run
 

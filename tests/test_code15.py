@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bench.code15_layout import ptbxl_at_400hz, write_code15
-from coreecg.config import STANDARD_LEADS
+from coreecg.config import STANDARD_LEADS, ConfigError, load_config
 from coreecg.data.record import RecordError
 from coreecg.data.sources import get_source
 from coreecg.data.sources.code15 import CLASS_NAMES, trim_padding
@@ -110,6 +110,15 @@ def test_trim_padding_keeps_interior_zeros_and_refuses_an_all_zero_exam():
 def test_missing_exams_csv_is_a_value_error(tmp_path):
     with pytest.raises(ValueError, match="no exams.csv"):
         get_source("code15").list_records(tmp_path)
+
+
+def test_label_view_is_typed_config():
+    sources = load_config(overrides=["data.sources.code15.label_view=none"]).data.sources
+    src = get_source("code15", **sources.for_source("code15", 10))
+    assert src.class_names == () and not src.multilabel
+    assert get_source("code15", **load_config().data.sources.for_source("code15", 10)).class_names == CLASS_NAMES
+    with pytest.raises(ConfigError, match=r"data\.sources\.code15\.label_view"):
+        load_config(overrides=["data.sources.code15.label_view=single"])
 
 
 def test_preprocess_job_builds_a_corpus_and_quarantines_with_reasons(layout, tmp_path):

@@ -15,7 +15,7 @@ from bench.code15_layout import ptbxl_at_400hz, write_code15
 from coreecg.config import STANDARD_LEADS, ConfigError, load_config
 from coreecg.data.record import RecordError
 from coreecg.data.sources import get_source
-from coreecg.data.sources.code15 import CLASS_NAMES, trim_padding
+from coreecg.data.sources.code15 import CLASS_NAMES, _exam_index, trim_padding
 
 REPO = Path(__file__).resolve().parents[1]
 SEVEN_S = 7 * 400
@@ -52,7 +52,15 @@ def test_listing_follows_exams_csv_and_present_parts(layout):
     refs = get_source("code15").list_records(root)
     assert sorted(r.record_id for r in refs) == ["101", "102", "103", "201", "202", "203"]
     assert {r.record_id: Path(r.path).name for r in refs}["203"] == "exams_part1.hdf5"
-    assert "0" not in {r.record_id for r in refs}  # the padding row
+    assert 0 not in _exam_index(root / "exams_part0.hdf5")  # the padding row
+    assert _exam_index(root / "exams_part0.hdf5") == {103: 0, 101: 1, 102: 2}
+
+
+def test_non_integer_exam_id_is_a_value_error_naming_the_csv(tmp_path):
+    (tmp_path / "exams.csv").write_text("exam_id,patient_id,trace_file," + ",".join(CLASS_NAMES) + "\n"
+                                        "x7,9,exams_part0.hdf5,False,False,False,False,False,True,False\n")
+    with pytest.raises(ValueError, match=r"exams.csv: exam_id not a whole number in 1 row\(s\), e.g. 'x7'"):
+        get_source("code15").list_records(tmp_path)
 
 
 def test_read_trims_padding_and_keeps_labels_and_patients(layout):
@@ -96,6 +104,21 @@ def test_bad_tracings_shape_names_the_file(tmp_path):
     with pytest.raises(RecordError, match=r"tracings has shape \(1, 4096, 8\)") as err:
         src.read(src.list_records(tmp_path)[0])
     assert err.value.path.endswith("exams_part0.hdf5")
+
+
+def test_a_rewritten_file_is_read_afresh(tmp_path):
+    """Handles stay open per process (Ray workers live long): a new file must not be read through one."""
+    import h5py
+
+    (tmp_path / "exams.csv").write_text("exam_id,patient_id,trace_file," + ",".join(CLASS_NAMES) + "\n"
+                                        "5,9,exams_part0.hdf5,False,False,False,False,False,True,False\n")
+    src = get_source("code15")
+    for value in (1.0, 2.0):  # written beside and moved in: HDF5 cannot truncate a file it holds open
+        with h5py.File(tmp_path / "new.hdf5", "w") as f:
+            f["tracings"] = np.full((1, 4096, 12), value, np.float32)
+            f["exam_id"] = np.array([5])
+        os.replace(tmp_path / "new.hdf5", tmp_path / "exams_part0.hdf5")
+        assert src.read(src.list_records(tmp_path)[0]).signal[0, 0] == value
 
 
 def test_trim_padding_keeps_interior_zeros_and_refuses_an_all_zero_exam():

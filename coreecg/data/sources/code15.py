@@ -27,6 +27,7 @@ a RecordError naming the file. Reading keeps each hdf5 open per process and read
 """
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -74,7 +75,8 @@ class Code15Source:
         labels = [c for c in CLASS_NAMES if _truthy(row[c])]
         extra = {"row": position, "patient_id": str(row["patient_id"]).strip() or None, "labels": labels,
                  "age": as_age(row.get("age")), "is_male": _truthy(row.get("is_male", "")),
-                 "death": row.get("death") or None, "timey": as_age(row.get("timey"))}
+                 "death": _truthy(row["death"]) if str(row.get("death", "")).strip() else None,
+                 "timey": as_age(row.get("timey"))}
         if position is None:
             extra[_LISTING_ERROR] = f"exam_id {row['exam_id']} not in {h5.name} (its trace_file in exams.csv)"
         return RecordRef(self.name, str(row["exam_id"]), str(h5), extra)
@@ -120,6 +122,9 @@ def _exams_table(root: Path):
     missing = _REQUIRED - set(table.columns)
     if missing:
         raise ValueError(f"{csv}: missing columns {sorted(missing)}")
+    bad = table.loc[~table["exam_id"].str.strip().str.fullmatch(r"\d+"), "exam_id"]
+    if len(bad):
+        raise ValueError(f"{csv}: exam_id not a whole number in {len(bad)} row(s), e.g. {bad.iloc[0]!r}")
     return table
 
 
@@ -135,9 +140,18 @@ def _exam_index(h5: Path) -> dict[int, int]:
     return {int(e): i for i, e in enumerate(ids) if e != 0}
 
 
-@lru_cache(maxsize=32)
 def _open(path: str):
-    """One read-only handle per hdf5 per process: opening per record would re-read its metadata."""
+    """A read-only handle of `path`, kept per process: opening per record would re-read its metadata.
+
+    Keyed by modification time too, so a file rewritten while a (long-lived Ray) worker holds a
+    handle is opened afresh rather than read through a stale one.
+    """
+    return _open_cached(path, os.stat(path).st_mtime_ns)
+
+
+@lru_cache(maxsize=32)
+def _open_cached(path: str, mtime_ns: int):
+    """The handle behind `_open` (mtime_ns only keys the cache)."""
     import h5py
 
     return h5py.File(path, "r")

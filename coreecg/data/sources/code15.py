@@ -34,13 +34,14 @@ from pathlib import Path
 import numpy as np
 
 from coreecg.data.record import STANDARD_LEADS, Record, RecordError, RecordRef
-from coreecg.data.sources.base import as_age, no_records, raise_listing_error, require_root, require_task_label
+from coreecg.data.sources.base import (
+    _LISTING_ERROR, as_age, no_records, raise_listing_error, require_root, require_task_label,
+)
 
 CLASS_NAMES: tuple[str, ...] = ("1dAVb", "RBBB", "LBBB", "SB", "ST", "AF", "normal_ecg")
 LABEL_VIEWS = ("multi", "none")
 FS = 400.0
 N_LEADS = 12
-_LISTING_ERROR = "listing_error"   # the key base.raise_listing_error reads
 _REQUIRED = {"exam_id", "patient_id", "trace_file", *CLASS_NAMES}
 
 
@@ -79,7 +80,7 @@ class Code15Source:
                  "timey": as_age(row.get("timey"))}
         if position is None:
             extra[_LISTING_ERROR] = f"exam_id {row['exam_id']} not in {h5.name} (its trace_file in exams.csv)"
-        return RecordRef(self.name, str(row["exam_id"]), str(h5), extra)
+        return RecordRef(self.name, str(row["exam_id"]).strip(), str(h5), extra)
 
     def read(self, ref: RecordRef) -> Record:
         raise_listing_error(ref)

@@ -56,6 +56,20 @@ def test_listing_follows_exams_csv_and_present_parts(layout):
     assert _exam_index(root / "exams_part0.hdf5") == {103: 0, 101: 1, 102: 2}
 
 
+def test_a_part_not_downloaded_is_said_once_not_dropped_silently(layout, tmp_path, caplog):
+    import shutil
+
+    root, _ = layout
+    part = tmp_path / "part0-only"
+    shutil.copytree(root, part)
+    (part / "exams_part1.hdf5").unlink()
+    with caplog.at_level("WARNING", logger="coreecg.data.sources.code15"):
+        refs = get_source("code15").list_records(part)
+    assert sorted(r.record_id for r in refs) == ["101", "102", "103"]
+    # the fixture's exams.csv also names exams_part2.hdf5, never written (one exam)
+    assert "4 exam(s) of exams.csv are not listed" in caplog.text and "(exams_part1.hdf5, exams_part2.hdf5)" in caplog.text
+
+
 def test_non_integer_exam_id_is_a_value_error_naming_the_csv(tmp_path):
     (tmp_path / "exams.csv").write_text("exam_id,patient_id,trace_file," + ",".join(CLASS_NAMES) + "\n"
                                         "x7,9,exams_part0.hdf5,False,False,False,False,False,True,False\n")

@@ -27,6 +27,7 @@ a RecordError naming the file. Reading keeps each hdf5 open per process and read
 """
 from __future__ import annotations
 
+import logging
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -44,6 +45,8 @@ FS = 400.0
 N_LEADS = 12
 _REQUIRED = {"exam_id", "patient_id", "trace_file", *CLASS_NAMES}
 
+log = logging.getLogger(__name__)
+
 
 class Code15Source:
     """CODE-15% reader. Option: label_view ("multi" | "none")."""
@@ -60,15 +63,19 @@ class Code15Source:
     def list_records(self, root: Path) -> list[RecordRef]:
         root = require_root(root)
         table = _exams_table(root)
-        refs = []
+        refs, absent = [], {}
         for trace_file, rows in table.groupby("trace_file", sort=True):
             h5 = root / trace_file
             if not h5.is_file():
-                continue  # a part not downloaded: its exams are outside this subset
+                absent[trace_file] = len(rows)    # a part not downloaded: its exams are outside this subset
+                continue
             index = _exam_index(h5)
             refs += [self._ref(h5, row, index.get(int(row["exam_id"]))) for row in rows.to_dict("records")]
         if not refs:
             raise no_records(self.name, root, "none of the trace_file hdf5 files of exams.csv is present")
+        if absent:     # said once, not quarantined exam by exam (a one-part download would list 300k)
+            log.warning("%s: %d exam(s) of exams.csv are not listed: their trace_file is not in the folder (%s)",
+                        root, sum(absent.values()), ", ".join(sorted(absent)))
         # file, then row: reads stream through each hdf5 in order; exams missing from it go last
         return sorted(refs, key=lambda r: (r.path, r.extra["row"] is None, r.extra["row"] or 0, r.record_id))
 

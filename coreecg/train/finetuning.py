@@ -254,6 +254,8 @@ def plan_finetune(config: Config) -> RunPlan:
         "method": method, "dataset": f.dataset or dataset_name(manifest), "mode": f.mode,
         "leads": leads_label(f.leads), "lead_names": list(f.leads), "train_fraction": f.train_fraction,
         "seed": config.train.seed, "multilabel": bool(manifest["multilabel"]), "class_names": names,
+        # which split rule made val/test (corpora before the rule was recorded: the patient hash)
+        "split_rule": manifest.get("split_rule", "patients"),
         "corpus": str(corpus), "encoder": f.encoder or None, "encoder_config_hash": encoder_hash,
         "config_hash": config_hash(config), "leakage": leakage,
         "classes_absent_from_train": [c for c, n in zip(names, counts) if n == 0],

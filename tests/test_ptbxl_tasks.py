@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import csv
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -99,6 +100,7 @@ def test_every_record_s_fold_split(ecg_data):
     db = pd.read_csv(ecg_data / "ptbxl" / "ptbxl_database.csv")
     want = {str(e): "train" if f <= 8 else ("val" if f == 9 else "test") for e, f in zip(db.ecg_id, db.strat_fold)}
     assert set(want.values()) == set(SPLITS)
+    assert db.groupby("patient_id").strat_fold.nunique().max() == 1   # folds keep a patient together
     src = get_source("ptbxl", label_view="none", rate=100, split="folds")
     for ref in src.list_records(ecg_data / "ptbxl"):
         assert src.read(ref).meta["split"] == want[ref.record_id]
@@ -148,3 +150,19 @@ def test_a_fold_corpus_has_the_fold_splits_and_says_so(ecg_data, expected, tmp_p
     with open(out / "quarantine.csv") as f:
         reasons = {row["record_id"]: row["reason"] for row in csv.DictReader(f)}
     assert list(reasons) == [unlabelled] and reasons[unlabelled].startswith("no rhythm label")
+
+
+def test_record_split_prefers_the_source_s_fixed_split():
+    from coreecg.data.record import Record
+    from coreecg.data.splits import assign_split, fold_split, record_split
+
+    rec = Record("ptbxl", "8", np.zeros((12, 10), np.float32), 500, (), "11275", (), "x/00008_hr", {})
+    assert record_split(rec, (0.8, 0.1, 0.1)) == assign_split("ptbxl", "11275", "8")
+    rec.meta["split"] = "test"
+    assert record_split(rec, (0.8, 0.1, 0.1)) == "test"
+    rec.meta["split"] = "holdout"
+    with pytest.raises(ValueError, match="x/00008_hr: the source fixed split 'holdout'"):
+        record_split(rec, (0.8, 0.1, 0.1))
+    assert [fold_split(f, "p") for f in (1, 8, 9, 10)] == ["train", "train", "val", "test"]
+    with pytest.raises(RecordError, match="strat_fold 11 is not 1-10"):
+        fold_split(11, "p")

@@ -19,6 +19,7 @@ from coreecg.data.pipeline import build_corpus
 from coreecg.data.record import RecordError
 from coreecg.data.sources import get_source
 from coreecg.data.splits import SPLITS
+from coreecg.train.finetuning import dataset_name
 
 TASKS = ("superdiagnostic", "subdiagnostic", "diagnostic", "form", "rhythm", "all")
 SIZES = {"superdiagnostic": 5, "subdiagnostic": 23, "diagnostic": 44, "form": 19, "rhythm": 12, "all": 71}
@@ -135,6 +136,7 @@ def test_a_fold_corpus_has_the_fold_splits_and_says_so(ecg_data, expected, tmp_p
     m = load_manifest(out)
     assert m["split_rule"] == "folds" and m["source_options"]["split"] == "folds"
     assert m["class_names"] == list(src.class_names) and len(m["class_names"]) == 12
+    assert dataset_name(m) == "ptbxl-rhythm-folds"      # the report's tables keep it apart
     stored = {}
     for split in SPLITS:
         part = read_split(out, split, columns=["record_id", "labels"])
@@ -166,3 +168,12 @@ def test_record_split_prefers_the_source_s_fixed_split():
     assert [fold_split(f, "p") for f in (1, 8, 9, 10)] == ["train", "train", "val", "test"]
     with pytest.raises(RecordError, match="strat_fold 11 is not 1-10"):
         fold_split(11, "p")
+
+
+def test_report_dataset_names_the_task_and_split():
+    def name(split_rule=None, **options):
+        return dataset_name({"source": "ptbxl", "source_options": options,
+                             **({"split_rule": split_rule} if split_rule else {})})
+    assert name() == name("patients", task="superdiagnostic", label_view="multi") == "ptbxl"   # the paper's
+    assert (name("folds"), name(task="form"), name("folds", task="all")) == ("ptbxl-folds", "ptbxl-form",
+                                                                             "ptbxl-all-folds")

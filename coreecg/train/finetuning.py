@@ -70,11 +70,20 @@ def config_hash(config: Config) -> str:
 
 
 def dataset_name(manifest: dict) -> str:
-    """The report's dataset key from a corpus manifest (cinc2021 restricted to Ningbo -> ningbo)."""
+    """The report's dataset key from a corpus manifest (cinc2021 restricted to Ningbo -> ningbo).
+
+    PTB-XL with another task or the fold split is a benchmark of its own, so that its runs never
+    share a table cell with the paper's task: ptbxl-rhythm, ptbxl-folds, ptbxl-form-folds.
+    """
     source = manifest["source"]
-    subsets = (manifest.get("source_options") or {}).get("subsets") or []
+    options = manifest.get("source_options") or {}
+    subsets = options.get("subsets") or []
     if source == "cinc2021" and len(subsets) == 1:
         return str(subsets[0]).lower()
+    if source == "ptbxl":
+        task, split = options.get("task", "superdiagnostic"), manifest.get("split_rule", "patients")
+        parts = [source] + [task] * (task != "superdiagnostic") + [split] * (split == "folds")
+        return "-".join(parts)
     return source
 
 

@@ -76,6 +76,10 @@ class PTBXLOptions:
     label_view: Literal["single", "multi", "none"] = "single"   # single: the paper's 5-class task
     rate: Literal[500, 100] = 500                                # records500/ or records100/
     min_likelihood: float = 0.0                                  # SCP-code likelihood threshold
+    # the benchmark's tasks (docs/data_sources.md); superdiagnostic + single = the paper's 5 classes
+    task: Literal["superdiagnostic", "diagnostic", "subdiagnostic", "form", "rhythm", "all"] = "superdiagnostic"
+    # patients: the patient hash at data.split_ratios; folds: strat_fold 1-8 / 9 / 10 = train / val / test
+    split: Literal["patients", "folds"] = "patients"
 
 
 @dataclass

@@ -186,6 +186,7 @@ def test_finetune_end_to_end_on_real_ptbxl(runs, corpora, encoder):
     assert (m["method"], m["dataset"], m["mode"], m["leads"], m["train_fraction"]) == \
         ("TinyCoRe", "ptbxl", "finetune", "12", 1.0)
     assert m["class_names"] == ["NORM", "MI", "STTC", "CD", "HYP"] and m["multilabel"] is False
+    assert m["split_rule"] == "patients"          # the corpus's (manifest split_rule)
     assert m["encoder"] == str(Path(encoder).resolve()) and len(m["encoder_config_hash"]) == 16
     assert "3 evenly spaced 2250-sample crops" in m["crop_rule"] and m["test"]["auroc_kind"] == "one-vs-rest"
     for key in ("acc", "f1", "auroc"):

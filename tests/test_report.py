@@ -15,13 +15,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def make_run(root: Path, name: str, method="CoRe-ECG", dataset="ptbxl", mode="finetune", leads="12",
-             fraction=1.0, seed=0, acc=0.8, f1=0.6, auroc=0.9, f1_argmax="same") -> Path:
+             fraction=1.0, seed=0, acc=0.8, f1=0.6, auroc=0.9, f1_argmax="same", **extra) -> Path:
     run = root / name
     run.mkdir()
     test = {"acc": acc, "f1": f1, "f1_argmax": f1 if f1_argmax == "same" else f1_argmax, "auroc": auroc, "n": 100,
             "ci": {"acc": {"low": acc - 0.02, "high": acc + 0.02, "undefined_resamples": 0}},
             "per_class": {}, "classes_left_out": {"auroc": [], "f1": []}}
-    record = {"method": method, "dataset": dataset, "mode": mode, "leads": leads, "train_fraction": fraction,
+    record = {**extra, "method": method, "dataset": dataset, "mode": mode, "leads": leads, "train_fraction": fraction,
               "seed": seed, "multilabel": dataset == "ningbo", "class_names": ["a", "b"], "test": test,
               "val": dict(test, acc=acc - 0.01), "crop_rule": "centre", "encoder": None,
               "encoder_config_hash": "abc"}
@@ -52,6 +52,7 @@ def runs(tmp_path) -> list[Path]:
         make_run(r, "core_linear", mode="linear", acc=0.99, f1=0.99, auroc=0.99),    # in no table
         make_run(r, "core_ningbo_25pct", dataset="ningbo", leads="6", fraction=0.25),  # in no table
         make_run(r, "core_25pct", fraction=0.25, acc=0.78),                           # a study's own fraction
+        make_run(r, "core_folds", mode="linear", split_rule="folds"),                    # in no table
     ]
 
 
@@ -139,6 +140,7 @@ def test_all_runs_lists_every_run(runs, tmp_path):
     assert rows["core0"]["tables"] == "comparison;lead_reduction;train_fraction"
     assert rows["core_6a"]["tables"] == "lead_reduction"
     assert rows["core0"]["test_acc_low"] == str(0.81 - 0.02) and rows["core0"]["val_acc"] == str(0.81 - 0.01)
+    assert rows["core_folds"]["split_rule"] == "folds" and rows["core0"]["split_rule"] == ""  # older runs: none
 
 
 def test_job_writes_the_tables(runs, tmp_path):

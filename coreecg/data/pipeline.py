@@ -35,7 +35,7 @@ from coreecg.data.fingerprints import write_fingerprints
 from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources import get_source
-from coreecg.data.splits import SPLITS, assign_split, patient_key
+from coreecg.data.splits import SPLITS, patient_key, record_split
 from coreecg.files import TEMP_GLOB, sha256_file, write_atomic, write_json
 from coreecg.version import __version__
 
@@ -70,7 +70,7 @@ def record_rows(record: Record, windows: np.ndarray, class_names: tuple[str, ...
     index = {c: i for i, c in enumerate(class_names)}
     labels = [index[c] for c in record.labels if c in index]
     outside = Counter(c for c in record.labels if c not in index)
-    split = assign_split(record.source, record.patient_id, record.record_id, ratios)
+    split = record_split(record, ratios)
     pkey = patient_key(record.patient_id, record.record_id)
     rows = [{"dataset": record.source, "record_id": record.record_id, "patient_id": pkey,
              "window_index": w, "split": split, "labels": labels} for w in range(len(windows))]
@@ -325,6 +325,8 @@ def _manifest(source: Any, input_dir: Any, cfg: DataConfig, settings: dict[str, 
         "preprocess": settings["preprocess"], "split_ratios": list(cfg.split_ratios),
         "shard_records": cfg.shard_records, "code_version": code_version(),
         "label_view": settings["label_view"],
+        # how records were put in splits: "patients" (hash at split_ratios) or a source's own rule
+        "split_rule": getattr(source, "split_rule", "patients"),
         "counts": {"records_listed": len(refs),
                    "records_written": written,
                    "records_quarantined": len(quarantine),

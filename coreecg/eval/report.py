@@ -20,6 +20,7 @@ Contract: the fine-tuning job writes RUN_DIR/metrics.json as
               "per_class": {...}, "classes_left_out": {...}, ...},   # classification_metrics
      "val": {...same keys...},                                        #   + bootstrap_ci as "ci"
      "crop_rule": "...", "encoder": "path or null", "encoder_config_hash": "...",
+     "split_rule": "patients",      # or "folds" (PTB-XL strat_fold); optional, all_runs.csv only
      "leakage": {"overlap": bool, "allowed": bool, "checked": bool, "b_records": n, ...}}  # optional
 
 `jobs/finetune.py` (coreecg.train.finetuning) also writes lead_names, corpus, config_hash,
@@ -591,7 +592,7 @@ def write_all_runs_csv(runs: Sequence[Run], tables: Sequence[Table], path: Path)
     ci_keys = [f"test_{m}_{end}" for m in ("acc", "f1", "f1_argmax", "auroc") for end in ("low", "high")]
     header = (["run_dir", *RUN_FIELDS, "multilabel", "tables"]
               + [f"{s}_{k}" for s in ("test", "val") for k in split_keys]
-              + ci_keys + ["encoder", "encoder_config_hash", "crop_rule", "leakage"])
+              + ci_keys + ["encoder", "encoder_config_hash", "crop_rule", "split_rule", "leakage"])
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, header)
         w.writeheader()
@@ -600,7 +601,7 @@ def write_all_runs_csv(runs: Sequence[Run], tables: Sequence[Table], path: Path)
             row = {"run_dir": str(run.path), **{k: getattr(run, k) for k in RUN_FIELDS},
                    "multilabel": rec.get("multilabel"),
                    "tables": ";".join(t.spec.name for t in tables if variant_of(t.spec, run) and run.method in t.cells),
-                   **{k: rec.get(k) for k in ("encoder", "encoder_config_hash", "crop_rule")},
+                   **{k: rec.get(k) for k in ("encoder", "encoder_config_hash", "crop_rule", "split_rule")},
                    "leakage": leakage_note(rec)}
             for split in ("test", "val"):
                 metrics = rec.get(split) or {}

@@ -70,11 +70,20 @@ def config_hash(config: Config) -> str:
 
 
 def dataset_name(manifest: dict) -> str:
-    """The report's dataset key from a corpus manifest (cinc2021 restricted to Ningbo -> ningbo)."""
+    """The report's dataset key from a corpus manifest (cinc2021 restricted to Ningbo -> ningbo).
+
+    PTB-XL with another task or the fold split is a benchmark of its own, so that its runs never
+    share a table cell with the paper's task: ptbxl-rhythm, ptbxl-folds, ptbxl-form-folds.
+    """
     source = manifest["source"]
-    subsets = (manifest.get("source_options") or {}).get("subsets") or []
+    options = manifest.get("source_options") or {}
+    subsets = options.get("subsets") or []
     if source == "cinc2021" and len(subsets) == 1:
         return str(subsets[0]).lower()
+    if source == "ptbxl":
+        task, split = options.get("task", "superdiagnostic"), manifest.get("split_rule", "patients")
+        parts = [source] + [task] * (task != "superdiagnostic") + [split] * (split == "folds")
+        return "-".join(parts)
     return source
 
 
@@ -254,6 +263,8 @@ def plan_finetune(config: Config) -> RunPlan:
         "method": method, "dataset": f.dataset or dataset_name(manifest), "mode": f.mode,
         "leads": leads_label(f.leads), "lead_names": list(f.leads), "train_fraction": f.train_fraction,
         "seed": config.train.seed, "multilabel": bool(manifest["multilabel"]), "class_names": names,
+        # which split rule made val/test (corpora before the rule was recorded: the patient hash)
+        "split_rule": manifest.get("split_rule", "patients"),
         "corpus": str(corpus), "encoder": f.encoder or None, "encoder_config_hash": encoder_hash,
         "config_hash": config_hash(config), "leakage": leakage,
         "classes_absent_from_train": [c for c, n in zip(names, counts) if n == 0],

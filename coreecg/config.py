@@ -266,11 +266,13 @@ class FinetuneConfig:
     decay 0.01, batch 256, cosine schedule; `optim.betas`, `optim.min_lr` and `optim.grad_clip`
     apply to both). docs/evaluation.md.
 
-    mode: finetune (everything trains), linear (frozen encoder, head only), scratch (randomly
-    initialised encoder, the paper's "Supervised" row; the architecture is `model`).
+    mode: finetune (everything trains), linear (frozen encoder, linear head on mean-pooled
+    tokens), frozen (frozen encoder, attention-pooling head: the benchmark's frozen setting,
+    docs/benchmark.md), scratch (randomly initialised encoder, the paper's "Supervised" row; the
+    architecture is `model`).
     """
 
-    mode: Literal["finetune", "linear", "scratch"] = "finetune"
+    mode: Literal["finetune", "linear", "frozen", "scratch"] = "finetune"
     encoder: str = ""                 # encoder.pt or a pretraining checkpoint; empty for scratch
     leads: tuple[str, ...] = STANDARD_LEADS   # only these leads' tokens are fed (no zero-filling)
     train_fraction: float = 1.0       # stratified, seeded subset of the training split's patients

@@ -100,8 +100,8 @@ def build_model(src: ModelSource) -> Encoder | Classifier:
         if src.kind == "encoder":
             model: nn.Module = Encoder.from_config(cfg.model)
         else:
-            model = Classifier(Encoder.from_config(cfg.model), len(src.class_names), cfg.finetune.leads,
-                               bool(src.multilabel), frozen_encoder=cfg.finetune.mode == "linear")
+            model = Classifier.for_mode(Encoder.from_config(cfg.model), len(src.class_names), cfg.finetune.leads,
+                                        bool(src.multilabel), cfg.finetune.mode)
     try:
         model.load_state_dict(src.state)
     except RuntimeError as e:

@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     parser.add_argument("--encoder", required=True,
                         help="encoder.pt, a pretraining checkpoint, run or export folder; 'none' = scratch")
     parser.add_argument("--corpus", required=True, help="a labelled corpus folder (jobs/preprocess.py)")
-    parser.add_argument("--mode", choices=("finetune", "linear", "scratch"))
+    parser.add_argument("--mode", choices=("finetune", "linear", "frozen", "scratch"))
     parser.add_argument("--leads", help="12 | 6 | 1 | comma list of lead names (default: finetune.leads, all 12)")
     parser.add_argument("--train-fraction", type=float, help="default: finetune.train_fraction (1.0)")
     parser.add_argument("--seed", type=int, help="default: train.seed (0)")

@@ -47,7 +47,8 @@ def _method_lines(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any])
         "A 12-lead ECG transformer encoder (patch embedding + lead and time embeddings + pre-norm transformer, "
         f"{enc['depth']} blocks, width {enc['embed_dim']}, {enc['num_heads']} heads, patches of {enc['patch_size']} "
         f"samples), exported by coreecg {meta['coreecg_version']}"
-        + (" with a linear head on the mean of its token encodings." if kind == "classifier" else "."), "",
+        + ((" with an attention-pooling head over its token encodings." if arch.get("mode") == "frozen" else
+            " with a linear head on the mean of its token encodings.") if kind == "classifier" else "."), "",
         "## Method", "",
         f"- pretraining method: **{method}**"
         + (f" (`pretrain.method={pre['method']}`" + (f", variant `{pre['variant']}`" if pre.get("variant") else "")
@@ -58,6 +59,7 @@ def _method_lines(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any])
     if kind == "classifier":
         lines += [f"- downstream: `{arch['mode']}` ("
                   + {"finetune": "every weight fine-tuned", "linear": "frozen encoder, linear head trained",
+                     "frozen": "frozen encoder, attention-pooling and linear head trained",
                      "scratch": "randomly initialised encoder trained supervised, no pretraining"}.get(arch["mode"], "")
                   + f") on {ft.get('dataset') or 'unknown'}, leads {', '.join(c['finetuned_leads'])}, "
                   f"{100 * float(ft.get('train_fraction') or 1):g} % of the training patients, seed {ft.get('seed')}",

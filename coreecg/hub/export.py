@@ -100,7 +100,7 @@ def _export_config(src: ModelSource, contract: dict[str, Any], state: dict[str, 
     if src.kind == "classifier":
         arch = {"class": "coreecg.model.classifier.Classifier", "encoder": arch,
                 "n_classes": len(src.class_names), "mode": cfg.finetune.mode, "multilabel": bool(src.multilabel),
-                "leads": list(cfg.finetune.leads), "frozen_encoder": cfg.finetune.mode == "linear",
+                "leads": list(cfg.finetune.leads), "frozen_encoder": cfg.finetune.mode in ("linear", "frozen"),
                 "pooling": "mean over all (lead, time) token encodings", "head": "Linear(embed_dim, n_classes)"}
     dtypes = sorted({str(v.dtype).removeprefix("torch.") for v in state.values()})
     return {

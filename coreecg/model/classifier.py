@@ -1,5 +1,6 @@
-"""Downstream model: the one `Encoder` + a freshly initialised linear head on mean-pooled tokens
-(paper, Fig. "downstream fine-tuning phase")."""
+"""Downstream model: the one `Encoder` + a freshly initialised head (paper, Fig. "downstream
+fine-tuning phase": a linear head on mean-pooled tokens; the benchmark's frozen mode: a learned
+query attending over every token, docs/benchmark.md)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -20,21 +21,61 @@ def standard_lead_positions(leads: Sequence[str]) -> list[int]:
     return [STANDARD_LEADS.index(x) for x in leads]
 
 
+# finetune.mode -> (encoder frozen, pooling): linear probing and the benchmark's frozen-encoder
+# mode train only the head; scratch is fine-tuning from random weights.
+MODE_HEADS = {"finetune": (False, "mean"), "scratch": (False, "mean"), "linear": (True, "mean"),
+              "frozen": (True, "attention")}
+
+
+class AttentionPool(nn.Module):
+    """One learned query attends over every token (multi-head, SDPA): (B, L, D) -> (B, D).
+
+    Lets a frozen encoder's tokens be weighed per task, which a mean cannot (the benchmark's
+    frozen-encoder setting trains such a head, not only a linear one). `valid` (B, L) bool masks
+    tokens out (padding); None = all tokens.
+    """
+
+    def __init__(self, dim: int, num_heads: int | None = None):
+        super().__init__()
+        self.num_heads = num_heads or (dim // 64 if dim % 64 == 0 and dim >= 64 else 1)
+        if dim % self.num_heads:
+            raise ValueError(f"attention pooling: width {dim} is not divisible by {self.num_heads} heads")
+        self.norm = nn.LayerNorm(dim)
+        self.query = nn.Parameter(torch.zeros(1, 1, dim))
+        self.kv = nn.Linear(dim, 2 * dim)
+        self.out = nn.Linear(dim, dim)
+        nn.init.trunc_normal_(self.query, std=0.02)
+
+    def forward(self, tokens: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        B, L, D = tokens.shape
+        h = self.num_heads
+        k, v = self.kv(self.norm(tokens)).view(B, L, 2, h, D // h).permute(2, 0, 3, 1, 4)   # (B, h, L, D/h) each
+        q = self.query.to(k.dtype).expand(B, -1, -1).view(B, 1, h, D // h).transpose(1, 2)  # (B, h, 1, D/h)
+        mask = None if valid is None else valid[:, None, None, :]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)                         # (B, h, 1, D/h)
+        return self.out(o.transpose(1, 2).reshape(B, D))
+
+
 class Classifier(nn.Module):
-    """encoder(x) -> mean over all (lead, time) tokens -> Linear(D, K) logits.
+    """encoder(x) -> pooled tokens -> Linear(D, K) logits.
 
     Input rows are exactly `leads` (a subset of the standard 12 in any order): only their
     tokens enter the encoder, each with its own lead embedding; nothing is zero-filled.
-    `frozen_encoder` (linear probing): the encoder runs without gradients, in eval mode.
-    Single-label tasks train with softmax cross-entropy, multi-label ones with sigmoid BCE.
+    `frozen_encoder` (linear probing, frozen mode): the encoder runs without gradients, in eval
+    mode. `pooling`: "mean" over all (lead, time) tokens (the paper's), or "attention"
+    (`AttentionPool`). Single-label tasks train with softmax cross-entropy, multi-label ones
+    with sigmoid BCE.
     """
 
     def __init__(self, encoder: Encoder, n_classes: int, leads: Sequence[str], multilabel: bool,
-                 frozen_encoder: bool = False):
+                 frozen_encoder: bool = False, pooling: str = "mean"):
         super().__init__()
+        if pooling not in ("mean", "attention"):
+            raise ValueError(f"pooling={pooling!r} is not 'mean' or 'attention'")
         self.encoder, self.multilabel, self.frozen_encoder = encoder, multilabel, frozen_encoder
         self.leads = tuple(leads)
         self.register_buffer("lead_idx", torch.tensor(standard_lead_positions(leads)), persistent=False)
+        self.pool = AttentionPool(encoder.dim) if pooling == "attention" else None
         self.head = nn.Linear(encoder.dim, n_classes)
         nn.init.trunc_normal_(self.head.weight, std=0.02)
         nn.init.zeros_(self.head.bias)
@@ -52,7 +93,17 @@ class Classifier(nn.Module):
         if x.shape[1] != len(self.leads):
             raise ValueError(f"input has {x.shape[1]} leads, the model takes {len(self.leads)} ({', '.join(self.leads)})")
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen_encoder):
-            return self.encoder.pooled(x, self.lead_idx)
+            if self.pool is None:
+                return self.encoder.pooled(x, self.lead_idx)
+            encoded = self.encoder(x, self.lead_idx)
+        return self.pool(encoded.tokens, encoded.valid)
+
+    @classmethod
+    def for_mode(cls, encoder: Encoder, n_classes: int, leads: Sequence[str], multilabel: bool,
+                 mode: str) -> "Classifier":
+        """The classifier finetune.mode trains (MODE_HEADS)."""
+        frozen, pooling = MODE_HEADS[mode]
+        return cls(encoder, n_classes, leads, multilabel, frozen_encoder=frozen, pooling=pooling)
 
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """x: (B, len(leads), T); target: (B, K) multi-hot (one-hot for single-label) or None.

@@ -14,7 +14,7 @@ from coreecg.data.corpus import load_manifest
 from coreecg.eval.report import RunError, load_run, table_runs, table_specs, variant_of, write_report
 from coreecg.study.runner import run_dir
 from coreecg.tune.trials import is_done
-from coreecg.study.spec import Study
+from coreecg.study.spec import BENCHMARK_TABLE, Study
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +96,8 @@ def classifier_features(run: Path) -> tuple[np.ndarray, np.ndarray, list[str], b
     metrics = json.loads((run / "metrics.json").read_text())
     payload, config = load_checkpoint(run / "best.pt")
     f = config.finetune
-    model = Classifier(Encoder.from_config(config.model), len(metrics["class_names"]), f.leads,
-                       bool(metrics["multilabel"]), frozen_encoder=f.mode == "linear")
+    model = Classifier.for_mode(Encoder.from_config(config.model), len(metrics["class_names"]), f.leads,
+                                bool(metrics["multilabel"]), f.mode)
     model.load_state_dict(payload["model"])
     split = load_split(config.data.corpus, "test")
     stored = list(load_manifest(config.data.corpus)["signal"]["leads"])
@@ -182,14 +182,25 @@ def write_study_report(study: Study, output: str | Path) -> Path:
         method_tables = {t: [m for m in study.method_tables[t] if m in rows or m in study.unavailable]
                          for t in study.tables if t in study.method_tables}
         method_tables = {t: m for t, m in method_tables.items() if m}
-        write_report([r.path for r in runs.values()], report_dir / "tables",
-                               method_tables, study.unavailable, report=cfg.report, allow=study.allow)
+        if [t for t in study.tables if t != BENCHMARK_TABLE]:
+            write_report([r.path for r in runs.values()], report_dir / "tables",
+                         method_tables, study.unavailable, report=cfg.report, allow=study.allow)
         lines += ["## Tables", "",
                   f"Markdown, CSV and LaTeX (booktabs) in `tables/`; differences to {cfg.report.reference} with "
                   f"{cfg.report.level:.0%} intervals over training runs ({cfg.report.bootstrap_resamples} resamples "
                   f"of the test patients within), marked with >= {cfg.report.min_runs} runs per method after "
                   f"{cfg.report.adjust} over each table; F1: {cfg.report.f1} (docs/evaluation.md).", ""]
-        for table in study.tables:
+        if BENCHMARK_TABLE in study.tables:
+            from coreecg.eval.benchmark import benchmark_table, check_benchmark, load_published, write_benchmark
+
+            bench = benchmark_table(list(runs.values()), [load_published(p) for p in study.published])
+            bench.footnotes = check_benchmark(bench, study.allow)
+            write_benchmark(bench, report_dir / "tables")
+            behind = sorted(name for name, run in runs.items() if any(r is run for row in bench.cells.values()
+                                                                      for col in row.values() for r in col))
+            lines.append(f"- **{BENCHMARK_TABLE}**: [`tables/benchmark.md`](tables/benchmark.md), "
+                         f"`tables/benchmark.csv`; {len(behind)} run(s): " + ", ".join(f"`{m}`" for m in behind))
+        for table in (t for t in study.tables if t != BENCHMARK_TABLE):
             file = table if table in ("comparison", "lead_reduction", "train_fraction") else f"ablation_{table}"
             members = _members(table if file == table else "comparison",
                                method_tables.get(table) if table in method_tables else None, runs)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from coreecg.config import load_config
-from coreecg.study.spec import FinetuneRun, PretrainRun, Study
+from coreecg.study.spec import ExternalEncoder, FinetuneRun, PretrainRun, Study
 from coreecg.tune.trials import TrialSpec, concurrency_for, error_text, is_done, read_done, run_trials
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,9 @@ def check_leakage(study: Study, corpora: dict[str, Path]) -> None:
     pairs = set()
     for r in [*study.finetune_runs(), *study.mask_rate_runs()]:
         # each run's own config decides (downstream.set may allow what the study's set does not)
-        if r.encoder is not None and not load_config(study.config_file,
+        # an external encoder's pretraining data is whatever its own record names: its run's guard
+        # (coreecg.train.leakage) checks that, or records that it cannot
+        if isinstance(r.encoder, PretrainRun) and not load_config(study.config_file,
                                                      study.finetune_overrides(r)).finetune.allow_overlap:
             corpus = load_config(study.config_file, study.pretrain_overrides(r.encoder)).data.corpus
             pairs |= {(str(Path(corpus).resolve()), r.corpus)} if corpus else set()
@@ -189,7 +191,9 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
             rows.append(finished("finetune", r.name))
             continue
         extra = [f"data.corpus={corpora[r.corpus]}"]
-        if r.encoder is not None:
+        if isinstance(r.encoder, ExternalEncoder):
+            extra.append(f"finetune.encoder={r.encoder.path}")
+        elif r.encoder is not None:
             encoder = run_dir(output, "pretrain", r.encoder.name) / "encoder.pt"
             if not is_done(run_dir(output, "pretrain", r.encoder.name)) or not encoder.is_file():
                 rows.append({**finished("finetune", r.name), "status": "skipped",

@@ -5,6 +5,8 @@ typed config before any Ray starts.
     config: ../configs/quickstart.yaml           # base config of every run (paths: from this file)
     set: [data.synthetic_records=512]            # overrides of every run
     variants: ../tune_spaces/ablations.yaml      # named variants (override lists, scratch, not_available)
+    encoders:                                    # optional: encoders made elsewhere, fine-tuned as rows
+      ST-MEM (published): $WEIGHTS/st_mem_vit_base.pth   # a coreecg run, export or .pt, a published checkpoint
     pretrain:
       methods: [CoRe-ECG, ST-MEM-like]           # variants pretrained, each once per seed
       seeds: [0]
@@ -39,7 +41,8 @@ The downstream runs are the union of the grids' corpora x methods x modes x lead
 seeds (without `grids`, the one grid of the section's fields; `grids: {}`, none: the corpora then
 serve the mask-rate figure's fine-tunings only); a run two grids share runs once.
 A downstream seed s fine-tunes the encoder pretrained with seed s when the study pretrains one,
-else the one of the first pretraining seed. Every pretraining and every fine-tuning config is
+else the one of the first pretraining seed; an `encoders` entry is one encoder for every seed
+(opened once here, so a wrong path or a foreign file fails before Ray). Every pretraining and every fine-tuning config is
 built here (an unknown key, variant, method, corpus, source, mode or lead name is a StudyError
 "<file>: <dotted.key>: <reason>"), so a typo costs a second, not a cluster hour. The file's schema
 is `StudyFile` (dataclasses, read by `coreecg.typed` like configs and search spaces);
@@ -61,9 +64,10 @@ from coreecg.eval.fairness import Allowance
 from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, Space, SpaceError, load_space
 from coreecg.typed import Check, TypedError, load, read_yaml
 
-MODES = ("finetune", "linear")
+MODES = ("finetune", "linear", "frozen")
 FIGURES = ("reconstruction", "tsne", "mask_rates")
 BUILT_IN_TABLES = ("comparison", "lead_reduction", "train_fraction")
+BENCHMARK_TABLE = "benchmark"    # macro AUROC per corpus x mode (coreecg/eval/benchmark.py); asked for by name
 PATH_KEYS = ("data.corpus", "data.probe_corpus", "data.cache_dir")   # resolved before any trial runs
 
 
@@ -136,6 +140,7 @@ class ReportSection:
     tables: tuple[str, ...] | None = None    # default: the built-in tables when the study fine-tunes
     figures: tuple[Literal[FIGURES], ...] = ()
     set: Overrides = ()
+    published: tuple[str, ...] = ()          # published-numbers files beside the benchmark table
 
 
 @dataclass
@@ -144,6 +149,7 @@ class StudyFile:
 
     variants: str                        # a tune_spaces variants file
     name: str = ""                       # default: the file's stem
+    encoders: dict[str, str] = field(default_factory=dict)   # row name -> encoder path (made elsewhere)
     config: str = ""
     set: Overrides = ()
     pretrain: PretrainSection = field(default_factory=PretrainSection)
@@ -204,14 +210,28 @@ class PretrainRun:
 
 
 @dataclass(frozen=True)
+class ExternalEncoder:
+    """An `encoders` entry: weights made outside the study (a coreecg run folder, export or .pt,
+    or a published checkpoint such as ST-MEM's; `coreecg.loading`)."""
+
+    method: str
+    path: str               # absolute
+    params: tuple = ()      # no mask-rate cell (FinetuneRun.name reads it)
+
+    @property
+    def name(self) -> str:
+        return f"external:{self.method}"
+
+
+@dataclass(frozen=True)
 class FinetuneRun:
     method: str
     corpus: str
-    mode: str               # finetune | linear | scratch (the supervised baseline)
+    mode: str               # finetune | linear | frozen | scratch (the supervised baseline)
     leads: str              # "12" | "6" | "1" | comma list of names
     fraction: float
     seed: int
-    encoder: PretrainRun | None   # None: trained from scratch
+    encoder: "PretrainRun | ExternalEncoder | None"   # None: trained from scratch
 
     @property
     def name(self) -> str:
@@ -255,6 +275,8 @@ class Study:
     figures: tuple[str, ...]
     report_set: tuple[str, ...]
     mask_rates: MaskRates | None = None
+    encoders: dict[str, str] = field(default_factory=dict)   # method -> an external encoder's path
+    published: tuple[str, ...] = ()                          # published-numbers files (absolute)
     extra: tuple[str, ...] = field(default=())   # --set of the command line, over everything
     allow: tuple[Allowance, ...] = ()            # the variants file's declared differences
 
@@ -272,7 +294,9 @@ class Study:
         return [FinetuneRun(m.variant, corpus, "finetune", "12", 1.0, run.seed, run)
                 for run in m.runs() for corpus in m.corpora]
 
-    def encoder_for(self, method: str, seed: int) -> PretrainRun | None:
+    def encoder_for(self, method: str, seed: int) -> PretrainRun | ExternalEncoder | None:
+        if method in self.encoders:
+            return ExternalEncoder(method, self.encoders[method])
         if self.variants.get(method) == "scratch":
             return None
         return PretrainRun(method, seed if seed in self.pretrain_seeds else self.pretrain_seeds[0])
@@ -284,7 +308,7 @@ class Study:
                 for method in g.methods:
                     if method in self.unavailable:
                         continue
-                    for mode in (("scratch",) if self.variants[method] == "scratch" else g.modes):
+                    for mode in (("scratch",) if self.variants.get(method) == "scratch" else g.modes):
                         for leads in g.leads:
                             for fraction in g.fractions:
                                 for seed in g.seeds:
@@ -392,8 +416,8 @@ class _Reader:
             raise self.error("variants", f"{space.path} defines no variants")
         return space
 
-    def known(self, key: str, names: tuple[str, ...] | list[str]) -> None:
-        unknown = [n for n in names if n not in self.space.variants]
+    def known(self, key: str, names: tuple[str, ...] | list[str], encoders: bool = False) -> None:
+        unknown = [n for n in names if n not in self.space.variants and not (encoders and n in self.spec.encoders)]
         if unknown:
             raise self.error(key, f"unknown variant(s) {unknown}; {self.space.path.name} has "
                                   f"{list(self.space.variants)}")
@@ -441,10 +465,11 @@ class _Reader:
         if [c for c in grid_corpora if c not in corpora]:
             raise self.error(f"{key}.corpora", f"unknown corpus {[c for c in grid_corpora if c not in corpora]}; "
                                                f"downstream.corpora has {list(corpora)}")
-        methods = get("methods") or (*(n for n, v in variants.items() if v == SCRATCH), *pretrained)
-        self.known(f"{key}.methods", methods)
+        methods = get("methods") or (*(n for n, v in variants.items() if v == SCRATCH), *pretrained,
+                                     *self.spec.encoders)
+        self.known(f"{key}.methods", methods, encoders=True)
         for m in methods:
-            if variants[m] not in (SCRATCH, NOT_AVAILABLE) and m not in pretrained:
+            if m not in self.spec.encoders and variants[m] not in (SCRATCH, NOT_AVAILABLE) and m not in pretrained:
                 raise self.error(f"{key}.methods", f"{m!r} is not pretrained here (add it to pretrain.methods)")
         for leads in get("leads"):
             try:
@@ -453,8 +478,46 @@ class _Reader:
                 raise self.error(f"{key}.leads", str(e)) from None
         return Grid(name, grid_corpora, methods, get("modes"), get("leads"), get("fractions"), get("seeds"))
 
+    def encoders(self) -> dict[str, str]:
+        """`encoders`: each path resolved and opened as an encoder now (coreecg.loading: a
+        coreecg run, export or .pt, or a published checkpoint), so a typo fails before Ray."""
+        from coreecg.checkpoints import CheckpointError
+        from coreecg.loading import open_source
+
+        out = {}
+        for name, value in self.spec.encoders.items():
+            key = f"encoders.{name}"
+            if name in self.space.variants:
+                raise self.error(key, f"{name!r} is also a variant of {self.space.path.name}; give the encoder "
+                                      "another name")
+            path = self.relative(key, value)
+            try:
+                open_source(path, kind="encoder")
+            except (CheckpointError, OSError) as e:
+                raise self.error(key, str(e)) from None
+            out[name] = path
+        return out
+
+    def published(self, tables: tuple[str, ...]) -> tuple[str, ...]:
+        """report.published: files read now (coreecg.eval.benchmark), for the benchmark table."""
+        from coreecg.eval.benchmark import PublishedError, load_published
+
+        files = self.spec.report.published
+        if files and BENCHMARK_TABLE not in tables:
+            raise self.error("report.published", f"published numbers go beside the {BENCHMARK_TABLE!r} table; "
+                                                 f"add it to report.tables")
+        out = []
+        for value in files:
+            path = self.relative("report.published", value)
+            try:
+                load_published(path)
+            except PublishedError as e:
+                raise self.error("report.published", str(e)) from None
+            out.append(path)
+        return tuple(out)
+
     def tables(self, has_downstream: bool) -> tuple[str, ...]:
-        allowed = [*BUILT_IN_TABLES, *(t for t in self.space.tables if t not in BUILT_IN_TABLES)]
+        allowed = [*BUILT_IN_TABLES, BENCHMARK_TABLE, *(t for t in self.space.tables if t not in BUILT_IN_TABLES)]
         tables = self.spec.report.tables
         tables = tables if tables is not None else (BUILT_IN_TABLES if has_downstream else ())
         if [t for t in tables if t not in allowed]:
@@ -488,6 +551,7 @@ class _Reader:
     def study(self) -> Study:
         s = self.spec
         pretrained = self.pretrain_methods()
+        encoders = self.encoders()
         corpora = self.corpora()
         names = tuple(c.name for c in corpora)
         grids = self.grids(names, pretrained)
@@ -501,7 +565,9 @@ class _Reader:
                      method_tables={k: list(v) for k, v in space.tables.items()},
                      pretrain_methods=pretrained, pretrain_seeds=s.pretrain.seeds, pretrain_set=s.pretrain.set,
                      corpora=corpora, grids=grids, downstream_set=s.downstream.set, tables=tables,
-                     figures=s.report.figures, report_set=s.report.set, mask_rates=mask_rates, extra=self.extra,
+                     figures=s.report.figures, report_set=s.report.set, mask_rates=mask_rates, encoders=encoders,
+                     published=self.published(tables),
+                     extra=self.extra,
                      allow=tuple(space.allow))
 
 
@@ -532,13 +598,16 @@ def _check_fair_tables(study: Study, configs: dict[str, dict]) -> None:
     before Ray starts: StudyError naming the table, rows and keys otherwise."""
     from coreecg.eval.fairness import FINETUNING, PRETRAINING, Entry, UnfairTableError, check_table, finetune_cell
 
+    from coreecg.eval.benchmark import benchmark_allowance
+
     for table, rows in study.table_rows().items():
+        benchmark = table == BENCHMARK_TABLE      # compares encoders: their pretraining is the point
         entries = [Entry(r.variant, PRETRAINING, "", configs[r.name]) for r in study.pretrain_runs()
-                   if r.variant in rows and not r.params]
+                   if r.variant in rows and not r.params and not benchmark]
         entries += [Entry(r.method, FINETUNING, finetune_cell(r.corpus, r.mode, r.leads, r.fraction), configs[r.name])
                     for r in study.finetune_runs() if r.method in rows]
         try:
-            check_table(table, entries, study.allow)
+            check_table(table, entries, [*study.allow, *([benchmark_allowance(rows)] if benchmark else [])])
         except UnfairTableError as e:
             raise StudyError(f"{study.path}: {e}") from None
 

@@ -116,8 +116,7 @@ class FinetuneTask:
         # Loading draws no random numbers (coreecg.loading): the head below is initialised
         # alike whichever source (run folder, encoder.pt, export) holds the encoder's weights.
         encoder = load_encoder(self.spec.encoder) if self.spec.encoder else Encoder.from_config(cfg.model)
-        model = Classifier(encoder, len(self.class_names), f.leads, self.multilabel,
-                           frozen_encoder=f.mode == "linear").to(ctx.device)
+        model = Classifier.for_mode(encoder, len(self.class_names), f.leads, self.multilabel, f.mode).to(ctx.device)
         schedule = Schedule(ctx.steps_per_epoch, f.epochs, f.warmup_epochs)
         return model, FinetuneStep(ctx.wrap(model), cfg, schedule, core=model)
 

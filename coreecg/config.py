@@ -73,6 +73,14 @@ class PreprocessConfig:
     def window_samples(self) -> int:
         return int(round(self.window_s * self.sampling_rate))
 
+    def settings(self) -> dict[str, Any]:
+        """The settings a corpus records (manifest "preprocess", shard keys): every field, but
+        standardize only when not the default, so corpora built before it existed still match."""
+        out = dataclasses.asdict(self)
+        if out["standardize"] == "lead":
+            del out["standardize"]
+        return out
+
 
 @dataclass
 class PTBXLOptions:

@@ -110,12 +110,12 @@ class FinetuneTask:
 
     def build(self, ctx: WorkerContext):
         from coreecg.model.classifier import Classifier
-        from coreecg.model.encoder import Encoder
+        from coreecg.model.published import build_encoder
 
         cfg, f = self.config, self.config.finetune
         # Loading draws no random numbers (coreecg.loading): the head below is initialised
         # alike whichever source (run folder, encoder.pt, export) holds the encoder's weights.
-        encoder = load_encoder(self.spec.encoder) if self.spec.encoder else Encoder.from_config(cfg.model)
+        encoder = load_encoder(self.spec.encoder) if self.spec.encoder else build_encoder(cfg.model)
         model = Classifier(encoder, len(self.class_names), f.leads, self.multilabel,
                            frozen_encoder=f.mode == "linear").to(ctx.device)
         schedule = Schedule(ctx.steps_per_epoch, f.epochs, f.warmup_epochs)

@@ -33,6 +33,7 @@ COREECG = "coreecg"
 class PublishedFamily:
     name: str                                                    # model.arch
     title: str                                                   # for messages and model cards
+    label: str                                                   # the method name in report tables
     recognise: Callable[[dict[str, Any]], dict[str, Any] | None]
     read_architecture: Callable[[dict[str, Any], dict[str, Any] | None], ModelConfig]
     build: Callable[[ModelConfig], nn.Module]

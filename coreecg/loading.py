@@ -113,6 +113,9 @@ def build_model(src: ModelSource) -> Encoder | Classifier:
         model.load_state_dict(src.state)
     except RuntimeError as e:
         raise CheckpointError(f"{src.weights}: {src.kind} weights do not match its own config: {e}") from e
+    encoder = model if src.kind == "encoder" else model.encoder
+    if hasattr(encoder, "source"):                # a published encoder names its file in its errors
+        encoder.source = str(src.weights)
     return model.eval()
 
 

@@ -131,6 +131,7 @@ class STMemEncoder(nn.Module):
             self.add_module(f"block{k}", _Block(dim, num_heads, hidden, dropout))
         self.dropout = nn.Dropout(dropout)
         self.norm = nn.LayerNorm(dim)
+        self.source = ""                  # the weights' file, named in errors (set by coreecg.loading)
 
     @classmethod
     def from_config(cls, m: ModelConfig) -> "STMemEncoder":
@@ -141,7 +142,8 @@ class STMemEncoder(nn.Module):
         B, C, T = x.shape
         n = T // self.patch_size
         if n > self.n_patches or n == 0:
-            raise ValueError(f"input of {T} samples is {n} patches of {self.patch_size}; this ST-MEM encoder's "
+            raise ValueError(f"{self.source or 'ST-MEM encoder'}: input of {T} samples is {n} patches of "
+                             f"{self.patch_size}; this ST-MEM encoder's "
                              f"position table covers 1..{self.n_patches} patches "
                              f"({self.n_patches * self.patch_size} samples)")
         if lead_idx is None:

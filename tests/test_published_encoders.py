@@ -251,9 +251,9 @@ def test_finetuning_starts_from_the_published_weights(fx, stmem_corpus, tmp_path
 
     cfg = load_config(overrides=[f"data.corpus={stmem_corpus}", f"finetune.encoder={fx.encoder}",
                                  f"train.storage_path={tmp_path}", "train.name=plan", "finetune.batch_size=8",
-                                 "train.num_workers=1"])
+                                 "train.num_workers=1", "model.embed_dim=32", "model.depth=2"])   # a study's model
     plan = plan_finetune(cfg)
-    assert plan.config.model.arch == "st_mem" and plan.config.data.crop_samples == 2250
+    assert plan.config.model == open_source(fx.encoder).config.model and plan.config.data.crop_samples == 2250
     assert plan.finetune.meta["method"] == "ST-MEM" and "preprocess_mismatch" not in plan.finetune.meta
     assert "published ST-MEM" in plan.finetune.meta["leakage"]["reason"]
     task = FinetuneTask(plan, torch.device("cpu"))
@@ -332,3 +332,28 @@ def test_predict_embeds_records_with_the_published_encoder(fx, ecg_data, tmp_pat
     with torch.no_grad():
         oracle = torch.stack([loaded.model.pooled(x[..., o:o + 2250]) for o in offsets]).mean((0, 1))
     np.testing.assert_allclose(emb[0], oracle.numpy(), atol=2e-3)
+
+
+# ---------------------------------------------------------------------------- studies
+
+
+def test_a_study_fine_tunes_a_given_published_encoder_as_a_method(fx, tmp_path, ecg_data):
+    from coreecg.study.spec import StudyError, load_study
+    from tests.test_study import _study
+
+    encoders = {"ST-MEM": str(fx.encoder)}
+    study = load_study(_study(tmp_path, ecg_data, downstream__methods=["ST-MEM", "CoRe-ECG"],
+                              downstream__encoders=encoders))
+    runs = [r for r in study.finetune_runs() if r.method == "ST-MEM"]
+    assert runs and all(r.encoder is None and r.encoder_file == str(fx.encoder) for r in runs)
+    assert {r.mode for r in runs} == {"finetune"}
+    assert f"finetune.encoder={fx.encoder}" in study.finetune_overrides(runs[0])
+    assert "ST-MEM" not in study.pretrain_methods and "ST-MEM" in study.table_rows()["comparison"]
+    # its own architecture is a declared difference of its row, not an unfair table
+    assert any(a.covers("ST-MEM", "model.embed_dim") for a in study.allow)
+    assert not any(a.covers("CoRe-ECG", "model.embed_dim") for a in study.allow)
+    with pytest.raises(StudyError, match=r"downstream\.encoders\.ST-MEM: .*nowhere\.pth: no such file"):
+        load_study(_study(tmp_path, ecg_data, downstream__methods=["ST-MEM"],
+                          downstream__encoders={"ST-MEM": str(tmp_path / "nowhere.pth")}))
+    with pytest.raises(StudyError, match="also a variant"):
+        load_study(_study(tmp_path, ecg_data, downstream__encoders={"CoRe-ECG": str(fx.encoder)}))

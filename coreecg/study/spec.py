@@ -19,6 +19,8 @@ typed config before any Ray starts.
       fractions: [1.0, 0.5, 0.05]
       seeds: [0, 1, 2]
       set: [finetune.epochs=2]                   # fine-tuning-only overrides
+      encoders:                                  # optional: methods fine-tuned from a given encoder
+        ST-MEM: ../weights/st_mem_vit_base_encoder.pth   # (any coreecg model source or a published one)
       grids:                                     # optional: several grids, each overriding the
         leads: {methods: [ST-MEM-like, CoRe-ECG], leads: ["12", "6", "1"]}   # fields above;
         fractions: {methods: [ST-MEM-like, CoRe-ECG], fractions: [1.0, 0.5, 0.05]}   # runs are shared
@@ -114,6 +116,9 @@ class DownstreamSection:
     set: Overrides = ()
     # None: one grid of the fields above; {}: none (the corpora serve mask_rates' fine-tunings only)
     grids: dict[str, GridEntry | None] | None = None
+    # method name -> an encoder file or folder not pretrained here (a published checkpoint such as
+    # ST-MEM's encoder.pth, an export, encoder.pt), fine-tuned as that method
+    encoders: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -211,7 +216,8 @@ class FinetuneRun:
     leads: str              # "12" | "6" | "1" | comma list of names
     fraction: float
     seed: int
-    encoder: PretrainRun | None   # None: trained from scratch
+    encoder: PretrainRun | None   # None: trained from scratch, or from `encoder_file`
+    encoder_file: str = ""        # a given encoder (downstream.encoders), absolute
 
     @property
     def name(self) -> str:
@@ -257,6 +263,7 @@ class Study:
     mask_rates: MaskRates | None = None
     extra: tuple[str, ...] = field(default=())   # --set of the command line, over everything
     allow: tuple[Allowance, ...] = ()            # the variants file's declared differences
+    encoders: dict[str, str] = field(default_factory=dict)   # downstream.encoders, paths absolute
 
     # ------------------------------------------------------------------ runs
 
@@ -273,7 +280,7 @@ class Study:
                 for run in m.runs() for corpus in m.corpora]
 
     def encoder_for(self, method: str, seed: int) -> PretrainRun | None:
-        if self.variants.get(method) == "scratch":
+        if self.variants.get(method) == "scratch" or method in self.encoders:
             return None
         return PretrainRun(method, seed if seed in self.pretrain_seeds else self.pretrain_seeds[0])
 
@@ -284,12 +291,12 @@ class Study:
                 for method in g.methods:
                     if method in self.unavailable:
                         continue
-                    for mode in (("scratch",) if self.variants[method] == "scratch" else g.modes):
+                    for mode in (("scratch",) if self.variants.get(method) == "scratch" else g.modes):
                         for leads in g.leads:
                             for fraction in g.fractions:
                                 for seed in g.seeds:
                                     run = FinetuneRun(method, corpus, mode, leads, fraction, seed,
-                                                      self.encoder_for(method, seed))
+                                                      self.encoder_for(method, seed), self.encoders.get(method, ""))
                                     runs.setdefault(run.name, run)
         return list(runs.values())
 
@@ -313,6 +320,8 @@ class Study:
         out = [*self.base, *self.downstream_set, f"finetune.mode={run.mode}", f"finetune.leads=[{','.join(leads)}]",
                f"finetune.train_fraction={run.fraction}", f"train.seed={run.seed}", f"finetune.method={method}",
                f"finetune.dataset={run.corpus}"]
+        if run.encoder_file:
+            out.append(f"finetune.encoder={run.encoder_file}")
         return [*out, *more, *self.extra]
 
     def report_overrides(self) -> list[str]:
@@ -321,7 +330,10 @@ class Study:
     def table_rows(self) -> dict[str, list[str]]:
         """Each table's rows (methods that run): the variants file's row list, else every method."""
         runnable = [m for m in self.methods if m not in self.unavailable]
-        return {t: [m for m in self.method_tables.get(t, runnable) if m in runnable] for t in self.tables}
+        out = {t: [m for m in self.method_tables.get(t, runnable) if m in runnable] for t in self.tables}
+        for t in set(out) & set(BUILT_IN_TABLES):      # given encoders join the built-in tables, last
+            out[t] += [m for m in self.encoders if m in runnable and m not in out[t]]
+        return out
 
 
 # ---------------------------------------------------------------------------- loading
@@ -441,10 +453,11 @@ class _Reader:
         if [c for c in grid_corpora if c not in corpora]:
             raise self.error(f"{key}.corpora", f"unknown corpus {[c for c in grid_corpora if c not in corpora]}; "
                                                f"downstream.corpora has {list(corpora)}")
-        methods = get("methods") or (*(n for n, v in variants.items() if v == SCRATCH), *pretrained)
-        self.known(f"{key}.methods", methods)
+        given = self.spec.downstream.encoders
+        methods = get("methods") or (*(n for n, v in variants.items() if v == SCRATCH), *pretrained, *given)
+        self.known(f"{key}.methods", [m for m in methods if m not in given])
         for m in methods:
-            if variants[m] not in (SCRATCH, NOT_AVAILABLE) and m not in pretrained:
+            if m not in given and variants[m] not in (SCRATCH, NOT_AVAILABLE) and m not in pretrained:
                 raise self.error(f"{key}.methods", f"{m!r} is not pretrained here (add it to pretrain.methods)")
         for leads in get("leads"):
             try:
@@ -452,6 +465,24 @@ class _Reader:
             except LeadSetError as e:
                 raise self.error(f"{key}.leads", str(e)) from None
         return Grid(name, grid_corpora, methods, get("modes"), get("leads"), get("fractions"), get("seeds"))
+
+    def encoders(self) -> dict[str, str]:
+        """downstream.encoders, paths absolute, each opened (not built) here: a file that is not a
+        model source, or a name that is also a variant, is a StudyError naming the entry."""
+        from coreecg.checkpoints import CheckpointError
+        from coreecg.loading import open_source
+
+        out = {}
+        for name, path in self.spec.downstream.encoders.items():
+            key = f"downstream.encoders.{name}"
+            if name in self.space.variants:
+                raise self.error(key, f"{name!r} is also a variant of {self.space.path.name}; name it otherwise")
+            out[name] = self.relative(key, path)
+            try:
+                open_source(out[name], kind="encoder")
+            except CheckpointError as e:
+                raise self.error(key, str(e)) from None
+        return out
 
     def tables(self, has_downstream: bool) -> tuple[str, ...]:
         allowed = [*BUILT_IN_TABLES, *(t for t in self.space.tables if t not in BUILT_IN_TABLES)]
@@ -493,6 +524,7 @@ class _Reader:
         grids = self.grids(names, pretrained)
         tables = self.tables(bool(corpora))
         mask_rates = self.mask_rates(names)
+        encoders = self.encoders()
         if not pretrained and not corpora and mask_rates is None:
             raise StudyError(f"{self.path}: nothing to run (no pretrain.methods, downstream.corpora or mask_rates)")
         space = self.space
@@ -502,7 +534,9 @@ class _Reader:
                      pretrain_methods=pretrained, pretrain_seeds=s.pretrain.seeds, pretrain_set=s.pretrain.set,
                      corpora=corpora, grids=grids, downstream_set=s.downstream.set, tables=tables,
                      figures=s.report.figures, report_set=s.report.set, mask_rates=mask_rates, extra=self.extra,
-                     allow=tuple(space.allow))
+                     allow=(*space.allow, *(Allowance((name,), ("model.*",), f"{name} is a given encoder ({path}): its "
+                                                  "architecture is its own") for name, path in encoders.items())),
+                     encoders=encoders)
 
 
 def _config(origin: Path, where: str, config_file: str | None, overrides: list[str]):

@@ -340,7 +340,9 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
     # (CheckpointError naming the file otherwise); the model is built once, by the task
     src = open_source(path, kind="encoder")
     saved = src.config
-    if config.model != ModelConfig() and config.model != saved.model:
+    # a published encoder's architecture is its released weights': the config's model section
+    # (e.g. a study's, meant for its pretrainings) gives way to it
+    if not src.entries.get("published") and config.model != ModelConfig() and config.model != saved.model:
         diff = [f"model.{k.name}: {getattr(saved.model, k.name)} in the checkpoint, {getattr(config.model, k.name)} "
                 "asked" for k in dataclasses.fields(ModelConfig)
                 if getattr(saved.model, k.name) != getattr(config.model, k.name)]

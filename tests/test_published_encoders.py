@@ -220,22 +220,25 @@ def _job(name: str):
     return module
 
 
-@pytest.fixture(scope="module")
-def stmem_corpus(tmp_path_factory) -> Path:
-    """A small labelled synthetic corpus built to ST-MEM's contract (0.67 Hz, standardised over
-    leads and time), without a cluster."""
+def _synthetic_corpus(out: Path, *overrides: str) -> Path:
+    """A small labelled synthetic corpus, built without a cluster."""
     import ray.data
 
     from coreecg.data.pipeline import build_corpus
 
-    out = tmp_path_factory.mktemp("stmem-corpus") / "synthetic"
-    cfg = load_config(overrides=["data.shard_records=45", "data.split_ratios=[0.6,0.2,0.2]",
-                                 "data.preprocess.highpass_hz=0.67", "data.preprocess.standardize=record"]).data
+    cfg = load_config(overrides=["data.shard_records=45", "data.split_ratios=[0.6,0.2,0.2]", *overrides]).data
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ray.data, "from_items", lambda items, **_: InProcessDataset(items))
         build_corpus("synthetic", None, out, cfg, source_options=cfg.sources.for_source("synthetic", RECORDS),
                      log_warnings=False)
     return out
+
+
+@pytest.fixture(scope="module")
+def stmem_corpus(tmp_path_factory) -> Path:
+    """Built to ST-MEM's contract (0.67 Hz, standardised over leads and time)."""
+    return _synthetic_corpus(tmp_path_factory.mktemp("stmem-corpus") / "synthetic",
+                             "data.preprocess.highpass_hz=0.67", "data.preprocess.standardize=record")
 
 
 def _ft_args(fx, corpus: Path, out: Path) -> list[str]:
@@ -263,6 +266,17 @@ def test_finetuning_starts_from_the_published_weights(fx, stmem_corpus, tmp_path
     state = model.encoder.state_dict()
     assert state.keys() == published.keys()
     assert all(torch.equal(state[k], published[k]) for k in published)
+    assert not any("warning: the corpus is preprocessed otherwise" in line for line in plan.describe())
+
+    # a corpus built to coreecg's defaults: planned, with the difference said and recorded
+    other = _synthetic_corpus(tmp_path / "default-corpus")
+    plan = plan_finetune(load_config(overrides=[f"data.corpus={other}", f"finetune.encoder={fx.encoder}",
+                                                f"train.storage_path={tmp_path}", "train.name=other",
+                                                "finetune.batch_size=8", "train.num_workers=1"]))
+    assert plan.finetune.meta["preprocess_mismatch"] == ["highpass_hz: encoder 0.67, corpus 0.65",
+                                                         "standardize: encoder record, corpus lead"]
+    assert any(line.startswith("warning: the corpus is preprocessed otherwise than the encoder's input contract "
+                               "(highpass_hz") for line in plan.describe())
 
 
 @pytest.mark.slow

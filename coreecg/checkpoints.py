@@ -82,11 +82,29 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     CheckpointError naming the file when it is missing, fails its sha256 sidecar, cannot be
     unpickled (truncated), or is not a coreecg checkpoint.
     """
+    path = Path(path)
+    return checkpoint_config(path, read_payload(path, map_location))
+
+
+def read_payload(path: str | Path, map_location: str | torch.device = "cpu") -> Any:
+    """The unpickled contents of a .pt/.pth file (weights_only: tensors and plain containers,
+    never code), its sha256 sidecar checked when it has one. CheckpointError naming the file."""
     path = verify_checkpoint(path)
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises several types for truncated zips and bad pickles
-        raise CheckpointError(f"{path}: unreadable checkpoint (truncated or corrupted): {e}") from e
+        raise CheckpointError(f"{path}: unreadable checkpoint (truncated or corrupted, or not weights-only "
+                              f"data): {e}") from e
+
+
+def is_coreecg_payload(payload: Any) -> bool:
+    """A coreecg checkpoint's payload: a dict with "model" and a coreecg config (its "model" a section)."""
+    return (isinstance(payload, dict) and "model" in payload and isinstance(payload.get("config"), dict)
+            and isinstance(payload["config"].get("model"), dict))
+
+
+def checkpoint_config(path: Path, payload: Any) -> tuple[dict, Config]:
+    """(payload, its Config) of a read coreecg checkpoint; CheckpointError naming the file."""
     if not isinstance(payload, dict) or "config" not in payload or "model" not in payload:
         raise CheckpointError(f"{path}: not a coreecg checkpoint (no 'config'/'model' entry)")
     try:

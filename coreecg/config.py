@@ -49,6 +49,9 @@ class PreprocessConfig:
     filter_order: int = 4             # per Butterworth stage; sosfiltfilt doubles the effective order
     leads: tuple[str, ...] = STANDARD_LEADS
     zscore_eps: float = 1e-6          # flat leads z-score to zeros instead of dividing by ~0
+    # z-score each window per lead over time (lead: the paper's) or over leads and time together
+    # (record: ST-MEM's input contract, docs/published_encoders.md)
+    standardize: Literal["lead", "record"] = "lead"
     # Known non-standard leads that are dropped (and noted in the record's meta), e.g. the
     # Frank leads vx, vy, vz of PTB Diagnostic; any other unknown lead quarantines the record.
     extra_leads: tuple[str, ...] = ("VX", "VY", "VZ")
@@ -69,6 +72,14 @@ class PreprocessConfig:
     @property
     def window_samples(self) -> int:
         return int(round(self.window_s * self.sampling_rate))
+
+    def settings(self) -> dict[str, Any]:
+        """The settings a corpus records (manifest "preprocess", shard keys): every field, but
+        standardize only when not the default, so corpora built before it existed still match."""
+        out = dataclasses.asdict(self)
+        if out["standardize"] == "lead":
+            del out["standardize"]
+        return out
 
 
 @dataclass
@@ -176,6 +187,9 @@ class DataConfig:
 class ModelConfig:
     """Encoder, decoders and projection heads (paper: Implementation Details)."""
 
+    # Which encoder module: coreecg's own Encoder, or a published family's adapter (its name in
+    # coreecg.model.published, e.g. st_mem), whose sizes below are read from its weights.
+    arch: str = "coreecg"
     n_leads: int = 12
     input_samples: int = 2250
     patch_size: int = 75
@@ -595,6 +609,12 @@ class Config:
         """Checks across sections (each section checks its own keys when built), then the
         training method's own cross-checks (`check(config)` of its options, if it has one)."""
         m, k = self.model, self.masking
+        if m.arch != "coreecg":
+            from coreecg.model.published import FAMILIES     # imports torch: only for a published arch
+
+            if m.arch not in FAMILIES:
+                raise ConfigError(f"model.arch={m.arch!r} is not an encoder family; known: coreecg, "
+                                  f"{', '.join(FAMILIES)}")
         if m.input_samples % m.patch_size:
             raise ConfigError(f"model.input_samples={m.input_samples} is not a multiple of model.patch_size={m.patch_size}")
         for name in ("embed_dim", "time_decoder_dim", "latent_decoder_dim"):

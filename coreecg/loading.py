@@ -13,6 +13,9 @@ A source is one of:
                           travelled with it)
     a .pt file            encoder.pt, best.pt, or a step checkpoint (checkpoint_step*/checkpoint.pt),
                           verified against its sha256 sidecar (`coreecg.checkpoints`)
+    a published encoder   another project's checkpoint (e.g. ST-MEM's encoder.pth or full.pth),
+                          recognised by its keys (`coreecg.model.published`), its architecture read
+                          from the weights and its input contract (data.preprocess) the family's
 
 Loading never draws from the caller's random generators: building a model initialises weights
 that are then overwritten, so it happens under a forked RNG. Fine-tuning from a run folder, its
@@ -30,8 +33,10 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from coreecg.checkpoints import BEST_FILE, ENCODER_FILE, STEP_PREFIX, CheckpointError, load_checkpoint
-from coreecg.config import Config, ConfigError, PreprocessConfig, config_from_dict
+from coreecg.checkpoints import (
+    BEST_FILE, ENCODER_FILE, STEP_PREFIX, CheckpointError, checkpoint_config, is_coreecg_payload, read_payload,
+)
+from coreecg.config import Config, ConfigError, DataConfig, PreprocessConfig, TrainConfig, config_from_dict
 from coreecg.files import sha256_file
 from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder
@@ -96,16 +101,21 @@ def open_source(path: str | Path, kind: Kind | None = None) -> ModelSource:
 def build_model(src: ModelSource) -> Encoder | Classifier:
     """The source's model with its weights, on the CPU, in eval mode; the caller's RNG untouched."""
     cfg = src.config
+    from coreecg.model.published import build_encoder
+
     with torch.random.fork_rng(devices=[]):       # the init below is overwritten: draw nothing
         if src.kind == "encoder":
-            model: nn.Module = Encoder.from_config(cfg.model)
+            model: nn.Module = build_encoder(cfg.model)
         else:
-            model = Classifier.for_mode(Encoder.from_config(cfg.model), len(src.class_names), cfg.finetune.leads,
+            model = Classifier.for_mode(build_encoder(cfg.model), len(src.class_names), cfg.finetune.leads,
                                         bool(src.multilabel), cfg.finetune.mode)
     try:
         model.load_state_dict(src.state)
     except RuntimeError as e:
         raise CheckpointError(f"{src.weights}: {src.kind} weights do not match its own config: {e}") from e
+    encoder = model if src.kind == "encoder" else model.encoder
+    if hasattr(encoder, "source"):                # a published encoder names its file in its errors
+        encoder.source = str(src.weights)
     return model.eval()
 
 
@@ -216,8 +226,11 @@ def _read_safetensors(weights: Path) -> dict[str, torch.Tensor]:
 
 
 def _open_checkpoint(file: Path, shown: Path, kind: Kind | None) -> ModelSource:
-    """A coreecg .pt (sha256 sidecar checked by load_checkpoint) -> ModelSource."""
-    payload, config = load_checkpoint(file)
+    """A coreecg .pt (sha256 sidecar checked) or a published encoder's checkpoint -> ModelSource."""
+    payload = read_payload(file)
+    if not is_coreecg_payload(payload):
+        return _open_published(file, shown, payload)
+    payload, config = checkpoint_config(file, payload)
     entries = {k: v for k, v in payload.items() if k not in ("config", "model")}
     manifest = corpus_manifest(config)
     config = _with_corpus_preprocess(config, manifest)
@@ -228,6 +241,33 @@ def _open_checkpoint(file: Path, shown: Path, kind: Kind | None) -> ModelSource:
     if not state:
         raise CheckpointError(f"{file}: checkpoint holds no encoder weights")
     return ModelSource(shown, file, "encoder", config, state, entries=entries, manifest=manifest)
+
+
+def _open_published(file: Path, shown: Path, payload: Any) -> ModelSource:
+    """Another project's encoder checkpoint (`coreecg.model.published`) -> an encoder ModelSource
+    whose config is coreecg's defaults with model (arch and sizes) read from the weights,
+    data.preprocess the family's input contract and train.variant its name for report tables."""
+    from coreecg.model.published import FAMILIES, recognise
+
+    try:
+        found = recognise(payload)
+    except (ValueError, KeyError, IndexError, AttributeError) as e:
+        raise CheckpointError(f"{file}: keys of a published encoder, but not a usable one: {e}") from e
+    if found is None:
+        keys = list(payload.get("model", payload))[:4] if isinstance(payload, dict) else type(payload).__name__
+        raise CheckpointError(f"{file}: neither a coreecg checkpoint (no 'config'/'model' entry) nor a published "
+                              f"encoder coreecg knows ({', '.join(FAMILIES)}); it holds {keys}")
+    family, state, model = found
+    data = dataclasses.replace(DataConfig(), preprocess=family.preprocess, crop_samples=model.input_samples)
+    try:
+        config = dataclasses.replace(Config(), model=model, data=data,
+                                     train=dataclasses.replace(TrainConfig(), variant=family.label)).validate()
+    except ConfigError as e:
+        raise CheckpointError(f"{file}: a {family.title} encoder coreecg cannot run as configured: {e}") from e
+    entries = {"published": family.name}
+    if isinstance(payload, dict) and isinstance(payload.get("epoch"), int):
+        entries["epoch"] = payload["epoch"]
+    return ModelSource(shown, file, "encoder", config, {k: v.float() if v.is_floating_point() else v for k, v in state.items()}, entries=entries)
 
 
 def _is_classifier(payload: dict[str, Any]) -> bool:

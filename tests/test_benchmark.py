@@ -135,7 +135,7 @@ def _bench_study(tmp_path: Path, ecg_data: Path, encoders: dict, **report) -> Pa
     data["variants"] = str(REPO / "tune_spaces" / "ablations.yaml")
     data["downstream"]["corpora"] = {"ptbxl-super": {"source": "ptbxl", "input": str(ecg_data / "ptbxl"),
                                                      "set": ["data.sources.ptbxl.split=folds"]}}
-    data["encoders"] = encoders
+    data["downstream"]["encoders"] = encoders
     data["downstream"]["methods"] = ["Supervised", "CoRe-ECG", *encoders]
     data["report"] = {"tables": ["benchmark"], **report}
     path = tmp_path / "bench.yaml"
@@ -164,7 +164,7 @@ def test_a_study_fine_tunes_external_encoders_as_rows(tmp_path, ecg_data):
 
 
 @pytest.mark.parametrize("change, needle", [
-    ({"encoders": {"Mine": "/nowhere/encoder.pt"}}, "encoders.Mine"),
+    ({"encoders": {"Mine": "/nowhere/encoder.pt"}}, "downstream.encoders.Mine"),
     ({"encoders": {"CoRe-ECG": "x.pt"}}, "also a variant"),
     ({"published": ["pub.yaml"], "tables": ["comparison"]}, "report.published"),
 ])

@@ -4,7 +4,6 @@ corpora before any cluster starts (building the synthetic corpus starts one, thr
 preprocessing pipeline, only when it is missing)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -25,7 +24,7 @@ def synthetic_corpus(config: Config) -> Path:
     manifest = path / "manifest.json"
     if manifest.is_file():
         m = json.loads(manifest.read_text())
-        wanted = json.loads(json.dumps([options, dataclasses.asdict(d.preprocess), d.split_ratios, d.shard_records]))
+        wanted = json.loads(json.dumps([options, d.preprocess.settings(), d.split_ratios, d.shard_records]))
         if [m.get("source_options"), m.get("preprocess"), m.get("split_ratios"), m.get("shard_records")] == wanted:
             return path
     log.info("building the embedded synthetic corpus (%d records) at %s", d.synthetic_records, path)

@@ -237,7 +237,7 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     settings = {"format_version": FORMAT_VERSION, "coreecg": __version__, "data_revision": DATA_REVISION,
                 "source": source.name, "source_options": source_options or {},
                 "label_view": getattr(source, "label_view", None),
-                "preprocess": dataclasses.asdict(cfg.preprocess), "split_ratios": list(cfg.split_ratios),
+                "preprocess": cfg.preprocess.settings(), "split_ratios": list(cfg.split_ratios),
                 "class_names": list(source.class_names), "signal_dtype": np.dtype(SIGNAL_DTYPE).name}
     t0 = time.perf_counter()
     markers: list[dict[str, Any]] = []

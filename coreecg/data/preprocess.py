@@ -16,6 +16,7 @@ Order (each step vectorised over leads):
                between the ends removed around it (`padtype="line"`: no step at the edges)
 6. window      consecutive non-overlapping 10 s windows (2,500 samples), remainder dropped
 7. z-score     per window and lead over time; a flat window-lead becomes zeros, never NaN
+               (standardize=record: per window over leads and time together, ST-MEM's contract)
 
 The random 2,250-sample crop is a training-time augmentation and is not done here.
 """
@@ -89,10 +90,13 @@ def windows(x: np.ndarray, n: int) -> np.ndarray:
     return x[:, : k * n].reshape(x.shape[0], k, n).transpose(1, 0, 2)
 
 
-def zscore(w: np.ndarray, eps: float) -> np.ndarray:
-    """Per-lead z-score over the last axis; leads with std < eps become zeros. Same shape."""
-    mean = w.mean(axis=-1, keepdims=True)
-    std = w.std(axis=-1, keepdims=True)
+def zscore(w: np.ndarray, eps: float, over: str = "lead") -> np.ndarray:
+    """z-score of (..., leads, samples): over="lead" per lead over the last axis (leads with
+    std < eps become zeros); "record" over leads and time together (ST-MEM's contract; a window
+    with std < eps becomes zeros). Same shape."""
+    axes = (-2, -1) if over == "record" else -1
+    mean = w.mean(axis=axes, keepdims=True)
+    std = w.std(axis=axes, keepdims=True)
     flat = std < eps
     return np.where(flat, 0.0, (w - mean) / np.where(flat, 1.0, std))
 
@@ -134,4 +138,4 @@ def preprocess_record(record: Record, cfg: PreprocessConfig) -> np.ndarray:
     w = windows(x, cfg.window_samples)
     if len(w) == 0:  # only reachable if resampling rounds a record of exactly min length down
         raise RecordError(path, f"no full {cfg.window_s:g} s window after resampling")
-    return zscore(w, cfg.zscore_eps).astype(np.float32)
+    return zscore(w, cfg.zscore_eps, cfg.standardize).astype(np.float32)

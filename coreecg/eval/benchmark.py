@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 import yaml
 
-from coreecg.eval.fairness import FINETUNING, Allowance, Entry, check_table, run_entries
+from coreecg.eval.fairness import FINETUNING, Allowance, check_table, run_entries
 from coreecg.eval.report import DATASET_ALIASES, DATASETS, MISSING, Run, RunError
 
 MODES = ("finetune", "frozen", "linear")

@@ -105,7 +105,10 @@ def run_entries(runs: Sequence[Any]) -> dict[Path, tuple[list[Entry], list[str]]
         encoder = run.record.get("encoder")
         if encoder and encoder not in encoders:
             try:
-                encoders[encoder] = (open_source(encoder, kind="encoder").config.to_dict(), "")
+                src = open_source(encoder, kind="encoder")
+                encoders[encoder] = ((None, f"{run.method}: published {src.config.method_label} weights ({encoder}): "
+                                            "pretrained elsewhere, its pretraining protocol is not compared")
+                                     if src.entries.get("published") else (src.config.to_dict(), ""))
             except (CheckpointError, OSError, ValueError) as e:   # moved or unreadable: say so
                 encoders[encoder] = (None, f"{run.method}: its encoder {encoder} cannot be opened ({e}); "
                                            "its pretraining protocol is not checked")

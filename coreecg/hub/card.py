@@ -98,10 +98,18 @@ def _input_lines(kind: str, c: dict[str, Any]) -> list[str]:
         f"Preprocessing (as in training, `{c['preprocessing'].split('(')[0]}`): band-pass "
         f"{c['bandpass']['highpass_hz']:g}-{c['bandpass']['lowpass_hz']:g} Hz (Butterworth, order "
         f"{c['bandpass']['order']} per stage, zero-phase) at the native rate, resampling to {c['sampling_rate']} Hz, "
-        f"windows of {c['stored_window_samples']} samples ({c['stored_window_seconds']:g} s), z-score per lead "
-        f"over each window (eps {c['normalisation']['eps']:g}: flat leads become zeros); the model takes "
+        f"windows of {c['stored_window_samples']} samples ({c['stored_window_seconds']:g} s), "
+        + (f"z-score per lead over each window (eps {c['normalisation']['eps']:g}: flat leads become zeros)"
+           if c['normalisation']['axis'].startswith("per lead") else
+           f"z-score over leads and time together in each window (eps {c['normalisation']['eps']:g}: a flat "
+           "window becomes zeros)")
+        + "; the model takes "
         f"{c['window_samples']}-sample crops of those windows.",
     ]
+    if c.get("encoder"):
+        e = c["encoder"]
+        lines += ["", f"Encoder: published {e['family']} weights (`model.arch: {e['arch']}`), run by coreecg's "
+                      f"adapter with its own input contract above. Licence of the weights: {e['licence']}."]
     if kind == "classifier":
         lines += ["", f"Record scores: {c['aggregation']['rule']}."]
     else:

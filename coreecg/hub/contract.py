@@ -96,14 +96,24 @@ def input_contract(config: Config, kind: Kind = "encoder", *, class_names: Seque
                      "filter": "Butterworth high-pass then low-pass (cascaded SOS), zero-phase (sosfiltfilt), "
                                "at the native rate over the whole record, before resampling"},
         "resampling": f"scipy.signal.resample_poly to {p.sampling_rate} Hz with exact rational factors",
-        "normalisation": {"method": "z-score", "axis": "per lead over each stored window", "eps": p.zscore_eps,
-                          "flat": f"a lead whose std < {p.zscore_eps:g} becomes zeros"},
+        "normalisation": ({"method": "z-score", "axis": "per lead over each stored window", "eps": p.zscore_eps,
+                           "flat": f"a lead whose std < {p.zscore_eps:g} becomes zeros"}
+                          if p.standardize == "lead" else
+                          {"method": "z-score", "axis": "over leads and time together, each stored window",
+                           "eps": p.zscore_eps, "flat": f"a window whose std < {p.zscore_eps:g} becomes zeros"}),
         "preprocessing": "coreecg.data.preprocess.preprocess_record(record, config.data.preprocess)",
     }
+    if m.arch != "coreecg":                       # a published encoder: whose contract this is
+        from coreecg.model.published import family
+
+        fam = family(m.arch)
+        contract["encoder"] = {"arch": fam.name, "family": fam.title, "pooled": fam.pooling,
+                               "normalisation": fam.normalisation, "licence": fam.licence}
     if kind == "encoder":
         contract["output"] = {
-            "pooled": f"(batch, {m.embed_dim}): mean of all token encodings (Encoder.pooled), the feature "
-                      "downstream tasks use",
+            "pooled": f"(batch, {m.embed_dim}): "
+                      + (contract["encoder"]["pooled"] if "encoder" in contract else "mean of all token encodings")
+                      + " (pooled), the feature downstream tasks use",
             "tokens": f"(batch, leads * {m.n_patches}, {m.embed_dim}): token encodings in (lead, time) order "
                       "(Encoder(x).tokens)",
             "lead_subsets": "feed fewer rows with lead_idx (standard-order indices) in PyTorch; ONNX takes all leads"}

@@ -92,11 +92,19 @@ def _check_output(out: Path, source: Path) -> None:
                               "give an empty or new folder")
 
 
+def _encoder_class(arch: str) -> str:
+    if arch == "coreecg":
+        return "coreecg.model.encoder.Encoder"
+    from coreecg.model.published import family
+
+    return family(arch).module
+
+
 def _export_config(src: ModelSource, contract: dict[str, Any], state: dict[str, torch.Tensor], digest: str,
                    size: int) -> dict[str, Any]:
     """config.json (docs/export.md), without its "onnx" entry."""
     cfg = src.config
-    arch: dict[str, Any] = {"class": "coreecg.model.encoder.Encoder", **dataclasses.asdict(cfg.model)}
+    arch: dict[str, Any] = {"class": _encoder_class(cfg.model.arch), **dataclasses.asdict(cfg.model)}
     if src.kind == "classifier":
         arch = {"class": "coreecg.model.classifier.Classifier", "encoder": arch,
                 "n_classes": len(src.class_names), "mode": cfg.finetune.mode, "multilabel": bool(src.multilabel),

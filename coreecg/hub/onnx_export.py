@@ -75,6 +75,9 @@ def _onnx_wrapper(model: nn.Module, kind: Kind | None) -> tuple[nn.Module, torch
         if kind not in (None, "classifier"):
             raise ValueError(f"kind={kind!r} but the model is a Classifier (pass its .encoder for the encoder)")
         encoder, n_leads = model.encoder, len(model.leads)
+        if not isinstance(encoder, Encoder):
+            raise TypeError(f"ONNX export takes coreecg's Encoder only, not {type(encoder).__name__} (a published "
+                            "encoder: docs/published_encoders.md)")
         wrapper: nn.Module = _ClassifierLogits(model)
         outputs = ["logits"]
     elif isinstance(model, Encoder):

@@ -35,7 +35,15 @@ def _corpus_info(config: Config, manifest: dict[str, Any] | None) -> dict[str, A
 
 
 def _pretraining_info(config: Config, file: Path | None) -> dict[str, Any]:
-    """Method and corpus of the pretraining run whose config this is."""
+    """Method and corpus of the pretraining run whose config this is (a published encoder's:
+    its family, licence and pretraining data as coreecg knows them)."""
+    if config.model.arch != "coreecg":
+        from coreecg.model.published import family
+
+        fam = family(config.model.arch)
+        return {"method": None, "label": config.method_label, "variant": config.train.variant or None,
+                "published": fam.name, "title": fam.title, "licence": fam.licence, "corpus": None,
+                "note": fam.pretraining, "checkpoint": str(file.resolve()) if file else None}
     return {"method": config.pretrain.method, "label": config.method_label, "variant": config.train.variant or None,
             "plugins": list(config.pretrain.plugins), "corpus": _corpus_info(config, corpus_manifest(config)),
             "checkpoint": str(file.resolve()) if file else None}

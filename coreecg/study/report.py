@@ -90,13 +90,13 @@ def classifier_features(run: Path) -> tuple[np.ndarray, np.ndarray, list[str], b
 
     from coreecg.eval.downstream import load_split, predict, to_records
     from coreecg.model.classifier import Classifier
-    from coreecg.model.encoder import Encoder
+    from coreecg.model.published import build_encoder
     from coreecg.checkpoints import load_checkpoint
 
     metrics = json.loads((run / "metrics.json").read_text())
     payload, config = load_checkpoint(run / "best.pt")
     f = config.finetune
-    model = Classifier.for_mode(Encoder.from_config(config.model), len(metrics["class_names"]), f.leads,
+    model = Classifier.for_mode(build_encoder(config.model), len(metrics["class_names"]), f.leads,
                                 bool(metrics["multilabel"]), f.mode)
     model.load_state_dict(payload["model"])
     split = load_split(config.data.corpus, "test")

@@ -5,8 +5,6 @@ typed config before any Ray starts.
     config: ../configs/quickstart.yaml           # base config of every run (paths: from this file)
     set: [data.synthetic_records=512]            # overrides of every run
     variants: ../tune_spaces/ablations.yaml      # named variants (override lists, scratch, not_available)
-    encoders:                                    # optional: encoders made elsewhere, fine-tuned as rows
-      ST-MEM (published): $WEIGHTS/st_mem_vit_base.pth   # a coreecg run, export or .pt, a published checkpoint
     pretrain:
       methods: [CoRe-ECG, ST-MEM-like]           # variants pretrained, each once per seed
       seeds: [0]
@@ -21,6 +19,8 @@ typed config before any Ray starts.
       fractions: [1.0, 0.5, 0.05]
       seeds: [0, 1, 2]
       set: [finetune.epochs=2]                   # fine-tuning-only overrides
+      encoders:                                  # optional: methods fine-tuned from a given encoder
+        ST-MEM: ../weights/st_mem_vit_base_encoder.pth   # (any coreecg model source or a published one)
       grids:                                     # optional: several grids, each overriding the
         leads: {methods: [ST-MEM-like, CoRe-ECG], leads: ["12", "6", "1"]}   # fields above;
         fractions: {methods: [ST-MEM-like, CoRe-ECG], fractions: [1.0, 0.5, 0.05]}   # runs are shared
@@ -41,7 +41,7 @@ The downstream runs are the union of the grids' corpora x methods x modes x lead
 seeds (without `grids`, the one grid of the section's fields; `grids: {}`, none: the corpora then
 serve the mask-rate figure's fine-tunings only); a run two grids share runs once.
 A downstream seed s fine-tunes the encoder pretrained with seed s when the study pretrains one,
-else the one of the first pretraining seed; an `encoders` entry is one encoder for every seed
+else the one of the first pretraining seed; a `downstream.encoders` entry is one encoder for every seed
 (opened once here, so a wrong path or a foreign file fails before Ray). Every pretraining and every fine-tuning config is
 built here (an unknown key, variant, method, corpus, source, mode or lead name is a StudyError
 "<file>: <dotted.key>: <reason>"), so a typo costs a second, not a cluster hour. The file's schema
@@ -118,6 +118,9 @@ class DownstreamSection:
     set: Overrides = ()
     # None: one grid of the fields above; {}: none (the corpora serve mask_rates' fine-tunings only)
     grids: dict[str, GridEntry | None] | None = None
+    # method name -> an encoder file or folder not pretrained here (a published checkpoint such as
+    # ST-MEM's encoder.pth, an export, encoder.pt), fine-tuned as that method
+    encoders: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -149,7 +152,6 @@ class StudyFile:
 
     variants: str                        # a tune_spaces variants file
     name: str = ""                       # default: the file's stem
-    encoders: dict[str, str] = field(default_factory=dict)   # row name -> encoder path (made elsewhere)
     config: str = ""
     set: Overrides = ()
     pretrain: PretrainSection = field(default_factory=PretrainSection)
@@ -211,7 +213,7 @@ class PretrainRun:
 
 @dataclass(frozen=True)
 class ExternalEncoder:
-    """An `encoders` entry: weights made outside the study (a coreecg run folder, export or .pt,
+    """A `downstream.encoders` entry: weights made outside the study (a coreecg run folder, export or .pt,
     or a published checkpoint such as ST-MEM's; `coreecg.loading`)."""
 
     method: str
@@ -345,7 +347,10 @@ class Study:
     def table_rows(self) -> dict[str, list[str]]:
         """Each table's rows (methods that run): the variants file's row list, else every method."""
         runnable = [m for m in self.methods if m not in self.unavailable]
-        return {t: [m for m in self.method_tables.get(t, runnable) if m in runnable] for t in self.tables}
+        out = {t: [m for m in self.method_tables.get(t, runnable) if m in runnable] for t in self.tables}
+        for t in set(out) & set(BUILT_IN_TABLES):      # given encoders join the built-in tables, last
+            out[t] += [m for m in self.encoders if m in runnable and m not in out[t]]
+        return out
 
 
 # ---------------------------------------------------------------------------- loading
@@ -417,7 +422,7 @@ class _Reader:
         return space
 
     def known(self, key: str, names: tuple[str, ...] | list[str], encoders: bool = False) -> None:
-        unknown = [n for n in names if n not in self.space.variants and not (encoders and n in self.spec.encoders)]
+        unknown = [n for n in names if n not in self.space.variants and not (encoders and n in self.spec.downstream.encoders)]
         if unknown:
             raise self.error(key, f"unknown variant(s) {unknown}; {self.space.path.name} has "
                                   f"{list(self.space.variants)}")
@@ -466,10 +471,10 @@ class _Reader:
             raise self.error(f"{key}.corpora", f"unknown corpus {[c for c in grid_corpora if c not in corpora]}; "
                                                f"downstream.corpora has {list(corpora)}")
         methods = get("methods") or (*(n for n, v in variants.items() if v == SCRATCH), *pretrained,
-                                     *self.spec.encoders)
+                                     *self.spec.downstream.encoders)
         self.known(f"{key}.methods", methods, encoders=True)
         for m in methods:
-            if m not in self.spec.encoders and variants[m] not in (SCRATCH, NOT_AVAILABLE) and m not in pretrained:
+            if m not in self.spec.downstream.encoders and variants[m] not in (SCRATCH, NOT_AVAILABLE) and m not in pretrained:
                 raise self.error(f"{key}.methods", f"{m!r} is not pretrained here (add it to pretrain.methods)")
         for leads in get("leads"):
             try:
@@ -485,8 +490,8 @@ class _Reader:
         from coreecg.loading import open_source
 
         out = {}
-        for name, value in self.spec.encoders.items():
-            key = f"encoders.{name}"
+        for name, value in self.spec.downstream.encoders.items():
+            key = f"downstream.encoders.{name}"
             if name in self.space.variants:
                 raise self.error(key, f"{name!r} is also a variant of {self.space.path.name}; give the encoder "
                                       "another name")
@@ -568,7 +573,8 @@ class _Reader:
                      figures=s.report.figures, report_set=s.report.set, mask_rates=mask_rates, encoders=encoders,
                      published=self.published(tables),
                      extra=self.extra,
-                     allow=tuple(space.allow))
+                     allow=(*space.allow, *(Allowance((name,), ("model.*",), f"{name} is a given encoder ({path}): its "
+                                                  "architecture is its own") for name, path in encoders.items())))
 
 
 def _config(origin: Path, where: str, config_file: str | None, overrides: list[str]):

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from coreecg.checkpoints import BEST_FILE, CheckpointError, load_checkpoint, save_checkpoint
-from coreecg.config import Config, ModelConfig
+from coreecg.config import Config, ModelConfig, PreprocessConfig
 from coreecg.data.corpus import load_manifest
 from coreecg.data.leads import LEAD_SETS, LeadSetError, parse_lead_set
 from coreecg.data.reading import META_COLUMNS, read_split
@@ -110,12 +110,12 @@ class FinetuneTask:
 
     def build(self, ctx: WorkerContext):
         from coreecg.model.classifier import Classifier
-        from coreecg.model.encoder import Encoder
+        from coreecg.model.published import build_encoder
 
         cfg, f = self.config, self.config.finetune
         # Loading draws no random numbers (coreecg.loading): the head below is initialised
         # alike whichever source (run folder, encoder.pt, export) holds the encoder's weights.
-        encoder = load_encoder(self.spec.encoder) if self.spec.encoder else Encoder.from_config(cfg.model)
+        encoder = load_encoder(self.spec.encoder) if self.spec.encoder else build_encoder(cfg.model)
         model = Classifier.for_mode(encoder, len(self.class_names), f.leads, self.multilabel, f.mode).to(ctx.device)
         schedule = Schedule(ctx.steps_per_epoch, f.epochs, f.warmup_epochs)
         return model, FinetuneStep(ctx.wrap(model), cfg, schedule, core=model)
@@ -248,8 +248,9 @@ def plan_finetune(config: Config) -> RunPlan:
     missing = [x for x in config.finetune.leads if x not in stored]
     if missing:
         raise FinetuneError(f"{corpus}: finetune.leads {missing} are not stored in this corpus (it has {stored})")
-    config, encoder_hash, method, pretraining = _with_encoder(config)
+    config, encoder_hash, method, pretraining, contract = _with_encoder(config)
     f = config.finetune
+    mismatch = preprocess_mismatch(contract, manifest, corpus)
     leakage, overlap = _leakage_check(pretraining, corpus, f.allow_overlap)
     stored_samples = int(manifest["signal"]["shape"][-1])
     if config.data.crop_samples > stored_samples:
@@ -271,6 +272,8 @@ def plan_finetune(config: Config) -> RunPlan:
                                        keep[labelled], names),
         "counts": {"train_windows": int(keep.sum()), "train_unlabelled_windows_skipped": int((~labelled).sum())},
     }
+    if mismatch:
+        meta["preprocess_mismatch"] = mismatch
     spec = FinetuneSpec(encoder=f.encoder, lead_rows=tuple(stored.index(x) for x in f.leads),
                         stored_leads=len(stored), stored_samples=stored_samples, class_names=tuple(names),
                         multilabel=bool(manifest["multilabel"]), meta=meta,
@@ -293,7 +296,31 @@ def _leakage_check(pretraining: Pretraining | None, corpus: Path, allow: bool):
     return check_overlap(pretraining, corpus, allow)
 
 
-def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining | None]:
+# The preprocessing settings that change what an encoder sees (the window length and lead set do not).
+CONTRACT_KEYS = ("sampling_rate", "highpass_hz", "lowpass_hz", "filter_order", "standardize")
+
+
+def preprocess_mismatch(encoder: PreprocessConfig | None, manifest: dict, corpus: Path) -> list[str]:
+    """How the fine-tuning corpus's preprocessing (its manifest) differs from the encoder's input
+    contract (its pretraining corpus's settings, or a published family's), as "key: encoder X,
+    corpus Y" lines; empty when they agree or either is unknown. A sampling rate that differs is
+    a FinetuneError (patches are counted in samples: another rate is another time scale); the
+    rest is a warning (plan lines, metrics.json "preprocess_mismatch"): fine-tuning adapts to a
+    filter or a normalisation, and comparing them is a legitimate experiment."""
+    saved = manifest.get("preprocess")
+    if encoder is None or not isinstance(saved, dict):
+        return []
+    corpus_pre = {**{k: getattr(PreprocessConfig(), k) for k in CONTRACT_KEYS}, **saved}
+    diff = [f"{k}: encoder {getattr(encoder, k)}, corpus {corpus_pre[k]}" for k in CONTRACT_KEYS
+            if getattr(encoder, k) != corpus_pre[k]]
+    if encoder.sampling_rate != corpus_pre["sampling_rate"]:
+        raise FinetuneError(f"{corpus}: windows at {corpus_pre['sampling_rate']} Hz, but the encoder takes "
+                            f"{encoder.sampling_rate} Hz; rebuild the corpus with data.preprocess.sampling_rate="
+                            f"{encoder.sampling_rate}")
+    return diff
+
+
+def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining | None, PreprocessConfig | None]:
     """-> (config, the encoder's config hash, the method's table name, its pretraining data). A
     fine-tune or linear probe takes its architecture (model, crop) from the encoder, whose path is
     resolved; a scratch run keeps the config (no hash, "Supervised" unless finetune.method says
@@ -303,7 +330,7 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
         if f.encoder:
             raise FinetuneError(f"finetune.mode=scratch trains a randomly initialised encoder; drop the encoder "
                                 f"({f.encoder}) or use mode finetune/linear")
-        return config, None, f.method or "Supervised", None
+        return config, None, f.method or "Supervised", None, None
     if not f.encoder:
         raise FinetuneError(f"finetune.mode={f.mode} needs an encoder checkpoint (--encoder PATH); "
                             "use --mode scratch for the supervised baseline")
@@ -312,7 +339,9 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
     # (CheckpointError naming the file otherwise); the model is built once, by the task
     src = open_source(path, kind="encoder")
     saved = src.config
-    if config.model != ModelConfig() and config.model != saved.model:
+    # a published encoder's architecture is its released weights': the config's model section
+    # (e.g. a study's, meant for its pretrainings) gives way to it
+    if not src.entries.get("published") and config.model != ModelConfig() and config.model != saved.model:
         diff = [f"model.{k.name}: {getattr(saved.model, k.name)} in the checkpoint, {getattr(config.model, k.name)} "
                 "asked" for k in dataclasses.fields(ModelConfig)
                 if getattr(saved.model, k.name) != getattr(config.model, k.name)]
@@ -320,7 +349,8 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
     config = dataclasses.replace(
         config, model=saved.model, data=dataclasses.replace(config.data, crop_samples=saved.model.input_samples),
         finetune=dataclasses.replace(f, encoder=str(path))).validate()
-    return config, config_hash(saved), config.finetune.method or saved.method_label, pretraining_of(src)
+    return (config, config_hash(saved), config.finetune.method or saved.method_label, pretraining_of(src),
+            saved.data.preprocess)
 
 
 def _train_subset(corpus: Path, config: Config, names: list[str]) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:

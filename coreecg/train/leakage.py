@@ -53,6 +53,11 @@ def pretraining_of(src: ModelSource) -> Pretraining:
         return Pretraining(corpus.get("path"), carried, fp.get("sha256"),
                            "" if corpus.get("path") else "pretrained on the embedded synthetic corpus")
     cfg = src.config
+    if src.entries.get("published"):                # another project's weights: its corpora are not here
+        from coreecg.model.published import family
+
+        return Pretraining(None, note=f"published {family(src.entries['published']).title} weights: "
+                                      f"{family(src.entries['published']).pretraining}")
     if src.entries.get("task") == "finetune":       # a fine-tuned classifier's encoder: its own pretraining
         if cfg.finetune.mode == "scratch" or not cfg.finetune.encoder:
             return Pretraining(None, note="its encoder was trained from scratch: no pretraining corpus")

@@ -131,6 +131,10 @@ class RunPlan:
             if meta["classes_absent_from_train"]:
                 lines.append(f"warning: no training window of {meta['classes_absent_from_train']}")
             lines += _leakage_lines(meta.get("leakage") or {})
+            if meta.get("preprocess_mismatch"):
+                lines.append("warning: the corpus is preprocessed otherwise than the encoder's input contract ("
+                             + "; ".join(meta["preprocess_mismatch"]) + "); rebuild it with the encoder's "
+                             "data.preprocess to feed what it was pretrained on (docs/published_encoders.md)")
         if self.resume_notes:
             lines.append(f"resuming with changed settings: {', '.join(self.resume_notes)}")
         return lines

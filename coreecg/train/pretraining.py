@@ -18,7 +18,7 @@ from coreecg.config import Config
 from coreecg.methods import PretrainMethod, build_method
 from coreecg.train.ingest import to_model_input
 from coreecg.train.loop import RunWriter, WorkerContext, run_local
-from coreecg.train.plan import RunPlan, plan_local, preflight, steps_per_epoch
+from coreecg.train.plan import PlanError, RunPlan, plan_local, preflight, steps_per_epoch
 from coreecg.train.step import PretrainStep, Schedule
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,9 @@ def plan_pretrain(config: Config) -> RunPlan:
     from coreecg.data.reading import split_rows
 
     t = config.train
+    if config.model.arch != "coreecg":
+        raise PlanError(f"model.arch={config.model.arch}: a published encoder's adapter is for fine-tuning, "
+                        "predict and export; pretraining methods train coreecg's own encoder (model.arch=coreecg)")
     corpus = training_corpus(config)
     n = split_rows(corpus, "train")
     spe = steps_per_epoch(corpus, n, config.optim.batch_size, t.num_workers, "optim.batch_size")

@@ -4,7 +4,7 @@ preprocessing checked, and everything that reads one corpus saying so for a list
 
 The corpora are tiny synthetic ones built in this process (no Ray): `a` (40 records, seed 1),
 `b` (80 records, seed 2), `c` (60 records, seed 1: a superset of a's recordings) and `lowpass`
-(like a, band-passed at 35 Hz)."""
+(like a, band-passed at 35 Hz), `a_all` (a's recordings, all in train)."""
 from __future__ import annotations
 
 import collections
@@ -37,7 +37,8 @@ def corpora(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("mixture-corpora")
     return {"a": build_synthetic(root / "a", 40, 1), "b": build_synthetic(root / "b", 80, 2),
             "c": build_synthetic(root / "c", 60, 1),
-            "lowpass": build_synthetic(root / "lowpass", 12, 1, "data.preprocess.lowpass_hz=35")}
+            "lowpass": build_synthetic(root / "lowpass", 12, 1, "data.preprocess.lowpass_hz=35"),
+            "a_all": build_synthetic(root / "a_all", 40, 1, "data.split_ratios=[1.0, 0.0, 0.0]")}
 
 
 def _train_rows(corpus: Path) -> int:
@@ -169,15 +170,23 @@ def test_a_preprocessing_mismatch_names_both_corpora_and_the_key(corpora):
 
 
 def test_the_leakage_guard_reads_every_corpus_of_a_mixture(corpora):
-    from coreecg.train.leakage import Pretraining, check_overlap, fingerprints_of, _of_paths
+    from coreecg.data.leakage import LeakageError
+    from coreecg.train.leakage import Pretraining, _of_paths, check_overlap, fingerprints_of
 
     pre = _of_paths([str(corpora["a"]), str(corpora["b"])])
     assert pre.mixture == (str(corpora["a"]), str(corpora["b"])) and pre.recorded == list(pre.mixture)
     table, _ = fingerprints_of(pre)
     one = [fingerprints_of(Pretraining(str(c)))[0].num_rows for c in (corpora["a"], corpora["b"])]
     assert table.num_rows == sum(one)
-    entry, overlap = check_overlap(pre, corpora["c"], allow=True)    # c's val/test hold a's recordings?
-    assert entry["pretraining_corpus"] == list(pre.mixture) and entry["checked"]
+    entry, _ = check_overlap(pre, corpora["a"], allow=True)
+    assert entry["pretraining_corpus"] == list(pre.mixture) and entry["checked"] and not entry["overlap"]
+    # a's val/test recordings are in a_all's train: a mixture holding a_all leaks into a, b alone does not
+    leaky = _of_paths([str(corpora["b"]), str(corpora["a_all"])])
+    with pytest.raises(LeakageError, match="a_all"):
+        check_overlap(leaky, corpora["a"], allow=False)
+    entry, overlap = check_overlap(leaky, corpora["a"], allow=True)
+    assert entry["overlap"] and entry["b_records"] > 0 and entry["pretraining_corpus"] == list(leaky.mixture)
+    assert not check_overlap(_of_paths([str(corpora["b"])]), corpora["a"], allow=False)[0]["overlap"]
 
 
 # ---------------------------------------------------------------------------- pretraining end to end

@@ -147,9 +147,12 @@ class SourceOptions:
 
 @dataclass
 class DataConfig:
-    """What training reads. An empty `corpus` means the embedded synthetic corpus."""
+    """What training reads. An empty `corpus` means the embedded synthetic corpus; a list of
+    corpora is a pretraining mixture (docs/mixtures.md), drawn in `corpus_weights` proportions
+    (empty: proportional to each corpus's train windows). A one-item list is that one path."""
 
-    corpus: str = ""
+    corpus: str | tuple[str, ...] = ""
+    corpus_weights: tuple[float, ...] = ()
     crop_samples: int = 2250          # random crop of the stored 2,500 at training time
     synthetic_records: int = 512      # size of the embedded synthetic corpus
     preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
@@ -172,7 +175,24 @@ class DataConfig:
     probe_labels_per_class: int = 10
     probe_subsets: int = 5
 
+    @property
+    def corpora(self) -> tuple[str, ...]:
+        """data.corpus as a tuple: () for the embedded synthetic corpus, one path, or a mixture's."""
+        return self.corpus if isinstance(self.corpus, tuple) else ((self.corpus,) if self.corpus else ())
+
+    @property
+    def is_mixture(self) -> bool:
+        return isinstance(self.corpus, tuple)
+
     def __post_init__(self) -> None:
+        if isinstance(self.corpus, (tuple, list)):
+            corpora = tuple(str(c) for c in self.corpus)
+            if any(not c.strip() for c in corpora):
+                raise ConfigError(f"data.corpus={list(corpora)}: an empty path in a mixture (the embedded "
+                                  "synthetic corpus cannot be mixed)")
+            self.corpus = corpora[0] if len(corpora) == 1 else corpora
+        if self.corpus_weights and (min(self.corpus_weights) < 0 or sum(self.corpus_weights) <= 0):
+            raise ConfigError(f"data.corpus_weights={list(self.corpus_weights)}: weights must be >= 0, not all 0")
         if min(self.split_ratios) < 0 or abs(sum(self.split_ratios) - 1.0) > 1e-6:
             raise ConfigError(f"data.split_ratios={self.split_ratios} must be >= 0 and sum to 1")
         if self.shard_records < 1:
@@ -638,6 +658,10 @@ class Config:
             raise ConfigError(f"data.crop_samples={self.data.crop_samples} must equal model.input_samples={m.input_samples}")
         if self.data.crop_samples > self.data.preprocess.window_samples:
             raise ConfigError("data.crop_samples exceeds the stored window length")
+        d = self.data
+        if d.corpus_weights and len(d.corpus_weights) != len(d.corpora):
+            raise ConfigError(f"data.corpus_weights={list(d.corpus_weights)}: one weight per corpus of data.corpus "
+                              f"({len(d.corpora)})")
         for what, batch in (("finetune", self.finetune.batch_size), ("optim", self.optim.batch_size)):
             if batch % self.train.num_workers:
                 raise ConfigError(f"{what}.batch_size={batch} (the global batch) is not divisible "

@@ -307,10 +307,11 @@ def _with_task(src: ModelSource) -> ModelSource:
 
 
 def corpus_manifest(config: Config) -> dict[str, Any] | None:
-    """The manifest of data.corpus (None: no corpus set, or it is not on this machine)."""
+    """The manifest of data.corpus (None: no corpus set, or it is not on this machine); of a
+    mixture, its first corpus's (a mixture's corpora are preprocessed alike: coreecg.train.mixture)."""
     if not config.data.corpus:
         return None
-    return read_json(Path(config.data.corpus).expanduser() / MANIFEST_FILE)
+    return read_json(Path(config.data.corpora[0]).expanduser() / MANIFEST_FILE)
 
 
 def _with_corpus_preprocess(config: Config, manifest: dict[str, Any] | None) -> Config:

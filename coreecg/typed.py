@@ -121,8 +121,11 @@ def override(schema: Any, item: str, error: type[TypedError] = TypedError, origi
     except yaml.YAMLError as e:
         raise error(f"{origin}: {key}: {raw.strip()!r} is not a YAML value "
                     f"({getattr(e, 'problem', None) or e})") from None
-    if field_type(schema, key) is str and value is not None and not isinstance(value, str):
-        value = raw.strip()
+    tp = field_type(schema, key)
+    union_of_str = typing.get_origin(tp) in (typing.Union, types.UnionType) and str in typing.get_args(tp)
+    if value is not None and not isinstance(value, str) and (
+            tp is str or (union_of_str and not isinstance(value, (list, dict)))):
+        value = raw.strip()         # a str | list field (data.corpus): a scalar keeps its text too
     for part in reversed(key.split(".")):
         value = {part: value}
     return value

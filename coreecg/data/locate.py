@@ -33,12 +33,29 @@ def synthetic_corpus(config: Config) -> Path:
 
 
 def training_corpus(config: Config) -> Path:
-    """data.corpus (resolved), else the embedded synthetic corpus."""
+    """data.corpus (resolved), else the embedded synthetic corpus. A mixture (data.corpus a list)
+    is an error here: only pretraining reads one (`training_corpora`)."""
+    if config.data.is_mixture:
+        raise MixtureConfigError(
+            f"data.corpus lists {len(config.data.corpora)} corpora ({', '.join(config.data.corpora)}): a mixture is "
+            "for pretraining only; this reads one corpus (give data.corpus a single path)")
     return Path(config.data.corpus).resolve() if config.data.corpus else synthetic_corpus(config)
 
 
-def probe_corpus(config: Config, corpus: Path) -> Path | None:
-    """data.probe_corpus, else the training corpus when it is labelled, else None."""
+def training_corpora(config: Config) -> list[Path]:
+    """Every corpus of data.corpus (resolved): one, a mixture's, or the embedded synthetic one."""
+    if config.data.is_mixture:
+        return [Path(c).expanduser().resolve() for c in config.data.corpora]
+    return [training_corpus(config)]
+
+
+class MixtureConfigError(ValueError):
+    """A list in data.corpus where one corpus is read (fine-tuning, sweeps' fixed corpus)."""
+
+
+def probe_corpus(config: Config, corpus: Path | list[Path]) -> Path | None:
+    """data.probe_corpus, else the training corpus when it is labelled (of a mixture: its first
+    labelled corpus), else None."""
     from coreecg.data.corpus import load_manifest
 
     if config.data.probe_corpus:
@@ -46,4 +63,7 @@ def probe_corpus(config: Config, corpus: Path) -> Path | None:
         if not load_manifest(path)["class_names"]:
             raise ValueError(f"data.probe_corpus={path} has no labels")
         return path
-    return corpus if load_manifest(corpus)["class_names"] else None
+    for c in (corpus if isinstance(corpus, list) else [corpus]):
+        if load_manifest(c)["class_names"]:
+            return c
+    return None

@@ -26,6 +26,9 @@ def _corpus_info(config: Config, manifest: dict[str, Any] | None) -> dict[str, A
     d = config.data
     if not d.corpus:
         return {"source": "synthetic", "path": None, "records": d.synthetic_records}
+    if d.is_mixture:                     # several corpora (docs/mixtures.md): paths and weights
+        return {"path": list(d.corpora), "source": "mixture", "records": None,
+                "weights": list(d.corpus_weights) or "proportional to train windows"}
     out: dict[str, Any] = {"path": d.corpus, "source": None, "records": None}
     if manifest:
         out.update(source=manifest.get("source"), label_view=manifest.get("label_view"),

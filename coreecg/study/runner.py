@@ -103,8 +103,8 @@ def check_leakage(study: Study, corpora: dict[str, Path]) -> None:
         # (coreecg.train.leakage) checks that, or records that it cannot
         if isinstance(r.encoder, PretrainRun) and not load_config(study.config_file,
                                                      study.finetune_overrides(r)).finetune.allow_overlap:
-            corpus = load_config(study.config_file, study.pretrain_overrides(r.encoder)).data.corpus
-            pairs |= {(str(Path(corpus).resolve()), r.corpus)} if corpus else set()
+            pretrained = load_config(study.config_file, study.pretrain_overrides(r.encoder)).data.corpora
+            pairs |= {(str(Path(c).resolve()), r.corpus) for c in pretrained}     # a mixture: each of its corpora
     for corpus, name in sorted(pairs):
         check_overlap(Pretraining(corpus), corpora[name], allow=False)
 
@@ -165,10 +165,10 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
     init_ray(cfg.train.num_workers * cfg.train.cpus_per_worker)
     corpora = build_corpora(study, output)
     check_leakage(study, corpora)
-    from coreecg.data.locate import training_corpus
+    from coreecg.data.locate import training_corpora
 
     for r in study.pretrain_runs():     # the embedded synthetic corpus is built here once, not per trial
-        training_corpus(load_config(study.config_file, study.pretrain_overrides(r)))
+        training_corpora(load_config(study.config_file, study.pretrain_overrides(r)))
     rows = []
 
     def finished(phase: str, name: str) -> dict[str, Any]:

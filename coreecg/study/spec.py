@@ -50,6 +50,7 @@ is `StudyFile` (dataclasses, read by `coreecg.typed` like configs and search spa
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -69,6 +70,13 @@ FIGURES = ("reconstruction", "tsne", "mask_rates")
 BUILT_IN_TABLES = ("comparison", "lead_reduction", "train_fraction")
 BENCHMARK_TABLE = "benchmark"    # macro AUROC per corpus x mode (coreecg/eval/benchmark.py); asked for by name
 PATH_KEYS = ("data.corpus", "data.probe_corpus", "data.cache_dir")   # resolved before any trial runs
+
+
+def _resolved(value: str | tuple[str, ...]) -> str:
+    """A data path of the config, absolute; a mixture's list as a YAML (JSON) list."""
+    if isinstance(value, tuple):
+        return json.dumps([str(Path(v).expanduser().resolve()) for v in value])
+    return str(Path(value).expanduser().resolve())
 
 
 class StudyError(TypedError):
@@ -386,7 +394,7 @@ class _Reader:
         extra = self.absolute_paths("--set", extra, Path.cwd())
         cfg = _config(path, "config + set + --set", self.config_file, [*self.base, *extra])
         given = {o.partition("=")[0].strip() for o in (*self.base, *extra)}
-        self.extra = extra + tuple(f"{key}={Path(getattr(cfg.data, key[5:])).expanduser().resolve()}"
+        self.extra = extra + tuple(f"{key}={_resolved(getattr(cfg.data, key[5:]))}"
                                    for key in PATH_KEYS if key not in given and getattr(cfg.data, key[5:]))
         self.space = self.variants_file()
 
@@ -406,8 +414,19 @@ class _Reader:
     def absolute_paths(self, key: str, overrides: tuple[str, ...], folder: Path) -> tuple[str, ...]:
         """The overrides with their data.* paths absolute (relative ones from `folder`)."""
         split = [(o.partition("=")[0].strip(), o.partition("=")[2].strip()) for o in overrides]
-        return tuple(f"{name}={self.relative(key, value, folder)}" if name in PATH_KEYS and value else o
+        return tuple(f"{name}={self._relative_value(key, value, folder)}" if name in PATH_KEYS and value else o
                      for o, (name, value) in zip(overrides, split))
+
+    def _relative_value(self, key: str, value: str, folder: Path) -> str:
+        """One path, or a YAML list of them (data.corpus of a mixture), absolute."""
+        if value.startswith("["):
+            try:
+                paths = yaml.safe_load(value)
+            except yaml.YAMLError:
+                paths = None
+            if isinstance(paths, list):
+                return json.dumps([self.relative(key, str(p), folder) for p in paths])
+        return self.relative(key, value, folder)
 
     # ------------------------------------------------------------------ sections
 

@@ -93,8 +93,13 @@ def fit(plan: RunPlan, *, callbacks: list | None = None, report_fn=None) -> RunR
     write_run_folder(plan)
     for stale in ("metrics.json", "predictions.csv"):   # a finished fine-tuning resumed with more epochs
         (run_dir / stale).unlink(missing_ok=True)
-    dataset = training_dataset(plan.corpus, plan.config.train.seed, plan.config.data.cache_in_memory_gb,
-                               keep=plan.keep)
+    if plan.mixture is not None:            # several corpora: always streamed (coreecg.train.mixture)
+        from coreecg.train.mixture import mixture_files
+
+        dataset = mixture_files(plan.mixture)
+    else:
+        dataset = training_dataset(plan.corpus, plan.config.train.seed, plan.config.data.cache_in_memory_gb,
+                                   keep=plan.keep)
     with _mirrored(plan) as mirror, _failed_session(run_dir):
         if report_fn is not None:
             last = _fit_here(plan, dataset, report_fn, mirror)

@@ -103,7 +103,8 @@ class ShardFiles:
     kept: tuple[int, ...]               # rows of each file that `keep` keeps
     shape: tuple[int, ...]              # stored window (C, T)
     dtype: str
-    keep: np.ndarray | None = field(default=None, compare=False, repr=False)   # (N,) bool over uids
+    # (N,) over uids: bool (kept or not), or ints (copies of each window: coreecg.train.mixture)
+    keep: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def windows(self) -> int:
@@ -132,7 +133,12 @@ class ShardFiles:
         if col.length() != self.rows[f]:
             raise CorpusError(f"{path}: {col.length()} rows, the manifest says {self.rows[f]}")
         uid = np.arange(self.first_uid[f], self.first_uid[f] + self.rows[f], dtype=np.int64)
-        rows = np.flatnonzero(self.keep[uid])[first:end] if self.keep is not None else np.arange(first, end)
+        if self.keep is None:
+            rows = np.arange(first, end)
+        elif self.keep.dtype == bool:
+            rows = np.flatnonzero(self.keep[uid])[first:end]
+        else:                                           # copies per window (a mixture's epoch draw)
+            rows = np.repeat(np.arange(self.rows[f]), self.keep[uid])[first:end]
         parts, at = [], 0
         for chunk in col.chunks:                        # a chunk per row group: views, no copy
             n = len(chunk)
@@ -223,7 +229,8 @@ def _read_ahead(read, parts: list[tuple], workers: int, ahead: int) -> Iterator:
 
 
 def _contiguous(rows: np.ndarray) -> bool:
-    return int(rows[-1]) - int(rows[0]) + 1 == len(rows)
+    """Whether sorted `rows` are consecutive (a row drawn twice is not)."""
+    return int(rows[-1]) - int(rows[0]) + 1 == len(rows) and (len(rows) < 2 or bool(np.all(np.diff(rows) == 1)))
 
 
 def _to(a: np.ndarray, device: torch.device) -> torch.Tensor:

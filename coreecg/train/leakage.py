@@ -42,6 +42,22 @@ class Pretraining:
     carried: Path | None = None
     sha256: str | None = None
     note: str = ""
+    mixture: tuple[str, ...] = ()       # a mixture's corpora (`corpus` then names them, joined by " + ")
+
+    @property
+    def recorded(self) -> str | list[str] | None:
+        """What metrics.json's "pretraining_corpus" says: the path, or a mixture's paths."""
+        return list(self.mixture) if self.mixture else self.corpus
+
+
+def _of_paths(paths: Any, carried: Path | None = None, sha256: str | None = None, note: str = "") -> Pretraining:
+    """A recorded pretraining corpus: one path, or a mixture's list of them."""
+    if isinstance(paths, (list, tuple)) and len(paths) > 1:
+        paths = tuple(str(Path(p).expanduser().resolve()) for p in paths)
+        return Pretraining(" + ".join(paths), carried, sha256, note, mixture=paths)
+    if isinstance(paths, (list, tuple)):
+        paths = paths[0] if paths else None
+    return Pretraining(str(Path(paths).expanduser().resolve()) if paths else None, carried, sha256, note)
 
 
 def pretraining_of(src: ModelSource) -> Pretraining:
@@ -50,8 +66,11 @@ def pretraining_of(src: ModelSource) -> Pretraining:
         corpus = (((src.export.get("provenance") or {}).get("pretraining") or {}).get("corpus")) or {}
         fp = corpus.get("fingerprints") or {}
         carried = src.path / fp["file"] if fp.get("file") else None
-        return Pretraining(corpus.get("path"), carried, fp.get("sha256"),
-                           "" if corpus.get("path") else "pretrained on the embedded synthetic corpus")
+        path = corpus.get("path")
+        if isinstance(path, (list, tuple)):          # a mixture's corpora
+            return _of_paths(path, carried, fp.get("sha256"))
+        return Pretraining(path, carried, fp.get("sha256"),
+                           "" if path else "pretrained on the embedded synthetic corpus")
     cfg = src.config
     if src.entries.get("published"):                # another project's weights: its corpora are not here
         from coreecg.model.published import family
@@ -67,7 +86,7 @@ def pretraining_of(src: ModelSource) -> Pretraining:
             return Pretraining(None, note=f"its encoder ({cfg.finetune.encoder}) is not here: pretraining unknown")
     if not cfg.data.corpus:
         return Pretraining(None, note="pretrained on the embedded synthetic corpus: no real record")
-    return Pretraining(str(Path(cfg.data.corpus).expanduser().resolve()))
+    return _of_paths(cfg.data.corpora)
 
 
 def fingerprints_of(pre: Pretraining) -> tuple[pa.Table, str]:
@@ -78,6 +97,11 @@ def fingerprints_of(pre: Pretraining) -> tuple[pa.Table, str]:
             raise LeakageError(f"{pre.carried}: corrupted fingerprint file (sha256 differs from the one its "
                                "export's config.json records); export the encoder again")
         return read_fingerprint_file(pre.carried), str(pre.carried)
+    if pre.mixture:                               # every corpus of the mixture, as one table
+        parts = [fingerprints_of(Pretraining(c)) for c in pre.mixture]
+        meta = parts[0][0].schema.metadata
+        table = pa.concat_tables([t.replace_schema_metadata(meta) for t, _ in parts])
+        return table, " + ".join(where for _, where in parts)
     path = Path(pre.corpus).expanduser()
     if not (path / MANIFEST).is_file():
         raise LeakageError(f"{path}: the encoder's pretraining corpus is not here and no fingerprint file travels "
@@ -99,7 +123,7 @@ def check_overlap(pre: Pretraining, downstream: Path, allow: bool) -> tuple[dict
     except LeakageError as e:
         if not allow:
             raise
-        return {"checked": False, "allowed": True, "overlap": None, "pretraining_corpus": pre.corpus,
+        return {"checked": False, "allowed": True, "overlap": None, "pretraining_corpus": pre.recorded,
                 "reason": str(e)}, None
     overlap = compare(table, corpus_fingerprints(downstream), pre.corpus or where, str(downstream),
                       splits=GUARDED_SPLITS, a_splits=PRETRAINED_SPLITS)
@@ -108,7 +132,7 @@ def check_overlap(pre: Pretraining, downstream: Path, allow: bool) -> tuple[dict
         raise LeakageError(f"{overlap.message()}; fine-tuning would measure records the encoder was pretrained "
                            f"on. Use a downstream corpus without them, or {ALLOW} to fine-tune anyway (the "
                            "overlap is recorded in metrics.json, overlap.csv and the report)")
-    entry = {"checked": True, "allowed": allow, "overlap": found, "pretraining_corpus": pre.corpus,
+    entry = {"checked": True, "allowed": allow, "overlap": found, "pretraining_corpus": pre.recorded,
              "fingerprints": where, "splits": list(GUARDED_SPLITS), **overlap.counts,
              "examples": overlap.b_record_ids[:EXAMPLES], "file": OVERLAP_CSV if found else None,
              "seconds": round(time.perf_counter() - t0, 3)}

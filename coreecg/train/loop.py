@@ -300,7 +300,8 @@ class _Run:
         if ctx.is_main and task.should_evaluate(number):
             summary.update(task.evaluate(self.core, ctx, self.writer, number, self.step.step, self.state))
         summary.update({k: v for k, v in self.state.items() if isinstance(v, float)})
-        self.writer.line({"kind": "epoch", **summary})
+        extra = task.epoch_record(ctx) if hasattr(task, "epoch_record") else {}   # every rank (collective)
+        self.writer.line({"kind": "epoch", **summary, **extra})
         self.writer.scalars("epoch", {k: v for k, v in summary.items() if k not in ("epoch", "step")}, self.step.step)
         if ctx.is_main:
             progress_log.info("%s", progress_line(summary, task.epochs))

@@ -64,6 +64,9 @@ class RunPlan:
     resume_notes: tuple[str, ...] = ()      # config keys changed against the saved run
     finished: bool = False                  # the run folder holds this very run, done (fine-tuning)
     keep: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # pretraining on several corpora: coreecg.train.mixture.Mixture (`corpus` is then its first);
+    # its keep masks stay on the driver like `keep`
+    mixture: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -96,7 +99,8 @@ class RunPlan:
                 "steps_per_epoch": self.steps_per_epoch,
                 "probe_corpus": str(self.probe_corpus) if self.probe_corpus else None,
                 "finetune": dataclasses.asdict(self.finetune) if self.finetune else None,
-                "resume_notes": list(self.resume_notes), "finished": self.finished}
+                "resume_notes": list(self.resume_notes), "finished": self.finished,
+                "mixture": self.mixture.to_dict() if self.mixture is not None else None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunPlan":
@@ -108,7 +112,7 @@ class RunPlan:
                    corpus=Path(d["corpus"]) if d["corpus"] else None, train_windows=int(d["train_windows"]),
                    steps_per_epoch=int(d["steps_per_epoch"]),
                    probe_corpus=Path(d["probe_corpus"]) if d["probe_corpus"] else None, finetune=spec,
-                   resume_notes=tuple(d["resume_notes"]), finished=bool(d["finished"]))
+                   resume_notes=tuple(d["resume_notes"]), finished=bool(d["finished"]), mixture=_mixture(d))
 
     def describe(self) -> list[str]:
         """The console's account of the run, before it starts."""
@@ -116,8 +120,10 @@ class RunPlan:
         lines = [f"run folder: {self.run_dir}"]
         if self.task == "pretrain":
             lines += [f"method: {cfg.method_label} (pretrain.method={cfg.pretrain.method})",
-                      f"corpus: {self.corpus} ({self.train_windows} training windows, {self.steps_per_epoch} "
+                      f"corpus: {self.corpus if self.mixture is None else 'a mixture of ' + str(len(self.mixture.corpora))}"
+                      f" ({self.train_windows} training windows, {self.steps_per_epoch} "
                       f"steps/epoch of {self.global_batch} over {t.num_workers} worker(s))",
+                      *(_mixture_lines(self.mixture) if self.mixture is not None else []),
                       "probe: " + (str(self.probe_corpus) if self.probe_corpus else
                                    "none (the training corpus has no labels; set data.probe_corpus)")]
         else:
@@ -138,6 +144,26 @@ class RunPlan:
         if self.resume_notes:
             lines.append(f"resuming with changed settings: {', '.join(self.resume_notes)}")
         return lines
+
+
+def _mixture(d: dict[str, Any]) -> Any:
+    if not d.get("mixture"):
+        return None
+    from coreecg.train.mixture import Mixture
+
+    return Mixture.from_dict(d["mixture"])
+
+
+def _mixture_lines(mixture: Any) -> list[str]:
+    """A mixture's corpora: windows per epoch, weight, and the duplicates left out."""
+    out = []
+    for c in mixture.record()["corpora"]:
+        dup = c.get("dropped_windows") or 0
+        out.append(f"  {c['corpus']}: {c['windows_per_epoch']} windows/epoch (weight {c['weight']:.3f}, "
+                   f"{c['train_windows']} train windows" + (f"; {dup} duplicate window(s) of "
+                                                            f"{', '.join(c['duplicate_of'])} left out" if dup else "")
+                   + ")")
+    return out
 
 
 def _leakage_lines(leak: dict[str, Any]) -> list[str]:
@@ -231,7 +257,13 @@ def write_run_folder(plan: RunPlan) -> Path:
     run_dir = plan.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     plan.config.to_yaml(run_dir / "config.yaml")
-    start_session(run_dir, corpus_record(plan.corpus) if plan.task == "pretrain" and plan.corpus else None)
+    data = None
+    if plan.task == "pretrain" and plan.mixture is not None:
+        mix = plan.mixture.record()
+        data = {**mix, "corpora": [{**corpus_record(c["corpus"]), **c} for c in mix["corpora"]]}
+    elif plan.task == "pretrain" and plan.corpus:
+        data = corpus_record(plan.corpus)
+    start_session(run_dir, data)
     if plan.finetune is not None:
         (run_dir / "train_subset.csv").write_text(
             "patient_id\n" + "".join(f"{p}\n" for p in plan.finetune.kept_patients))

@@ -33,11 +33,14 @@ class PretrainTask:
     name = "pretrain"
 
     def __init__(self, config: Config, probe: Any = None, figure_windows: torch.Tensor | None = None,
-                 patient_of: torch.Tensor | None = None):
+                 patient_of: torch.Tensor | None = None, mixture: Any = None):
         self.config, self.probe, self.figure_windows = config, probe, figure_windows
         self.epochs, self.global_batch = config.optim.epochs, config.optim.batch_size
         self.patient_of = patient_of
         self.needs_patient_ids = False
+        self.mixture = mixture              # coreecg.train.mixture.Mixture: windows per corpus are counted
+        self._per_corpus: torch.Tensor | None = None
+        self._bounds: torch.Tensor | None = None
 
     def build(self, ctx: WorkerContext) -> tuple[PretrainMethod, PretrainStep]:
         cfg = self.config
@@ -54,18 +57,40 @@ class PretrainTask:
     def inputs(self, signal: torch.Tensor, uid: torch.Tensor, epoch: int,
                generator: torch.Generator) -> tuple[tuple, dict]:
         x = to_model_input(signal, uid, self.config.train.seed, epoch, self.config.data.crop_samples)
+        if self.mixture is not None:        # summed on the device: no host sync per step
+            if self._bounds is None or self._bounds.device != uid.device:
+                self._bounds = self.mixture.bounds(uid.device)
+            counts = torch.bincount(self.mixture.corpus_of(uid, self._bounds), minlength=len(self.mixture.corpora))
+            self._per_corpus = counts if self._per_corpus is None else self._per_corpus + counts
         kwargs: dict[str, Any] = {"generator": generator}
         if self.needs_patient_ids:
             kwargs["patient"] = self.patient_of[uid] if self.patient_of is not None else uid
         return (x,), kwargs
 
     def start(self, core: PretrainMethod, ctx: WorkerContext, writer: RunWriter) -> dict[str, Any]:
+        if self.mixture is not None:
+            writer.line({"event": "mixture", "step": 0, "epoch": 0, **self.mixture.record()})
         if self.probe is None or not self.config.train.eval_every_epochs:
             return {}
         auroc = self._probe(core, ctx)["probe_auroc"]
         writer.line({"event": "probe_init", "step": 0, "epoch": 0, "probe_auroc": auroc})
         log.info("probe_auroc of the randomly initialised encoder: %.4f", auroc)
         return {"probe_auroc_init": auroc}
+
+    def epoch_record(self, ctx: WorkerContext) -> dict[str, Any]:
+        """metrics.jsonl's per-corpus account of the epoch just trained (every rank calls it: one
+        all-reduce): windows drawn (the epoch's quota) and trained (in full batches, all ranks;
+        a resumed epoch counts its steps since the resume) per corpus."""
+        if self.mixture is None:
+            return {}
+        n = len(self.mixture.corpora)
+        trained = self._per_corpus if self._per_corpus is not None else torch.zeros(n, dtype=torch.long)
+        trained = trained.to(ctx.device)
+        if ctx.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(trained)
+        self._per_corpus = None
+        return {"mixture": [{"corpus": c, "drawn": int(q), "trained": int(t)}
+                            for c, q, t in zip(self.mixture.names(), self.mixture.quotas, trained.tolist())]}
 
     def should_evaluate(self, number: int) -> bool:
         every = self.config.train.eval_every_epochs
@@ -110,19 +135,28 @@ class PretrainTask:
 def plan_pretrain(config: Config) -> RunPlan:
     """A pretraining's plan: its corpus (data.corpus or the embedded synthetic one), batches per
     epoch over train.num_workers, the probe's corpus, and the run folder's checks (`preflight`)."""
-    from coreecg.data.locate import probe_corpus, training_corpus
+    from coreecg.data.locate import probe_corpus, training_corpora, training_corpus
     from coreecg.data.reading import split_rows
 
     t = config.train
     if config.model.arch != "coreecg":
         raise PlanError(f"model.arch={config.model.arch}: a published encoder's adapter is for fine-tuning, "
                         "predict and export; pretraining methods train coreecg's own encoder (model.arch=coreecg)")
-    corpus = training_corpus(config)
-    n = split_rows(corpus, "train")
-    spe = steps_per_epoch(corpus, n, config.optim.batch_size, t.num_workers, "optim.batch_size")
+    mixture = None
+    if config.data.is_mixture:                # several corpora: coreecg.train.mixture, docs/mixtures.md
+        from coreecg.train.mixture import resolve_mixture
+
+        corpora = training_corpora(config)
+        mixture = resolve_mixture(corpora, config.data.corpus_weights)
+        corpus, n, probe = corpora[0], mixture.epoch_windows, probe_corpus(config, corpora)
+    else:
+        corpus = training_corpus(config)
+        n, probe = split_rows(corpus, "train"), probe_corpus(config, corpus)
+    spe = steps_per_epoch(corpus if mixture is None else "data.corpus (mixture)", n, config.optim.batch_size,
+                          t.num_workers, "optim.batch_size")
     notes = preflight(t.run_dir, config)
-    return RunPlan("pretrain", config, corpus, n, spe, probe_corpus=probe_corpus(config, corpus),
-                   resume_notes=tuple(notes))
+    return RunPlan("pretrain", config, corpus, n, spe, probe_corpus=probe, resume_notes=tuple(notes),
+                   mixture=mixture)
 
 
 def figure_windows(corpus: Path, crop: int, n: int = 2) -> torch.Tensor:
@@ -148,9 +182,15 @@ def task_from_plan(plan: RunPlan, rank: int) -> PretrainTask:
     if rank == 0:
         probe = load_probe_data(plan.probe_corpus, cfg.data.probe_max_windows) if plan.probe_corpus else None
         figures = figure_windows(plan.corpus, cfg.data.crop_samples) if cfg.train.figures else None
-    patient_of = (torch.from_numpy(patient_index(plan.corpus, "train"))
-                  if method_class(cfg.pretrain.method).needs_patient_ids else None)
-    return PretrainTask(cfg, probe, figures, patient_of)
+    patient_of = None
+    if method_class(cfg.pretrain.method).needs_patient_ids:
+        parts, base = [], 0
+        for corpus in (plan.mixture.corpora if plan.mixture is not None else [plan.corpus]):
+            index = patient_index(corpus, "train")       # a mixture's corpora: patients kept apart
+            parts.append(index + base)
+            base += int(index.max()) + 1 if len(index) else 0
+        patient_of = torch.from_numpy(np.concatenate(parts))
+    return PretrainTask(cfg, probe, figures, patient_of, mixture=plan.mixture)
 
 
 def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | None = None,

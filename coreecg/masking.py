@@ -7,12 +7,18 @@ visible -> the student encoder sees it; masked -> the Time Decoder must reconstr
 
 All sampling is batched on the device of the generator (or `device`); no Python loop
 over samples, leads or patches.
+
+A short record's padding (coreecg.model.padding) is applied after sampling, on the data's
+device, by `exclude_padding`: a padded position is moved to `dropped` (neither seen nor
+supervised), so the partition holds. Masks are drawn without it (on the host, no sync); the
+encoder gathers by the drawn visible set and leaves padded tokens out of attention itself.
 """
 from __future__ import annotations
 
 import torch
 
 from coreecg.config import MaskingConfig
+from coreecg.devices import to_device
 
 Masks = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -121,3 +127,10 @@ def make_masks(cfg: MaskingConfig, batch_size: int, n_leads: int, n_patches: int
                     generator=generator, mode=cfg.mode, device=device)
     fn = {"random": random_token_mask, "temporal": temporal_mask, "lead": lead_mask}[cfg.strategy]
     return fn(batch_size, n_leads, n_patches, cfg.ratio, generator=generator, device=device)
+
+
+def exclude_padding(masks: Masks, pad: torch.Tensor) -> Masks:
+    """(visible, masked, dropped) with every padded position (pad (B, C, N) bool, True on a short
+    record's padding) moved to `dropped`; on pad's device."""
+    visible, masked, dropped = (to_device(m, pad.device) for m in masks)
+    return visible & ~pad, masked & ~pad, dropped | pad

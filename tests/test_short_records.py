@@ -122,6 +122,22 @@ def test_padding_mask_matches_the_record_and_no_padded_patch_is_visible_or_in_th
     assert visible.any() and masked.any()
 
 
+def test_stdm_rescue_makes_real_signal_visible():
+    """With most columns full-masked, every sample still sees one of its sure (real) columns."""
+    from coreecg.masking import stdm
+    from coreecg.model.padding import sure_patches
+
+    assert sure_patches(tiny_config()) == 16                  # 5 s = 1,250 samples: 16 whole patches
+    g = torch.Generator().manual_seed(0)
+    visible, _, _ = stdm(4096, 12, 30, 0.97, 0.2, 3, generator=g, n_sure=3)
+    assert visible[:, :, :3].any(dim=(1, 2)).all()
+    visible, _, _ = stdm(4096, 12, 30, 0.97, 0.2, 3, generator=torch.Generator().manual_seed(0))
+    assert not visible[:, :, :3].any(dim=(1, 2)).all()        # without n_sure it would not hold
+    a = stdm(64, 12, 30, 0.5, 0.2, 3, generator=torch.Generator().manual_seed(1))
+    b = stdm(64, 12, 30, 0.5, 0.2, 3, generator=torch.Generator().manual_seed(1), n_sure=30)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))     # n_sure = N: the masks as before
+
+
 def test_core_ecg_never_sees_or_supervises_padding_and_nan_reaches_no_gradient(short_window, monkeypatch):
     import coreecg.methods.core_ecg as core
 

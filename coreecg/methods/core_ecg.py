@@ -16,7 +16,7 @@ from coreecg.methods.base import PretrainMethod
 from coreecg.model.decoders import LatentDecoder, Projection, TimeDecoder
 from coreecg.model.embed import patchify
 from coreecg.model.encoder import Encoder, default_lead_idx
-from coreecg.model.padding import fill, padding_mask
+from coreecg.model.padding import fill, padding_mask, sure_patches
 
 
 # Its hyperparameters are the paper's sections (masking, augment, loss); these decide which
@@ -141,7 +141,8 @@ class CoReECG(PretrainMethod):
         on `device`). The training loop's generator lives on the host, so on a GPU the masks
         and the encoder's padding plan are built there and copied over without a device sync."""
         where = generator.device if generator is not None else device
-        return make_masks(self.config.masking, B, C, self.config.model.n_patches, generator=generator, device=where)
+        return make_masks(self.config.masking, B, C, self.config.model.n_patches, generator=generator, device=where,
+                          n_sure=sure_patches(self.config))
 
     def _teacher(self, x: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher projection of the FDA view, (B, proj_dim), and ||X_aug - X|| / ||X||.

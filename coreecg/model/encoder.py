@@ -106,7 +106,8 @@ def masked_mean(tokens: torch.Tensor, valid: torch.Tensor | None) -> torch.Tenso
     if valid is None:
         return tokens.mean(dim=1)
     w = valid.to(tokens.dtype)[..., None]
-    return (tokens * w).sum(dim=1) / w.sum(dim=1).clamp_min(1.0)
+    count = valid.sum(dim=1, keepdim=True).clamp_min(1).float()      # exact (bf16 counts are not)
+    return ((tokens * w).sum(dim=1).float() / count).to(tokens.dtype)
 
 
 def _with_a_key(valid: torch.Tensor) -> torch.Tensor:

@@ -65,6 +65,18 @@ def test_short_real_record_is_kept_padded_and_its_real_part_is_the_unpadded_prep
     assert long.shape == (1, 12, 2500) and not np.isnan(long).any()
 
 
+def test_a_cpsc2018_record_cut_to_6s_gives_one_padded_window(ecg_data):
+    """CPSC2018 records run 6-60 s (the shared sample has none under 10 s: cut a real one)."""
+    from coreecg.data.sources import get_source
+
+    src = get_source("cpsc2018", label_view="none")
+    ref = next(r for r in src.list_records(ecg_data / "cpsc2018-cinc2020") if r.record_id == "A0001")
+    rec = src.read(ref)
+    rec = dataclasses.replace(rec, signal=rec.signal[:, : int(6 * rec.fs)])
+    w = preprocess_record(rec, CFG)
+    assert w.shape == (1, 12, 2500) and np.isnan(w).sum() == 12 * 1000 and np.isfinite(w[..., :1500]).all()
+
+
 def test_a_4s_record_is_still_quarantined_naming_the_file(ecg_data):
     rec = _ptbxl(ecg_data, seconds=4)
     with pytest.raises(RecordError) as err:

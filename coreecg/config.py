@@ -43,7 +43,9 @@ class PreprocessConfig:
 
     sampling_rate: int = 250          # Hz after resampling
     window_s: float = 10.0            # stored window length; 2,500 samples at 250 Hz
-    min_duration_s: float = 10.0      # shorter records are quarantined
+    # shorter records are quarantined; a record between this and window_s is kept as one window
+    # padded at its end with NaN (the padding marker, docs/data_pipeline.md "Short records")
+    min_duration_s: float = 5.0
     highpass_hz: float = 0.65
     lowpass_hz: float = 40.0
     filter_order: int = 4             # per Butterworth stage; sosfiltfilt doubles the effective order
@@ -64,8 +66,8 @@ class PreprocessConfig:
         if not 0 < self.highpass_hz < self.lowpass_hz < self.sampling_rate / 2:
             raise ConfigError(f"need 0 < highpass_hz ({self.highpass_hz}) < lowpass_hz "
                               f"({self.lowpass_hz}) < sampling_rate/2 ({self.sampling_rate / 2})")
-        if self.min_duration_s < self.window_s:
-            raise ConfigError(f"min_duration_s={self.min_duration_s} is below window_s={self.window_s}")
+        if not self.min_duration_s > 0:
+            raise ConfigError(f"min_duration_s={self.min_duration_s} must be > 0")
         if not self.leads or len(set(self.leads)) != len(self.leads) or not set(self.leads) <= set(STANDARD_LEADS):
             raise ConfigError(f"leads={self.leads} must be distinct names from {STANDARD_LEADS}")
 
@@ -662,6 +664,10 @@ class Config:
         if d.corpus_weights and len(d.corpus_weights) != len(d.corpora):
             raise ConfigError(f"data.corpus_weights={list(d.corpus_weights)}: one weight per corpus of data.corpus "
                               f"({len(d.corpora)})")
+        pre = self.data.preprocess
+        if pre.min_duration_s * pre.sampling_rate < m.patch_size:
+            raise ConfigError(f"data.preprocess.min_duration_s={pre.min_duration_s} keeps records shorter than "
+                              f"one patch (model.patch_size={m.patch_size} samples at {pre.sampling_rate} Hz)")
         for what, batch in (("finetune", self.finetune.batch_size), ("optim", self.optim.batch_size)):
             if batch % self.train.num_workers:
                 raise ConfigError(f"{what}.batch_size={batch} (the global batch) is not divisible "

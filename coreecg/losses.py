@@ -15,10 +15,13 @@ def masked_mse(pred: torch.Tensor, target: torch.Tensor, masked: torch.Tensor) -
     the P samples (as in ST-MEM/MAE), averaged over the masked patches of the whole batch.
     Visible and dropped patches contribute exactly nothing (they are multiplied out, not
     down-weighted). Returns a scalar; 0 if nothing is masked.
+    Unmasked patches are selected out (`torch.where`) before any arithmetic: whatever they hold
+    (NaN, a short record's padding) reaches neither the loss nor a gradient.
     """
-    per_patch = (pred.float() - target.float()).pow(2).mean(dim=-1)   # (B, C, N)
+    diff = torch.where(masked[..., None], pred.float() - target.float(), 0.0)
+    per_patch = diff.pow(2).mean(dim=-1)                               # (B, C, N)
     m = masked.to(per_patch.dtype)
-    return (per_patch * m).sum() / m.sum().clamp_min(1.0)
+    return per_patch.sum() / m.sum().clamp_min(1.0)
 
 
 def _gather_with_grad(t: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -7,12 +7,18 @@ visible -> the student encoder sees it; masked -> the Time Decoder must reconstr
 
 All sampling is batched on the device of the generator (or `device`); no Python loop
 over samples, leads or patches.
+
+A short record's padding (coreecg.model.padding) is applied after sampling, on the data's
+device, by `exclude_padding`: a padded position is moved to `dropped` (neither seen nor
+supervised), so the partition holds. Masks are drawn without it (on the host, no sync); the
+encoder gathers by the drawn visible set and leaves padded tokens out of attention itself.
 """
 from __future__ import annotations
 
 import torch
 
 from coreecg.config import MaskingConfig
+from coreecg.devices import to_device
 
 Masks = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -36,7 +42,7 @@ def _lowest_k(scores: torch.Tensor, k: int, dim: int) -> torch.Tensor:
 
 def stdm(batch_size: int, n_leads: int, n_patches: int, p_time: float, p_lead: float, k: int,
          generator: torch.Generator | None = None, mode: str = "bernoulli",
-         device: torch.device | str | None = None) -> Masks:
+         device: torch.device | str | None = None, n_sure: int | None = None) -> Masks:
     """Spatio-Temporal Dual Masking (paper, Sec. STDM).
 
     Per sample and time index n: with probability p_time the whole column is masked
@@ -49,6 +55,9 @@ def stdm(batch_size: int, n_leads: int, n_patches: int, p_time: float, p_lead: f
         turned partial, so the student always sees something.
     mode="exact": exactly round(p_time * N) full-masked columns per sample, so every
         sample has (N - round(p_time * N)) * k visible tokens and needs no padding.
+    n_sure: the first n_sure columns are real signal in every sample (a short record's padding
+        can only follow them); the bernoulli rescue then makes sure one of THOSE is partial, so
+        the student sees real signal (same random draws; n_sure = None or N: as before).
 
     Returns (visible, masked, dropped), bool, each (B, C, N).
     """
@@ -59,8 +68,11 @@ def stdm(batch_size: int, n_leads: int, n_patches: int, p_time: float, p_lead: f
     if mode == "bernoulli":
         full = _rand((B, N), generator, dev) < p_time
         # Guard the all-full case without a per-sample loop: un-mask one random column.
-        all_full = full.all(dim=1, keepdim=True)
-        rescue = _lowest_k(_rand((B, N), generator, dev), 1, dim=1)
+        sure = N if n_sure is None else max(1, min(int(n_sure), N))
+        all_full = full[:, :sure].all(dim=1, keepdim=True)
+        scores = _rand((B, N), generator, dev)
+        scores[:, sure:] = 2.0                                     # never rescue past the sure columns
+        rescue = _lowest_k(scores, 1, dim=1)
         full = full & ~(all_full & rescue)
     elif mode == "exact":
         n_full = round(p_time * N)
@@ -114,10 +126,18 @@ def lead_mask(batch_size: int, n_leads: int, n_patches: int, ratio: float,
 
 
 def make_masks(cfg: MaskingConfig, batch_size: int, n_leads: int, n_patches: int,
-               generator: torch.Generator | None = None, device=None) -> Masks:
-    """Dispatch on `cfg.strategy`; the ablations are configurations, not code edits."""
+               generator: torch.Generator | None = None, device=None, n_sure: int | None = None) -> Masks:
+    """Dispatch on `cfg.strategy`; the ablations are configurations, not code edits.
+    n_sure: columns that are real signal in every sample (STDM bernoulli's rescue, see `stdm`)."""
     if cfg.strategy == "stdm":
         return stdm(batch_size, n_leads, n_patches, cfg.p_time, cfg.p_lead, cfg.k,
-                    generator=generator, mode=cfg.mode, device=device)
+                    generator=generator, mode=cfg.mode, device=device, n_sure=n_sure)
     fn = {"random": random_token_mask, "temporal": temporal_mask, "lead": lead_mask}[cfg.strategy]
     return fn(batch_size, n_leads, n_patches, cfg.ratio, generator=generator, device=device)
+
+
+def exclude_padding(masks: Masks, pad: torch.Tensor) -> Masks:
+    """(visible, masked, dropped) with every padded position (pad (B, C, N) bool, True on a short
+    record's padding) moved to `dropped`; on pad's device."""
+    visible, masked, dropped = (to_device(m, pad.device) for m in masks)
+    return visible & ~pad, masked & ~pad, dropped | pad

@@ -158,6 +158,14 @@ def test_label_view_is_typed_config():
         load_config(overrides=["data.sources.code15.label_view=single"])
 
 
+def read_split_all(corpus):
+    """Every split's record_id and signal (float32, NaN padding kept)."""
+    from coreecg.data.reading import read_split, splits_of
+
+    parts = [read_split(corpus, split, ["record_id", "signal"]) for split in splits_of(corpus)]
+    return {k: np.concatenate([p[k] for p in parts]) for k in ("record_id", "signal")}
+
+
 def test_preprocess_job_builds_a_corpus_and_quarantines_with_reasons(layout, tmp_path):
     root, _ = layout
     out = tmp_path / "corpus"
@@ -167,9 +175,14 @@ def test_preprocess_job_builds_a_corpus_and_quarantines_with_reasons(layout, tmp
                        capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     summary = json.loads(p.stdout[p.stdout.index("{"):])
-    assert summary["records_written"] == 3 and summary["records_quarantined"] == 3
+    # the 7 s exam 103 is kept under min_duration_s=5: one window, its last 2.7 s NaN padding
+    assert summary["records_written"] == 4 and summary["records_quarantined"] == 2
     with open(out / "quarantine.csv") as f:
         reasons = {r["record_id"]: r["reason"] for r in csv.DictReader(f)}
-    assert reasons["103"].startswith("record is 7 s, shorter than 10 s")
+    assert "103" not in reasons
+    d = read_split_all(out)
+    short = d["signal"][d["record_id"] == "103"]
+    assert short.shape == (1, 12, 2500)
+    assert int(np.isnan(short).sum()) == 12 * (2500 - 7 * 250) and not np.isnan(short[..., :7 * 250]).any()
     assert reasons["202"].startswith("no label of the task")
     assert reasons["203"].startswith("exam_id 203 not in exams_part1.hdf5")

@@ -229,7 +229,7 @@ def quarantine_corpus(ecg_data, tmp_path_factory, ray_session):
         del d
     _rewrite(ptbxl / "00012_hr", root, "missinglead", drop="V3")
     _rewrite(ptbxl / "00010_hr", root, "oddrate", fs=257.3)
-    _rewrite(ptbxl / "00017_hr", root, "short", seconds=6)
+    _rewrite(ptbxl / "00017_hr", root, "short", seconds=4)   # under min_duration_s=5
     frank = root / "ptb"
     frank.mkdir()
     for ext in (".hea", ".dat", ".xyz"):
@@ -246,7 +246,7 @@ def quarantine_corpus(ecg_data, tmp_path_factory, ray_session):
     ("zerolead", "lead V4 is flat"),
     ("missinglead", "missing lead(s) V3"),
     ("oddrate", "cannot resample 257.3 Hz to 250 Hz with an exact rational factor"),
-    ("short", "record is 6 s, shorter than 10 s (3000 samples at 500 Hz, needs 5000)"),
+    ("short", "record is 4 s, shorter than 5 s (2000 samples at 500 Hz, needs 2500)"),
 ])
 def test_each_bad_record_is_quarantined_with_its_reason(quarantine_corpus, name, reason):
     _, out, _ = quarantine_corpus
@@ -328,7 +328,7 @@ def fidelity_corpus(ecg_data, tmp_path_factory, ray_session):
     hea = gain0.with_suffix(".hea")
     hea.write_text(hea.read_text().replace("1000.0(0)/mV", "0(0)/mV", 1))
     shutil.copy(ecg_data / "cpsc2018-cinc2020/A0003.mat", root / "lonely.mat")  # no header
-    _rewrite(ptbxl / "00010_hr", root, "short4999", seconds=9.998)
+    _rewrite(ptbxl / "00010_hr", root, "short4999", seconds=4.998)   # 2,499 samples: 1 short of 5 s
     out = tmp_path_factory.mktemp("fidout") / "corpus"
     result = build_corpus("wfdb", root, out, DataConfig(shard_records=4))
     return root, out, result
@@ -345,7 +345,7 @@ def test_fidelity_run_writes_the_readable_and_quarantines_the_rest(fidelity_corp
     assert q["B0019"].startswith("unparseable sampling rate in header: 'abc'")
     assert q["gain0"] == "uncalibrated signal (ADC gain 0 for lead I in header)"
     assert q["lonely.mat"].startswith("no header: lonely.mat has no lonely.hea")
-    assert q["short4999"] == "record is 9.998 s, shorter than 10 s (4999 samples at 500 Hz, needs 5000)"
+    assert q["short4999"] == "record is 4.998 s, shorter than 5 s (2499 samples at 500 Hz, needs 2500)"
     assert m["notes"]["header corrected: record line names the data file"] == 1
     assert m["notes"]["header corrected: non-ASCII characters in record or signal lines"] == 1
 

@@ -69,15 +69,19 @@ def test_non_rational_rate_is_refused():
         preprocess_record(rec, CFG)
 
 
-@pytest.mark.parametrize("seconds, n_windows", [(6, 0), (9.99, 0), (10, 1), (25, 2), (60, 6)])
-def test_window_counts(seconds, n_windows):
+@pytest.mark.parametrize("seconds, n_windows, padded", [(4.99, 0, 0), (6, 1, 1000), (9.99, 1, 2), (10, 1, 0),
+                                                        (25, 2, 0), (60, 6, 0)])
+def test_window_counts(seconds, n_windows, padded):
+    """Under min_duration_s=5: shorter is quarantined, 5-10 s is one window padded with NaN."""
     rec = synthesize_record(1, 5, fs=500, duration_s=seconds)
     if n_windows == 0:
-        with pytest.raises(RecordError, match="shorter than 10 s"):
+        with pytest.raises(RecordError, match="shorter than 5 s"):
             preprocess_record(rec, CFG)
         return
     w = preprocess_record(rec, CFG)
     assert w.shape == (n_windows, 12, 2500) and w.dtype == np.float32
+    assert int(np.isnan(w[..., -padded:] if padded else w[..., :0]).sum()) == 12 * padded
+    assert int(np.isnan(w).sum()) == 12 * padded
 
 
 def test_windows_are_consecutive_not_overlapping():
@@ -171,7 +175,7 @@ def test_duration_message_gives_samples_and_enough_precision():
     rec = synthesize_record(0, 1, duration_s=10)
     short = dataclasses.replace(rec, signal=rec.signal[:, :4999])
     with pytest.raises(RecordError) as err:
-        preprocess_record(short, CFG)
+        preprocess_record(short, dataclasses.replace(CFG, min_duration_s=10.0))
     assert err.value.reason == "record is 9.998 s, shorter than 10 s (4999 samples at 500 Hz, needs 5000)"
     assert preprocess_record(dataclasses.replace(rec, signal=rec.signal[:, :5000]), CFG).shape == (1, 12, 2500)
 

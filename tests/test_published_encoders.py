@@ -370,3 +370,21 @@ def test_a_study_fine_tunes_a_given_published_encoder_as_a_method(fx, tmp_path, 
                           downstream__encoders={"ST-MEM": str(tmp_path / "nowhere.pth")}))
     with pytest.raises(StudyError, match="also a variant"):
         load_study(_study(tmp_path, ecg_data, downstream__encoders={"CoRe-ECG": str(fx.encoder)}))
+
+
+def test_a_short_records_padding_never_reaches_st_mem_features(fx):
+    """A padded window (NaN after the real samples, docs/data_pipeline.md "Short records"): its
+    padded patches are neither attended to nor pooled, so the feature equals ST-MEM's own
+    computation on the real part alone, SEP tokens included."""
+    enc = load_encoder(fx.encoder).eval()
+    x = fx.x
+    padded = x.clone()
+    padded[..., 1500:] = float("nan")                   # 20 real patches of 30
+    with torch.no_grad():
+        feature = enc.pooled(padded)
+        alone = enc.pooled(x[..., :1500])               # the same 20 patches, no padding at all
+        out = enc(padded)
+    assert torch.isfinite(feature).all()
+    torch.testing.assert_close(feature, alone, atol=1e-5, rtol=1e-5)
+    assert out.valid.shape == (3, 12 * 30) and out.valid.sum(1).tolist() == [12 * 20] * 3
+

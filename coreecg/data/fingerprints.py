@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 def window_fingerprints(signals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(n, leads, samples) windows -> (keys (n, leads) uint32, features (n, leads, BLOCKS) int8)."""
     n, leads, samples = signals.shape
+    if np.isnan(signals[..., -1]).any():   # a short record's padding (NaN, always at the end) counts as 0
+        signals = np.nan_to_num(signals, nan=0.0)
     width = samples // BLOCKS
     blocks = signals[..., : width * BLOCKS].reshape(n, leads, BLOCKS, width).mean(axis=-1, dtype=np.float32)
     blocks -= blocks.mean(axis=-1, keepdims=True)

@@ -42,8 +42,9 @@ from coreecg.version import __version__
 STATE_DIR = "_state"
 # Bump when reading or preprocessing code changes what a shard holds for the same inputs and
 # settings (part of every shard key, so a resumed run rebuilds old shards). 2: filter padding,
-# CPSC2018 label views, "no label of the task" and header checks.
-DATA_REVISION = 2
+# CPSC2018 label views, "no label of the task" and header checks. 3: a record shorter than the
+# window (down to min_duration_s) is one window padded with NaN.
+DATA_REVISION = 3
 # The most unrecognised codes a warning names (all are in the manifest).
 _WARN_CODES = 10
 

@@ -14,9 +14,13 @@ Order (each step vectorised over leads):
                on real records (docs/data_pipeline.md, `bench/filter_edges.py`)
 5. resample    `resample_poly` to 250 Hz with exact rational factors up/down, the linear trend
                between the ends removed around it (`padtype="line"`: no step at the edges)
-6. window      consecutive non-overlapping 10 s windows (2,500 samples), remainder dropped
+6. window      consecutive non-overlapping 10 s windows (2,500 samples), remainder dropped;
+               a record shorter than one window (but at least `min_duration_s`) gives ONE window
+               whose real samples come first, the rest being padding
 7. z-score     per window and lead over time; a flat window-lead becomes zeros, never NaN
-               (standardize=record: per window over leads and time together, ST-MEM's contract)
+               (standardize=record: per window over leads and time together, ST-MEM's contract); a
+               padded window is z-scored over its real samples only, then its padding is set
+               to NaN: the padding marker (PAD), docs/data_pipeline.md "Short records"
 
 The random 2,250-sample crop is a training-time augmentation and is not done here.
 """
@@ -84,6 +88,9 @@ def resample(x: np.ndarray, up: int, down: int) -> np.ndarray:
     return sps.resample_poly(x, up, down, axis=-1, padtype=RESAMPLE_PADTYPE)
 
 
+PAD = np.nan   # stored value of padded samples (a short record's tail); raw records never hold NaN
+
+
 def windows(x: np.ndarray, n: int) -> np.ndarray:
     """(leads, samples) -> (samples // n, leads, n), consecutive and non-overlapping (a view)."""
     k = x.shape[-1] // n
@@ -136,6 +143,14 @@ def preprocess_record(record: Record, cfg: PreprocessConfig) -> np.ndarray:
     up, down = resample_factors(record.fs, cfg.sampling_rate, cfg.resample_max_denominator, path)
     x = resample(bandpass(sig, record.fs, cfg, path), up, down)
     w = windows(x, cfg.window_samples)
-    if len(w) == 0:  # only reachable if resampling rounds a record of exactly min length down
-        raise RecordError(path, f"no full {cfg.window_s:g} s window after resampling")
+    if len(w) == 0:  # a short record: one window, its real samples first, NaN padding after
+        return pad_window(x, cfg.window_samples, cfg.zscore_eps, cfg.standardize)[None]
     return zscore(w, cfg.zscore_eps, cfg.standardize).astype(np.float32)
+
+
+def pad_window(x: np.ndarray, n: int, eps: float, standardize: str = "lead") -> np.ndarray:
+    """(leads, m) with m < n real samples -> (leads, n) float32: z-scored over the m real
+    samples, then padded at the end with PAD (NaN), so the padding never enters the statistics."""
+    out = np.full((x.shape[0], n), PAD, dtype=np.float32)
+    out[:, : x.shape[-1]] = zscore(x, eps, standardize)
+    return out

@@ -6,6 +6,10 @@ takes `crop`; each window is scored by the mean of the logits of `n` evenly spac
 round(linspace(0, T - crop, n)); n = 1 is the centre crop), turned into probabilities (softmax
 for single-label, sigmoid for multi-label). A record's probabilities are the mean over its
 windows, so a record with several windows (ICBEB2018, Ningbo) counts once.
+A short record's window (NaN padding after its real samples, docs/data_pipeline.md "Short
+records"): each crop is scored on its real patches only (the encoder's padding mask), and a crop
+without a single whole real patch is not scored (weight 0 in the mean over crops; with offsets
+at most T - crop and records of at least one patch this cannot drop every crop of a window).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import torch
 
 from coreecg.data.reading import read_split, split_rows
 from coreecg.eval.metrics import aggregate_by_record, bootstrap_ci, classification_metrics
+from coreecg.model.padding import padding_mask
 
 
 def eval_offsets(stored: int, crop: int, n: int) -> list[int]:
@@ -80,9 +85,13 @@ def predict(model: torch.nn.Module, signal: np.ndarray, lead_rows: Sequence[int]
         with autocast(precision, device):
             f = model.features(views)
             logits = model.head(f)
-        logits = logits.float().view(len(offsets), b, -1).mean(0)
+        # a crop holding no whole real patch of a short record is not scored
+        scored = (~padding_mask(views, model.encoder.patch_size)).any(dim=2).any(dim=1)
+        w = scored.float().view(len(offsets), b, 1)
+        w = w / w.sum(0, keepdim=True).clamp_min(1.0)
+        logits = (logits.float().view(len(offsets), b, -1) * w).sum(0)
         probs.append(model.probabilities(logits).double().cpu())
-        feats.append(f.float().view(len(offsets), b, -1).mean(0).cpu())
+        feats.append((f.float().view(len(offsets), b, -1) * w).sum(0).cpu())
     model.train(was_training)
     return torch.cat(probs).numpy(), torch.cat(feats).numpy()
 

@@ -19,7 +19,7 @@ from coreecg.config import Config, ConfigError
 from coreecg.losses import cmsc_contrastive
 from coreecg.methods.registry import register_method
 from coreecg.methods.base import PretrainMethod
-from coreecg.model.encoder import Encoder, default_lead_idx
+from coreecg.model.encoder import Encoder, masked_mean, default_lead_idx
 
 
 def segment_masks(segments: int, batch: int, n_leads: int, n_patches: int) -> torch.Tensor:
@@ -71,8 +71,9 @@ class CMSC(PretrainMethod):
         S, N = self.options.segments, self.config.model.n_patches
         visible = segment_masks(S, B, C, N)
         lead_idx = default_lead_idx(C, x.device, self.config.model.n_leads)
-        tokens = self.encoder(x.repeat(S, 1, 1), lead_idx, visible).tokens     # (S * B, C * N / S, D)
-        return self.head(tokens.mean(dim=1)).view(S, B, -1)
+        enc = self.encoder(x.repeat(S, 1, 1), lead_idx, visible)              # (S * B, C * N / S, D)
+        # a short record's padded patches are left out of the mean (a segment of padding only: 0)
+        return self.head(masked_mean(enc.tokens, enc.valid)).view(S, B, -1)
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
                 patient: torch.Tensor | None = None) -> dict[str, torch.Tensor]:

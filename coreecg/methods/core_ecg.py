@@ -9,14 +9,14 @@ from torch import nn
 
 from coreecg.augment import FrequencyDynamicAugmentation
 from coreecg.config import Config
-from coreecg.devices import to_device
 from coreecg.losses import info_nce, masked_mse
-from coreecg.masking import make_masks
+from coreecg.masking import exclude_padding, make_masks
 from coreecg.methods.registry import register_method
 from coreecg.methods.base import PretrainMethod
 from coreecg.model.decoders import LatentDecoder, Projection, TimeDecoder
 from coreecg.model.embed import patchify
 from coreecg.model.encoder import Encoder, default_lead_idx
+from coreecg.model.padding import fill, padding_mask, sure_patches
 
 
 # Its hyperparameters are the paper's sections (masking, augment, loss); these decide which
@@ -80,7 +80,9 @@ class CoReECG(PretrainMethod):
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
                 patient: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """x: (B, C, T) with C = model.n_leads, T = model.input_samples.
+        """x: (B, C, T) with C = model.n_leads, T = model.input_samples; NaN on a short record's
+        padding (docs/data_pipeline.md "Short records"): a padded patch is never visible, never in
+        the reconstruction loss (it joins `dropped`), and left out of the teacher's pooled target.
 
         Returns a dict of scalars: loss, loss_rec (only with a Time Decoder), loss_con (only
         with the contrastive branch) and diagnostics (visible_frac, masked_frac, dropped_frac,
@@ -91,7 +93,9 @@ class CoReECG(PretrainMethod):
         B, C, _ = self.check_input(x)
         lead_idx = default_lead_idx(C, x.device, cfg.model.n_leads)
         visible, masked, dropped = self._masks(B, C, generator, x.device)
-        enc = self.encoder(x, lead_idx, visible)
+        enc = self.encoder(x, lead_idx, visible)   # gathers by the host masks: leaves padding out itself
+        pad = padding_mask(x, cfg.model.patch_size)
+        visible, masked, dropped = exclude_padding((visible, masked, dropped), pad)
 
         zero = x.new_zeros((), dtype=torch.float32)
         out = {"visible_frac": visible.float().mean(), "masked_frac": masked.float().mean(),
@@ -99,7 +103,7 @@ class CoReECG(PretrainMethod):
         loss = zero
         if self.time_decoder is not None:
             recon = self.time_decoder(enc, lead_idx)
-            out["loss_rec"] = masked_mse(recon, patchify(x, cfg.model.patch_size), to_device(masked, x.device))
+            out["loss_rec"] = masked_mse(recon, patchify(fill(x), cfg.model.patch_size), masked)
             loss = loss + cfg.loss.alpha * out["loss_rec"]
         if self.latent_decoder is not None:
             h_s = self.projection(self.latent_decoder(enc, lead_idx))
@@ -130,24 +134,30 @@ class CoReECG(PretrainMethod):
         lead_idx = default_lead_idx(C, x.device, self.config.model.n_leads)
         visible, masked, dropped = masks if masks is not None else self._masks(B, C, generator, x.device)
         recon = self.time_decoder(self.encoder(x, lead_idx, visible), lead_idx)
-        return recon, *(to_device(m, x.device) for m in (visible, masked, dropped))
+        return recon, *exclude_padding((visible, masked, dropped), padding_mask(x, self.config.model.patch_size))
 
     def _masks(self, B: int, C: int, generator: torch.Generator | None, device: torch.device):
         """(visible, masked, dropped), each (B, C, N) bool, drawn on the generator's device (else
         on `device`). The training loop's generator lives on the host, so on a GPU the masks
         and the encoder's padding plan are built there and copied over without a device sync."""
         where = generator.device if generator is not None else device
-        return make_masks(self.config.masking, B, C, self.config.model.n_patches, generator=generator, device=where)
+        return make_masks(self.config.masking, B, C, self.config.model.n_patches, generator=generator, device=where,
+                          n_sure=sure_patches(self.config))
 
     def _teacher(self, x: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher projection of the FDA view, (B, proj_dim), and ||X_aug - X|| / ||X||.
 
         Autograd stays on when W learns: the gradient reaches W through the teacher's
         activations (its weights have requires_grad=False, so they get none).
+        Short records: the FDA runs on the window with its padding set to 0 (zeros add nothing to
+        the spectrum, so the view of the real part depends on the real samples only), then the
+        padding is put back (NaN) so the teacher pools over the real patches only.
         """
         learn_w = self.fda is not None and isinstance(self.fda.weight, nn.Parameter) and self.training
+        x0 = fill(x)
         with torch.set_grad_enabled(learn_w and torch.is_grad_enabled()):
-            view = self.fda(x, generator) if self.fda is not None else x
+            view = self.fda(x0, generator) if self.fda is not None else x0
+            view = torch.where(torch.isnan(x), x, view)        # the padding back (NaN), gradient 0 there
             h_t = self.teacher_projection(self.teacher_encoder.pooled(view))
-        rel = ((view.detach().float() - x.float()).norm() / x.float().norm().clamp_min(1e-12))
+        rel = ((fill(view.detach()).float() - x0.float()).norm() / x0.float().norm().clamp_min(1e-12))
         return h_t, rel

@@ -19,6 +19,7 @@ from coreecg.methods.registry import register_method
 from coreecg.methods.base import PretrainMethod
 from coreecg.methods.views import ViewsConfig, random_view
 from coreecg.model.encoder import Encoder, default_lead_idx
+from coreecg.model.padding import fill
 
 
 @dataclass
@@ -108,8 +109,8 @@ class MoCoV3(PretrainMethod):
             k1, k2 = (self.momentum_projector(f) for f in keys.split(B))
         tau, gather = self.options.temperature, self.config.loss.gather_negatives
         loss = moco_contrastive(q1, k2, tau, gather) + moco_contrastive(q2, k1, tau, gather)
-        v1, v2 = views.detach().split(B)
+        v1, v2 = fill(views.detach()).split(B)         # a short record's padding (NaN) counts as 0
         return {"loss": loss, "loss_con": loss.detach(),
-                "view_difference": (v1 - v2).norm() / x.float().norm().clamp_min(1e-12),
+                "view_difference": (v1 - v2).norm() / fill(x).float().norm().clamp_min(1e-12),
                 "query_key_cos": F.cosine_similarity(torch.cat([q1, q2]).detach().float(),
                                                      torch.cat([k2, k1]).float(), dim=-1).mean()}

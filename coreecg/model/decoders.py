@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from coreecg.model.embed import LeadTimeEmbedding
-from coreecg.model.encoder import Encoded
+from coreecg.model.encoder import Encoded, _with_a_key, masked_mean
 from coreecg.model.layers import Transformer, init_weights
 
 
@@ -46,17 +46,24 @@ class GridDecoder(nn.Module):
         grid = self.mask_token.to(h.dtype).expand(B, C * N + 1, D)
         grid = grid.scatter(1, index[..., None].expand(-1, -1, D), h)[:, : C * N]
         grid = grid + self.embed(lead_idx, N).reshape(C * N, D).to(h.dtype)
+        # A short record's padded positions (enc.pad) are never attended to (no key).
+        real = None if enc.pad is None else ~enc.pad
         if self.layout == "lead":   # (B, C * N, D) -> (B * C, N, D): a view, leads are contiguous
-            return self.transformer(grid.reshape(B * C, N, D)).reshape(B, C * N, D)
+            keys = None if real is None else _with_a_key(real.reshape(B * C, N))
+            return self.transformer(grid.reshape(B * C, N, D), keys).reshape(B, C * N, D)
         if self.layout == "axial":
             x, run = grid.view(B, C, N, D), self.transformer.run_block
+            lead_keys = col_keys = None
+            if real is not None:
+                lead_keys = _with_a_key(real.reshape(B * C, N))[:, None, None, :]
+                col_keys = _with_a_key(real.view(B, C, N).transpose(1, 2).reshape(B * N, C))[:, None, None, :]
             for i in range(len(self.transformer.blocks)):
                 if i % 2 == 0:      # within each lead: (B * C, N, D)
-                    x = run(i, x.reshape(B * C, N, D)).view(B, C, N, D)
+                    x = run(i, x.reshape(B * C, N, D), lead_keys).view(B, C, N, D)
                 else:               # within each time column: (B * N, C, D)
-                    x = run(i, x.transpose(1, 2).reshape(B * N, C, D)).view(B, N, C, D).transpose(1, 2)
+                    x = run(i, x.transpose(1, 2).reshape(B * N, C, D), col_keys).view(B, N, C, D).transpose(1, 2)
             return self.transformer.norm(x).reshape(B, C * N, D)
-        return self.transformer(grid)
+        return self.transformer(grid, None if real is None else _with_a_key(real))
 
 
 class TimeDecoder(GridDecoder):
@@ -79,8 +86,8 @@ class LatentDecoder(GridDecoder):
     """Infers the global embedding of the whole signal from its visible part (mean pooled)."""
 
     def forward(self, enc: Encoded, lead_idx: torch.Tensor) -> torch.Tensor:
-        """-> (B, dim)."""
-        return super().forward(enc, lead_idx).mean(dim=1)
+        """-> (B, dim): the mean over the grid's real positions (a short record's padding left out)."""
+        return masked_mean(super().forward(enc, lead_idx), None if enc.pad is None else ~enc.pad)
 
 
 class Projection(nn.Module):

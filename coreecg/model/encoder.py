@@ -10,19 +10,22 @@ from coreecg.config import ModelConfig
 from coreecg.devices import to_device
 from coreecg.model.embed import LeadTimeEmbedding, PatchEmbedding
 from coreecg.model.layers import Transformer, init_weights
+from coreecg.model.padding import fill, padding_mask
 
 
 class Encoded(NamedTuple):
     """Encoder output on the (lead, time) grid.
 
     tokens: (B, L, D) encodings; index: (B, L) flat grid position c * N + n of each token;
-    valid: (B, L) bool, False on padding (None when no sample is padded); grid: (C, N).
+    valid: (B, L) bool, False on padding: the end of a sample's shorter visible set and the
+    patches of a short record's padding (NaN in x); None only where neither can occur; grid: (C, N).
     """
 
     tokens: torch.Tensor
     index: torch.Tensor
     valid: torch.Tensor | None
     grid: tuple[int, int]
+    pad: torch.Tensor | None = None     # (B, C * N) bool over the grid: a short record's padding
 
 
 def default_lead_idx(n_leads: int, device: torch.device, total: int = 12) -> torch.Tensor:
@@ -61,31 +64,55 @@ class Encoder(nn.Module):
 
     def forward(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None,
                 visible: torch.Tensor | None = None) -> Encoded:
-        """x: (B, C, T); visible: (B, C, N) bool or None (= every token), on x's device or on
-        the host.
+        """x: (B, C, T), NaN on a short record's padding; visible: (B, C, N) bool or None (= every
+        token), on x's device or on the host.
 
         With `visible`, only visible tokens enter the transformer. Samples with fewer visible
         tokens than the batch maximum are padded at the end and the padding is masked out
         of attention, so no Python loop over samples is needed. The padded length must be
         known on the host: from host masks (the training loop's) that costs no device sync.
+        Patches of a short record's padding (coreecg.model.padding: any NaN sample) are never
+        attended to and are marked invalid in the output, also when `visible` names them; NaN
+        is replaced by 0 first (its gradient is 0). All on the device: no sync.
         """
-        t = self.tokens(x, lead_idx)
+        pad = padding_mask(x, self.patch_size)
+        t = self.tokens(fill(x), lead_idx)
         B, C, N, D = t.shape
         flat = t.reshape(B, C * N, D)
+        real = ~pad.reshape(B, C * N)
         if visible is None:
             index = torch.arange(C * N, device=x.device).expand(B, -1)
-            return Encoded(self.transformer(flat), index, None, (C, N))
+            return Encoded(self.transformer(flat, _with_a_key(real)), index, real, (C, N), ~real)
         counts = visible.reshape(B, C * N).sum(1)
         longest, shortest = torch.stack([counts.max(), counts.min()]).tolist()   # a device sync unless on host
         # Stable sort puts each sample's visible positions first, in grid order.
         index = torch.argsort((~visible.reshape(B, C * N)).to(torch.int8), dim=1, stable=True)[:, :longest]
-        valid = None
-        if shortest < longest:
-            valid = to_device(torch.arange(longest, device=counts.device)[None, :] < counts[:, None], x.device)
         index = to_device(index, x.device)
+        valid = torch.gather(real, 1, index)
+        if shortest < longest:
+            valid = valid & to_device(torch.arange(longest, device=counts.device)[None, :] < counts[:, None], x.device)
         gathered = torch.gather(flat, 1, index[..., None].expand(-1, -1, D))
-        return Encoded(self.transformer(gathered, valid), index, valid, (C, N))
+        return Encoded(self.transformer(gathered, _with_a_key(valid)), index, valid, (C, N), ~real)
 
     def pooled(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
-        """Mean of all token encodings: (B, C, T) -> (B, D). Teacher target and downstream feature."""
-        return self.forward(x, lead_idx).tokens.mean(dim=1)
+        """Mean of the token encodings of the real (not padded) patches: (B, C, T) -> (B, D).
+        Teacher target and downstream feature; an all-padding input pools to zeros."""
+        enc = self.forward(x, lead_idx)
+        return masked_mean(enc.tokens, enc.valid)
+
+
+def masked_mean(tokens: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """(B, L, D) tokens, (B, L) bool -> (B, D): the mean over the valid tokens only (0 if none)."""
+    if valid is None:
+        return tokens.mean(dim=1)
+    w = valid.to(tokens.dtype)[..., None]
+    count = valid.sum(dim=1, keepdim=True).clamp_min(1).float()      # exact (bf16 counts are not)
+    return ((tokens * w).sum(dim=1).float() / count).to(tokens.dtype)
+
+
+def _with_a_key(valid: torch.Tensor) -> torch.Tensor:
+    """Attention keys: `valid`, plus the first position of a sample with no valid token at all
+    (all keys masked would make SDPA's softmax NaN, and NaN poisons the backward even where
+    its output is discarded). Such a sample's outputs stay marked invalid."""
+    first = torch.arange(valid.shape[1], device=valid.device) == 0
+    return valid | (first[None, :] & ~valid.any(dim=1, keepdim=True))

@@ -36,6 +36,7 @@ import torch
 
 from coreecg.data.corpus import CorpusError, load_manifest, read_shard, read_windows, signal_view, split_files
 from coreecg.devices import to_device
+from coreecg.model.padding import valid_samples
 
 
 def seed_for(*parts: object) -> int:
@@ -51,10 +52,10 @@ def _splitmix64(z: torch.Tensor) -> torch.Tensor:
     return z ^ ((z >> 31) & 0x1FFFFFFFF)
 
 
-def crop_offsets(uid: torch.Tensor, seed: int, epoch: int, n_offsets: int) -> torch.Tensor:
+def crop_offsets(uid: torch.Tensor, seed: int, epoch: int, n_offsets: int | torch.Tensor) -> torch.Tensor:
     """Crop start of every window: uniform on [0, n_offsets), a pure function of (seed, epoch, uid).
 
-    uid: (B,) int64 on any device -> (B,) int64 on the same device.
+    uid: (B,) int64 on any device -> (B,) int64 on the same device; n_offsets an int or (B,) int64.
     """
     key = seed_for("crop", seed, epoch)
     return (_splitmix64(uid.long() + key) & 0x7FFFFFFFFFFF) % n_offsets
@@ -72,8 +73,18 @@ def crop(x: torch.Tensor, offsets: torch.Tensor, length: int) -> torch.Tensor:
 
 def to_model_input(signal: torch.Tensor, uid: torch.Tensor, seed: int, epoch: int, length: int) -> torch.Tensor:
     """A stored batch (B, C, T_stored), any float dtype, on the training device -> the epoch's
-    crops as float32 (B, C, length)."""
-    offsets = crop_offsets(uid, seed, epoch, signal.shape[-1] - length + 1)
+    crops as float32 (B, C, length).
+
+    A short record's window (real samples first, NaN padding after: docs/data_pipeline.md "Short
+    records") is cropped so that the crop holds as much real signal as it can: offsets are
+    uniform on [0, clamp(real - length, 0, T - length)], i.e. within the real part when it is
+    longer than the crop, else 0. The NaN padding stays in the crop (the model's padding mask).
+    A full window has real = T: the same offsets as without padding. One elementwise count on
+    the device, no sync.
+    """
+    T = signal.shape[-1]
+    n_offsets = (valid_samples(signal) - length + 1).clamp(1, T - length + 1)
+    offsets = crop_offsets(uid, seed, epoch, n_offsets)
     return crop(signal, offsets, length).float()
 
 

@@ -43,7 +43,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from coreecg.config import ModelConfig, PreprocessConfig
-from coreecg.model.encoder import Encoded, default_lead_idx
+from coreecg.model.encoder import Encoded, default_lead_idx, masked_mean
+from coreecg.model.padding import fill, padding_mask
 from coreecg.model.published import PublishedFamily, register
 
 NAME = "st_mem"
@@ -164,11 +165,13 @@ class STMemEncoder(nn.Module):
             x = getattr(self, f"block{k}")(x, attn_mask)
         return x
 
-    def _patch_tokens(self, x: torch.Tensor, lead_idx: torch.Tensor | None) -> torch.Tensor:
-        """x: (B, C, T) -> the last block's patch tokens (B, C, n, D), SEP tokens dropped."""
+    def _patch_tokens(self, x: torch.Tensor, lead_idx: torch.Tensor | None,
+                      pad: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, C, T), NaN-free; pad: (B, C, n) bool, True on a short record's padded patches
+        (never attended to) or None -> the last block's patch tokens (B, C, n, D), SEP dropped."""
         t = self.tokens(x, lead_idx)
         B, C, n2, D = t.shape
-        return self._blocks(t.reshape(B, C * n2, D)).view(B, C, n2, D)[:, :, 1:-1]
+        return self._blocks(t.reshape(B, C * n2, D), _keys(pad)).view(B, C, n2, D)[:, :, 1:-1]
 
     def forward(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None,
                 visible: torch.Tensor | None = None) -> Encoded:
@@ -179,13 +182,19 @@ class STMemEncoder(nn.Module):
         With `visible`, only the SEP and visible patch tokens enter the transformer (padded to
         the batch maximum, padding masked out of attention), as coreecg's Encoder does.
         """
+        pad, x = _padding(x, self.patch_size)
+        if visible is None:
+            out = self._patch_tokens(x, lead_idx, pad)
+            B, C, n, D = out.shape
+            valid = None if pad is None else ~pad.reshape(B, C * n)
+            return Encoded(self.norm(out.reshape(B, C * n, D)), torch.arange(C * n, device=x.device).expand(B, -1),
+                           valid, (C, n), None if pad is None else pad.reshape(B, C * n))
         t = self.tokens(x, lead_idx)
         B, C, n2, D = t.shape
         n = n2 - 2
-        if visible is None:
-            out = self._blocks(t.reshape(B, C * n2, D)).view(B, C, n2, D)[:, :, 1:-1].reshape(B, C * n, D)
-            return Encoded(self.norm(out), torch.arange(C * n, device=x.device).expand(B, -1), None, (C, n))
         visible = visible.to(x.device).reshape(B, C, n)
+        if pad is not None:
+            visible = visible & ~pad             # a short record's padding is never a visible patch
         # rank 0: SEP (always first, 2C of them), 1: visible patch, 2: hidden patch; a stable sort
         # keeps grid order within each rank, so the first 2C positions are the SEP tokens
         rank = torch.cat([torch.zeros(B, C, 1, dtype=torch.int8, device=x.device), 2 - visible.to(torch.int8),
@@ -204,7 +213,28 @@ class STMemEncoder(nn.Module):
     def pooled(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
         """ST-MEM's feature: (B, C, T) -> (B, D), the final LayerNorm of the mean over leads and
         patches of the last block's patch tokens (the norm after the mean, not before)."""
-        return self.norm(self._patch_tokens(x, lead_idx).mean(dim=(1, 2)))
+        pad, x = _padding(x, self.patch_size)
+        tokens = self._patch_tokens(x, lead_idx, pad)
+        B, C, n, D = tokens.shape
+        if pad is None:
+            return self.norm(tokens.mean(dim=(1, 2)))
+        return self.norm(masked_mean(tokens.reshape(B, C * n, D), ~pad.reshape(B, C * n)))
+
+
+def _padding(x: torch.Tensor, patch_size: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """A short record's padding (NaN, coreecg.model.padding): (B, C, n) bool or None when the
+    batch has none (ST-MEM's own arithmetic, unmasked), and x with NaN set to 0."""
+    pad = padding_mask(x, patch_size)
+    return (pad if bool(pad.any()) else None), fill(x)
+
+
+def _keys(pad: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, C, n) padded patches -> (B, C * (n + 2)) attention keys: both SEP tokens of every lead
+    and its real patches."""
+    if pad is None:
+        return None
+    sep = torch.ones(*pad.shape[:2], 1, dtype=torch.bool, device=pad.device)
+    return torch.cat([sep, ~pad, sep], dim=2).reshape(pad.shape[0], -1)
 
 
 # ---------------------------------------------------------------------------- reading the weights

@@ -1,0 +1,43 @@
+"""Padding of short records inside model inputs (docs/data_pipeline.md "Short records").
+
+A record shorter than the stored window is stored with NaN after its real samples (the padding
+marker, `coreecg.data.preprocess.PAD`). NaN travels with the batch up to the model, so no
+interface changes; every model entry point (the encoder, the pretraining methods) derives the
+padding from it and replaces it by 0 before any arithmetic:
+
+- a patch is padding when ANY of its samples is NaN (a partly real patch at the end of the real
+  part is padding too: at most patch_size - 1 real samples are given up, never a padded one used);
+- `fill` sets NaN to 0 with `torch.where`, so the gradient of a padded input is exactly 0 and
+  NaN never reaches a loss or a gradient.
+Both are elementwise kernels on the tensor's device: no host sync, also on an all-valid batch.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def padding_mask(x: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """x: (B, C, T), NaN on padding -> (B, C, N) bool, True on padded patches (N = T // patch_size)."""
+    B, C, T = x.shape
+    N = T // patch_size
+    return torch.isnan(x[..., : N * patch_size]).reshape(B, C, N, patch_size).any(dim=-1)
+
+
+def fill(x: torch.Tensor) -> torch.Tensor:
+    """x with its padding (NaN) replaced by 0; the gradient at padded positions is 0."""
+    return torch.where(torch.isnan(x), torch.zeros((), dtype=x.dtype, device=x.device), x)
+
+
+def valid_samples(x: torch.Tensor) -> torch.Tensor:
+    """(B, C, T) -> (B,) int64: real samples of each window (its padding is at the end, on every
+    lead alike, so lead 0 says it)."""
+    return (~torch.isnan(x[:, 0, :])).sum(dim=-1)
+
+
+def sure_patches(config) -> int:
+    """Leading patches of a training crop that are real signal whatever the record: a record of
+    at least `min_duration_s` gives a crop whose first min(min_duration, crop) samples are real
+    (short windows are cropped at offset 0, `ingest.to_model_input`)."""
+    pre, m = config.data.preprocess, config.model
+    real = min(int(pre.min_duration_s * pre.sampling_rate), m.input_samples)
+    return max(1, real // m.patch_size)

@@ -180,3 +180,26 @@ def test_a_bad_encoder_or_published_entry_is_named_before_ray(tmp_path, ecg_data
     with pytest.raises(StudyError, match=needle) as err:
         load_study(path)
     assert str(path) in str(err.value)
+
+
+def test_the_shipped_benchmark_studies_are_valid_and_tiny_is_the_same_protocol(tmp_path, monkeypatch):
+    from torch import nn
+
+    from coreecg.checkpoints import save_encoder
+    from coreecg.config import load_config
+
+    cfg = load_config(REPO / "configs" / "paper.yaml", [])
+    holder = nn.Module()
+    holder.encoder = Encoder.from_config(cfg.model)
+    save_encoder(tmp_path / "encoder.pt", holder, cfg)
+    monkeypatch.setenv("COREECG_ENCODER", str(tmp_path / "encoder.pt"))
+    monkeypatch.setenv("STMEM_WEIGHTS", str(REPO.parent / "shared" / "fixtures" / "st-mem" / "full.pth"))
+    full, tiny = load_study(REPO / "studies" / "benchmark.yaml"), load_study(REPO / "studies" / "benchmark_tiny.yaml")
+    assert full.tables == tiny.tables == ("benchmark",) and len(full.published) == len(tiny.published) == 2
+    assert [c.name for c in full.corpora] == [c.name for c in tiny.corpora]
+    assert {g.modes for g in full.grids} == {g.modes for g in tiny.grids} == {("finetune", "frozen", "linear")}
+    assert all(isinstance(r.encoder, ExternalEncoder) for r in full.finetune_runs() if r.mode != "scratch")
+    # every PTB-XL task of the benchmark, on the official folds, multi-label
+    ptbxl = [c for c in tiny.corpora if c.source == "ptbxl"]
+    assert len(ptbxl) == 6 and all({"data.sources.ptbxl.split=folds", "data.sources.ptbxl.label_view=multi"}
+                                   <= set(c.set) for c in ptbxl)

@@ -171,6 +171,14 @@ def table_markdown(table: BenchmarkTable) -> str:
     notes = ["", *table.footnotes, "One run: its test AUROC and the 95 % interval of its patient bootstrap; several: mean ± SD over "
              "runs. 12 leads, all training data. Not a significance test (docs/evaluation.md); protocol "
              "differences to published numbers: docs/benchmark.md."]
+    mismatched = {m: sorted({d for (d, _), runs in row.items() for r in runs if r.record.get("preprocess_mismatch")})
+                  for m, row in table.cells.items()}
+    for method, datasets in mismatched.items():
+        if datasets:
+            example = next(r.record["preprocess_mismatch"] for (d, _), runs in table.cells[method].items()
+                           for r in runs if r.record.get("preprocess_mismatch"))
+            notes.append(f"{method}: fine-tuned on {', '.join(datasets)} preprocessed otherwise than its input "
+                         f"contract ({'; '.join(example)}); rebuild those corpora to its contract for its own numbers.")
     if table.left_out:
         notes.append(f"{table.left_out} run(s) on fewer leads or part of the training data are not in this table "
                      "(all_runs.csv has them).")

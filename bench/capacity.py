@@ -297,7 +297,8 @@ def main() -> None:
         train_windows = int(ds["train"] * ft.train_fraction)
         spe = samples_per_epoch(train_windows, ft.batch_size)
         head_only = 2 * rc.model.embed_dim * ds["classes"]
-        per_sample = fwd + 2 * head_only if ft.mode == "linear" else 3 * fwd   # linear: frozen encoder
+        # frozen encoder (linear, frozen): its forward only; the attention-pooling head is small beside it
+        per_sample = fwd + 2 * head_only if ft.mode in ("linear", "frozen") else 3 * fwd
         every = rc.train.eval_every_epochs or ft.epochs
         evals = sum(1 for e in range(1, ft.epochs + 1) if e % every == 0 or e == ft.epochs)
         ev = (evals * ds["val"] + ds["val"] + ds["test"]) * ft.eval_crops * fwd

@@ -64,7 +64,7 @@ def bare_rates(cfg, spec: dict) -> dict:
     """Samples/s of FinetuneStep alone, then predict()'s windows/s, at spec["threads"] threads."""
     from coreecg.eval.downstream import predict
     from coreecg.model.classifier import Classifier
-    from coreecg.model.encoder import Encoder
+    from coreecg.model.published import build_encoder
     from coreecg.train.ingest import to_model_input
     from coreecg.train.step import FinetuneStep, Schedule
 
@@ -72,8 +72,7 @@ def bare_rates(cfg, spec: dict) -> dict:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     leads, k, stored = list(f.leads), spec["classes"], spec["stored_samples"]
-    model = Classifier(Encoder.from_config(cfg.model), k, leads, spec["multilabel"],
-                       frozen_encoder=f.mode == "linear")
+    model = Classifier.for_mode(build_encoder(cfg.model), k, leads, spec["multilabel"], f.mode)
     step = FinetuneStep(model, cfg, Schedule(max(1, spec["steps_per_epoch"]), f.epochs, f.warmup_epochs))
     gen = torch.Generator().manual_seed(0)
     pool = 4                                             # batches of stored windows held in memory

@@ -95,6 +95,9 @@ def open_source(path: str | Path, kind: Kind | None = None) -> ModelSource:
     if kind == "encoder" and src.kind == "classifier":
         src = dataclasses.replace(src, kind="encoder", state=_strip(src.state, "encoder."),
                                   class_names=None, multilabel=None)
+    if src.config.model.arch != "coreecg" and not src.entries.get("published"):
+        # an export or a fine-tuned run of published weights is still that family's encoder
+        src = dataclasses.replace(src, entries={**src.entries, "published": src.config.model.arch})
     return src
 
 

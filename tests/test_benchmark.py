@@ -48,6 +48,10 @@ def test_attention_pool_ignores_masked_tokens_and_weighs_tokens():
     a, b = pool(tokens, valid), pool(changed, valid)
     assert torch.allclose(a[0], b[0], atol=1e-5)
     assert torch.allclose(a[0], pool(tokens[:1, :4])[0], atol=1e-5)   # = the sample without them
+    # an all-padding sample (a crop of padding only) stays finite; the others are unchanged
+    none = torch.tensor([[False] * 6, [True] * 6])
+    out = pool(tokens, none)
+    assert torch.isfinite(out).all() and torch.allclose(out[1], a[1], atol=1e-5)
     # not a mean: moving one token changes the output by other than 1/L of the move
     assert not torch.allclose(pool(tokens[1:]), pool(tokens[1:].flip(1)) + 1.0)
 
@@ -93,6 +97,7 @@ def test_benchmark_table_places_every_encoder_per_corpus_and_mode(tmp_path):
     md = table_markdown(table)
     assert "| ST-MEM* | 90.1 |  |  | 94.6 |" in md              # published: only under its mode's columns
     assert "Published, not run here" in md and "2.5 s crops" in md
+    assert "| Supervised | 88.0 [85.0, 90.0] | n/a | n/a | – |" in md       # scratch: no frozen or linear run
     files = write_benchmark(table, tmp_path / "out")
     rows = list(csv.DictReader(open(files[1])))
     assert sum(r["source"] == "measured" for r in rows) == 7

@@ -27,6 +27,7 @@ their protocol in a footnote, never compared with them in code.
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, field
 from math import isclose
 from pathlib import Path
@@ -36,7 +37,7 @@ import numpy as np
 import yaml
 
 from coreecg.eval.fairness import FINETUNING, Allowance, check_table, run_entries
-from coreecg.eval.report import DATASET_ALIASES, DATASETS, MISSING, Run, RunError
+from coreecg.eval.report import DATASET_ALIASES, DATASETS, MISSING, UNAVAILABLE, Run, RunError
 
 MODES = ("finetune", "frozen", "linear")
 MODE_OF = {"scratch": "finetune"}
@@ -130,8 +131,12 @@ def check_benchmark(table: BenchmarkTable, allow: Sequence[Allowance] = ()) -> l
     pretrained is what the table compares, so pretraining configs are not. -> footnotes."""
     runs = [r for row in table.cells.values() for col in row.values() for r in col]
     entries = [e for es, _ in run_entries(runs).values() for e in es if e.phase == FINETUNING]
-    notes = check_table("benchmark", entries, [*allow, benchmark_allowance(list(table.cells))], seeds="note")
-    return [n for n in notes if ENCODER_REASON not in n] + ([f"Protocol: {ENCODER_REASON}."] if len(table.cells) > 1 else [])
+    mine = benchmark_allowance(list(table.cells))
+    notes = check_table("benchmark", entries, [mine, *allow], seeds="note")
+    # differences in the encoder itself are the table's subject: one line says so, not one per key
+    keyed = [(n, re.match(r".+? differs in (\S+) ", n)) for n in notes]
+    kept = [n for n, m in keyed if not (m and any(mine.covers(method, m.group(1)) for method in mine.variants))]
+    return kept + ([f"Protocol: {ENCODER_REASON}."] if len(table.cells) > 1 else [])
 
 
 def _auroc(run: Run) -> float | None:
@@ -166,8 +171,10 @@ def table_markdown(table: BenchmarkTable) -> str:
     lines = ["# Benchmark: test macro AUROC (%)", "",
              "| method | " + " | ".join(_label(c) for c in cols) + " |",
              "|---|" + "---|" * len(cols)]
+    scratch = [m for m, row in table.cells.items() if all(r.mode == "scratch" for runs in row.values() for r in runs)]
     for method, row in table.cells.items():
-        lines.append(f"| {method} | " + " | ".join(cell_text(row.get(c, [])) for c in cols) + " |")
+        lines.append(f"| {method} | " + " | ".join(
+            UNAVAILABLE if method in scratch and c[1] != "finetune" else cell_text(row.get(c, [])) for c in cols) + " |")
     notes = ["", *table.footnotes, "One run: its test AUROC and the 95 % interval of its patient bootstrap; several: mean ± SD over "
              "runs. 12 leads, all training data. Not a significance test (docs/evaluation.md); protocol "
              "differences to published numbers: docs/benchmark.md."]
@@ -179,6 +186,8 @@ def table_markdown(table: BenchmarkTable) -> str:
                            for r in runs if r.record.get("preprocess_mismatch"))
             notes.append(f"{method}: fine-tuned on {', '.join(datasets)} preprocessed otherwise than its input "
                          f"contract ({'; '.join(example)}); rebuild those corpora to its contract for its own numbers.")
+    if scratch and any(c[1] != "finetune" for c in cols):
+        notes.append(f"{UNAVAILABLE}: {', '.join(scratch)} trained from scratch, so it has no frozen or linear run.")
     if table.left_out:
         notes.append(f"{table.left_out} run(s) on fewer leads or part of the training data are not in this table "
                      "(all_runs.csv has them).")

@@ -100,6 +100,17 @@ def _encoder_class(arch: str) -> str:
     return family(arch).module
 
 
+def _pooling(cfg) -> str:
+    """How a classifier's head input is pooled from the encoder's tokens (padding never counts)."""
+    if cfg.finetune.mode == "frozen":
+        return "attention pooling: one learned query over all (lead, time) token encodings (AttentionPool)"
+    if cfg.model.arch != "coreecg":
+        from coreecg.model.published import family
+
+        return f"{family(cfg.model.arch).title}: its own pooled feature (encoder.pooled)"
+    return "mean over all (lead, time) token encodings"
+
+
 def _export_config(src: ModelSource, contract: dict[str, Any], state: dict[str, torch.Tensor], digest: str,
                    size: int) -> dict[str, Any]:
     """config.json (docs/export.md), without its "onnx" entry."""
@@ -109,7 +120,7 @@ def _export_config(src: ModelSource, contract: dict[str, Any], state: dict[str, 
         arch = {"class": "coreecg.model.classifier.Classifier", "encoder": arch,
                 "n_classes": len(src.class_names), "mode": cfg.finetune.mode, "multilabel": bool(src.multilabel),
                 "leads": list(cfg.finetune.leads), "frozen_encoder": cfg.finetune.mode in ("linear", "frozen"),
-                "pooling": "mean over all (lead, time) token encodings", "head": "Linear(embed_dim, n_classes)"}
+                "pooling": _pooling(cfg), "head": "Linear(embed_dim, n_classes)"}
     dtypes = sorted({str(v.dtype).removeprefix("torch.") for v in state.values()})
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION, "kind": src.kind, "coreecg_version": __version__,

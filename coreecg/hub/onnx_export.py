@@ -12,7 +12,7 @@ from coreecg.files import sha256_file, write_atomic
 from coreecg.hub.contract import load_model
 from coreecg.loading import Kind, ModelSource, build_model
 from coreecg.model.classifier import Classifier
-from coreecg.model.encoder import Encoder
+from coreecg.model.encoder import Encoder, masked_mean
 
 ONNX_FILE = "model.onnx"
 ONNX_OPSET = 18
@@ -100,8 +100,8 @@ class _EncoderOutputs(nn.Module):
         self.encoder = encoder
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        tokens = self.encoder(x).tokens
-        return tokens.mean(dim=1), tokens
+        enc = self.encoder(x)
+        return masked_mean(enc.tokens, enc.valid), enc.tokens     # a short record's padding is not pooled
 
 
 class _ClassifierLogits(nn.Module):

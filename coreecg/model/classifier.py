@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from coreecg.config import STANDARD_LEADS
-from coreecg.model.encoder import Encoder
+from coreecg.model.encoder import Encoder, _with_a_key
 
 
 def standard_lead_positions(leads: Sequence[str]) -> list[int]:
@@ -41,7 +41,7 @@ class AttentionPool(nn.Module):
         if dim % self.num_heads:
             raise ValueError(f"attention pooling: width {dim} is not divisible by {self.num_heads} heads")
         self.norm = nn.LayerNorm(dim)
-        self.query = nn.Parameter(torch.zeros(1, 1, dim))
+        self.query = nn.Parameter(torch.zeros(dim))          # 1-D: no weight decay, like a bias
         self.kv = nn.Linear(dim, 2 * dim)
         self.out = nn.Linear(dim, dim)
         nn.init.trunc_normal_(self.query, std=0.02)
@@ -50,8 +50,9 @@ class AttentionPool(nn.Module):
         B, L, D = tokens.shape
         h = self.num_heads
         k, v = self.kv(self.norm(tokens)).view(B, L, 2, h, D // h).permute(2, 0, 3, 1, 4)   # (B, h, L, D/h) each
-        q = self.query.to(k.dtype).expand(B, -1, -1).view(B, 1, h, D // h).transpose(1, 2)  # (B, h, 1, D/h)
-        mask = None if valid is None else valid[:, None, None, :]
+        q = self.query.to(k.dtype).expand(B, -1).view(B, 1, h, D // h).transpose(1, 2)     # (B, h, 1, D/h)
+        # a sample without any valid token (an all-padding crop) keeps one key: finite, unscored
+        mask = None if valid is None else _with_a_key(valid)[:, None, None, :]
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)                         # (B, h, 1, D/h)
         return self.out(o.transpose(1, 2).reshape(B, D))
 

@@ -115,7 +115,7 @@ def tsne_figures(study: Study, output: Path, reference: str, seed: int) -> list[
     finished = finished_runs(study, output, "finetune")
     out = []
     for corpus in study.corpora:
-        for mode in ("finetune", "linear"):
+        for mode in ("finetune", "frozen", "linear"):
             cands = {r.method: r.name for r in study.finetune_runs()
                      if r.corpus == corpus.name and r.mode == mode and r.leads == "12" and r.fraction == 1.0
                      and r.name in finished and r.seed == min(g.seeds[0] for g in study.grids)}
@@ -181,6 +181,8 @@ def write_study_report(study: Study, output: str | Path) -> Path:
         rows = study.methods
         method_tables = {t: [m for m in study.method_tables[t] if m in rows or m in study.unavailable]
                          for t in study.tables if t in study.method_tables}
+        for t in set(method_tables) & {"comparison"}:     # given encoders join the built-in table, last
+            method_tables[t] += [m for m in study.encoders if m in rows and m not in method_tables[t]]
         method_tables = {t: m for t, m in method_tables.items() if m}
         if [t for t in study.tables if t != BENCHMARK_TABLE]:
             write_report([r.path for r in runs.values()], report_dir / "tables",

@@ -618,12 +618,24 @@ def _check_run_configs(study: Study) -> dict[str, dict]:
     return out
 
 
+def _given_pretraining(study: Study) -> dict[str, dict]:
+    """downstream.encoders -> the pretraining config each carries (coreecg.loading), published
+    weights left out (no coreecg pretraining config: their rows' footnote says so)."""
+    from coreecg.loading import open_source
+
+    out = {}
+    for method, path in study.encoders.items():
+        src = open_source(path, kind="encoder")
+        if not src.entries.get("published"):
+            out[method] = src.config.to_dict()
+    return out
+
+
 def _check_fair_tables(study: Study, configs: dict[str, dict]) -> None:
     """Every table's rows differ only in what defines their method (coreecg/eval/fairness.py),
     before Ray starts: StudyError naming the table, rows and keys otherwise."""
-    from coreecg.eval.fairness import FINETUNING, PRETRAINING, Entry, UnfairTableError, check_table, finetune_cell
-
     from coreecg.eval.benchmark import benchmark_allowance
+    from coreecg.eval.fairness import FINETUNING, PRETRAINING, Entry, UnfairTableError, check_table, finetune_cell
 
     for table, rows in study.table_rows().items():
         benchmark = table == BENCHMARK_TABLE      # compares encoders: their pretraining is the point
@@ -631,6 +643,8 @@ def _check_fair_tables(study: Study, configs: dict[str, dict]) -> None:
                    if r.variant in rows and not r.params and not benchmark]
         entries += [Entry(r.method, FINETUNING, finetune_cell(r.corpus, r.mode, r.leads, r.fraction), configs[r.name])
                     for r in study.finetune_runs() if r.method in rows]
+        if not benchmark:   # a given coreecg encoder's pretraining is compared as the report will
+            entries += [Entry(m, PRETRAINING, "", cfg) for m, cfg in _given_pretraining(study).items() if m in rows]
         try:
             check_table(table, entries, [*study.allow, *([benchmark_allowance(rows)] if benchmark else [])])
         except UnfairTableError as e:
@@ -656,5 +670,13 @@ def absolute_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
     out = []
     for o in overrides:
         key, _, value = o.partition("=")
+        if key in PATH_KEYS and value.startswith("["):      # a mixture's list of corpora
+            try:
+                paths = yaml.safe_load(value)
+            except yaml.YAMLError:
+                paths = None
+            if isinstance(paths, list):
+                out.append(f"{key}={_resolved(tuple(str(p) for p in paths))}")
+                continue
         out.append(f"{key}={Path(value).expanduser().resolve()}" if key in PATH_KEYS and value else o)
     return out

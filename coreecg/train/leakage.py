@@ -62,6 +62,11 @@ def _of_paths(paths: Any, carried: Path | None = None, sha256: str | None = None
 
 def pretraining_of(src: ModelSource) -> Pretraining:
     """The pretraining data of a model source opened as an encoder (coreecg.loading.open_source)."""
+    if src.entries.get("published"):   # another project's weights (also exported or fine-tuned): not here
+        from coreecg.model.published import family
+
+        return Pretraining(None, note=f"published {family(src.entries['published']).title} weights: "
+                                      f"{family(src.entries['published']).pretraining}")
     if src.export is not None:
         corpus = (((src.export.get("provenance") or {}).get("pretraining") or {}).get("corpus")) or {}
         fp = corpus.get("fingerprints") or {}
@@ -72,11 +77,6 @@ def pretraining_of(src: ModelSource) -> Pretraining:
         return Pretraining(path, carried, fp.get("sha256"),
                            "" if path else "pretrained on the embedded synthetic corpus")
     cfg = src.config
-    if src.entries.get("published"):                # another project's weights: its corpora are not here
-        from coreecg.model.published import family
-
-        return Pretraining(None, note=f"published {family(src.entries['published']).title} weights: "
-                                      f"{family(src.entries['published']).pretraining}")
     if src.entries.get("task") == "finetune":       # a fine-tuned classifier's encoder: its own pretraining
         if cfg.finetune.mode == "scratch" or not cfg.finetune.encoder:
             return Pretraining(None, note="its encoder was trained from scratch: no pretraining corpus")

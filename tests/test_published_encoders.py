@@ -388,3 +388,18 @@ def test_a_short_records_padding_never_reaches_st_mem_features(fx):
     torch.testing.assert_close(feature, alone, atol=1e-5, rtol=1e-5)
     assert out.valid.shape == (3, 12 * 30) and out.valid.sum(1).tolist() == [12 * 20] * 3
 
+
+
+def test_published_weights_stay_published_once_exported(fx, tmp_path):
+    """An export of ST-MEM's weights is still ST-MEM's: the leakage guard says its pretraining
+    data is not here (not "the embedded synthetic corpus"), and its pretraining config is not
+    compared as if coreecg had pretrained it."""
+    from coreecg.hub.export import export_model
+    from coreecg.loading import open_source
+    from coreecg.train.leakage import pretraining_of
+
+    folder = export_model(fx.encoder, tmp_path / "export")
+    src = open_source(folder, kind="encoder")
+    assert src.entries.get("published") == "st_mem"
+    pre = pretraining_of(src)
+    assert pre.corpus is None and "ST-MEM" in pre.note and "synthetic" not in pre.note

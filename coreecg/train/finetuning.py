@@ -326,6 +326,13 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
     resolved; a scratch run keeps the config (no hash, "Supervised" unless finetune.method says
     otherwise, no pretraining)."""
     f = config.finetune
+    if config.model.arch != "coreecg":     # a family name the registry knows (the config cannot check it)
+        from coreecg.model.published import family
+
+        try:
+            family(config.model.arch)
+        except KeyError as e:
+            raise FinetuneError(str(e).strip("'\"")) from None
     if f.mode == "scratch":
         if f.encoder:
             raise FinetuneError(f"finetune.mode=scratch trains a randomly initialised encoder; drop the encoder "

@@ -305,11 +305,15 @@ class FinetuneConfig:
     mode: finetune (everything trains), linear (frozen encoder, linear head on mean-pooled
     tokens), frozen (frozen encoder, attention-pooling head: the benchmark's frozen setting,
     docs/benchmark.md), scratch (randomly initialised encoder, the paper's "Supervised" row; the
-    architecture is `model`).
+    architecture is `model`). encoder "random" in finetune/linear/frozen mode: the `model`
+    architecture's seeded random weights (seed_for(train.seed, "random-encoder")), method label
+    "Random init": the skeptic's rows (what pretraining adds over an untrained encoder).
     """
 
     mode: Literal["finetune", "linear", "frozen", "scratch"] = "finetune"
-    encoder: str = ""                 # encoder.pt or a pretraining checkpoint; empty for scratch
+    # encoder.pt, a pretraining checkpoint, run or export folder; empty for scratch; "random": a
+    # seeded, randomly initialised encoder of the `model` architecture (the "Random init" rows)
+    encoder: str = ""
     leads: tuple[str, ...] = STANDARD_LEADS   # only these leads' tokens are fed (no zero-filling)
     train_fraction: float = 1.0       # stratified, seeded subset of the training split's patients
     lr: float = 8e-5

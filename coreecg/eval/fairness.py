@@ -103,6 +103,8 @@ def run_entries(runs: Sequence[Any]) -> dict[Path, tuple[list[Entry], list[str]]
         except (OSError, yaml.YAMLError) as e:
             notes.append(f"{run.path}: no readable config.yaml ({e}); its protocol is not checked")
         encoder = run.record.get("encoder")
+        if encoder == "random":      # finetune.encoder=random: no pretraining config to compare
+            encoder = None
         if encoder and encoder not in encoders:
             try:
                 src = open_source(encoder, kind="encoder")

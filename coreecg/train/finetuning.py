@@ -44,6 +44,25 @@ SAME_RUN = ("data.corpus", "finetune.encoder", "finetune.mode", "finetune.leads"
             "train.seed")
 
 
+# finetune.encoder=random: a seeded, randomly initialised encoder of the `model` section's
+# architecture (the "Random init" rows: what pretraining adds over an untrained network).
+RANDOM_ENCODER = "random"
+RANDOM_LABEL = "Random init"
+
+
+def random_encoder(config: Config):
+    """The encoder `finetune.encoder=random` trains on: `build_encoder(config.model)` initialised
+    from its own generator, seeded by (train.seed, "random-encoder"). The global torch RNG is
+    forked, so the draws of everything else (the head, dropout, crops) are those of a run with
+    a loaded encoder: the same train.seed gives the same weights, another seed other weights."""
+    from coreecg.model.published import build_encoder
+    from coreecg.train.ingest import seed_for
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed_for(config.train.seed, "random-encoder"))
+        return build_encoder(config.model)
+
+
 class FinetuneError(ValueError):
     """Input that cannot be fine-tuned on (named, before any training)."""
 
@@ -115,7 +134,10 @@ class FinetuneTask:
         cfg, f = self.config, self.config.finetune
         # Loading draws no random numbers (coreecg.loading): the head below is initialised
         # alike whichever source (run folder, encoder.pt, export) holds the encoder's weights.
-        encoder = load_encoder(self.spec.encoder) if self.spec.encoder else build_encoder(cfg.model)
+        if self.spec.encoder == RANDOM_ENCODER:
+            encoder = random_encoder(cfg)
+        else:
+            encoder = load_encoder(self.spec.encoder) if self.spec.encoder else build_encoder(cfg.model)
         model = Classifier.for_mode(encoder, len(self.class_names), f.leads, self.multilabel, f.mode).to(ctx.device)
         schedule = Schedule(ctx.steps_per_epoch, f.epochs, f.warmup_epochs)
         return model, FinetuneStep(ctx.wrap(model), cfg, schedule, core=model)
@@ -251,7 +273,9 @@ def plan_finetune(config: Config) -> RunPlan:
     config, encoder_hash, method, pretraining, contract = _with_encoder(config)
     f = config.finetune
     mismatch = preprocess_mismatch(contract, manifest, corpus)
-    leakage, overlap = _leakage_check(pretraining, corpus, f.allow_overlap)
+    leakage, overlap = _leakage_check(pretraining, corpus, f.allow_overlap,
+                                      *(("randomly initialised encoder: no pretraining",)
+                                        if f.encoder == RANDOM_ENCODER else ()))
     stored_samples = int(manifest["signal"]["shape"][-1])
     if config.data.crop_samples > stored_samples:
         raise FinetuneError(f"{corpus}: windows of {stored_samples} samples are shorter than the model's input "
@@ -288,11 +312,12 @@ def plan_finetune(config: Config) -> RunPlan:
                    finished=finished)
 
 
-def _leakage_check(pretraining: Pretraining | None, corpus: Path, allow: bool):
+def _leakage_check(pretraining: Pretraining | None, corpus: Path, allow: bool,
+                   reason: str = "trained from scratch: no encoder"):
     """The leakage guard (coreecg.train.leakage): metrics.json's "leakage" entry and the overlap;
     a supervised run has no pretraining corpus, so nothing to compare."""
     if pretraining is None:
-        return {"checked": False, "allowed": allow, "overlap": False, "reason": "trained from scratch: no encoder"}, None
+        return {"checked": False, "allowed": allow, "overlap": False, "reason": reason}, None
     return check_overlap(pretraining, corpus, allow)
 
 
@@ -332,8 +357,11 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
                                 f"({f.encoder}) or use mode finetune/linear")
         return config, None, f.method or "Supervised", None, None
     if not f.encoder:
-        raise FinetuneError(f"finetune.mode={f.mode} needs an encoder checkpoint (--encoder PATH); "
+        raise FinetuneError(f"finetune.mode={f.mode} needs an encoder checkpoint (--encoder PATH, or random); "
                             "use --mode scratch for the supervised baseline")
+    if f.encoder == RANDOM_ENCODER:
+        # the config's architecture, untrained: no encoder hash, no pretraining, no input contract
+        return config, None, f.method or RANDOM_LABEL, None, None
     path = Path(f.encoder).expanduser().resolve()
     # encoder.pt, a checkpoint, a run folder or an export folder: read and verified here
     # (CheckpointError naming the file otherwise); the model is built once, by the task

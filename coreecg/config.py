@@ -322,6 +322,15 @@ class FinetuneConfig:
     batch_size: int = 256             # global, over train.num_workers
     weight_decay: float = 0.01
     eval_crops: int = 3               # evenly spaced crops per window; their logits are averaged
+    # Linear probing (mode linear only; docs/evaluation.md "Linear probing"): probe_crops "eval"
+    # trains the head on each window's mean pooled feature over its `eval_crops` evaluation crops
+    # (the input it is scored on); "random" on a fresh random crop per epoch (the training crop
+    # rule of the other modes). cache_features: the frozen encoder embeds each split once
+    # (features/ in the run folder, reused on resume); false recomputes them every step and every
+    # evaluation (the same numbers, slower; the reference the cache is tested against). With
+    # probe_crops=random only the val/test features are cached.
+    probe_crops: Literal["eval", "random"] = "eval"
+    cache_features: bool = True
     eval_batch_size: int = 128
     bootstrap_resamples: int = 1000   # patient-level bootstrap of every test metric
     tsne_max_points: int = 2000

@@ -44,7 +44,7 @@ BOOKKEEPING = frozenset({
     "train.max_failures", "train.device", "train.cpus_per_worker", "train.host_memory_cache",
     "train.activation_checkpointing", "train.compile", "data.cache_dir", "data.cache_in_memory_gb",
     "finetune.eval_batch_size", "finetune.bootstrap_resamples", "finetune.tsne_max_points",
-    "finetune.dataset", "train.seed"})       # seeds are compared as sets per row (SEEDS)
+    "finetune.dataset", "finetune.cache_features", "train.seed"})       # seeds are compared as sets per row (SEEDS)
 SEEDS = "train.seed"
 PRETRAINING, FINETUNING = "pretraining", "fine-tuning"
 

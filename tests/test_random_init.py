@@ -150,3 +150,13 @@ def test_a_random_init_run_is_labelled_and_has_no_pretraining(ptbxl, tmp_path):
     payload, _ = load_checkpoint(result.run_dir / "best.pt", torch.device("cpu"))
     want = _weights("train.seed=0")
     assert all(torch.equal(payload["model"][f"encoder.{k}"], v) for k, v in want.items())
+
+
+def test_each_random_init_run_is_its_own_replicate(tmp_path):
+    from coreecg.eval.significance import _encoder_of
+
+    for seed in (0, 1):
+        (tmp_path / f"s{seed}").mkdir()
+        (tmp_path / f"s{seed}" / "metrics.json").write_text(json.dumps({"encoder": "random", "seed": seed}))
+    # not one shared "encoder" (each seed draws its own weights): the significance test keeps both
+    assert _encoder_of(tmp_path / "s0") != _encoder_of(tmp_path / "s1")

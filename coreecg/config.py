@@ -306,11 +306,15 @@ class FinetuneConfig:
     mode: finetune (everything trains), linear (frozen encoder, linear head on mean-pooled
     tokens), frozen (frozen encoder, attention-pooling head: the benchmark's frozen setting,
     docs/benchmark.md), scratch (randomly initialised encoder, the paper's "Supervised" row; the
-    architecture is `model`).
+    architecture is `model`). encoder "random" in finetune/linear/frozen mode: the `model`
+    architecture's seeded random weights (seed_for(train.seed, "random-encoder")), method label
+    "Random init": the skeptic's rows (what pretraining adds over an untrained encoder).
     """
 
     mode: Literal["finetune", "linear", "frozen", "scratch"] = "finetune"
-    encoder: str = ""                 # encoder.pt or a pretraining checkpoint; empty for scratch
+    # encoder.pt, a pretraining checkpoint, run or export folder; empty for scratch; "random": a
+    # seeded, randomly initialised encoder of the `model` architecture (the "Random init" rows)
+    encoder: str = ""
     leads: tuple[str, ...] = STANDARD_LEADS   # only these leads' tokens are fed (no zero-filling)
     train_fraction: float = 1.0       # stratified, seeded subset of the training split's patients
     lr: float = 8e-5
@@ -319,6 +323,15 @@ class FinetuneConfig:
     batch_size: int = 256             # global, over train.num_workers
     weight_decay: float = 0.01
     eval_crops: int = 3               # evenly spaced crops per window; their logits are averaged
+    # Linear probing (mode linear only; docs/evaluation.md "Linear probing"): probe_crops "eval"
+    # trains the head on each window's mean pooled feature over its `eval_crops` evaluation crops
+    # (the input it is scored on); "random" on a fresh random crop per epoch (the training crop
+    # rule of the other modes). cache_features: the frozen encoder embeds each split once
+    # (features/ in the run folder, reused on resume); false recomputes them every step and every
+    # evaluation (the same numbers, slower; the reference the cache is tested against). With
+    # probe_crops=random only the val/test features are cached.
+    probe_crops: Literal["eval", "random"] = "eval"
+    cache_features: bool = True
     eval_batch_size: int = 128
     bootstrap_resamples: int = 1000   # patient-level bootstrap of every test metric
     tsne_max_points: int = 2000

@@ -45,7 +45,7 @@ def main(argv=None) -> int:
         "finetune.allow_overlap": ("--allow-overlap", "true" if args.allow_overlap else None)})
     s = sweep_settings(parser, args)
     from coreecg.study.spec import StudyError, load_study, write_study_file
-    from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, SpaceError, load_space
+    from coreecg.tune.spaces import NO_PRETRAINING, NOT_AVAILABLE, SpaceError, load_space
 
     try:
         space = load_space(args.space, args.config, args.overrides)
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
         for n in names:
             if space.variants[n] == NOT_AVAILABLE:
                 print(f"{n}: not available ({space.unavailable[n]})", file=sys.stderr)
-        pretrained = [n for n in names if space.variants[n] not in (SCRATCH, NOT_AVAILABLE)]
+        pretrained = [n for n in names if space.variants[n] not in (*NO_PRETRAINING, NOT_AVAILABLE)]
         tables = [t for t, methods in space.tables.items() if set(methods) & set(names)]
         study = load_study(write_study_file(s.output, ablation_study(s.output, args, names, pretrained, tables)))
     except (SpaceError, StudyError, ValueError) as e:

@@ -2,6 +2,7 @@
 
     python jobs/finetune.py --encoder runs/quickstart/encoder.pt --corpus corpora/ptbxl --output runs/ft-ptbxl
     python jobs/finetune.py --encoder none --corpus corpora/ptbxl --output runs/sup-ptbxl      # "Supervised"
+    python jobs/finetune.py --encoder random --mode linear --corpus corpora/ptbxl --output runs/rnd-lin  # "Random init"
     python jobs/finetune.py --encoder ENC --corpus corpora/icbeb2018 --mode linear --leads 6 \\
         --train-fraction 0.05 --seed 1 --output runs/lin-icbeb-6l-5pct
     ray job submit --working-dir . -- python jobs/finetune.py ...                 # on a running cluster
@@ -11,7 +12,8 @@ The task is the corpus's own (its manifest's classes; single- or multi-label). M
 --encoder none). --leads 12 | 6 (I, II, III, aVR, aVL, aVF) | 1 (I) | names, e.g. I,II,V2.
 Settings come from the `finetune` config section (paper: 80 epochs, lr 8e-5, batch 256, no
 warm-up); `--config configs/quickstart.yaml` (its finetune section) is a small setting for this
-machine. The model architecture comes from the encoder checkpoint.
+machine. The model architecture comes from the encoder checkpoint (--encoder random: a seeded,
+randomly initialised encoder of the config's `model` section, in any mode but scratch).
 Merge order: defaults < --config < --set < this job's flags. The flags are config keys:
 --encoder finetune.encoder (none: finetune.mode=scratch), --corpus data.corpus, --mode
 finetune.mode, --leads finetune.leads, --train-fraction finetune.train_fraction, --seed
@@ -45,7 +47,8 @@ def _fmt(m: dict, key: str) -> str:
 def main(argv=None) -> int:
     parser = job_parser(__doc__)
     parser.add_argument("--encoder", required=True,
-                        help="encoder.pt, a pretraining checkpoint, run or export folder; 'none' = scratch")
+                        help="encoder.pt, a pretraining checkpoint, run or export folder; 'none' = scratch; 'random' = "
+                             "a seeded, randomly initialised encoder of the config's model (\"Random init\")")
     parser.add_argument("--corpus", required=True, help="a labelled corpus folder (jobs/preprocess.py)")
     parser.add_argument("--mode", choices=("finetune", "linear", "frozen", "scratch"))
     parser.add_argument("--leads", help="12 | 6 | 1 | comma list of lead names (default: finetune.leads, all 12)")

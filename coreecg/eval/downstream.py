@@ -53,6 +53,7 @@ class EvalSplit:
     patient_id: np.ndarray
     multihot: np.ndarray
     unlabelled: int
+    uid: np.ndarray | None = None       # (n,) int64: the windows' row ids in the split
 
 
 def load_split(corpus: str | Path, split: str) -> EvalSplit:
@@ -60,7 +61,7 @@ def load_split(corpus: str | Path, split: str) -> EvalSplit:
     d = read_split(corpus, split, ["record_id", "patient_id", "labels", "signal"], labelled_only=True,
                    as_stored=True)
     return EvalSplit(split, d["signal"], d["record_id"], d["patient_id"], d["multihot"],
-                     split_rows(corpus, split) - len(d["uid"]))
+                     split_rows(corpus, split) - len(d["uid"]), d["uid"])
 
 
 @torch.no_grad()
@@ -69,31 +70,51 @@ def predict(model: torch.nn.Module, signal: np.ndarray, lead_rows: Sequence[int]
     """Window probabilities and features of a `Classifier` under the crop rule.
 
     signal: (n, C_stored, T) -> (probs (n, K) float64, features (n, D) float32: the mean over
-    crops of the pooled features, for t-SNE). The crops of a batch go through the model together.
+    crops of the pooled features, for t-SNE and the linear probe's cached features). The crops
+    of a batch go through the model together.
     """
-    from coreecg.devices import autocast
-
     offsets = eval_offsets(signal.shape[-1], crop, n_crops)
     rows = torch.as_tensor(list(lead_rows))
     was_training = model.training
     model.eval()
     probs, feats = [], []
     for i in range(0, len(signal), batch_size):
-        x = torch.from_numpy(signal[i:i + batch_size]).to(device)[:, rows.to(device)].float()
-        b = len(x)
-        views = torch.cat([x[..., o:o + crop] for o in offsets])             # (n_crops * b, C, crop)
-        with autocast(precision, device):
-            f = model.features(views)
-            logits = model.head(f)
-        # a crop holding no whole real patch of a short record is not scored
-        scored = (~padding_mask(views, model.encoder.patch_size)).any(dim=2).any(dim=1)
-        w = scored.float().view(len(offsets), b, 1)
-        w = w / w.sum(0, keepdim=True).clamp_min(1.0)
-        logits = (logits.float().view(len(offsets), b, -1) * w).sum(0)
+        x = torch.from_numpy(signal[i:i + batch_size]).to(device)[:, rows.to(device)]
+        f, logits = crop_features(model, x, offsets, crop, precision)
         probs.append(model.probabilities(logits).double().cpu())
-        feats.append((f.float().view(len(offsets), b, -1) * w).sum(0).cpu())
+        feats.append(f.cpu())
     model.train(was_training)
     return torch.cat(probs).numpy(), torch.cat(feats).numpy()
+
+
+def crop_features(model: torch.nn.Module, x: torch.Tensor, offsets: Sequence[int], crop: int,
+                  precision: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """The crop rule on one batch: x (b, len(leads), T) any float dtype, on the model's device ->
+    (features (b, D) float32, logits (b, K) float32), each the weighted mean over the crops at
+    `offsets` (a crop without a whole real patch weighs 0). No gradients reach the encoder when it
+    is frozen; the caller chooses the model's mode (predict: eval)."""
+    from coreecg.devices import autocast
+
+    x, b = x.float(), len(x)
+    views = torch.cat([x[..., o:o + crop] for o in offsets])             # (n_crops * b, C, crop)
+    with autocast(precision, x.device):
+        f = model.features(views)
+        logits = model.head(f)
+    # a crop holding no whole real patch of a short record is not scored
+    scored = (~padding_mask(views, model.encoder.patch_size)).any(dim=2).any(dim=1)
+    w = scored.float().view(len(offsets), b, 1)
+    w = w / w.sum(0, keepdim=True).clamp_min(1.0)
+    return (f.float().view(len(offsets), b, -1) * w).sum(0), (logits.float().view(len(offsets), b, -1) * w).sum(0)
+
+
+@torch.no_grad()
+def predict_features(model: torch.nn.Module, features: torch.Tensor, batch_size: int = 4096) -> np.ndarray:
+    """Window probabilities of a mean-pooling `Classifier` from its cached window features
+    (`predict`'s second output): its head is affine, so head(mean of the crops' features) is
+    the mean of the crops' logits, i.e. `predict`'s probabilities up to float rounding."""
+    out = [model.probabilities(model.head(features[i:i + batch_size].float())).double().cpu()
+           for i in range(0, len(features), batch_size)]
+    return torch.cat(out).numpy() if out else np.zeros((0, model.head.out_features))
 
 
 @dataclass

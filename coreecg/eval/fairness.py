@@ -44,7 +44,7 @@ BOOKKEEPING = frozenset({
     "train.max_failures", "train.device", "train.cpus_per_worker", "train.host_memory_cache",
     "train.activation_checkpointing", "train.compile", "data.cache_dir", "data.cache_in_memory_gb",
     "finetune.eval_batch_size", "finetune.bootstrap_resamples", "finetune.tsne_max_points",
-    "finetune.dataset", "train.seed"})       # seeds are compared as sets per row (SEEDS)
+    "finetune.dataset", "finetune.cache_features", "train.seed"})       # seeds are compared as sets per row (SEEDS)
 SEEDS = "train.seed"
 PRETRAINING, FINETUNING = "pretraining", "fine-tuning"
 
@@ -103,6 +103,8 @@ def run_entries(runs: Sequence[Any]) -> dict[Path, tuple[list[Entry], list[str]]
         except (OSError, yaml.YAMLError) as e:
             notes.append(f"{run.path}: no readable config.yaml ({e}); its protocol is not checked")
         encoder = run.record.get("encoder")
+        if encoder == "random":      # finetune.encoder=random: no pretraining config to compare
+            encoder = None
         if encoder and encoder not in encoders:
             try:
                 src = open_source(encoder, kind="encoder")

@@ -19,7 +19,7 @@ Contract: the fine-tuning job writes RUN_DIR/metrics.json as
               "ci": {"acc": {"low": .., "high": .., "undefined_resamples": 0}, ...},
               "per_class": {...}, "classes_left_out": {...}, ...},   # classification_metrics
      "val": {...same keys...},                                        #   + bootstrap_ci as "ci"
-     "crop_rule": "...", "encoder": "path or null", "encoder_config_hash": "...",
+     "crop_rule": "...", "encoder": "path, \"random\" or null", "encoder_config_hash": "...",
      "split_rule": "patients",      # or "folds" (PTB-XL strat_fold); optional, all_runs.csv only
      "leakage": {"overlap": bool, "allowed": bool, "checked": bool, "b_records": n, ...}}  # optional
 

@@ -117,12 +117,13 @@ def _by_seed(runs: Sequence, name: str) -> dict[int, Path]:
 
 def _encoder_of(path: Path) -> str:
     """The pretrained encoder a run was fine-tuned from (metrics.json "encoder"), or the run itself
-    when it has none (trained from scratch: its own replicate)."""
+    when it has none (trained from scratch: its own replicate) or a random one (finetune.encoder=
+    random: each seed draws its own weights, so each run is its own replicate)."""
     try:
         encoder = json.loads((path / "metrics.json").read_text()).get("encoder")
     except (OSError, ValueError) as e:
         raise PairingError(f"{path}: cannot read metrics.json ({e})") from None
-    return f"encoder:{Path(encoder).expanduser().resolve()}" if encoder else f"run:{path}"
+    return f"encoder:{Path(encoder).expanduser().resolve()}" if encoder and encoder != "random" else f"run:{path}"
 
 
 def _read(path: Path, class_names: Sequence[str]):

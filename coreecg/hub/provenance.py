@@ -58,6 +58,9 @@ def _encoder_pretraining_info(config: Config, metrics: dict[str, Any] | None) ->
     if config.finetune.mode == "scratch":
         return {"method": None, "label": "Supervised", "variant": None, "corpus": None,
                 "note": "no pretraining (trained from scratch)"}
+    if config.finetune.encoder == "random":
+        return {"method": None, "label": config.finetune.method or "Random init", "variant": None, "corpus": None,
+                "note": "no pretraining (a seeded, randomly initialised encoder: finetune.encoder=random)"}
     path = Path(config.finetune.encoder).expanduser() if config.finetune.encoder else None
     if path is not None and path.exists():       # any source: encoder.pt, a run folder, an export
         try:

@@ -106,12 +106,15 @@ class Classifier(nn.Module):
         frozen, pooling = MODE_HEADS[mode]
         return cls(encoder, n_classes, leads, multilabel, frozen_encoder=frozen, pooling=pooling)
 
-    def forward(self, x: torch.Tensor, target: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """x: (B, len(leads), T); target: (B, K) multi-hot (one-hot for single-label) or None.
+    def forward(self, x: torch.Tensor, target: torch.Tensor | None = None,
+                pooled: bool = False) -> dict[str, torch.Tensor]:
+        """x: (B, len(leads), T), or with `pooled` the encoder's pooled features (B, D) (a linear
+        probe on cached features: the encoder is bypassed); target: (B, K) multi-hot (one-hot
+        for single-label) or None.
 
         -> {"logits": (B, K)} plus {"loss": ()} when a target is given.
         """
-        logits = self.head(self.features(x))
+        logits = self.head(x if pooled else self.features(x))
         out = {"logits": logits}
         if target is not None:
             out["loss"] = self.loss(logits, target)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from coreecg.config import load_config
-from coreecg.study.spec import ExternalEncoder, FinetuneRun, PretrainRun, Study
+from coreecg.study.spec import ExternalEncoder, FinetuneRun, PretrainRun, RandomEncoder, Study
 from coreecg.tune.trials import TrialSpec, concurrency_for, error_text, is_done, read_done, run_trials
 
 log = logging.getLogger(__name__)
@@ -193,6 +193,8 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
         extra = [f"data.corpus={corpora[r.corpus]}"]
         if isinstance(r.encoder, ExternalEncoder):
             extra.append(f"finetune.encoder={r.encoder.path}")
+        elif isinstance(r.encoder, RandomEncoder):
+            pass                        # finetune.encoder=random is in the run's own overrides
         elif r.encoder is not None:
             encoder = run_dir(output, "pretrain", r.encoder.name) / "encoder.pt"
             if not is_done(run_dir(output, "pretrain", r.encoder.name)) or not encoder.is_file():

@@ -62,7 +62,7 @@ import yaml
 from coreecg.config import ConfigError, load_config
 from coreecg.data.leads import LeadSetError, parse_lead_set
 from coreecg.eval.fairness import Allowance
-from coreecg.tune.spaces import NOT_AVAILABLE, SCRATCH, Space, SpaceError, load_space
+from coreecg.tune.spaces import NO_PRETRAINING, NOT_AVAILABLE, RANDOM, SCRATCH, Space, SpaceError, load_space
 from coreecg.typed import Check, TypedError, load, read_yaml
 
 MODES = ("finetune", "linear", "frozen")
@@ -234,6 +234,19 @@ class ExternalEncoder:
 
 
 @dataclass(frozen=True)
+class RandomEncoder:
+    """A `random` variant's encoder: the config's architecture, seeded random weights
+    (finetune.encoder=random, coreecg.train.finetuning.random_encoder); no file, no pretraining."""
+
+    method: str
+    params: tuple = ()      # no mask-rate cell (FinetuneRun.name reads it)
+
+    @property
+    def name(self) -> str:
+        return f"random:{self.method}"
+
+
+@dataclass(frozen=True)
 class FinetuneRun:
     method: str
     corpus: str
@@ -241,7 +254,7 @@ class FinetuneRun:
     leads: str              # "12" | "6" | "1" | comma list of names
     fraction: float
     seed: int
-    encoder: "PretrainRun | ExternalEncoder | None"   # None: trained from scratch
+    encoder: "PretrainRun | ExternalEncoder | RandomEncoder | None"   # None: trained from scratch
 
     @property
     def name(self) -> str:
@@ -272,7 +285,7 @@ class Study:
     name: str
     config_file: str | None
     base: tuple[str, ...]
-    variants: dict[str, Any]                # name -> overrides | "scratch" | "not_available"
+    variants: dict[str, Any]                # name -> overrides | "scratch" | "random" | "not_available"
     unavailable: dict[str, str]             # name -> why it cannot run
     method_tables: dict[str, list[str]]     # the variants file's tables (comparison, paradigm, ...)
     pretrain_methods: tuple[str, ...]
@@ -304,11 +317,13 @@ class Study:
         return [FinetuneRun(m.variant, corpus, "finetune", "12", 1.0, run.seed, run)
                 for run in m.runs() for corpus in m.corpora]
 
-    def encoder_for(self, method: str, seed: int) -> PretrainRun | ExternalEncoder | None:
+    def encoder_for(self, method: str, seed: int) -> PretrainRun | ExternalEncoder | RandomEncoder | None:
         if method in self.encoders:
             return ExternalEncoder(method, self.encoders[method])
-        if self.variants.get(method) == "scratch":
+        if self.variants.get(method) == SCRATCH:
             return None
+        if self.variants.get(method) == RANDOM:
+            return RandomEncoder(method)
         return PretrainRun(method, seed if seed in self.pretrain_seeds else self.pretrain_seeds[0])
 
     def finetune_runs(self) -> list[FinetuneRun]:
@@ -347,6 +362,8 @@ class Study:
         out = [*self.base, *self.downstream_set, f"finetune.mode={run.mode}", f"finetune.leads=[{','.join(leads)}]",
                f"finetune.train_fraction={run.fraction}", f"train.seed={run.seed}", f"finetune.method={method}",
                f"finetune.dataset={run.corpus}"]
+        if isinstance(run.encoder, RandomEncoder):     # no file: the run's own config says it
+            out.append(f"finetune.encoder={RANDOM}")
         return [*out, *more, *self.extra]
 
     def report_overrides(self) -> list[str]:
@@ -450,7 +467,7 @@ class _Reader:
         methods = self.spec.pretrain.methods
         self.known("pretrain.methods", methods)
         for m in methods:
-            if self.space.variants[m] in (SCRATCH, NOT_AVAILABLE):
+            if self.space.variants[m] in (*NO_PRETRAINING, NOT_AVAILABLE):
                 raise self.error("pretrain.methods", f"{m!r} is {self.space.variants[m]!r} and has no pretraining")
         return methods
 
@@ -493,7 +510,8 @@ class _Reader:
                                      *self.spec.downstream.encoders)
         self.known(f"{key}.methods", methods, encoders=True)
         for m in methods:
-            if m not in self.spec.downstream.encoders and variants[m] not in (SCRATCH, NOT_AVAILABLE) and m not in pretrained:
+            if (m not in self.spec.downstream.encoders and variants[m] not in (*NO_PRETRAINING, NOT_AVAILABLE)
+                    and m not in pretrained):
                 raise self.error(f"{key}.methods", f"{m!r} is not pretrained here (add it to pretrain.methods)")
         for leads in get("leads"):
             try:

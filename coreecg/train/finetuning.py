@@ -41,7 +41,26 @@ from coreecg.train.step import FinetuneStep, Schedule
 
 # What makes a run folder one fine-tuning: another value of these is another run (refused).
 SAME_RUN = ("data.corpus", "finetune.encoder", "finetune.mode", "finetune.leads", "finetune.train_fraction",
-            "train.seed")
+            "finetune.probe_crops", "train.seed")
+
+
+# finetune.encoder=random: a seeded, randomly initialised encoder of the `model` section's
+# architecture (the "Random init" rows: what pretraining adds over an untrained network).
+RANDOM_ENCODER = "random"
+RANDOM_LABEL = "Random init"
+
+
+def random_encoder(config: Config):
+    """The encoder `finetune.encoder=random` trains on: `build_encoder(config.model)` initialised
+    from its own generator, seeded by (train.seed, "random-encoder"). The global torch RNG is
+    forked, so the draws of everything else (the head, dropout, crops) are those of a run with
+    a loaded encoder: the same train.seed gives the same weights, another seed other weights."""
+    from coreecg.model.published import build_encoder
+    from coreecg.train.ingest import seed_for
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed_for(config.train.seed, "random-encoder"))
+        return build_encoder(config.model)
 
 
 class FinetuneError(ValueError):
@@ -107,24 +126,90 @@ class FinetuneTask:
         # Targets by uid: the train split's labels are tiny next to its signals.
         self.targets = torch.from_numpy(read_split(self.corpus, "train", ["labels"])["multihot"]).to(device)
         self._splits: dict[str, Any] = {}
+        # Linear probing (docs/evaluation.md "Linear probing"): with probe_crops=eval the head
+        # trains on each window's mean pooled feature over its evaluation crops; cached, those
+        # features (and val/test's) are computed once per encoder and corpus (coreecg.train.features).
+        self.linear = f.mode == "linear"
+        self.eval_crop_probe = self.linear and f.probe_crops == "eval"
+        self.cached = self.linear and f.cache_features
+        self._features: dict[str, torch.Tensor] = {}     # split -> (n, D) on the device (train: by uid)
+        self.feature_info: dict[str, Any] | None = None
+        self._core = None
 
     def build(self, ctx: WorkerContext):
         from coreecg.model.classifier import Classifier
         from coreecg.model.published import build_encoder
 
         cfg, f = self.config, self.config.finetune
-        # Loading draws no random numbers (coreecg.loading): the head below is initialised
+        # Loading (and the random encoder's own generator) draws no random numbers (coreecg.loading): the head below is initialised
         # alike whichever source (run folder, encoder.pt, export) holds the encoder's weights.
-        encoder = load_encoder(self.spec.encoder) if self.spec.encoder else build_encoder(cfg.model)
+        if self.spec.encoder == RANDOM_ENCODER:
+            encoder = random_encoder(cfg)
+        else:
+            encoder = load_encoder(self.spec.encoder) if self.spec.encoder else build_encoder(cfg.model)
         model = Classifier.for_mode(encoder, len(self.class_names), f.leads, self.multilabel, f.mode).to(ctx.device)
+        self._core = model
+        if self.cached:          # draws no random numbers: the encoder is frozen, in eval mode
+            self._cache_features(model, ctx)
         schedule = Schedule(ctx.steps_per_epoch, f.epochs, f.warmup_epochs)
         return model, FinetuneStep(ctx.wrap(model), cfg, schedule, core=model)
 
+    def _cache_features(self, model, ctx: WorkerContext) -> None:
+        """The frozen encoder's features of val, test (and, with probe_crops=eval, train) under
+        the crop rule: reused from the run folder when they are this encoder's and corpus's,
+        else computed once (rank 0 saves them)."""
+        from coreecg.eval.downstream import eval_offsets, load_split, predict
+        from coreecg.train.features import feature_key, load_or_compute, weights_sha256
+
+        cfg, f = self.config, self.config.finetune
+        crop, precision = cfg.data.crop_samples, cfg.train.precision
+        key = feature_key(encoder=f.encoder, encoder_sha256=weights_sha256(model.encoder), corpus=self.corpus,
+                          leads=list(f.leads), crop=crop, offsets=eval_offsets(self.spec.stored_samples, crop,
+                                                                               f.eval_crops),
+                          precision=precision)
+
+        def embed(split: str):
+            def run() -> tuple[np.ndarray, np.ndarray]:
+                data = self._split(split) if split != "train" else load_split(self.corpus, "train")
+                _, feats = predict(model, data.signal, self.lead_rows, crop, f.eval_crops, self.device,
+                                   f.eval_batch_size, precision)
+                return data.uid, feats
+            return run
+
+        splits = ("val", "test", *(("train",) if self.eval_crop_probe else ()))
+        out, self.feature_info = load_or_compute(ctx.run_dir, key, {s: embed(s) for s in splits}, write=ctx.is_main)
+        for split in ("val", "test"):
+            uid, feats = out[split]
+            if not np.array_equal(uid, self._split(split).uid):
+                raise FinetuneError(f"{ctx.run_dir}: cached {split} features are not of the split's windows")
+            self._features[split] = torch.from_numpy(feats).to(self.device)
+        if self.eval_crop_probe:
+            uid, feats = out["train"]
+            table = torch.zeros(len(self.targets), feats.shape[1], device=self.device)   # unlabelled rows: unused
+            table[torch.from_numpy(uid).to(self.device)] = torch.from_numpy(feats).to(self.device)
+            self._features["train"] = table
+
     def inputs(self, signal: torch.Tensor, uid: torch.Tensor, epoch: int, generator: torch.Generator):
+        if self.eval_crop_probe:
+            # the head's input is the pooled feature it is scored on: the evaluation crops' mean
+            feats = self._features["train"][uid] if self.cached else self._window_features(signal)
+            return (feats, self.targets[uid]), {"pooled": True}
         if self._rows is not None:
             signal = signal[:, self._rows]                 # only the asked leads' tokens are fed
         x = to_model_input(signal, uid, self.config.train.seed, epoch, self.config.data.crop_samples)
         return (x, self.targets[uid]), {}
+
+    @torch.no_grad()
+    def _window_features(self, signal: torch.Tensor) -> torch.Tensor:
+        """Uncached probe_crops=eval: the batch's evaluation-crop features, computed as `predict`
+        computes them (the reference the cached features are tested against)."""
+        from coreecg.eval.downstream import crop_features, eval_offsets
+
+        cfg, f = self.config, self.config.finetune
+        if self._rows is not None:
+            signal = signal[:, self._rows]
+        offsets = eval_offsets(signal.shape[-1], cfg.data.crop_samples, f.eval_crops)
+        return crop_features(self._core, signal, offsets, cfg.data.crop_samples, cfg.train.precision)[0]
 
     def start(self, core, ctx: WorkerContext, writer: RunWriter) -> dict[str, Any]:
         return {}
@@ -144,6 +229,11 @@ class FinetuneTask:
         from coreecg.eval.downstream import predict, to_records
 
         f, data = self.config.finetune, self._split(split)
+        if split in self._features:          # a linear probe's cached features: the head alone
+            from coreecg.eval.downstream import predict_features
+
+            feats = self._features[split]
+            return to_records(data, predict_features(core, feats), feats.cpu().numpy())
         probs, feats = predict(core, data.signal, self.lead_rows, self.config.data.crop_samples, f.eval_crops,
                                self.device, f.eval_batch_size, self.config.train.precision)
         return to_records(data, probs, feats)
@@ -193,6 +283,16 @@ class FinetuneTask:
             "bootstrap_resamples": n_boot,
             "unlabelled_windows_skipped": {s: int(self._split(s).unlabelled) for s in ("val", "test")},
         }
+        if self.linear:
+            metrics["probe"] = {
+                "crops": f.probe_crops,
+                "training_rule": ("the head trains on each window's mean pooled feature over its evaluation crops "
+                                  "(the input it is scored on)" if self.eval_crop_probe else
+                                  "the head trains on a random crop of each window, fresh every epoch"),
+                "cached_features": self.cached,
+                **({"features_reused": self.feature_info["reused"],
+                    "features_seconds": round(self.feature_info["seconds"], 3),
+                    "features_key_hash": self.feature_info["key_hash"]} if self.feature_info else {})}
         metrics["counts"]["val_windows"] = int(len(self._split("val").record_id))
         metrics["counts"]["test_windows"] = int(len(self._split("test").record_id))
         write_json(ctx.run_dir / "metrics.json", _json_ready(metrics))
@@ -251,7 +351,9 @@ def plan_finetune(config: Config) -> RunPlan:
     config, encoder_hash, method, pretraining, contract = _with_encoder(config)
     f = config.finetune
     mismatch = preprocess_mismatch(contract, manifest, corpus)
-    leakage, overlap = _leakage_check(pretraining, corpus, f.allow_overlap)
+    leakage, overlap = _leakage_check(pretraining, corpus, f.allow_overlap,
+                                      *(("randomly initialised encoder: no pretraining",)
+                                        if f.encoder == RANDOM_ENCODER else ()))
     stored_samples = int(manifest["signal"]["shape"][-1])
     if config.data.crop_samples > stored_samples:
         raise FinetuneError(f"{corpus}: windows of {stored_samples} samples are shorter than the model's input "
@@ -288,11 +390,12 @@ def plan_finetune(config: Config) -> RunPlan:
                    finished=finished)
 
 
-def _leakage_check(pretraining: Pretraining | None, corpus: Path, allow: bool):
+def _leakage_check(pretraining: Pretraining | None, corpus: Path, allow: bool,
+                   reason: str = "trained from scratch: no encoder"):
     """The leakage guard (coreecg.train.leakage): metrics.json's "leakage" entry and the overlap;
     a supervised run has no pretraining corpus, so nothing to compare."""
     if pretraining is None:
-        return {"checked": False, "allowed": allow, "overlap": False, "reason": "trained from scratch: no encoder"}, None
+        return {"checked": False, "allowed": allow, "overlap": False, "reason": reason}, None
     return check_overlap(pretraining, corpus, allow)
 
 
@@ -339,8 +442,11 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
                                 f"({f.encoder}) or use mode finetune/linear")
         return config, None, f.method or "Supervised", None, None
     if not f.encoder:
-        raise FinetuneError(f"finetune.mode={f.mode} needs an encoder checkpoint (--encoder PATH); "
+        raise FinetuneError(f"finetune.mode={f.mode} needs an encoder checkpoint (--encoder PATH, or random); "
                             "use --mode scratch for the supervised baseline")
+    if f.encoder == RANDOM_ENCODER:
+        # the config's architecture, untrained: no encoder hash, no pretraining, no input contract
+        return config, None, f.method or RANDOM_LABEL, None, None
     path = Path(f.encoder).expanduser().resolve()
     # encoder.pt, a checkpoint, a run folder or an export folder: read and verified here
     # (CheckpointError naming the file otherwise); the model is built once, by the task

@@ -80,6 +80,8 @@ def pretraining_of(src: ModelSource) -> Pretraining:
     if src.entries.get("task") == "finetune":       # a fine-tuned classifier's encoder: its own pretraining
         if cfg.finetune.mode == "scratch" or not cfg.finetune.encoder:
             return Pretraining(None, note="its encoder was trained from scratch: no pretraining corpus")
+        if cfg.finetune.encoder == "random":     # finetune.encoder=random: no pretraining either
+            return Pretraining(None, note="its encoder was randomly initialised: no pretraining corpus")
         try:
             return pretraining_of(open_source(cfg.finetune.encoder, kind="encoder"))
         except CheckpointError:

@@ -5,8 +5,11 @@ Three kinds of file, told apart by their top-level key:
     grid:      {config.key: [v1, v2, ...], ...}          every combination is a trial (mask_rates.yaml)
     params:    {config.key: {type: uniform|loguniform|int|choice, low, high[, step] | values}}
                                                          Optuna distributions (core.yaml)
-    variants:  {Name: [a.b=c, ...] | scratch             named override lists (ablations.yaml);
+    variants:  {Name: [a.b=c, ...] | scratch | random    named override lists (ablations.yaml);
                 | {not_available: reason}}               `scratch`: the supervised baseline, no pretraining;
+                                                         `random`: no pretraining either, a seeded randomly
+                                                         initialised encoder fine-tuned in the grid's modes
+                                                         (finetune.encoder=random, "Random init");
     tables:    {table name: [variant names]}             not_available: a table row that says why it is empty
     allow:     [{variants: [names], keys: [a.b | a.*],   a declared protocol difference between table
                  reason: text}]                          rows (coreecg/eval/fairness.py): a footnote
@@ -32,6 +35,8 @@ from coreecg.eval.fairness import Allowance, flatten, is_compared
 from coreecg.typed import Check, TypedError, load, read_yaml
 
 SCRATCH = "scratch"
+RANDOM = "random"
+NO_PRETRAINING = (SCRATCH, RANDOM)
 NOT_AVAILABLE = "not_available"
 DISTRIBUTIONS = ("uniform", "loguniform", "int", "choice")
 
@@ -77,7 +82,7 @@ class AllowEntry:
 class SpaceFile:
     grid: dict[str, Annotated[tuple[Any, ...], Check(bool, "must not be empty")]] = field(default_factory=dict)
     params: dict[str, Distribution] = field(default_factory=dict)
-    variants: dict[str, Overrides | Literal[SCRATCH] | Unavailable] = field(default_factory=dict)
+    variants: dict[str, Overrides | Literal[SCRATCH, RANDOM] | Unavailable] = field(default_factory=dict)
     tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
     allow: tuple[AllowEntry, ...] = ()
 
@@ -126,8 +131,8 @@ def load_space(path: str | Path, config_file: str | None = None, base: list[str]
             space.unavailable[name] = overrides.not_available.strip()
             space.variants[name] = NOT_AVAILABLE
         else:
-            space.variants[name] = SCRATCH if overrides == SCRATCH else list(overrides)
-            if overrides != SCRATCH:
+            space.variants[name] = overrides if overrides in NO_PRETRAINING else list(overrides)
+            if overrides not in NO_PRETRAINING:
                 _checked(path, f"variants.{name}", cfg, list(overrides))
     for table, names in spec.tables.items():
         missing = [n for n in names if n not in space.variants]

@@ -9,6 +9,15 @@ TINY = [
 ]
 
 
+def build_ptbxl(root, ecg_data):
+    """The shared PTB-XL records as a small corpus (shards of 32) at root/ptbxl -> its path."""
+    from coreecg.data.pipeline import build_corpus
+
+    cfg = load_config(overrides=["data.shard_records=32"]).data
+    build_corpus("ptbxl", ecg_data / "ptbxl", root / "ptbxl", cfg, source_options=cfg.sources.for_source("ptbxl", 0))
+    return root / "ptbxl"
+
+
 def tiny_config(*overrides: str):
     return load_config(overrides=[*TINY, *overrides])
 

@@ -63,12 +63,9 @@ def test_features_are_reused_for_their_key_and_recomputed_for_another(tmp_path):
 
 @pytest.fixture(scope="module")
 def ptbxl(ray_session, ecg_data, tmp_path_factory):
-    from coreecg.data.pipeline import build_corpus
+    from tests.helpers import build_ptbxl
 
-    root = tmp_path_factory.mktemp("lin-corpus")
-    cfg = load_config(overrides=["data.shard_records=32"]).data
-    build_corpus("ptbxl", ecg_data / "ptbxl", root / "ptbxl", cfg, source_options=cfg.sources.for_source("ptbxl", 0))
-    return root / "ptbxl"
+    return build_ptbxl(tmp_path_factory.mktemp("lin-corpus"), ecg_data)
 
 
 def _cfg(tmp: Path, corpus: Path, name: str, *extra: str):

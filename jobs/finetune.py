@@ -8,7 +8,8 @@
     ray job submit --working-dir . -- python jobs/finetune.py ...                 # on a running cluster
 
 The task is the corpus's own (its manifest's classes; single- or multi-label). Modes: finetune
-(everything trains; the paper), linear (frozen encoder), scratch (random init; implied by
+(everything trains; the paper), linear (frozen encoder, linear head), frozen (frozen encoder,
+attention-pooling head: the benchmark's frozen setting), scratch (random init; implied by
 --encoder none). --leads 12 | 6 (I, II, III, aVR, aVL, aVF) | 1 (I) | names, e.g. I,II,V2.
 Settings come from the `finetune` config section (paper: 80 epochs, lr 8e-5, batch 256, no
 warm-up); `--config configs/quickstart.yaml` (its finetune section) is a small setting for this

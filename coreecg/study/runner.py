@@ -48,7 +48,8 @@ def describe(study: Study) -> dict[str, Any]:
             "finetune": {r.name: {**asdict(r), "encoder": r.encoder.name if r.encoder else None,
                                   "overrides": study.finetune_overrides(r)}
                          for r in [*study.finetune_runs(), *study.mask_rate_runs()]},
-            "corpora": [asdict(c) for c in study.corpora]}
+            "corpora": [asdict(c) for c in study.corpora],
+            **({"pretrain_corpora": [asdict(c) for c in study.pretrain_corpora]} if study.pretrain_corpora else {})}
 
 
 def prepare_folder(study: Study, output: Path, resume: bool) -> None:
@@ -58,7 +59,7 @@ def prepare_folder(study: Study, output: Path, resume: bool) -> None:
         if not resume:
             raise StudyRunError(f"{output} holds a study: pass --resume to continue it, or another --output")
         saved = json.loads(state.read_text())
-        changed = [k for k in ("pretrain", "finetune", "corpora") if saved.get(k) != wanted[k]]
+        changed = [k for k in ("pretrain", "finetune", "corpora", "pretrain_corpora") if saved.get(k) != wanted.get(k)]
         if changed:
             raise StudyRunError(f"{output}: holds another study ({', '.join(changed)} differ from {study.path}); "
                                 "use another --output")
@@ -72,20 +73,25 @@ def prepare_folder(study: Study, output: Path, resume: bool) -> None:
 
 
 def build_corpora(study: Study, output: Path) -> dict[str, Path]:
-    """Each downstream corpus: its path, or the study's own build (skipped when finished)."""
+    """Each downstream corpus, then each pretraining corpus: its path, or the study's own build
+    (skipped when finished); a pretraining corpus the study builds leaves out the val and test
+    records of its `exclude` downstream corpora (docs/leakage.md). -> name -> folder."""
     from coreecg.data.pipeline import build_corpus
 
-    out = {}
-    for c in study.corpora:
+    out: dict[str, Path] = {}
+    for c in (*study.corpora, *study.pretrain_corpora):
         if c.path:
             out[c.name] = Path(c.path)
             continue
         dest = output / "corpora" / c.name
+        exclude = [out[name] for name in getattr(c, "exclude", ())]
         if not (dest / "manifest.json").is_file():
-            log.info("building corpus %s from %s (%s)", c.name, c.input, c.source)
+            log.info("building corpus %s from %s (%s)%s", c.name, c.input, c.source,
+                     f", without the val/test records of {', '.join(c.exclude)}" if exclude else "")
         cfg = load_config(study.config_file, [*study.base, *c.set, *study.extra])
         build_corpus(c.source, c.input, dest, cfg.data,
-                     source_options=cfg.data.sources.for_source(c.source, cfg.data.synthetic_records))
+                     source_options=cfg.data.sources.for_source(c.source, cfg.data.synthetic_records),
+                     **({"exclude_overlap_with": exclude} if exclude else {}))
         out[c.name] = dest
     return out
 
@@ -103,7 +109,7 @@ def check_leakage(study: Study, corpora: dict[str, Path]) -> None:
         # (coreecg.train.leakage) checks that, or records that it cannot
         if isinstance(r.encoder, PretrainRun) and not load_config(study.config_file,
                                                      study.finetune_overrides(r)).finetune.allow_overlap:
-            pretrained = load_config(study.config_file, study.pretrain_overrides(r.encoder)).data.corpora
+            pretrained = load_config(study.config_file, study.pretrain_overrides(r.encoder, corpora)).data.corpora
             pairs |= {(str(Path(c).resolve()), r.corpus) for c in pretrained}     # a mixture: each of its corpora
     for corpus, name in sorted(pairs):
         check_overlap(Pretraining(corpus), corpora[name], allow=False)
@@ -168,7 +174,7 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
     from coreecg.data.locate import training_corpora
 
     for r in study.pretrain_runs():     # the embedded synthetic corpus is built here once, not per trial
-        training_corpora(load_config(study.config_file, study.pretrain_overrides(r)))
+        training_corpora(load_config(study.config_file, study.pretrain_overrides(r, corpora)))
     rows = []
 
     def finished(phase: str, name: str) -> dict[str, Any]:
@@ -180,7 +186,7 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
         if is_done(run_dir(output, "pretrain", r.name)):
             rows.append(finished("pretrain", r.name))
         else:
-            pending.append((r.name, study.pretrain_overrides(r)))
+            pending.append((r.name, study.pretrain_overrides(r, corpora)))
     log.info("pretraining: %d run(s), %d finished before", len(study.pretrain_runs()), len(study.pretrain_runs()) - len(pending))
     rows += run_phase(output, "pretrain", study.config_file, pending, concurrency, gpus_per_trial=gpus_per_trial)
 

@@ -132,10 +132,21 @@ class DownstreamSection:
 
 
 @dataclass
+class PretrainCorpusEntry(CorpusEntry):
+    """pretrain.corpora.<name>: as a downstream corpus, plus `exclude`: the downstream corpora whose
+    val and test records a corpus the study builds leaves out (None: every downstream corpus)."""
+
+    exclude: tuple[str, ...] | None = None
+
+
+@dataclass
 class PretrainSection:
     methods: tuple[str, ...] = ()
     seeds: Seeds = (0,)
     set: Overrides = ()
+    # the pretraining data, built (or found) by the study: one corpus, or a mixture in this order
+    # (data.corpus_weights in `set` weighs it); empty: the config's data.corpus
+    corpora: dict[str, PretrainCorpusEntry] = field(default_factory=dict)
 
 
 @dataclass
@@ -188,6 +199,14 @@ class CorpusSpec:
     source: str = ""        # else: the reader (jobs/preprocess.py --source) ...
     input: str = ""         # ... of this folder (absolute)
     set: tuple[str, ...] = ()   # data.* overrides of the build (e.g. a label view)
+
+
+@dataclass(frozen=True)
+class PretrainCorpus(CorpusSpec):
+    """A pretraining corpus of the study; one it builds leaves out the val and test records of the
+    `exclude` downstream corpora (coreecg.data.pipeline.build_corpus(exclude_overlap_with=...))."""
+
+    exclude: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -302,6 +321,7 @@ class Study:
     published: tuple[str, ...] = ()                          # published-numbers files (absolute)
     extra: tuple[str, ...] = field(default=())   # --set of the command line, over everything
     allow: tuple[Allowance, ...] = ()            # the variants file's declared differences
+    pretrain_corpora: tuple[PretrainCorpus, ...] = ()   # the pretraining data (empty: data.corpus)
 
     # ------------------------------------------------------------------ runs
 
@@ -347,13 +367,22 @@ class Study:
         """Every downstream method, in first-seen order (the tables' rows)."""
         return list(dict.fromkeys(m for g in self.grids for m in g.methods))
 
-    def pretrain_overrides(self, run: PretrainRun) -> list[str]:
+    def pretrain_overrides(self, run: PretrainRun, corpora: dict[str, Path] | None = None) -> list[str]:
+        """The run's overrides; `corpora` (name -> built folder) the study's pretraining corpora,
+        as data.corpus last (the study file names its pretraining data; the reader refuses a
+        data.corpus of its own beside pretrain.corpora)."""
         cell = [f"{k}={v}" for k, v in run.params]
         # a mask-rate cell is judged by its probe too (the cheap mode the figure compares against)
         probe = ["train.eval_every_epochs=1"] if run.params else []
         label = f"{run.variant} ({run.cell})" if run.params else run.variant
+        data = [f"data.corpus={self.pretrain_corpus_value(corpora)}"] if self.pretrain_corpora and corpora else []
         return [*self.base, *self.variants[run.variant], *self.pretrain_set, *cell, *probe,
-                f"train.seed={run.seed}", f"train.variant={label}", *self.extra]
+                f"train.seed={run.seed}", f"train.variant={label}", *self.extra, *data]
+
+    def pretrain_corpus_value(self, corpora: dict[str, Path]) -> str:
+        """data.corpus of the pretraining runs: the one corpus, or the mixture's list (in file order)."""
+        paths = [str(Path(corpora[c.name]).resolve()) for c in self.pretrain_corpora]
+        return paths[0] if len(paths) == 1 else json.dumps(paths)
 
     def finetune_overrides(self, run: FinetuneRun, more: list[str] | tuple[str, ...] = ()) -> list[str]:
         """The run's overrides; `more` (its corpus and encoder) before the command line's --set."""
@@ -409,6 +438,7 @@ class _Reader:
         # the config to the current folder; trials run elsewhere (and on other nodes), so absolute.
         self.base = self.absolute_paths("set", spec.set, path.parent)
         extra = self.absolute_paths("--set", extra, Path.cwd())
+        self.given_extra = extra
         cfg = _config(path, "config + set + --set", self.config_file, [*self.base, *extra])
         given = {o.partition("=")[0].strip() for o in (*self.base, *extra)}
         self.extra = extra + tuple(f"{key}={_resolved(getattr(cfg.data, key[5:]))}"
@@ -472,11 +502,14 @@ class _Reader:
         return methods
 
     def corpora(self) -> tuple[CorpusSpec, ...]:
+        return self.corpus_specs(self.spec.downstream.corpora, "downstream.corpora")
+
+    def corpus_specs(self, entries: dict[str, CorpusEntry], section: str) -> tuple[CorpusSpec, ...]:
         from coreecg.data.sources import SOURCES
 
         out = []
-        for name, c in self.spec.downstream.corpora.items():
-            key = f"downstream.corpora.{name}"
+        for name, c in entries.items():
+            key = f"{section}.{name}"
             if bool(c.path) == bool(c.source):
                 raise self.error(key, "give either path (a built corpus) or source + input (raw records to "
                                       "build one from)")
@@ -487,6 +520,30 @@ class _Reader:
                 raise self.error(key, f"input folder {folder or None!r} does not exist")
             out.append(CorpusSpec(name, self.relative(f"{key}.path", c.path) if c.path else "", c.source, folder,
                                   c.set))
+        return tuple(out)
+
+    def pretrain_corpora(self, downstream: tuple[str, ...]) -> tuple[PretrainCorpus, ...]:
+        """pretrain.corpora: each checked as a downstream corpus is; `exclude` names downstream
+        corpora (default: all of them); a name both sections use is an error (one corpora/ folder)."""
+        entries = self.spec.pretrain.corpora
+        if not entries:
+            return ()
+        given = [o.partition("=")[0].strip() for o in (*self.spec.set, *self.given_extra)]
+        if "data.corpus" in given:
+            raise self.error("pretrain.corpora", "names the pretraining data: drop data.corpus from set / --set")
+        out = []
+        for spec in self.corpus_specs(entries, "pretrain.corpora"):
+            entry, key = entries[spec.name], f"pretrain.corpora.{spec.name}"
+            if spec.name in downstream:
+                raise self.error(key, f"{spec.name!r} is also a downstream corpus; give it another name")
+            exclude = tuple(downstream) if entry.exclude is None else entry.exclude
+            if [n for n in exclude if n not in downstream]:
+                raise self.error(f"{key}.exclude", f"unknown corpus {[n for n in exclude if n not in downstream]}; "
+                                                   f"downstream.corpora has {list(downstream)}")
+            if spec.path and entry.exclude:
+                raise self.error(f"{key}.exclude", "a given corpus (path) is used as built: build it with "
+                                                   "jobs/preprocess.py --exclude-overlap-with, or give source + input")
+            out.append(PretrainCorpus(**{**spec.__dict__, "exclude": () if spec.path else exclude}))
         return tuple(out)
 
     def grids(self, corpora: tuple[str, ...], pretrained: tuple[str, ...]) -> tuple[Grid, ...]:
@@ -597,6 +654,9 @@ class _Reader:
         corpora = self.corpora()
         names = tuple(c.name for c in corpora)
         grids = self.grids(names, pretrained)
+        pretrain_corpora = self.pretrain_corpora(names)
+        if pretrain_corpora and not pretrained:
+            raise self.error("pretrain.corpora", "the study pretrains nothing (pretrain.methods is empty)")
         tables = self.tables(bool(corpora))
         mask_rates = self.mask_rates(names)
         if not pretrained and not corpora and mask_rates is None:
@@ -609,7 +669,7 @@ class _Reader:
                      corpora=corpora, grids=grids, downstream_set=s.downstream.set, tables=tables,
                      figures=s.report.figures, report_set=s.report.set, mask_rates=mask_rates, encoders=encoders,
                      published=self.published(tables),
-                     extra=self.extra,
+                     extra=self.extra, pretrain_corpora=pretrain_corpora,
                      allow=(*space.allow, *(Allowance((name,), ("model.*",), f"{name} is a given encoder ({path}): its "
                                                   "architecture is its own") for name, path in encoders.items())))
 

@@ -9,6 +9,11 @@ typed config before any Ray starts.
       methods: [CoRe-ECG, ST-MEM-like]           # variants pretrained, each once per seed
       seeds: [0]
       set: [optim.epochs=2]                      # pretraining-only overrides
+      corpora:                                   # optional: the pretraining data, built (or found) by
+        mimic: {source: mimic-iv-ecg, input: $MIMIC_IV_ECG}   # the study like downstream corpora; several:
+        cinc2021: {source: cinc2021, input: $CINC2021, exclude: [ptbxl]}   # a mixture (data.corpus list);
+                                                 # exclude (default: every downstream corpus): a corpus built
+                                                 # here leaves out their val and test records (docs/leakage.md)
     downstream:
       corpora:                                   # name (the tables' dataset) -> an existing corpus, or
         ptbxl: {source: ptbxl, input: ../../shared/ecg-data/ptbxl}   # one the study builds once

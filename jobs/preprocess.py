@@ -64,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         quiet_data()
         # absolute: Ray Data's tasks run in working folders of their own
         source_root = str(Path(args.input).expanduser().resolve()) if args.input else None
-        result = build_corpus(args.source, source_root, str(Path(args.output).expanduser().resolve()), cfg, source_options=options, refs=refs,
-                              log_warnings=False, exclude_overlap_with=args.exclude_overlap_with)  # printed below, after the summary
+        result = build_corpus(args.source, source_root, str(Path(args.output).expanduser().resolve()), cfg,
+                              source_options=options, refs=refs,
+                              log_warnings=False,  # printed below, after the summary
+                              exclude_overlap_with=args.exclude_overlap_with)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

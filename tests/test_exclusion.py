@@ -1,9 +1,10 @@
 """A pretraining corpus built without the downstream val/test records (build_corpus's
 exclude_overlap_with, jobs/preprocess.py --exclude-overlap-with; docs/leakage.md), on the real
-shared data read in place: the MIMIC-layout folder holds 60 PTB-XL records under MIMIC names and
-cinc2021-smoke holds PTB-XL records 1-10 as HR00001-HR00010 among other databases' records
-(../shared/ecg-data/cinc2021's HR06000-HR06009 are not in the shared PTB-XL subset). Which MIMIC record is which PTB-XL record comes from the
-guard's own report on a corpus built without the exclusion, never from a hard-coded table."""
+shared data read in place: the MIMIC-layout folder holds 60 PTB-XL records under MIMIC names,
+cinc2021-smoke PTB-XL records 1-10 as HR00001-HR00010 among other databases' records
+(../shared/ecg-data/cinc2021's HR06000-HR06009 are not in the shared PTB-XL subset). Which record
+is which PTB-XL record comes from the guard's own report on a corpus built without the exclusion,
+never from a hard-coded table."""
 from __future__ import annotations
 
 import csv
@@ -129,7 +130,7 @@ def test_rerun_through_the_job_is_idempotent(built, capsys):
 def test_a_finished_corpus_asked_with_another_exclusion_is_an_error(built, ecg_data):
     cfg, ptbxl, layout = built["cfg"], built["ptbxl"], ecg_data / "mimic-iv-ecg-layout"
     cases = [  # (folder, asked now, what the message says it was built with)
-        (built["mimic-plain"], [ptbxl], "excluding the val/test records of nothing"),
+        (built["mimic-plain"], [ptbxl], "excluding the val/test records of no downstream corpus"),
         (built["mimic-excl"], [], f"excluding the val/test records of {ptbxl} "),
         (built["mimic-excl"], [ptbxl, built["cinc-plain"]], f"exclude those of {built['cinc-plain']} (manifest"),
     ]

@@ -81,17 +81,17 @@ def load_downstream(paths: Sequence[str | Path], output_dir: str | Path) -> list
             raise ValueError(f"exclude_overlap_with {path}: that is the corpus being built; name the downstream "
                              "corpus whose val/test records it must not hold")
         try:
-            load_manifest(path)
+            manifest = load_manifest(path)
         except CorpusError as e:
             raise ValueError(f"exclude_overlap_with {path}: not a built corpus ({e}); build it first with "
                              "jobs/preprocess.py, then exclude its val/test records") from None
-        sha = sha256_file(path / MANIFEST)
         table = only_splits(corpus_fingerprints(path), GUARDED_SPLITS)
-        found[str(path)] = Downstream(str(path), sha, table, load_manifest(path).get("preprocess") or {})
+        found[str(path)] = Downstream(str(path), sha256_file(path / MANIFEST), table, manifest.get("preprocess") or {})
     return [found[k] for k in sorted(found)]
 
 
 def identities(downstream: Iterable[Downstream]) -> list[dict[str, str]]:
+    """[{path, manifest_sha256}]: what the shard keys and the manifest hold of the exclusion."""
     return [d.identity for d in downstream]
 
 
@@ -109,7 +109,8 @@ def check_finished(out: Path, downstream: Sequence[Downstream]) -> None:
         return
 
     def describe(ids: list[dict[str, str]]) -> str:
-        return ", ".join(f"{d['path']} (manifest sha256 {d['manifest_sha256'][:12]})" for d in ids) or "nothing"
+        named = ", ".join(f"{d['path']} (manifest sha256 {d['manifest_sha256'][:12]})" for d in ids)
+        return named or "no downstream corpus"
 
     shas = {d["path"]: d["manifest_sha256"] for d in before}
     changed = sorted(d["path"] for d in now if d["path"] in shas and shas[d["path"]] != d["manifest_sha256"])
@@ -125,7 +126,8 @@ def preprocess_warnings(downstream: Sequence[Downstream], preprocess: dict[str, 
     ours = json.loads(json.dumps(preprocess, sort_keys=True, default=str))
     out = []
     for d in downstream:
-        diff = ", ".join(f"{k}: {ours.get(k)} here vs {d.preprocess.get(k)}" for k in sorted(set(ours) | set(d.preprocess))
+        keys = sorted(set(ours) | set(d.preprocess))
+        diff = ", ".join(f"{k}: {ours.get(k)} here vs {d.preprocess.get(k)}" for k in keys
                          if ours.get(k) != d.preprocess.get(k))
         if diff:
             out.append(f"exclude_overlap_with {d.path}: preprocessed differently ({diff}); its recordings may "

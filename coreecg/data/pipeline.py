@@ -125,7 +125,8 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
                               for k, v in settings["preprocess"].items()})
     class_names = tuple(settings["class_names"])
     ratios = tuple(settings["split_ratios"])
-    written: list[tuple[Record, list[dict[str, Any]], np.ndarray, Counter]] = []   # record, rows, windows, labels outside
+    # per record read: (record, its rows, its windows, its labels outside class_names)
+    written: list[tuple[Record, list[dict[str, Any]], np.ndarray, Counter]] = []
     quarantine: list[dict[str, str]] = []
     outside: Counter = Counter()
     notes: Counter = Counter()
@@ -159,9 +160,11 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
         written.append((record, new_rows, windows, out_labels))
 
     t0 = time.perf_counter()
-    excluded: list[dict[str, Any]] = []
     table = windows_table([r for _, rs, _, _ in written for r in rs],
                           np.concatenate([w for _, _, w, _ in written])) if written else None
+    t_table = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    excluded: list[dict[str, Any]] = []     # records matched to a downstream val/test record: not written
     if exclude and table is not None:
         found = excluded_records(table, (len(cfg.leads), cfg.window_samples), settings["signal_dtype"], exclude)
         if found:
@@ -199,7 +202,7 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
               "records_in": len(refs), "records_written": len({r["record_id"] for r in rows}),
               "labels_outside_class_names": dict(outside), "notes": dict(notes),
               "unrecognised_codes": dict(unrecognised), "patient_id_fallbacks": fallbacks,
-              "seconds": {"read": t_read, "preprocess": t_prep, "write": time.perf_counter() - t0}}
+              "seconds": {"read": t_read, "preprocess": t_prep, "write": t_table + time.perf_counter() - t0}}
     if exclude:
         marker["excluded"] = excluded
         marker["seconds"]["exclude"] = t_exclude

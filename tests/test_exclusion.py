@@ -127,6 +127,23 @@ def test_rerun_through_the_job_is_idempotent(built, capsys):
     assert {f.name: sha256_file(f) for f in (excl / MANIFEST, excl / QUARANTINE, excl / FINGERPRINT_FILE)} == before
 
 
+def test_an_interrupted_build_resumes_to_the_same_corpus(built, ecg_data):
+    """A build killed after its first shard (the second shard's files and marker, the manifest and
+    the fingerprints not yet written) resumes with the same exclusion into the same corpus."""
+    import shutil
+
+    excl, resumed = built["mimic-excl"], built["root"] / "mimic-resumed"
+    shutil.copytree(excl, resumed)
+    for f in [resumed / MANIFEST, resumed / FINGERPRINT_FILE, resumed / "_state" / "shard-00001.json",
+              *resumed.glob("*/shard-00001.parquet")]:
+        f.unlink()
+    result = build_corpus(MIMIC, ecg_data / "mimic-iv-ecg-layout", resumed, built["cfg"],
+                          exclude_overlap_with=[built["ptbxl"]])
+    assert result["run"]["shards_skipped"] == 1
+    assert load_manifest(resumed) == load_manifest(excl)
+    assert _quarantine(resumed) == _quarantine(excl)
+
+
 def test_a_finished_corpus_asked_with_another_exclusion_is_an_error(built, ecg_data):
     cfg, ptbxl, layout = built["cfg"], built["ptbxl"], ecg_data / "mimic-iv-ecg-layout"
     cases = [  # (folder, asked now, what the message says it was built with)

@@ -12,6 +12,10 @@ quarantine rows. A re-run skips a shard whose marker key matches and whose files
 have their checksums; anything else is rebuilt. The driver then writes `quarantine.csv`
 and `manifest.json` from the markers, so a resumed run's manifest equals a fresh one's, and
 last `fingerprints.parquet` (the leakage guard's, coreecg.data.fingerprints) from the shards.
+
+With `exclude_overlap_with` (downstream corpora), each shard leaves out, before writing, the
+records the leakage guard matches to their val/test records, and quarantines them naming the
+twin (coreecg.data.exclusion); the downstream corpora are part of the shard key and the manifest.
 """
 from __future__ import annotations
 

@@ -6,7 +6,17 @@
 
 Every setting is a `data.*` key of the typed config (coreecg/config.py): preprocessing
 (`data.preprocess.*`), splits, shard size and the readers' options (`data.sources.*`).
-Re-running with the same arguments skips finished shards. Exit codes: 0 done (quarantined
+Re-running with the same arguments skips finished shards.
+
+    python jobs/preprocess.py --source mimic-iv-ecg --input ../shared/ecg-data/mimic-iv-ecg-layout \
+        --output corpora/mimic --exclude-overlap-with corpora/ptbxl --exclude-overlap-with corpora/icbeb
+
+--exclude-overlap-with CORPUS (repeatable; a built downstream corpus) leaves out of the new corpus
+every record sharing a patient or a recording with CORPUS's val/test records, as the leakage
+guard decides; each is listed in quarantine.csv with its twin, the manifest records the exclusion
+(docs/leakage.md). A finished corpus asked again with other such corpora is an error (exit 2).
+
+Exit codes: 0 done (quarantined
 records are listed in CORPUS/quarantine.csv), 2 bad arguments / missing input / unknown source.
 At the end, after the JSON summary, warnings go to stderr ("warning: ..."): diagnosis codes
 the reader did not recognise, records without a patient id (see manifest.json).
@@ -31,6 +41,10 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--source", required=True, help=" | ".join(SOURCES))
     p.add_argument("--input", help="the source's root folder of raw records (not needed for synthetic)")
     p.add_argument("--output", required=True, help="corpus folder to write (or resume)")
+    p.add_argument("--exclude-overlap-with", action="append", default=[], metavar="CORPUS",
+                   help="a built downstream corpus (repeatable): records sharing a patient or a recording with "
+                        "its val/test records (the leakage guard's match) are left out of this corpus and "
+                        "quarantined, so fine-tuning on it after pretraining here passes the guard")
     args = parse_cli(p, argv)
     return args, resolve_config(p, args)
 
@@ -50,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         quiet_data()
         # absolute: Ray Data's tasks run in working folders of their own
         source_root = str(Path(args.input).expanduser().resolve()) if args.input else None
-        result = build_corpus(args.source, source_root, str(Path(args.output).expanduser().resolve()), cfg, source_options=options, refs=refs,
-                              log_warnings=False)  # printed below, after the summary
+        result = build_corpus(args.source, source_root, str(Path(args.output).expanduser().resolve()), cfg,
+                              source_options=options, refs=refs,
+                              log_warnings=False,  # printed below, after the summary
+                              exclude_overlap_with=args.exclude_overlap_with)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -62,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                       "quarantine_reasons": c["quarantine_reasons"], "windows": c["windows"],
                       "patients": c["patients"], "patient_id_fallbacks": c["patient_id_fallbacks"],
                       "label_view": result["label_view"], "unrecognised_codes": result["unrecognised_codes"],
+                      "excluded_overlap_with": result.get("excluded_overlap_with"),
                       "shards": run["shards"], "shards_skipped": run["shards_skipped"],
                       "wall_s": round(run["wall_s"], 2), "ray": ray_cluster(), "notes": result["notes"],
                       "warnings": result["warnings"]}, indent=1))

@@ -12,6 +12,10 @@ quarantine rows. A re-run skips a shard whose marker key matches and whose files
 have their checksums; anything else is rebuilt. The driver then writes `quarantine.csv`
 and `manifest.json` from the markers, so a resumed run's manifest equals a fresh one's, and
 last `fingerprints.parquet` (the leakage guard's, coreecg.data.fingerprints) from the shards.
+
+With `exclude_overlap_with` (downstream corpora), each shard leaves out, before writing, the
+records the leakage guard matches to their val/test records, and quarantines them naming the
+twin (coreecg.data.exclusion); the downstream corpora are part of the shard key and the manifest.
 """
 from __future__ import annotations
 
@@ -25,12 +29,17 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from coreecg.config import DataConfig, PreprocessConfig
 from coreecg.data.corpus import FORMAT_VERSION, MANIFEST, QUARANTINE, SIGNAL_DTYPE, windows_table, write_parquet
+from coreecg.data.exclusion import (
+    MANIFEST_KEY, Downstream, check_finished, excluded_records, identities, load_downstream, manifest_entry,
+    preprocess_warnings,
+)
 from coreecg.data.fingerprints import write_fingerprints
 from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import Record, RecordError, RecordRef
@@ -100,8 +109,12 @@ def _marker_valid(marker_path: Path, key: str, out_dir: Path) -> dict[str, Any] 
 
 
 def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any],
-                  out_dir: str) -> dict[str, Any]:
-    """Ray Data map fn: item {"shard": i, "refs": json list of RecordRef dicts} -> {"marker": json}."""
+                  out_dir: str, exclude: Sequence[Downstream] = ()) -> dict[str, Any]:
+    """Ray Data map fn: item {"shard": i, "refs": json list of RecordRef dicts} -> {"marker": json}.
+
+    `exclude`: downstream corpora whose val/test records must not be written (their identities
+    are in `settings`, hence in the shard key): records the leakage guard matches to them are
+    quarantined before the shard's files are written (coreecg.data.exclusion)."""
     out = Path(out_dir)
     shard = int(item["shard"])
     refs = json.loads(item["refs"])
@@ -116,8 +129,8 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
                               for k, v in settings["preprocess"].items()})
     class_names = tuple(settings["class_names"])
     ratios = tuple(settings["split_ratios"])
-    rows: list[dict[str, Any]] = []
-    signals: list[np.ndarray] = []
+    # per record read: (record, its rows, its windows, its labels outside class_names)
+    written: list[tuple[Record, list[dict[str, Any]], np.ndarray, Counter]] = []
     quarantine: list[dict[str, str]] = []
     outside: Counter = Counter()
     notes: Counter = Counter()
@@ -148,15 +161,35 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
         for lead in record.meta.get("dropped_leads", ()):
             notes[f"dropped extra lead {lead}"] += 1
         new_rows, out_labels = record_rows(record, windows, class_names, ratios)
+        written.append((record, new_rows, windows, out_labels))
+
+    t0 = time.perf_counter()
+    table = windows_table([r for _, rs, _, _ in written for r in rs],
+                          np.concatenate([w for _, _, w, _ in written])) if written else None
+    t_table = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    excluded: list[dict[str, Any]] = []     # records matched to a downstream val/test record: not written
+    if exclude and table is not None:
+        found = excluded_records(table, (len(cfg.leads), cfg.window_samples), settings["signal_dtype"], exclude)
+        if found:
+            keep = [rid not in found for rid in table.column("record_id").to_pylist()]
+            table = table.filter(pa.array(keep))
+            for record, _, windows, _ in written:
+                if record.record_id in found:
+                    x = found[record.record_id]
+                    quarantine.append({"record_id": record.record_id, "path": record.path, "reason": x.reason})
+                    excluded.append({"record_id": record.record_id, "windows": len(windows),
+                                     "downstream": list(x.downstream)})
+            written = [w for w in written if w[0].record_id not in found]
+    t_exclude = time.perf_counter() - t0
+    rows = [r for _, rs, _, _ in written for r in rs]
+    for record, new_rows, _, out_labels in written:
         outside.update(out_labels)
         fallbacks += new_rows[0]["patient_id"] == patient_key(None, record.record_id)
-        rows.extend(new_rows)
-        signals.append(windows)
 
     t0 = time.perf_counter()
     files = []
     if rows:
-        table = windows_table(rows, np.concatenate(signals))
         split_col = np.array([r["split"] for r in rows])
         for split in SPLITS:
             idx = np.flatnonzero(split_col == split)
@@ -173,7 +206,10 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
               "records_in": len(refs), "records_written": len({r["record_id"] for r in rows}),
               "labels_outside_class_names": dict(outside), "notes": dict(notes),
               "unrecognised_codes": dict(unrecognised), "patient_id_fallbacks": fallbacks,
-              "seconds": {"read": t_read, "preprocess": t_prep, "write": time.perf_counter() - t0}}
+              "seconds": {"read": t_read, "preprocess": t_prep, "write": t_table + time.perf_counter() - t0}}
+    if exclude:
+        marker["excluded"] = excluded
+        marker["seconds"]["exclude"] = t_exclude
     write_json(marker_path, marker)
     marker["skipped"] = False
     return {"marker": json.dumps(marker)}
@@ -215,11 +251,17 @@ def reason_kind(reason: str) -> str:
 
 def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str | Path,
                  cfg: DataConfig | None = None, source_options: dict[str, Any] | None = None,
-                 refs: list[RecordRef] | None = None, log_warnings: bool = True) -> dict[str, Any]:
+                 refs: list[RecordRef] | None = None, log_warnings: bool = True,
+                 exclude_overlap_with: Sequence[str | Path] = ()) -> dict[str, Any]:
     """Write (or resume) a corpus; returns the manifest plus run statistics under "run".
 
-    Raises FileNotFoundError (missing input), ValueError (unknown source, no records).
-    `refs` overrides the source's listing (tests use it to inject duplicates).
+    Raises FileNotFoundError (missing input), ValueError (unknown source, no records, a bad
+    `exclude_overlap_with`). `refs` overrides the source's listing (tests use it to inject duplicates).
+    `exclude_overlap_with`: built downstream corpus folders; every record of this corpus (any
+    split) sharing a patient or a recording with their val/test records, as the leakage guard
+    decides, is left out and quarantined with its twin named, and the manifest records the
+    exclusion under "excluded_overlap_with" (coreecg.data.exclusion, docs/leakage.md). A finished
+    corpus asked again with other downstream corpora than it was built with is a ValueError.
     The manifest's "warnings" (unrecognised diagnosis codes, records without patient id) are
     logged at the end of the run unless `log_warnings=False` (the job prints them itself).
     Needs a running Ray (`ray.init`); each shard is one Ray Data task.
@@ -232,6 +274,8 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     if refs is None:
         refs = source.list_records(Path(input_dir) if input_dir is not None else None)
     out = Path(output_dir)
+    downstream = load_downstream(exclude_overlap_with, out)
+    check_finished(out, downstream)       # before anything is written over a finished corpus
     out.mkdir(parents=True, exist_ok=True)
     shards, dupes = plan(refs, cfg.shard_records)
     # Everything that changes a shard's bytes; a shard whose key differs is rebuilt on resume.
@@ -240,19 +284,24 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
                 "label_view": getattr(source, "label_view", None),
                 "preprocess": cfg.preprocess.settings(), "split_ratios": list(cfg.split_ratios),
                 "class_names": list(source.class_names), "signal_dtype": np.dtype(SIGNAL_DTYPE).name}
+    if downstream:   # only then: the keys of corpora built without an exclusion stay as they were
+        settings["exclude_overlap_with"] = identities(downstream)
     t0 = time.perf_counter()
     markers: list[dict[str, Any]] = []
     if shards:
         items = [{"shard": i, "refs": json.dumps(s)} for i, s in enumerate(shards)]
         ds = ray.data.from_items(items, override_num_blocks=len(items))
-        ds = ds.map(process_shard, fn_kwargs={"source": source, "settings": settings, "out_dir": str(out)},
-                    num_cpus=1)
+        ds = ds.map(process_shard, fn_kwargs={"source": source, "settings": settings, "out_dir": str(out),
+                                              "exclude": downstream}, num_cpus=1)
         markers = sorted((json.loads(r["marker"]) for r in ds.take_all()), key=lambda m: m["shard"])
     wall = time.perf_counter() - t0
 
     quarantine = dupes + [q for m in markers for q in m["quarantine"]]
     write_atomic(out / QUARANTINE, lambda tmp: _write_csv(tmp, quarantine))
     manifest = _manifest(source, input_dir, cfg, settings, markers, refs, quarantine)
+    if downstream:
+        manifest[MANIFEST_KEY] = manifest_entry(downstream, markers)
+        manifest["warnings"] += preprocess_warnings(downstream, settings["preprocess"])
     write_json(out / MANIFEST, manifest)
     t_fp = time.perf_counter()
     write_fingerprints(out)           # the leakage guard's (coreecg.data.leakage), stamped with this manifest

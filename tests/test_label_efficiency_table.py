@@ -177,3 +177,23 @@ def test_report_writes_it_when_random_init_runs_exist_and_keeps_other_tables(fol
     assert header[:2] == ["method", "baseline"]
     all_runs = (tmp_path / "with" / "all_runs.csv").read_text()
     assert "label_efficiency" in all_runs
+
+
+def test_a_study_may_ask_for_the_table(tmp_path, ecg_data):
+    from coreecg.study.spec import LABEL_EFFICIENCY_TABLE, load_study
+    from tests.test_study import _study
+
+    study = load_study(_study(tmp_path, ecg_data, report__tables=["comparison", LABEL_EFFICIENCY_TABLE]))
+    assert list(study.tables) == ["comparison", LABEL_EFFICIENCY_TABLE]
+
+
+def test_a_row_without_a_baseline_says_so(folders):
+    from dataclasses import replace
+
+    runs = [load_run(f) for f in folders]
+    frozen = [replace(r, mode="frozen") for r in runs if r.method == "CoRe-ECG" and r.mode == "linear"]
+    table = label_efficiency_table([r for r in runs if r.method == "Supervised"] + frozen,
+                                   ReportConfig(bootstrap_resamples=0))
+    assert list(table.cells) == ["Supervised", "CoRe-ECG (frozen)"] and table.references == {}
+    assert verdicts(table)[0] == ("PTB-XL, 100 %: CoRe-ECG vs Random init with the encoder frozen: no Random init "
+                                  "run with the encoder frozen, no difference")

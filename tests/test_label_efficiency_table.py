@@ -79,7 +79,8 @@ def test_rows_columns_and_baselines(table):
                                  "ST-MEM-like (linear)", "ST-MEM-like (fine-tune)"]
     assert table.references == {"CoRe-ECG (linear)": "Untrained (linear)", "CoRe-ECG (fine-tune)": "Supervised",
                                 "ST-MEM-like (linear)": "Untrained (linear)", "ST-MEM-like (fine-tune)": "Supervised"}
-    assert [c.label for c in table.columns] == [f"PTB-XL {f} {m}" for f in ("100%", "10%") for m in ("ACC", "F1", "AUROC")]
+    assert [c.label for c in table.columns] == [f"PTB-XL {f} {m}" for f in ("100%", "10%")
+                                                for m in ("ACC", "F1", "AUROC")]
     for baseline in ("Untrained (linear)", "Supervised"):            # baselines have no difference
         assert all(table.difference(baseline, j) is None for j in range(len(table.columns)))
     assert [c for c in table.cells["CoRe-ECG (linear)"][_column(table, 0.1)]] and \
@@ -197,3 +198,25 @@ def test_a_row_without_a_baseline_says_so(folders):
     assert list(table.cells) == ["Supervised", "CoRe-ECG (frozen)"] and table.references == {}
     assert verdicts(table)[0] == ("PTB-XL, 100 %: CoRe-ECG vs Random init with the encoder frozen: no Random init "
                                   "run with the encoder frozen, no difference")
+
+
+def test_a_study_report_writes_and_indexes_it(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    import coreecg.study.report as study_report
+
+    rng = np.random.default_rng(5)
+    folders = _cell(tmp_path, 1.0, {}, rng, n_patients=40)
+    monkeypatch.setattr(study_report, "finished_runs",
+                        lambda study, output, phase: {f.name: f for f in folders} if phase == "finetune" else {})
+    study = SimpleNamespace(
+        name="s", path="s.yaml", config_file=str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"),
+        report_overrides=lambda: ["report.bootstrap_resamples=50"], pretrain_runs=lambda: [],
+        finetune_runs=lambda: folders, methods=["Untrained", "Supervised", "CoRe-ECG", "ST-MEM-like"],
+        method_tables={}, tables=("comparison", "label_efficiency"), unavailable={}, encoders=[], allow=[],
+        published=(), figures=())
+    index = study_report.write_study_report(study, tmp_path / "out").read_text()
+    lines = [ln for ln in index.splitlines() if ln.startswith("- **")]
+    assert lines[0].startswith("- **comparison**") and lines[1].startswith("- **label_efficiency**")
+    assert f"{len(folders)} run(s)" in lines[1] and VERDICTS_FILE in lines[1]
+    assert (tmp_path / "out" / "report" / "tables" / VERDICTS_FILE).is_file()

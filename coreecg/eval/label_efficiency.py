@@ -307,7 +307,8 @@ def detectable_note(table: Table) -> str:
 def verdicts_markdown(table: Table) -> str:
     lines = ["# Label efficiency: verdicts", "",
              "Pretrained encoder vs Random init under the same probe, and pretraining + fine-tuning vs Supervised "
-             f"(from scratch); {VERDICT_METRIC.upper()} difference in percentage points [{100 * table.significance.level:g} % "
+             f"(from scratch); {VERDICT_METRIC.upper()} difference in percentage points "
+             f"[{100 * table.significance.level:g} % "
              "interval], marked by the report's run-level rule (docs/evaluation.md, Label-efficiency table).", ""]
     lines += [f"- {v}" for v in verdicts(table)] or ["No pretrained row has a baseline in this table."]
     return "\n".join(lines + ["", detectable_note(table)]) + "\n"

@@ -203,16 +203,17 @@ def write_study_report(study: Study, output: str | Path) -> Path:
                                                                       for col in row.values() for r in col))
             lines.append(f"- **{BENCHMARK_TABLE}**: [`tables/benchmark.md`](tables/benchmark.md), "
                          f"`tables/benchmark.csv`; {len(behind)} run(s): " + ", ".join(f"`{m}`" for m in behind))
-        if LABEL_EFFICIENCY_TABLE in study.tables:
-            from coreecg.eval.label_efficiency import VERDICTS_FILE, label_efficiency_runs
+        for table in (t for t in study.tables if t != BENCHMARK_TABLE):
+            if table == LABEL_EFFICIENCY_TABLE:
+                from coreecg.eval.label_efficiency import VERDICTS_FILE, label_efficiency_runs
 
-            kept = {id(r) for r in label_efficiency_runs(list(runs.values()))}
-            behind = sorted(name for name, run in runs.items() if id(run) in kept)
-            lines.append(f"- **{LABEL_EFFICIENCY_TABLE}**: [`tables/{LABEL_EFFICIENCY_TABLE}.md`]"
-                         f"(tables/{LABEL_EFFICIENCY_TABLE}.md), `tables/{LABEL_EFFICIENCY_TABLE}.csv`, "
-                         f"`tables/{LABEL_EFFICIENCY_TABLE}.tex`, verdicts in [`tables/{VERDICTS_FILE}`]"
-                         f"(tables/{VERDICTS_FILE}); {len(behind)} run(s): " + ", ".join(f"`{m}`" for m in behind))
-        for table in (t for t in study.tables if t not in (BENCHMARK_TABLE, LABEL_EFFICIENCY_TABLE)):
+                kept = {id(r) for r in label_efficiency_runs(list(runs.values()))}
+                behind = sorted(name for name, run in runs.items() if id(run) in kept)
+                lines.append(f"- **{LABEL_EFFICIENCY_TABLE}**: [`tables/{LABEL_EFFICIENCY_TABLE}.md`]"
+                             f"(tables/{LABEL_EFFICIENCY_TABLE}.md), `tables/{LABEL_EFFICIENCY_TABLE}.csv`, "
+                             f"`tables/{LABEL_EFFICIENCY_TABLE}.tex`, verdicts in [`tables/{VERDICTS_FILE}`]"
+                             f"(tables/{VERDICTS_FILE}); {len(behind)} run(s): " + ", ".join(f"`{m}`" for m in behind))
+                continue
             file = table if table in ("comparison", "lead_reduction", "train_fraction") else f"ablation_{table}"
             members = _members(table if file == table else "comparison",
                                method_tables.get(table) if table in method_tables else None, runs)

@@ -9,8 +9,9 @@ Contract: the fine-tuning job writes RUN_DIR/metrics.json as
 
     {"method": "CoRe-ECG",          # table row; "Supervised" for scratch runs; ablations by name
      "dataset": "ptbxl",            # ptbxl | icbeb2018 | ningbo (cpsc2018 is read as icbeb2018)
-     "mode": "finetune",            # finetune | scratch enter the tables; anything else (linear)
-                                    #   only all_runs.csv
+     "mode": "finetune",            # finetune | scratch enter the tables; linear and frozen only
+                                    #   all_runs.csv and the label-efficiency table
+                                    #   (coreecg/eval/label_efficiency.py)
      "leads": "12",                 # "12" | "6" | "1" (an integer is read as its string)
      "train_fraction": 1.0,         # 1.0 | 0.5 | 0.05 in the tables
      "seed": 0,                     # one run per (method, dataset, mode, leads, fraction, seed)

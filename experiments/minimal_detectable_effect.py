@@ -3,7 +3,7 @@ calibration's synthetic runs (coreecg/eval/calibration.py: minimal_detectable_ef
 run counts and test-set sizes of a label-efficiency table (docs/evaluation.md, "Label-efficiency
 table"; the figures there and in coreecg/eval/label_efficiency.py DETECTABLE come from this).
 
-    python -m experiments.minimal_detectable_effect            # about 10 minutes on 2 busy cores
+    python -m experiments.minimal_detectable_effect            # about 15 minutes on 2 busy cores
 
 Prints one JSON object: per (runs, patients) the effects scanned, the share of tables whose AUROC
 difference is marked (Holm over ACC, F1, AUROC) and the mean AUROC difference each produced.

@@ -51,6 +51,7 @@ DETECTABLE: dict[tuple[int, int], dict | None] = {
     (3, 100): {"points": 14.5, "power": 0.87, "effect": 0.8, "below": (11.9, 0.61)},
     (3, 300): {"points": 14.8, "power": 0.84, "effect": 0.8, "below": (11.9, 0.72)},
     (5, 100): {"points": 12.0, "power": 0.98, "effect": 0.6, "below": (8.4, 0.77)},
+    (5, 300): {"points": 8.5, "power": 0.835, "effect": 0.4, "below": (4.4, 0.23)},
 }
 CALIBRATION_RUN_SD = 3.5    # points: the calibration's run-to-run AUROC standard deviation
 

@@ -3,7 +3,9 @@
     python jobs/report.py runs/finetune/* --output reports/paper [--set report.f1=argmax]
 
 Writes comparison, lead_reduction and train_fraction (.md, .csv and booktabs .tex) and
-all_runs.csv into --output (coreecg/eval/report.py; docs/evaluation.md). Each cell's difference
+all_runs.csv into --output (coreecg/eval/report.py; docs/evaluation.md), and, when a run has a
+random encoder (finetune.encoder=random), the label-efficiency table with its verdicts
+(coreecg/eval/label_efficiency.py). Each cell's difference
 to the reference method (`report.reference`, default CoRe-ECG) comes with an interval over
 training runs, test patients resampled within; Markdown and LaTeX mark it where both methods have
 report.min_runs runs and its p-value, adjusted over the table (report.adjust), is below 1 -

@@ -9,8 +9,9 @@ Contract: the fine-tuning job writes RUN_DIR/metrics.json as
 
     {"method": "CoRe-ECG",          # table row; "Supervised" for scratch runs; ablations by name
      "dataset": "ptbxl",            # ptbxl | icbeb2018 | ningbo (cpsc2018 is read as icbeb2018)
-     "mode": "finetune",            # finetune | scratch enter the tables; anything else (linear)
-                                    #   only all_runs.csv
+     "mode": "finetune",            # finetune | scratch enter the tables; linear and frozen only
+                                    #   all_runs.csv and the label-efficiency table
+                                    #   (coreecg/eval/label_efficiency.py)
      "leads": "12",                 # "12" | "6" | "1" (an integer is read as its string)
      "train_fraction": 1.0,         # 1.0 | 0.5 | 0.05 in the tables
      "seed": 0,                     # one run per (method, dataset, mode, leads, fraction, seed)
@@ -136,6 +137,7 @@ class TableSpec:
     title: str
     variants: tuple[tuple[str, float, str], ...]   # (leads, train_fraction, column label part)
     block: str = ""       # LaTeX: heading of the first column when rows come in one block per variant
+    modes: tuple[str, ...] = TABLE_MODES   # the run modes the table holds
 
 
 TABLES = (
@@ -173,7 +175,7 @@ def table_specs(runs: Sequence[Run]) -> tuple[TableSpec, ...]:
 
 def variant_of(spec: TableSpec, run: Run) -> tuple[str, float, str] | None:
     """The table variant (column block) a run belongs to, or None if it is not in the table."""
-    if run.mode not in TABLE_MODES:
+    if run.mode not in spec.modes:
         return None
     return next((v for v in spec.variants if v[0] == run.leads and isclose(v[1], run.train_fraction)), None)
 
@@ -237,6 +239,16 @@ class Table:
     adjusted: dict[tuple[str, int], float] = field(default_factory=dict)   # (method, column) -> adjusted p
     footnotes: list[str] = field(default_factory=list)   # protocol differences of its rows (eval/fairness)
     leaks: dict[str, list[str]] = field(default_factory=dict)   # method -> its runs' leakage notes
+    # row -> the row its differences are to (a reference per row, coreecg/eval/label_efficiency.py); None: every
+    # row's is significance.reference. A row missing from the dict has no difference (a baseline).
+    references: dict[str, str] | None = None
+    row_of: dict[Path, str] = field(default_factory=dict)      # run folder -> its row, where not its method
+
+    def reference_of(self, method: str) -> str | None:
+        """The row whose runs `method`'s differences are to (None: it has none)."""
+        if self.references is not None:
+            return self.references.get(method)
+        return self.significance.reference if self.significance is not None else None
 
     def _means(self, j: int) -> list[float]:
         return sorted({round(100 * np.mean(v[j]), 1) for v in self.cells.values() if v[j]}, reverse=True)
@@ -257,8 +269,10 @@ class Table:
         the reference in that cell, differences off)."""
         sig, c = self.significance, self.columns[j]
         cell = (c.dataset, c.leads, c.fraction)
-        if sig is None or not sig.n_resamples or method == sig.reference or method in self.unavailable \
-                or cell not in self.members.get(method, ()) or cell not in self.members.get(sig.reference, ()):
+        reference = self.reference_of(method)
+        if sig is None or not sig.n_resamples or reference is None or method == reference \
+                or method in self.unavailable \
+                or cell not in self.members.get(method, ()) or cell not in self.members.get(reference, ()):
             return None
         found = sig.cells.get((method, cell))
         return found if found is None or isinstance(found, str) else found[c.metric]
@@ -383,14 +397,23 @@ def _significance_note(table: Table, mark: str) -> str:
         return ""
     if not sig.n_resamples:
         return "No differences between methods (report.bootstrap_resamples = 0)."
-    if sig.reference not in table.members:
+    if table.references is not None:
+        if not any(ref in table.members for ref in table.references.values()):
+            return "No runs of a baseline row in this table: no differences between methods."
+        rows_of = {b: [m for m, r in table.references.items() if r == b] for b in table.references.values()}
+        target, reference_row = "its row's baseline", (
+            "; ".join(f"{', '.join(rows)} against {b}" for b, rows in rows_of.items())
+            + "; a baseline's own row has no difference")
+    elif sig.reference not in table.members:
         return f"No {sig.reference} runs in this table: no differences between methods."
+    else:
+        target, reference_row = sig.reference, f"{sig.reference}'s row is the reference"
     alpha = 1 - sig.level
-    text = (f"{mark} the difference to {sig.reference} has a p-value below {alpha:g} after "
+    text = (f"{mark} the difference to {target} has a p-value below {alpha:g} after "
             f"{ADJUST_NAMES[sig.adjust]} over the {len(table.adjusted)} comparison(s) of this table that can be "
             f"marked: Welch's t over training runs (each method >= {sig.min_runs} runs in the cell), test patients "
             f"resampled within ({sig.n_resamples:,} resamples; docs/evaluation.md, Differences between methods); "
-            f"{sig.reference}'s row is the reference.")
+            f"{reference_row}.")
     counts = _unmarkable_counts(table)
     excluded = " Cells that cannot be marked are not counted in the correction." if counts else ""
     if n := counts.pop("runs", 0):
@@ -467,12 +490,19 @@ def _differences_markdown(table: Table) -> list[str]:
             return MISSING
         return f"{_pp(d.diff)} [{_pp(d.low)}, {_pp(d.high)}]" + ("§" if d.p_value is None else "")
 
-    lines = ["", f"Differences to {sig.reference} in percentage points (the method's mean over its runs minus "
-                 f"{sig.reference}'s) [{100 * sig.level:g} % interval over training runs and test patients; § "
+    if table.references is not None:
+        head = ("Differences to each row's baseline in percentage points (the row's mean over its runs minus the "
+                "baseline's)")
+        names = {m: f"{m} − {table.references[m]}" for m in diffs}
+    else:
+        head = (f"Differences to {sig.reference} in percentage points (the method's mean over its runs minus "
+                f"{sig.reference}'s)")
+        names = {m: m for m in diffs}
+    lines = ["", f"{head} [{100 * sig.level:g} % interval over training runs and test patients; § "
                  f"fewer than {sig.min_runs} runs of a method: {SAMPLING_ONLY}]; p-values, run counts and why a "
                  "cell is not marked in the CSV:", "",
              _markdown_row(["Method"] + [c.label for c in cols]), _markdown_row(["---"] * (len(cols) + 1))]
-    return lines + [_markdown_row([method] + [text(d) for d in row]) for method, row in diffs.items()]
+    return lines + [_markdown_row([names[method]] + [text(d) for d in row]) for method, row in diffs.items()]
 
 
 DIFF_FIELDS = ("diff", "diff low", "diff high", "p", "p adjusted", "diff runs", "diff reference runs",
@@ -497,16 +527,18 @@ def write_table_csv(table: Table, path: Path) -> None:
     low, diff high), its raw and adjusted p-values, the run counts of the method and of the
     reference, and why the cell is not marked ('' where none applies: `_diff_fields`)."""
     diff_header = [f"{c.label} {name}" for c in table.columns for name in DIFF_FIELDS]
+    per_row = table.references is not None      # a reference per row: its own column after the method
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["method"] + [h for c in table.columns for h in (c.label, f"{c.label} n")] + ["note"]
-                   + diff_header)
+        w.writerow(["method"] + (["baseline"] if per_row else [])
+                   + [h for c in table.columns for h in (c.label, f"{c.label} n")] + ["note"] + diff_header)
         for method, row in table.cells.items():
+            first = [method] + ([table.references.get(method, "")] if per_row else [])
             if method in table.unavailable:
-                w.writerow([method] + [UNAVAILABLE, 0] * len(table.columns) + [table.unavailable[method]]
+                w.writerow(first + [UNAVAILABLE, 0] * len(table.columns) + [table.unavailable[method]]
                            + [""] * len(diff_header))
                 continue
-            w.writerow([method] + [x for values in row for x in (format_cell(values), len(values))]
+            w.writerow(first + [x for values in row for x in (format_cell(values), len(values))]
                        + ["; ".join(table.leaks.get(method, []))]
                        + [x for j in range(len(table.columns)) for x in _diff_fields(table, method, j)])
 
@@ -600,7 +632,8 @@ def write_all_runs_csv(runs: Sequence[Run], tables: Sequence[Table], path: Path)
             rec = run.record
             row = {"run_dir": str(run.path), **{k: getattr(run, k) for k in RUN_FIELDS},
                    "multilabel": rec.get("multilabel"),
-                   "tables": ";".join(t.spec.name for t in tables if variant_of(t.spec, run) and run.method in t.cells),
+                   "tables": ";".join(t.spec.name for t in tables
+                                      if variant_of(t.spec, run) and t.row_of.get(run.path, run.method) in t.cells),
                    **{k: rec.get(k) for k in ("encoder", "encoder_config_hash", "crop_rule", "split_rule")},
                    "leakage": leakage_note(rec)}
             for split in ("test", "val"):
@@ -675,16 +708,18 @@ def method_differences(runs: Sequence[Run], report: ReportConfig) -> Significanc
     return sig
 
 
-def _cell_differences(cell: Cell, ref: list[Run], others: dict[str, list[Run]],
-                      report: ReportConfig) -> dict[tuple[str, Cell], dict[str, Difference]]:
-    """`cell_differences` of one cell by table column: {(method, cell): {metric column: Difference}}."""
+def _cell_differences(cell: Cell, ref: list[Run], others: dict[str, list[Run]], report: ReportConfig,
+                      reference: str | None = None) -> dict[tuple[str, Cell], dict[str, Difference]]:
+    """`cell_differences` of one cell by table column: {(method, cell): {metric column: Difference}};
+    `ref` are the runs of `reference` (default report.reference)."""
+    reference = report.reference if reference is None else reference
     multilabel, class_names = _task(ref[0])
     for method_runs in others.values():
         if _task(method_runs[0])[1] != class_names:
             raise RunError(f"{method_runs[0].path} and {ref[0].path}: one table cell, other class names")
     keys = {m: metric_key(ref[0], m, report.f1) for m in METRICS}    # column -> metrics.json key
     try:
-        found = cell_differences({report.reference: ref, **others}, report.reference,
+        found = cell_differences({reference: ref, **others}, reference,
                                  list(dict.fromkeys(keys.values())), multilabel, class_names,
                                  report.bootstrap_resamples, report.seed, report.level, report.min_runs,
                                  report.min_test_patients)
@@ -696,7 +731,7 @@ def _cell_differences(cell: Cell, ref: list[Run], others: dict[str, list[Run]],
 def write_report(run_dirs: Sequence[str | Path], output: str | Path,
                  method_tables: dict[str, Sequence[str]] | None = None,
                  unavailable: dict[str, str] | None = None, *, report: ReportConfig | None = None,
-                 allow: Sequence[Allowance] = ()) -> list[Path]:
+                 allow: Sequence[Allowance] = (), label_efficiency: bool | None = None) -> list[Path]:
     """Read every run folder, write comparison / lead_reduction / train_fraction (.md, .csv, .tex)
     and all_runs.csv into `output`, plus one table per `method_tables` entry (name -> methods in row
     order; `ablation_<name>`, except that an entry named `comparison` replaces the comparison
@@ -705,8 +740,11 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
     tables print, the reference method of the differences, their resamples, level, seed and the
     marking rule (adjust, min_runs, min_test_patients). Each table's rows are checked to have been
     trained under one protocol (coreecg/eval/fairness.py; `allow`: the variants file's declared
-    differences, printed as footnotes): UnfairTableError names an undeclared difference. -> the
-    files written. RunError on an unreadable folder."""
+    differences, printed as footnotes): UnfairTableError names an undeclared difference.
+    `label_efficiency`: also write the label-efficiency table (coreecg/eval/label_efficiency.py:
+    label_efficiency.md/.csv/.tex and label_efficiency_verdicts.md); None: when a run has a random
+    encoder (metrics.json "encoder": "random"). -> the files written. RunError on an unreadable
+    folder."""
     if not run_dirs:
         raise RunError("no run folders given")
     report = report or ReportConfig()
@@ -726,6 +764,14 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
         notes = check_table(table.spec.name, [e for entries, _ in behind for e in entries], allow, seeds="note")
         table.footnotes = list(dict.fromkeys([*notes, *(n for _, ns in behind for n in ns)]))
     significance = method_differences(runs, report)
+    from coreecg.eval.label_efficiency import has_label_efficiency_runs, label_efficiency_table
+
+    efficiency = None
+    if label_efficiency or (label_efficiency is None and has_label_efficiency_runs(runs)):
+        efficiency = label_efficiency_table(runs, report)
+        behind = [protocols[r.path] for r in runs if r.path in efficiency.row_of]
+        notes = check_table(efficiency.spec.name, [e for entries, _ in behind for e in entries], allow, seeds="note")
+        efficiency.footnotes = list(dict.fromkeys([*notes, *(n for _, ns in behind for n in ns)]))
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     written = []
@@ -736,5 +782,10 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
         write_table_csv(table, csv_path)
         tex.write_text(table_latex(table))
         written += [md, csv_path, tex]
+    if efficiency is not None:
+        from coreecg.eval.label_efficiency import write_label_efficiency
+
+        written += write_label_efficiency(efficiency, output)
+        tables.append(efficiency)
     write_all_runs_csv(runs, tables, output / "all_runs.csv")
     return written + [output / "all_runs.csv"]

@@ -14,7 +14,7 @@ from coreecg.data.corpus import load_manifest
 from coreecg.eval.report import RunError, load_run, table_runs, table_specs, variant_of, write_report
 from coreecg.study.runner import run_dir
 from coreecg.tune.trials import is_done
-from coreecg.study.spec import BENCHMARK_TABLE, Study
+from coreecg.study.spec import BENCHMARK_TABLE, LABEL_EFFICIENCY_TABLE, Study
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,8 @@ def write_study_report(study: Study, output: str | Path) -> Path:
         method_tables = {t: m for t, m in method_tables.items() if m}
         if [t for t in study.tables if t != BENCHMARK_TABLE]:
             write_report([r.path for r in runs.values()], report_dir / "tables",
-                         method_tables, study.unavailable, report=cfg.report, allow=study.allow)
+                         method_tables, study.unavailable, report=cfg.report, allow=study.allow,
+                         label_efficiency=LABEL_EFFICIENCY_TABLE in study.tables)
         lines += ["## Tables", "",
                   f"Markdown, CSV and LaTeX (booktabs) in `tables/`; differences to {cfg.report.reference} with "
                   f"{cfg.report.level:.0%} intervals over training runs ({cfg.report.bootstrap_resamples} resamples "
@@ -203,6 +204,16 @@ def write_study_report(study: Study, output: str | Path) -> Path:
             lines.append(f"- **{BENCHMARK_TABLE}**: [`tables/benchmark.md`](tables/benchmark.md), "
                          f"`tables/benchmark.csv`; {len(behind)} run(s): " + ", ".join(f"`{m}`" for m in behind))
         for table in (t for t in study.tables if t != BENCHMARK_TABLE):
+            if table == LABEL_EFFICIENCY_TABLE:
+                from coreecg.eval.label_efficiency import VERDICTS_FILE, label_efficiency_runs
+
+                kept = {id(r) for r in label_efficiency_runs(list(runs.values()))}
+                behind = sorted(name for name, run in runs.items() if id(run) in kept)
+                lines.append(f"- **{LABEL_EFFICIENCY_TABLE}**: [`tables/{LABEL_EFFICIENCY_TABLE}.md`]"
+                             f"(tables/{LABEL_EFFICIENCY_TABLE}.md), `tables/{LABEL_EFFICIENCY_TABLE}.csv`, "
+                             f"`tables/{LABEL_EFFICIENCY_TABLE}.tex`, verdicts in [`tables/{VERDICTS_FILE}`]"
+                             f"(tables/{VERDICTS_FILE}); {len(behind)} run(s): " + ", ".join(f"`{m}`" for m in behind))
+                continue
             file = table if table in ("comparison", "lead_reduction", "train_fraction") else f"ablation_{table}"
             members = _members(table if file == table else "comparison",
                                method_tables.get(table) if table in method_tables else None, runs)

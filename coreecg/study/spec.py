@@ -74,6 +74,7 @@ MODES = ("finetune", "linear", "frozen")
 FIGURES = ("reconstruction", "tsne", "mask_rates")
 BUILT_IN_TABLES = ("comparison", "lead_reduction", "train_fraction")
 BENCHMARK_TABLE = "benchmark"    # macro AUROC per corpus x mode (coreecg/eval/benchmark.py); asked for by name
+LABEL_EFFICIENCY_TABLE = "label_efficiency"   # rows per (method, mode) (coreecg/eval/label_efficiency.py); by name
 PATH_KEYS = ("data.corpus", "data.probe_corpus", "data.cache_dir")   # resolved before any trial runs
 
 
@@ -621,7 +622,8 @@ class _Reader:
         return tuple(out)
 
     def tables(self, has_downstream: bool) -> tuple[str, ...]:
-        allowed = [*BUILT_IN_TABLES, BENCHMARK_TABLE, *(t for t in self.space.tables if t not in BUILT_IN_TABLES)]
+        allowed = [*BUILT_IN_TABLES, BENCHMARK_TABLE, LABEL_EFFICIENCY_TABLE,
+                   *(t for t in self.space.tables if t not in BUILT_IN_TABLES)]
         tables = self.spec.report.tables
         tables = tables if tables is not None else (BUILT_IN_TABLES if has_downstream else ())
         if [t for t in tables if t not in allowed]:

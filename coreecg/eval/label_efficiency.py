@@ -1,0 +1,340 @@
+"""The label-efficiency table: does pretraining help when labels are scarce? One row per (method,
+mode), columns dataset x train fraction (largest first) x metric on 12 leads, and each row's
+difference to the baseline of its mode (docs/evaluation.md, "Label-efficiency table"):
+
+- a linear (or frozen) row against the Random-init row of the same mode: does the pretrained
+  encoder beat a random one under the same probe?
+- a fine-tune row against the Supervised (scratch) row: does pretraining beat training from
+  scratch?
+
+Random-init runs are recognised by metrics.json "encoder": "random" (finetune.encoder=random),
+never by their name; a scratch run is its method's row without a mode suffix. The baselines have
+no difference. The differences are `cell_differences` (coreecg/eval/significance.py) marked by the
+report's run-level rule (report.min_runs, min_test_patients, report.adjust over this table's
+family, report.level), through the same Table / renderers as the other tables (a reference per
+row: `Table.references`).
+
+    table = label_efficiency_table(runs, report)         # coreecg.eval.report.load_run runs
+    write_label_efficiency(table, out_dir)               # label_efficiency.{md,csv,tex},
+                                                         #   label_efficiency_verdicts.md
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from math import isclose
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from coreecg.config import ReportConfig
+from coreecg.eval.report import (DATASETS, NO_PREDICTIONS, Cell, Run, RunError, Significance, Table, TableSpec,
+                                 _cell_differences, build_table, table_latex, table_markdown, variant_of,
+                                 write_table_csv)
+from coreecg.eval.significance import PREDICTIONS, Difference
+
+LABEL_EFFICIENCY_TABLE = "label_efficiency"
+MODES = ("linear", "frozen", "finetune", "scratch")      # the run modes the table holds, rows in this order
+SUFFIX = {"linear": "linear", "frozen": "frozen", "finetune": "fine-tune"}
+UNDER = {"linear": "under the linear probe", "frozen": "with the encoder frozen", "finetune": "under fine-tuning"}
+LEADS = "12"
+VERDICT_METRIC = "auroc"
+VERDICTS_FILE = "label_efficiency_verdicts.md"
+
+# The smallest AUROC difference the rule marks in >= 80 % of simulated tables (Holm over ACC, F1 and
+# AUROC, 5 %), measured by experiments/minimal_detectable_effect.py on coreecg/eval/calibration.py's
+# synthetic runs (run-to-run AUROC SD about 3.5 points; 200 tables per effect, skill + 0.2 steps):
+# (runs per method, test patients) -> the first scanned effect with >= 80 % power: its mean AUROC
+# difference in points, its power, the calibration skill effect, and the step below it (points,
+# power), between which the true 80 % point lies; None: no effect scanned (up to + 1.2) reached 80 %.
+DETECTABLE: dict[tuple[int, int], dict | None] = {
+    (3, 100): {"points": 14.5, "power": 0.87, "effect": 0.8, "below": (11.9, 0.61)},
+    (3, 300): {"points": 14.8, "power": 0.84, "effect": 0.8, "below": (11.9, 0.72)},
+    (5, 100): {"points": 12.0, "power": 0.98, "effect": 0.6, "below": (8.4, 0.77)},
+    (5, 300): {"points": 8.5, "power": 0.835, "effect": 0.4, "below": (4.4, 0.23)},
+}
+CALIBRATION_RUN_SD = 3.5    # points: the calibration's run-to-run AUROC standard deviation
+
+
+def is_random_init(run: Run) -> bool:
+    """A run whose encoder was drawn at random (metrics.json "encoder": "random")."""
+    return run.record.get("encoder") == "random"
+
+
+def row_name(run: Run) -> str:
+    """'CoRe-ECG (linear)', 'CoRe-ECG (fine-tune)'; a scratch run's method alone ('Supervised')."""
+    return run.method if run.mode == "scratch" else f"{run.method} ({SUFFIX[run.mode]})"
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    method: str
+    mode: str                 # linear | frozen | finetune | scratch
+    role: str                 # "random" | "supervised" | "pretrained"
+    baseline: str | None      # the row its difference is to (None: a baseline, or none ran)
+
+
+def label_efficiency_runs(runs: Sequence[Run]) -> list[Run]:
+    """The runs the table holds: 12 leads, modes linear, frozen, finetune and scratch."""
+    return [r for r in runs if r.mode in MODES and r.leads == LEADS]
+
+
+def label_efficiency_rows(runs: Sequence[Run]) -> list[Row]:
+    """The table's rows in order: Random-init rows (linear, frozen, fine-tune), the Supervised
+    (scratch) rows, then each pretrained method's rows (linear, frozen, fine-tune), methods in
+    first-seen order. A pretrained linear/frozen row's baseline is the first Random-init row of its
+    mode, a fine-tune row's the first scratch row."""
+    kept = label_efficiency_runs(runs)
+    methods = list(dict.fromkeys(r.method for r in kept))
+    found: dict[tuple[str, str], str] = {}      # (method, mode) -> role
+    for r in kept:
+        role = "random" if is_random_init(r) else "supervised" if r.mode == "scratch" else "pretrained"
+        if found.setdefault((r.method, r.mode), role) != role:
+            raise RunError(f"{r.path}: {r.method} ({r.mode}) holds both random-init and pretrained runs; give a "
+                           "random encoder its own method name")
+    order = {m: i for i, m in enumerate(MODES)}
+    random_rows = sorted(((m, mode) for (m, mode), role in found.items() if role == "random"),
+                         key=lambda k: (order[k[1]], methods.index(k[0])))
+    supervised = [(m, mode) for m in methods for mode in MODES if found.get((m, mode)) == "supervised"]
+    pretrained = [(m, mode) for m in methods for mode in MODES if found.get((m, mode)) == "pretrained"]
+    name = {k: k[0] if k[1] == "scratch" else f"{k[0]} ({SUFFIX[k[1]]})" for k in found}
+    random_of = {}
+    for m, mode in random_rows:
+        random_of.setdefault(mode, name[(m, mode)])
+    scratch = name[supervised[0]] if supervised else None
+    rows = [Row(name[k], *k, "random", None) for k in random_rows]
+    rows += [Row(name[k], *k, "supervised", None) for k in supervised]
+    rows += [Row(name[k], *k, "pretrained", scratch if k[1] == "finetune" else random_of.get(k[1]))
+             for k in pretrained]
+    return rows
+
+
+@dataclass
+class LabelEfficiencyTable(Table):
+    """A report Table (every renderer of coreecg.eval.report takes it) with its rows' roles."""
+
+    rows: list[Row] = field(default_factory=list)
+
+
+def label_efficiency_table(runs: Sequence[Run], report: ReportConfig | None = None) -> LabelEfficiencyTable:
+    """The table of `runs` (12-lead runs of modes linear, frozen, finetune and scratch; the others
+    are left out) with its differences attached (report.bootstrap_resamples = 0: none). RunError
+    for two runs of one row, cell and seed, or runs of a cell that cannot be compared."""
+    report = report or ReportConfig()
+    kept = label_efficiency_runs(runs)
+    rows = label_efficiency_rows(kept)
+    relabelled = [replace(r, method=row_name(r)) for r in kept]
+    fractions = sorted({r.train_fraction for r in kept}, reverse=True)
+    distinct = [f for i, f in enumerate(fractions) if not any(isclose(f, g) for g in fractions[:i])]
+    spec = TableSpec(LABEL_EFFICIENCY_TABLE, "Label efficiency (12 leads)",
+                     tuple((LEADS, f, f"{f:.0%}") for f in distinct), "Data ratio", modes=MODES)
+    built = build_table(spec, relabelled, report.f1)
+    table = LabelEfficiencyTable(**{f.name: getattr(built, f.name) for f in fields(Table)}, rows=rows)
+    empty = [[] for _ in table.columns]
+    table.cells = {row.name: table.cells.get(row.name, empty) for row in rows}
+    table.references = {row.name: row.baseline for row in rows if row.baseline}
+    table.row_of = {r.path: row_name(r) for r in kept}
+    table.set_significance(label_efficiency_differences(spec, relabelled, table.references, report))
+    return table
+
+
+def label_efficiency_differences(spec: TableSpec, runs: Sequence[Run], references: dict[str, str],
+                                 report: ReportConfig) -> Significance:
+    """Each row's differences to its baseline (`references`: row -> baseline row) in every cell
+    both have runs in, one `cell_differences` per (cell, baseline) with the report's resamples,
+    seed, level, min_runs and min_test_patients; `runs` carry their row as method. A cell where a
+    run of the row or of its baseline lacks predictions.csv gets NO_PREDICTIONS instead."""
+    sig = Significance("", report.bootstrap_resamples, report.level, report.adjust, report.min_runs,
+                       report.min_test_patients)
+    cells: dict[Cell, dict[str, list[Run]]] = {}
+    for run in runs:
+        if v := variant_of(spec, run):
+            cells.setdefault((run.dataset, v[0], v[1]), {}).setdefault(run.method, []).append(run)
+    if not report.bootstrap_resamples:
+        return sig
+    for cell, by_row in cells.items():
+        for baseline in dict.fromkeys(references.values()):
+            ref = by_row.get(baseline)
+            others = {row: rs for row, rs in by_row.items() if references.get(row) == baseline}
+            if not ref or not others:
+                continue
+            ready = {}
+            for row, row_runs in others.items():
+                if any(not (r.path / PREDICTIONS).is_file() for r in (*ref, *row_runs)):
+                    sig.cells[(row, cell)] = NO_PREDICTIONS
+                else:
+                    ready[row] = row_runs
+            if ready:
+                sig.cells.update(_cell_differences(cell, ref, ready, report, reference=baseline))
+    return sig
+
+
+def _points(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _status(table: Table, row: str, j: int, d: Difference) -> str:
+    alpha = 1 - table.significance.level
+    adjusted = table.adjusted.get((row, j))
+    if table.marked(row, j):
+        return f"marked (adjusted p {adjusted:.3g} < {alpha:g})"
+    if not d.testable:
+        return f"not marked: {d.unmarkable}"
+    return f"not marked (adjusted p {adjusted:.3g} >= {alpha:g})"
+
+
+def difference_text(d: Difference, metric: str) -> str:
+    """'+3.2 [-1.0, 7.4] AUROC points' from the Difference (fractions -> percentage points)."""
+    label = {"acc": "ACC", "f1": "F1", "auroc": "AUROC"}[metric]
+    return f"{100 * d.diff:+.1f} [{_points(d.low)}, {_points(d.high)}] {label} points"
+
+
+def verdicts(table: LabelEfficiencyTable, metric: str = VERDICT_METRIC) -> list[str]:
+    """One sentence per dataset, fraction (largest first) and pretrained row with a baseline: e.g.
+    'PTB-XL, 10 %: CoRe-ECG vs Random init under the linear probe: +3.2 [-1.0, 7.4] AUROC points,
+    not marked (adjusted p 0.21 >= 0.05)'. The numbers are the row's Difference in `metric`'s
+    column and its adjusted p (Table.adjusted); a cell without one says why."""
+    rows = table.rows
+    by_name = {r.name: r for r in rows}
+    out = []
+    for j, c in enumerate(table.columns):
+        if c.metric != metric:
+            continue
+        where = f"{DATASETS.get(c.dataset, c.dataset)}, {100 * c.fraction:g} %"
+        cell = (c.dataset, c.leads, c.fraction)
+        for row in rows:
+            if row.role != "pretrained" or row.mode not in UNDER or cell not in table.members.get(row.name, ()):
+                continue
+            head = f"{where}: {row.method} vs "
+            if row.baseline is None:
+                kind = "Random init" if row.mode != "finetune" else "Supervised"
+                out.append(f"{head}{kind} {UNDER[row.mode]}: no {kind} run {UNDER[row.mode]}, no difference")
+                continue
+            base = by_name[row.baseline].method
+            head += f"{base} {UNDER[row.mode]}: "
+            d = table.difference(row.name, j)
+            if isinstance(d, Difference) and d.diff is not None:
+                out.append(head + f"{difference_text(d, metric)}, {_status(table, row.name, j, d)}")
+            elif isinstance(d, Difference):
+                out.append(head + f"no difference: {d.unmarkable}")
+            elif isinstance(d, str):
+                out.append(head + f"no difference: {d}")
+            elif cell not in table.members.get(row.baseline, ()):
+                out.append(head + f"no difference: no {row.baseline} runs at this fraction")
+            else:
+                out.append(head + "no difference (report.bootstrap_resamples = 0)")
+    return out
+
+
+def difference_list(table: Table) -> list[str]:
+    """Every difference of the table, one line each: row vs baseline, column, points, interval, raw
+    and adjusted p, and whether it is marked (or why not)."""
+    out = []
+    for row in table.cells:
+        for j, c in enumerate(table.columns):
+            d = table.difference(row, j)
+            if d is None:
+                continue
+            head = f"- {row} vs {table.reference_of(row)}, {c.label}: "
+            if isinstance(d, str) or d.diff is None:
+                out.append(head + f"no difference: {d if isinstance(d, str) else d.unmarkable}")
+                continue
+            p = "p –" if d.p_value is None else f"p {d.p_value:.3g}"
+            adjusted = table.adjusted.get((row, j))
+            p += "" if adjusted is None else f", adjusted p {adjusted:.3g}"
+            status = ("marked" if table.marked(row, j) else
+                      f"not marked: {table.unmarked_because(row, j)}")
+            out.append(head + f"{difference_text(d, c.metric)} ({p}; {d.n_patients} test patients); {status}")
+    return out
+
+
+def table_settings(table: Table) -> dict[tuple[int, int], int]:
+    """(runs per method, test patients) of each compared cell -> how many differences have it: the
+    fewer runs of the row and its baseline, the cell's test patients; most runs first."""
+    found = [d for row in table.cells for j in range(len(table.columns))
+             if isinstance(d := table.difference(row, j), Difference)]
+    out: dict[tuple[int, int], int] = {}
+    for d in found:
+        key = (min(len(d.seeds), len(d.reference_seeds)), d.n_patients)
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items(), reverse=True))
+
+
+def run_sd(table: Table, metric: str = "auroc") -> float | None:
+    """The mean sample SD over runs of the table's `metric` cells with two or more runs, in points."""
+    sds = [100 * np.std(v[j], ddof=1) for v in table.cells.values() for j, c in enumerate(table.columns)
+           if c.metric == metric and len(v[j]) > 1]
+    return float(np.mean(sds)) if sds else None
+
+
+def detectable_effect(runs: int, n_patients: int, min_runs: int = 3) -> str:
+    """What the calibration (DETECTABLE) says about the smallest AUROC difference a table of `runs`
+    runs per method and `n_patients` test patients marks with >= 80 % power: the documented
+    scenario with the most runs and patients not above the table's (so never optimistic)."""
+    if runs < min_runs:
+        return (f"with {runs} run(s) per method (fewer than report.min_runs = {min_runs}) no difference can be "
+                "marked, however large: the intervals are test-set sampling only.")
+    fits = [k for k in DETECTABLE if k[0] <= runs and k[1] <= n_patients]
+    if not fits:
+        return (f"the calibration has no scenario with at most {runs} runs and {n_patients} test patients: no "
+                "documented minimal detectable effect for this table.")
+    k = max(fits)
+    found = DETECTABLE[k]
+    where = (f"in the calibration's simulation (synthetic runs, run-to-run AUROC SD about {CALIBRATION_RUN_SD:g} "
+             f"points; experiments/minimal_detectable_effect.py) with {k[0]} runs per method and {k[1]} test "
+             f"patients (this table: {runs} runs, {n_patients} patients)")
+    if found is None:
+        return where + ", no difference scanned reached 80 % power: only very large effects would be marked."
+    below, below_power = found["below"]
+    return (where + f", the smallest difference marked with >= 80 % power is at most {found['points']:.1f} AUROC "
+            f"points (power {found['power']:.2f}; {below:.1f} points had {below_power:.2f}). A simulation-based "
+            "figure, not a property of these methods: where this table's run-to-run SD differs, the detectable "
+            "difference scales with it.")
+
+
+def detectable_note(table: Table) -> str:
+    """The minimal-detectable-effect paragraph for each setting of the table's compared cells
+    (table_settings) and the table's own run-to-run SD, to scale the simulated figure by."""
+    settings = table_settings(table)
+    if not settings:
+        return "Minimal detectable effect: the table has no difference, so none is stated."
+    parts = [f"{n} difference(s) with {runs} runs and {patients} test patients: "
+             + detectable_effect(runs, patients, table.significance.min_runs)
+             for (runs, patients), n in settings.items()]
+    sd = run_sd(table)
+    observed = f" This table's run-to-run AUROC SD: {sd:.1f} points (mean over its cells)." if sd is not None else ""
+    return "Minimal detectable effect. " + " ".join(parts) + observed
+
+
+def verdicts_markdown(table: Table) -> str:
+    lines = ["# Label efficiency: verdicts", "",
+             "Pretrained encoder vs Random init under the same probe, and pretraining + fine-tuning vs Supervised "
+             f"(from scratch); {VERDICT_METRIC.upper()} difference in percentage points "
+             f"[{100 * table.significance.level:g} % "
+             "interval], marked by the report's run-level rule (docs/evaluation.md, Label-efficiency table).", ""]
+    lines += [f"- {v}" for v in verdicts(table)] or ["No pretrained row has a baseline in this table."]
+    return "\n".join(lines + ["", detectable_note(table)]) + "\n"
+
+
+def write_label_efficiency(table: Table, out_dir: str | Path) -> list[Path]:
+    """label_efficiency.md (the table, its differences, each difference with p, the verdicts and the
+    minimal detectable effect), .csv, .tex and label_efficiency_verdicts.md in out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    md, csv_path, tex = (out / f"{LABEL_EFFICIENCY_TABLE}.{e}" for e in ("md", "csv", "tex"))
+    verdict_path = out / VERDICTS_FILE
+    extra = []
+    if table.significance is not None and table.significance.n_resamples:
+        extra += ["", "Each difference with its p-values:", "", *(difference_list(table) or ["(none)"])]
+        extra += ["", "## Verdicts", "", *(f"- {v}" for v in verdicts(table)), "", detectable_note(table)]
+        verdict_path.write_text(verdicts_markdown(table))
+    md.write_text(table_markdown(table) + ("\n".join(extra) + "\n" if extra else ""))
+    write_table_csv(table, csv_path)
+    tex.write_text(table_latex(table))
+    return [md, csv_path, tex] + ([verdict_path] if verdict_path.exists() else [])
+
+
+def has_label_efficiency_runs(runs: Sequence[Run]) -> bool:
+    """Whether runs hold a label-efficiency study: a random-init (encoder "random") run."""
+    return any(is_random_init(r) for r in runs)

@@ -7,6 +7,13 @@ mask-rate grid and for the whole study. Arithmetic only: no training, no Ray. Pr
     python -m bench.capacity --mfu-rtx3090 0.45 --mfu-h100 0.30   # one per GPU
     python -m bench.capacity --records 400000 --preprocess-rps-per-core 74.0
     python -m bench.capacity --quick                              # studies/tiny.yaml's runs: a smoke run
+    python -m bench.capacity --study studies/label_efficiency.yaml --stand-in-data   # a mixture study
+
+A study that builds its corpora from raw records (`source` + `input`, e.g.
+studies/label_efficiency.yaml) names them with $VARS, which `load_study` needs set to existing
+folders. Set them, or pass --stand-in-data: each one unset (MIMIC_IV_ECG, CODE15, CINC2021, PTBXL,
+CPSC2018) is set to its stand-in under --shared (CODE15, which has none, to --shared itself). The
+pricing reads none of those folders: only the loader checks that they exist.
 
 What comes from where:
 - windows per record, bytes per window: `data.preprocess.*` of --config (the rate, the window,
@@ -22,13 +29,26 @@ What comes from where:
 - training FLOPs per sample: `bench.common.pretrain_flops_per_sample` (the fine-tuned
   encoder with its `transformer_flops`, on the run's `finetune.leads` x `model.n_patches` tokens),
   samples per epoch as `coreecg.train.plan.steps_per_epoch` counts full batches.
-- downstream corpora: records from the paper's dataset section (--ptbxl-records etc.); windows per
-  ICBEB2018 record and the share of PTB-XL records in the single-label view from the shared
-  real records (../shared/ecg-data), read with the project's own source readers (index files and
-  headers only, no signals).
+- a study's pretraining mixture (pretrain.corpora): each corpus priced by its source with the
+  records, seconds and rate of PRETRAIN_SOURCES (--records / --record-seconds / --record-rate for
+  mimic-iv-ecg, --code15-* and --cinc2021-* for the others); the JSON marks the defaults not given
+  on the command line as "assumed". An epoch draws the mixture's train windows once (the default
+  weights, docs/mixtures.md). Without pretrain.corpora: --records of MIMIC-IV-ECG, as before.
+- downstream corpora: a built one (`path`, studies/paper.yaml) by its name (DOWNSTREAM); one built
+  by the study by its source and `data.sources.<source>.*` options (`downstream_kind`): PTB-XL's
+  task and label view give its classes and the share of records kept (measured on the shared
+  records), split=folds its official folds (8/10, 1/10, 1/10). Either way: records from the
+  paper's dataset section (--ptbxl-records etc.); windows per ICBEB2018 record and the share of
+  PTB-XL records in the label view from the shared real records (../shared/ecg-data), read with
+  the project's own source readers (index files and headers only, no signals).
 - evaluation: the pretraining probe (2 x `data.probe_max_windows` encoder forwards per evaluated
   epoch and at init) and fine-tuning validation (`finetune.eval_crops` forwards per val window per
   evaluated epoch, then val + test once more) are counted apart from training.
+- linear probes (finetune.mode=linear): with finetune.cache_features (the default) the frozen
+  encoder embeds the whole train split (probe_crops=eval; the fraction is drawn from it after) and
+  val and test ONCE, `eval_crops` forwards per window (coreecg/train/features.py), then the head
+  trains and is scored on features; uncached, every step runs the encoder (`eval_crops` forwards
+  per sample with probe_crops=eval, one with random) and every evaluation `eval_crops` per window.
 - GPU-hours = FLOPs / (peak dense bf16 tensor FLOP/s x MFU); wall hours = GPU-hours / GPUs (ideal:
   data parallel or one run per GPU, no input bottleneck). Peaks: RTX 3090 71 TFLOP/s (NVIDIA
   Ampere GA102 whitepaper, FP16/BF16 tensor with FP32 accumulate, dense), H100 SXM 989 TFLOP/s
@@ -68,6 +88,60 @@ DOWNSTREAM = {
     "ningbo": {"source": "cinc2021", "options": {"subsets": ["Ningbo"], "class_map": "ningbo25"},
                "records_arg": "ningbo_records", "record_s": 10.0, "rate": 500},
 }
+
+# Pretraining corpora by source (a study's pretrain.corpora): records, seconds and rate of one
+# record, each overridable by its flag (the arg); `basis` says where the default comes from.
+PRETRAIN_SOURCES = {
+    "mimic-iv-ecg": {"args": {"records": "records", "seconds": "record_seconds", "rate": "record_rate"},
+                     "basis": "paper, 'Datasets and Preprocessing': ~800,000 records of 10 s at 500 Hz"},
+    "code15": {"args": {"records": "code15_records", "seconds": "code15_seconds", "rate": "code15_rate"},
+               "basis": "docs/data_sources.md: 345,779 exams (Zenodo 4916206) at 400 Hz, 7-10.2 s; "
+                        "every exam is one window (7 s exams one padded window: docs/data_pipeline.md "
+                        "'Short records'), priced as 10 s"},
+    "cinc2021": {"args": {"records": "cinc2021_records", "seconds": "cinc2021_seconds", "rate": "cinc2021_rate"},
+                 "basis": "PhysioNet/CinC Challenge 2021 training set: 88,253 records, mostly 10 s at 500 Hz "
+                          "(the longer INCART, PTB and CPSC records' extra windows are not counted); the "
+                          "downstream val/test records the study excludes (<1 %) are not subtracted"},
+}
+# Stand-ins for a study's $VARS (--stand-in-data), under --shared; None: --shared itself.
+STAND_INS = {"MIMIC_IV_ECG": "mimic-iv-ecg-layout", "CODE15": None, "CINC2021": "cinc2021", "PTBXL": "ptbxl",
+             "CPSC2018": "cpsc2018-cinc2020"}
+
+
+def source_options(source: str, overrides: tuple[str, ...] | list[str]) -> dict:
+    """The `data.sources.<source>.<option>=value` entries of a corpus's `set`, as reader options."""
+    import yaml
+
+    prefix, out = f"data.sources.{source}.", {}
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key.strip().startswith(prefix):
+            out[key.strip()[len(prefix):]] = yaml.safe_load(value)
+    return out
+
+
+def downstream_kind(spec) -> dict:
+    """A study's downstream corpus (coreecg.study.spec.CorpusSpec) -> how to price it: DOWNSTREAM's
+    entry of its name for a built corpus (`path`), else one made from its source and options."""
+    if not spec.source:
+        if spec.name not in DOWNSTREAM:
+            raise SystemExit(f"bench.capacity: no pricing for the built corpus {spec.name!r} "
+                             f"(known: {', '.join(DOWNSTREAM)}); give it as source + input")
+        return {**DOWNSTREAM[spec.name], "split": None}
+    opts = source_options(spec.source, spec.set)
+    if spec.source == "ptbxl":
+        split = opts.pop("split", "patients")
+        return {"source": "ptbxl", "options": {"label_view": "single", "task": "superdiagnostic", **opts},
+                "records_arg": "ptbxl_records",
+                "record_s": 10.0, "rate": 500,
+                "split": "official folds: strat_fold 1-8 / 9 / 10" if split == "folds" else None}
+    if spec.source == "cpsc2018":
+        return {"source": "cpsc2018", "options": {"label_view": "first", **opts}, "records_arg": "icbeb_records",
+                "record_s": None, "rate": 500, "split": None}
+    if spec.source == "cinc2021" and opts.get("subsets") == ["Ningbo"]:
+        return {**DOWNSTREAM["ningbo"], "options": {**DOWNSTREAM["ningbo"]["options"], **opts}, "split": None}
+    raise SystemExit(f"bench.capacity: no pricing for downstream corpus {spec.name!r} (source {spec.source}, "
+                     f"options {opts}): known sources ptbxl, cpsc2018, cinc2021 with subsets [Ningbo]")
 
 
 def windows_per_record(seconds: float, rate: float, pp: PreprocessConfig) -> int:
@@ -124,12 +198,13 @@ def icbeb_windows_per_record(pp: PreprocessConfig, root: Path) -> dict:
             "mean": sum(counts) / len(counts), "source": str(root)}
 
 
-def ptbxl_single_label_share(root: Path) -> dict:
-    """Share of PTB-XL records the single-label view keeps, over the shared database csv rows."""
+def ptbxl_single_label_share(root: Path, **options) -> dict:
+    """Share of PTB-XL records a label view keeps (default: the single-label one, superdiagnostic),
+    over the shared database csv rows."""
     from coreecg.data.record import RecordError
     from coreecg.data.sources import get_source
 
-    src = get_source("ptbxl", label_view="single")
+    src = get_source("ptbxl", **{"label_view": "single", **options})
     refs = src.list_records(root)
     kept = 0
     for ref in refs:
@@ -162,15 +237,20 @@ def ningbo_label_share(root: Path) -> dict:
             "seconds_min_max": [min(seconds), max(seconds)] if seconds else None, "source": str(root)}
 
 
+def in_repo(path: str) -> str:
+    """A path relative to the repository when inside it, else absolute."""
+    path_ = Path(path).resolve()
+    return str(path_.relative_to(REPO)) if path_.is_relative_to(REPO) else str(path_)
+
+
 def sig(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def n_classes(name: str) -> int:
+def n_classes(kind: dict) -> int:
     from coreecg.data.sources import get_source
 
-    spec = DOWNSTREAM[name]
-    return len(get_source(spec["source"], **spec["options"]).class_names)
+    return len(get_source(kind["source"], **kind["options"]).class_names)
 
 
 def encoder_forward(cfg: Config, n_leads: int, n_out: int = 0) -> float:
@@ -184,6 +264,68 @@ def encoder_forward(cfg: Config, n_leads: int, n_out: int = 0) -> float:
 
 def samples_per_epoch(n_windows: int, batch: int) -> int:
     return steps_per_epoch(None, n_windows, batch, 1, "batch_size") * batch
+
+
+def no_full_batch(rc: Config, ds: dict) -> bool:
+    """True when the run's training windows do not fill one batch of finetune.batch_size
+    (coreecg.train.plan.steps_per_epoch refuses such a run)."""
+    return int(ds["train"] * rc.finetune.train_fraction) < rc.finetune.batch_size
+
+
+def finetune_cost(rc: Config, ds: dict) -> tuple[float, float]:
+    """(training FLOPs, evaluation FLOPs) of one fine-tuning run of config `rc` on the downstream
+    corpus `ds` (an entry of the JSON's "downstream")."""
+    ft = rc.finetune
+    fwd = encoder_forward(rc, len(ft.leads), ds["classes"])
+    train_windows = int(ds["train"] * ft.train_fraction)
+    # fewer windows than one batch: the run itself stops with a PlanError (no_full_batch); priced
+    # as if it took them all as one step per epoch
+    spe = train_windows if no_full_batch(rc, ds) else samples_per_epoch(train_windows, ft.batch_size)
+    head_only = 2 * rc.model.embed_dim * ds["classes"]
+    every = rc.train.eval_every_epochs or ft.epochs
+    evals = sum(1 for e in range(1, ft.epochs + 1) if e % every == 0 or e == ft.epochs)
+    if ft.mode == "linear" and ft.cache_features:
+        # one embedding pass (coreecg/train/features.py): val, test and, with probe_crops=eval, the
+        # whole train split (the fraction's windows are drawn from it), eval_crops forwards each;
+        # then the head alone (forward + weight gradient) on the features, scored on them
+        on_features = ft.probe_crops == "eval"
+        embed = (ds["train"] if on_features else 0) * ft.eval_crops * fwd
+        per_sample = 2 * head_only if on_features else fwd + 2 * head_only
+        train = embed + per_sample * spe * ft.epochs
+        ev = (ds["val"] + ds["test"]) * ft.eval_crops * fwd + (evals * ds["val"] + ds["val"] + ds["test"]) * head_only
+        return train, ev
+    if ft.mode == "linear" and ft.probe_crops == "eval":    # uncached: the crops' features every step
+        per_sample = ft.eval_crops * fwd + 2 * head_only
+    elif ft.mode in ("linear", "frozen"):
+        # frozen encoder: its forward only; the attention-pooling head is small beside it
+        per_sample = fwd + 2 * head_only
+    else:
+        per_sample = 3 * fwd
+    ev = (evals * ds["val"] + ds["val"] + ds["test"]) * ft.eval_crops * fwd
+    return per_sample * spe * ft.epochs, ev
+
+
+def pretrain_mixture(study, args, pp: PreprocessConfig, train_share: float, given: set[str]) -> list[dict]:
+    """Each pretraining corpus of the study priced by its source (PRETRAIN_SOURCES)."""
+    out = []
+    for c in study.pretrain_corpora:
+        if c.source not in PRETRAIN_SOURCES:
+            raise SystemExit(f"bench.capacity: no pricing for pretraining corpus {c.name!r} "
+                             f"(source {c.source or c.path}); "
+                             f"known sources: {', '.join(PRETRAIN_SOURCES)}")
+        src = PRETRAIN_SOURCES[c.source]
+        vals = {k: getattr(args, a) for k, a in src["args"].items()}
+        wpr = windows_per_record(vals["seconds"], vals["rate"], pp)
+        windows = vals["records"] * wpr
+        out.append({"corpus": c.name, "source": c.source, "records": vals["records"],
+                    "record": f"{vals['seconds']:g} s at {vals['rate']:g} Hz", "windows_per_record": wpr,
+                    "windows": windows, "train_windows": round(windows * train_share),
+                    "payload_bytes": windows * window_bytes(pp),
+                    "raw_wfdb_payload_bytes": round(vals["records"] * len(pp.leads) * vals["seconds"]
+                                                    * vals["rate"] * 2),
+                    "assumed": [f"--{a.replace('_', '-')}" for a in src["args"].values() if a not in given],
+                    "basis": src["basis"]})
+    return out
 
 
 def gpu_hours(flops: float, mfu: dict[str, float]) -> dict:
@@ -214,9 +356,26 @@ def main() -> None:
     p.add_argument("--icbeb-records", type=int, default=6_877, help="paper: 'over 6,000'; CPSC2018: 6,877")
     p.add_argument("--ningbo-records", type=int, default=34_905, help="paper: 34,905")
     p.add_argument("--shared", default=str(SHARED), help="the shared real records (ICBEB durations, PTB-XL labels)")
+    p.add_argument("--code15-records", type=int, default=345_779, help="CODE-15%% exams (Zenodo 4916206: 345,779)")
+    p.add_argument("--code15-seconds", type=float, default=10.0, help="CODE-15%%: 7-10.2 s, one window each")
+    p.add_argument("--code15-rate", type=float, default=400.0, help="CODE-15%%: 400 Hz")
+    p.add_argument("--cinc2021-records", type=int, default=88_253, help="PhysioNet/CinC 2021 training records: 88,253")
+    p.add_argument("--cinc2021-seconds", type=float, default=10.0, help="CinC 2021: mostly 10 s")
+    p.add_argument("--cinc2021-rate", type=float, default=500.0, help="CinC 2021: mostly 500 Hz")
+    p.add_argument("--stand-in-data", action="store_true",
+                   help="set each unset $VAR of the study's raw data folders (" + ", ".join(STAND_INS)
+                        + ") to its stand-in under --shared: the loader checks they exist, the pricing reads none")
     args = p.parse_args()
     if args.quick:
         args.study = str(REPO / "studies" / "tiny.yaml")
+    argv = sys.argv[1:]
+    given = {a.dest for a in p._actions
+             if any(x == o or x.startswith(o + "=") for o in a.option_strings for x in argv)}
+    if args.stand_in_data:
+        import os
+
+        for var, sub in STAND_INS.items():
+            os.environ.setdefault(var, str(Path(args.shared) / sub if sub else Path(args.shared)))
 
     for v in (args.mfu, args.mfu_rtx3090, args.mfu_h100):
         if v is not None and not 0 < v <= 1:
@@ -226,55 +385,95 @@ def main() -> None:
     pp, d = cfg.data.preprocess, cfg.data
     train_share, val_share, test_share = d.split_ratios
 
-    # ---------------------------------------------------------------- preprocessing and corpus
-    wpr = windows_per_record(args.record_seconds, args.record_rate, pp)
-    windows = args.records * wpr
-    wbytes = window_bytes(pp)
-    overhead = parquet_overhead(Path(args.overhead_corpus) if args.overhead_corpus else default_overhead_corpus())
-    payload = windows * wbytes
-    core_s = args.records / args.preprocess_rps_per_core
-    preprocessing = {
-        "records": args.records, "records_per_s_per_core": args.preprocess_rps_per_core,
-        "core_hours": sig(core_s / 3600, 3),
-        f"wall_hours_on_{args.preprocess_cores}_cores_ideal": sig(core_s / 3600 / args.preprocess_cores, 3),
-    }
-    corpus = {
-        "record": f"{args.record_seconds:g} s at {args.record_rate:g} Hz",
-        "windows_per_record": wpr, "windows": windows,
-        "window": {"leads": len(pp.leads), "samples": pp.window_samples, "sampling_rate": pp.sampling_rate,
-                   "dtype": np.dtype(SIGNAL_DTYPE).name, "bytes": wbytes},
-        "payload_bytes": payload, "overhead": overhead,
-        "corpus_bytes": round(payload * overhead["factor"]),
-        "train_windows": round(windows * train_share),
-        "raw_wfdb_payload_bytes": round(args.records * len(pp.leads) * args.record_seconds * args.record_rate * 2),
-    }
-    mimic_train = round(windows * train_share)
-
-    # ---------------------------------------------------------------- downstream corpora
-    shared = Path(args.shared)
-    icbeb = icbeb_windows_per_record(pp, shared / "cpsc2018-cinc2020")
-    ptbxl_keep = ptbxl_single_label_share(shared / "ptbxl")
-    ningbo_keep = ningbo_label_share(shared / "cinc2021")
-    downstream = {}
-    for name, spec in DOWNSTREAM.items():
-        records = getattr(args, spec["records_arg"])
-        per = icbeb["mean"] if spec["record_s"] is None else windows_per_record(spec["record_s"], spec["rate"], pp)
-        keep = {"ptbxl": ptbxl_keep["share"], "ningbo": ningbo_keep["share"]}.get(name, 1.0)
-        total = records * keep * per
-        downstream[name] = {"records": records, "windows_per_record": round(per, 4), "label_view_share": round(keep, 4),
-                            "windows": round(total), "train": round(total * train_share),
-                            "val": round(total * val_share), "test": round(total * test_share),
-                            "classes": n_classes(name)}
-
-    # ---------------------------------------------------------------- the study's runs
     from coreecg.study.spec import load_study
 
     study = load_study(args.study)
+    mixture = pretrain_mixture(study, args, pp, train_share, given) if study.pretrain_corpora else None
+
+    # ---------------------------------------------------------------- preprocessing and corpus
+    overhead = parquet_overhead(Path(args.overhead_corpus) if args.overhead_corpus else default_overhead_corpus())
+    wbytes = window_bytes(pp)
+    window = {"leads": len(pp.leads), "samples": pp.window_samples, "sampling_rate": pp.sampling_rate,
+              "dtype": np.dtype(SIGNAL_DTYPE).name, "bytes": wbytes}
+    records = sum(c["records"] for c in mixture) if mixture else args.records
+    core_s = records / args.preprocess_rps_per_core
+    preprocessing = {
+        "records": records, "records_per_s_per_core": args.preprocess_rps_per_core,
+        "core_hours": sig(core_s / 3600, 3),
+        f"wall_hours_on_{args.preprocess_cores}_cores_ideal": sig(core_s / 3600 / args.preprocess_cores, 3),
+    }
+    if mixture:
+        for c in mixture:
+            c["corpus_bytes"] = round(c["payload_bytes"] * overhead["factor"])
+        payload = sum(c["payload_bytes"] for c in mixture)
+        corpus = {"mixture": mixture, "window": window, "windows": sum(c["windows"] for c in mixture),
+                  "payload_bytes": payload, "overhead": overhead, "corpus_bytes": round(payload * overhead["factor"]),
+                  "train_windows": sum(c["train_windows"] for c in mixture),
+                  "raw_wfdb_payload_bytes": sum(c["raw_wfdb_payload_bytes"] for c in mixture),
+                  "epoch": "the mixture's train windows, each once (default weights: docs/mixtures.md)"}
+        pretrain_train = corpus["train_windows"]
+    else:
+        wpr = windows_per_record(args.record_seconds, args.record_rate, pp)
+        windows = args.records * wpr
+        payload = windows * wbytes
+        corpus = {
+            "record": f"{args.record_seconds:g} s at {args.record_rate:g} Hz",
+            "windows_per_record": wpr, "windows": windows, "window": window,
+            "payload_bytes": payload, "overhead": overhead,
+            "corpus_bytes": round(payload * overhead["factor"]),
+            "train_windows": round(windows * train_share),
+            "raw_wfdb_payload_bytes": round(args.records * len(pp.leads) * args.record_seconds * args.record_rate * 2),
+        }
+        pretrain_train = round(windows * train_share)
+
+    # ---------------------------------------------------------------- downstream corpora
+    shared = Path(args.shared)
+    kinds = {c.name: downstream_kind(c) for c in study.corpora}
+    measured: dict[str, dict] = {}      # what the shared records say, once per reader and options
+
+    def keep_share(kind: dict) -> float:
+        if kind["source"] == "cinc2021":
+            if "ningbo25_label_share" not in measured:
+                measured["ningbo25_label_share"] = ningbo_label_share(shared / "cinc2021")
+            return measured["ningbo25_label_share"]["share"]
+        if kind["source"] == "ptbxl":
+            opts = kind["options"]
+            named = {k: v for k, v in opts.items() if (k, v) != ("task", "superdiagnostic")}
+            key = "ptbxl_" + "_".join(f"{v}" for v in named.values()) + "_label_share"
+            if key not in measured:
+                measured[key] = ptbxl_single_label_share(shared / "ptbxl", **opts)
+            return measured[key]["share"]
+        return 1.0
+
+    downstream = {}
+    for name, kind in kinds.items():
+        if kind["record_s"] is None and "icbeb2018_windows_per_record" not in measured:
+            measured["icbeb2018_windows_per_record"] = icbeb_windows_per_record(pp, shared / "cpsc2018-cinc2020")
+        records_n = getattr(args, kind["records_arg"])
+        per = (measured["icbeb2018_windows_per_record"]["mean"] if kind["record_s"] is None
+               else windows_per_record(kind["record_s"], kind["rate"], pp))
+        keep = keep_share(kind)
+        total_w = records_n * keep * per
+        # the official PTB-XL folds hold 8/10, 1/10, 1/10 of the records; else data.split_ratios
+        shares = (0.8, 0.1, 0.1) if kind["split"] else (train_share, val_share, test_share)
+        downstream[name] = {"records": records_n, "windows_per_record": round(per, 4),
+                            "label_view_share": round(keep, 4),
+                            "windows": round(total_w), "train": round(total_w * shares[0]),
+                            "val": round(total_w * shares[1]), "test": round(total_w * shares[2]),
+                            "classes": n_classes(kind)}
+        if next(c for c in study.corpora if c.name == name).source:      # built by the study: say how
+            downstream[name].update({"source": kind["source"], "options": kind["options"],
+                                     "split": kind["split"] or "data.split_ratios (by patient)"})
+    order = ["icbeb2018_windows_per_record", "ptbxl_single_label_share"]
+    measured = dict(sorted(measured.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else
+                                                             1.5 if kv[0].startswith("ptbxl") else 2, kv[0])))
+
+    # ---------------------------------------------------------------- the study's runs
     pre_rows, pre_flops, probe_flops = [], {}, {}
     for run in study.pretrain_runs():
         rc = load_config(study.config_file, study.pretrain_overrides(run))
         f = pretrain_flops_per_sample(rc)
-        spe = samples_per_epoch(mimic_train, rc.optim.batch_size)
+        spe = samples_per_epoch(pretrain_train, rc.optim.batch_size)
         samples = spe * rc.optim.epochs
         every = rc.train.eval_every_epochs
         evals = (sum(1 for e in range(1, rc.optim.epochs + 1) if e % every == 0 or e == rc.optim.epochs) + 1
@@ -288,21 +487,19 @@ def main() -> None:
                          **gpu_hours(f["train_step"] * samples, mfu)})
 
     ft_rows, ft_flops, ft_eval = [], {}, {}
+    features: dict[tuple, str] = {}
+    short: dict[tuple, tuple[int, int]] = {}      # (corpus, fraction) -> (train windows, batch) < one batch
     grouped: dict[tuple, list] = defaultdict(list)
     mask_names = {r.name for r in study.mask_rate_runs()}
     for run in [*study.finetune_runs(), *study.mask_rate_runs()]:
         rc = load_config(study.config_file, study.finetune_overrides(run))
         ft, ds = rc.finetune, downstream[run.corpus]
-        fwd = encoder_forward(rc, len(ft.leads), ds["classes"])
-        train_windows = int(ds["train"] * ft.train_fraction)
-        spe = samples_per_epoch(train_windows, ft.batch_size)
-        head_only = 2 * rc.model.embed_dim * ds["classes"]
-        # frozen encoder (linear, frozen): its forward only; the attention-pooling head is small beside it
-        per_sample = fwd + 2 * head_only if ft.mode in ("linear", "frozen") else 3 * fwd
-        every = rc.train.eval_every_epochs or ft.epochs
-        evals = sum(1 for e in range(1, ft.epochs + 1) if e % every == 0 or e == ft.epochs)
-        ev = (evals * ds["val"] + ds["val"] + ds["test"]) * ft.eval_crops * fwd
-        ft_flops[run.name], ft_eval[run.name] = per_sample * spe * ft.epochs, ev
+        ft_flops[run.name], ft_eval[run.name] = finetune_cost(rc, ds)
+        if no_full_batch(rc, ds):
+            short[(run.corpus, ft.train_fraction)] = (int(ds["train"] * ft.train_fraction), ft.batch_size)
+        if ft.mode == "linear":
+            features[(run.corpus, ft.train_fraction)] = ("cached: one embedding pass, then the head on features"
+                                                         if ft.cache_features else "uncached: the encoder every step")
         key = ("mask_rates" if run.name in mask_names else "tables", run.corpus, ft.mode, len(ft.leads),
                ft.train_fraction)
         grouped[key].append(run.name)
@@ -313,7 +510,8 @@ def main() -> None:
                         "eval_flops_per_run": sig(ft_eval[names[0]]),
                         "train_flops": sig(sum(ft_flops[n] for n in names)),
                         **gpu_hours(sum(ft_flops[n] for n in names), mfu),
-                        "per_run_with_eval": gpu_hours(one + ft_eval[names[0]], mfu)})
+                        "per_run_with_eval": gpu_hours(one + ft_eval[names[0]], mfu),
+                        **({"features": features[(corpus_name, fraction)]} if mode == "linear" else {})})
 
     def total(pre: list[str], fine: list[str], with_eval: bool = True) -> dict:
         train = sum(pre_flops[n] for n in pre) + sum(ft_flops[n] for n in fine)
@@ -332,26 +530,27 @@ def main() -> None:
             by_cost[r["train_gflop_per_sample"]].append(r)
     cells = [{"cells": [r["cell"] for r in rs], "train_gflop_per_sample": g,
               "per_cell": {k: rs[0][k] for k in PLATFORMS}} for g, rs in by_cost.items()]
-    core = next(r for r in pre_rows if r["variant"] == "CoRe-ECG" and r["cell"] is None)
+    core = next((r for r in pre_rows if r["variant"] == "CoRe-ECG" and r["cell"] is None), None)
     ingest = {name: round(p["gpus"] * p["peak_flops_per_gpu"] * mfu[name] / (core["train_gflop_per_sample"] * 1e9))
-              for name, p in PLATFORMS.items()}
+              for name, p in PLATFORMS.items()} if core else None
 
     out = {
         "benchmark": "capacity", "command": " ".join(["python -m bench.capacity", *sys.argv[1:]]),
-        "config": str(Path(args.config).resolve().relative_to(REPO)),
-        "study": str(Path(args.study).resolve().relative_to(REPO)),
+        "config": in_repo(args.config),
+        "study": in_repo(args.study),
         "platforms": {n: {**p, "mfu": mfu[n], "effective_flops_per_gpu": p["peak_flops_per_gpu"] * mfu[n]}
                       for n, p in PLATFORMS.items()},
         "preprocessing": preprocessing,
         "corpus": corpus,
         "downstream": downstream,
-        "downstream_measured_on_shared_records": {"icbeb2018_windows_per_record": icbeb,
-                                                  "ptbxl_single_label_share": ptbxl_keep,
-                                                  "ningbo25_label_share": ningbo_keep},
+        "downstream_measured_on_shared_records": measured,
         "pretraining": [r for r in pre_rows if r["cell"] is None],
         "mask_rate_cells": cells,
         "finetuning": ft_rows,
         "core_ecg_ingest_windows_per_s_needed": ingest,
+        **({"plan_errors": [f"{c} at train_fraction {f:g}: ~{n} training windows, no full batch of {b} "
+                            f"(finetune.batch_size): the run would stop with a PlanError; priced as one step "
+                            f"of all {n} per epoch" for (c, f), (n, b) in short.items()]} if short else {}),
         "totals": {
             "tables_pretraining": total(table_pre, []),
             "tables_finetuning": total([], table_ft),

@@ -45,7 +45,9 @@ def describe(study: Study) -> dict[str, Any]:
     """The study as plain data (study.json): what a resumed study must equal."""
     return {"name": study.name, "file": str(study.path), "config": study.config_file,
             "pretrain": {r.name: study.pretrain_overrides(r) for r in study.pretrain_runs()},
-            "finetune": {r.name: {**asdict(r), "encoder": r.encoder.name if r.encoder else None,
+            # a grid's `set` only where given: study folders written before it existed still resume
+            "finetune": {r.name: {**{k: v for k, v in asdict(r).items() if k != "set" or v},
+                                  "encoder": r.encoder.name if r.encoder else None,
                                   "overrides": study.finetune_overrides(r)}
                          for r in [*study.finetune_runs(), *study.mask_rate_runs()]},
             "corpora": [asdict(c) for c in study.corpora],

@@ -29,6 +29,7 @@ typed config before any Ray starts.
       grids:                                     # optional: several grids, each overriding the
         leads: {methods: [ST-MEM-like, CoRe-ECG], leads: ["12", "6", "1"]}   # fields above;
         fractions: {methods: [ST-MEM-like, CoRe-ECG], fractions: [1.0, 0.5, 0.05]}   # runs are shared
+        probe: {modes: [linear], set: [finetune.lr=1e-3]}   # a grid's own overrides (after `set` above)
     mask_rates:                                  # optional: the paper's mask-rate figure
       space: ../tune_spaces/mask_rates.yaml      # a two-key grid; every cell pretrained ...
       variant: CoRe-ECG
@@ -119,6 +120,9 @@ class GridEntry:
     leads: Names | None = None
     fractions: Fractions | None = None
     seeds: Seeds | None = None
+    # this grid's own fine-tuning overrides, after downstream.set (e.g. a linear probe's rate, a
+    # smaller batch where a fraction holds less than one); a run two grids share must agree on them
+    set: Overrides = ()
 
 
 @dataclass
@@ -226,6 +230,7 @@ class Grid:
     leads: tuple[str, ...]
     fractions: tuple[float, ...]
     seeds: tuple[int, ...]
+    set: tuple[str, ...] = ()       # the grid's own fine-tuning overrides
 
 
 @dataclass(frozen=True)
@@ -280,6 +285,7 @@ class FinetuneRun:
     fraction: float
     seed: int
     encoder: "PretrainRun | ExternalEncoder | RandomEncoder | None"   # None: trained from scratch
+    set: tuple[str, ...] = ()   # its grid's own overrides (GridEntry.set)
 
     @property
     def name(self) -> str:
@@ -364,8 +370,11 @@ class Study:
                             for fraction in g.fractions:
                                 for seed in g.seeds:
                                     run = FinetuneRun(method, corpus, mode, leads, fraction, seed,
-                                                      self.encoder_for(method, seed))
-                                    runs.setdefault(run.name, run)
+                                                      self.encoder_for(method, seed), g.set)
+                                    if runs.setdefault(run.name, run).set != run.set:
+                                        raise StudyError(f"{self.path}: downstream.grids.{g.name}: run {run.name} is "
+                                                         f"also in another grid with other `set` overrides "
+                                                         f"({list(runs[run.name].set)} vs {list(run.set)})")
         return list(runs.values())
 
     @property
@@ -394,7 +403,7 @@ class Study:
         """The run's overrides; `more` (its corpus and encoder) before the command line's --set."""
         leads = parse_lead_set(run.leads)
         method = f"{run.method} ({run.encoder.cell})" if run.encoder and run.encoder.params else run.method
-        out = [*self.base, *self.downstream_set, f"finetune.mode={run.mode}", f"finetune.leads=[{','.join(leads)}]",
+        out = [*self.base, *self.downstream_set, *run.set, f"finetune.mode={run.mode}", f"finetune.leads=[{','.join(leads)}]",
                f"finetune.train_fraction={run.fraction}", f"train.seed={run.seed}", f"finetune.method={method}",
                f"finetune.dataset={run.corpus}"]
         if isinstance(run.encoder, RandomEncoder):     # no file: the run's own config says it
@@ -534,9 +543,10 @@ class _Reader:
         entries = self.spec.pretrain.corpora
         if not entries:
             return ()
-        given = [o.partition("=")[0].strip() for o in (*self.spec.set, *self.given_extra)]
+        given = [o.partition("=")[0].strip() for o in (*self.spec.set, *self.spec.pretrain.set, *self.given_extra)]
         if "data.corpus" in given:
-            raise self.error("pretrain.corpora", "names the pretraining data: drop data.corpus from set / --set")
+            raise self.error("pretrain.corpora", "names the pretraining data: drop data.corpus from set, "
+                                                 "pretrain.set and --set")
         out = []
         for spec in self.corpus_specs(entries, "pretrain.corpora"):
             entry, key = entries[spec.name], f"pretrain.corpora.{spec.name}"
@@ -581,7 +591,7 @@ class _Reader:
                 parse_lead_set(leads)
             except LeadSetError as e:
                 raise self.error(f"{key}.leads", str(e)) from None
-        return Grid(name, grid_corpora, methods, get("modes"), get("leads"), get("fractions"), get("seeds"))
+        return Grid(name, grid_corpora, methods, get("modes"), get("leads"), get("fractions"), get("seeds"), entry.set)
 
     def encoders(self) -> dict[str, str]:
         """`encoders`: each path resolved and opened as an encoder now (coreecg.loading: a

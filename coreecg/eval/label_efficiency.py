@@ -48,6 +48,7 @@ VERDICTS_FILE = "label_efficiency_verdicts.md"
 # difference in points, its power, the calibration skill effect, and the step below it (points,
 # power), between which the true 80 % point lies; None: no effect scanned (up to + 1.2) reached 80 %.
 DETECTABLE: dict[tuple[int, int], dict | None] = {
+    (3, 88): {"points": 14.4, "power": 0.9, "effect": 0.8, "below": (12.0, 0.635)},   # the tiny study's test set
     (3, 100): {"points": 14.5, "power": 0.87, "effect": 0.8, "below": (11.9, 0.61)},
     (3, 300): {"points": 14.8, "power": 0.84, "effect": 0.8, "below": (11.9, 0.72)},
     (5, 100): {"points": 12.0, "power": 0.98, "effect": 0.6, "below": (8.4, 0.77)},

@@ -53,6 +53,9 @@ def main(argv=None) -> int:
     from coreecg.data.pipeline import build_corpus
     from coreecg.train.fit import fit, plan_run
 
+    # Before the corpus build: Ray Data would otherwise start a bare Ray of its own (ray.init()),
+    # and init_ray would then keep it, without the private cluster's settings (coreecg.cluster).
+    init_ray(args.workers * load_config(overrides=[*TINY, *args.overrides]).train.cpus_per_worker)
     tmp = Path(tempfile.mkdtemp(prefix="bench-linear-"))
     try:
         data = load_config(overrides=["data.shard_records=64"]).data
@@ -66,7 +69,6 @@ def main(argv=None) -> int:
                 f"train.num_workers={args.workers}", "train.checkpoint_every_steps=0", "train.keep_checkpoints=1",
                 f"train.storage_path={tmp / 'runs'}"]
         model = load_config(overrides=base).model
-        init_ray(args.workers * load_config(overrides=base).train.cpus_per_worker)
         variants = {"cached": ["finetune.cache_features=true"],
                     "uncached": ["finetune.cache_features=false"],
                     "uncached_random_crops": ["finetune.cache_features=false", "finetune.probe_crops=random"]}
@@ -86,7 +88,7 @@ def main(argv=None) -> int:
             "benchmark": "linear_probe", "epochs": epochs, "corpus": "ptbxl (" + args.input + ")",
             "windows": manifest["counts"]["windows"], "model": {k: getattr(model, k) for k in ("embed_dim", "depth", "num_heads")},
             "overrides": args.overrides, "workers": args.workers,
-            "ray_train_health_check_interval_s": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "default (2.0)"),
+            "ray_train_health_check_interval_s": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "Ray's default (2.0)"),
             **out,
             "speedup_wall_vs_uncached": round(out["uncached"]["wall_s"] / c["wall_s"], 2),
             "speedup_loop_vs_uncached": round(out["uncached"]["loop_s"] / (c["loop_s"] + (c["features_s"] or 0)), 2),

@@ -17,11 +17,27 @@ feature embedding, epochs, validation, test), `loop_s` (the sum of the epochs' s
 validation seconds from metrics.jsonl), `features_s` (the one embedding pass, cached only),
 test AUROC; and the speed-ups cached vs each uncached variant.
 
-Measured here (2 shared CPUs, tiny model, 169 train windows, 50 epochs): the loop's seconds
-shrink about tenfold, but fit()'s wall time hardly moves, because each epoch's report waits for
-Ray Train's controller, which polls its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s by
-default): an epoch costs at least that, whatever it computes. Run with the variable set lower
-(e.g. 0.1, inherited by the local Ray this bench starts) to see the probe's own speed-up.
+Measured here (2 shared CPUs, load average 21-27 from other jobs; 169 train windows, 50 epochs,
+1 worker). Before: every epoch's report waited for Ray Train's controller, which polled its
+workers every 2 s (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S's default; a worker's result queue holds
+one report, the next blocks until the poll collects it), so an epoch cost >= 2 s whatever it
+computed: tiny model, cached 122.2 s wall vs uncached 120.2 s, compute 5.7 s vs 58.9 s. Now
+coreecg's private cluster polls every 0.1 s (coreecg.cluster), and this bench starts it before
+the corpus build (which would otherwise start a bare Ray); report costs ~6 ms:
+
+    python -m bench.linear_probe                                          # tiny (32 wide, depth 2)
+      cached 18.75 s wall (loop 4.64 s + features 1.33 s), uncached 76.74 s (loop 60.85 s),
+      random crops 69.51 s (loop 44.89 s): 4.1x wall (was 1.0x), 10.2x loop; test AUROC equal
+    python -m bench.linear_probe --set model.embed_dim=64 --variants cached,uncached
+      cached 33.78 s (loop 7.75 s + features 5.07 s), uncached 125.5 s (loop 104.87 s):
+      3.7x wall, 8.2x loop; test AUROC equal
+
+What is left of the cached wall time is start-up both variants pay once (~13 s tiny, ~21 s at
+width 64 here; a timeline of tiny runs: 15-21 s from fit() to the worker's loop function (run
+folder, training dataset, Ray Train's controller and worker group), 2-3 s to the task's build)
+and the one embedding pass. So the wall speed-up reaches 10x only where the uncached probe's 50 epochs cost
+~10x that: by these figures an uncached loop of >= ~530 s (a model ~5x the width-64 one's
+encoder cost, e.g. the 192/6/3 line above), not at the sizes measured here.
 """
 from __future__ import annotations
 

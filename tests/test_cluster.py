@@ -220,7 +220,8 @@ def test_a_private_cluster_polls_train_workers_every_tenth_of_a_second_unless_th
     monkeypatch.setattr(ray, "init", lambda **kw: seen.append(os.environ.get(cluster.TRAIN_POLL_ENV)))
     monkeypatch.setattr(cluster, "shared_address", lambda: None)
     monkeypatch.setattr(cluster, "_watch_cluster", lambda: None)
-    monkeypatch.delenv(cluster.TRAIN_POLL_ENV, raising=False)
+    monkeypatch.setenv(cluster.TRAIN_POLL_ENV, "")        # recorded, so what init_ray sets is undone
+    monkeypatch.delenv(cluster.TRAIN_POLL_ENV)
     cluster.init_ray(1)
     monkeypatch.setenv(cluster.TRAIN_POLL_ENV, "0.5")
     cluster.init_ray(1)

@@ -203,3 +203,57 @@ def test_a_cluster_that_refuses_the_job_is_an_error_naming_it(tmp_path, ray_sess
     assert done.returncode == 2, done.stderr[-3000:]
     assert f"the Ray cluster at {address} did not accept this job" in done.stderr and "auth token" in done.stderr
     assert time.monotonic() - start < 60
+
+
+def test_a_private_cluster_polls_train_workers_every_tenth_of_a_second_unless_the_job_says_otherwise(monkeypatch):
+    """Every ray.train.report waits for the Train controller's poll (Ray's default: 2 s), so an
+    epoch of a cached linear probe cost 2 s whatever it computed (bench/linear_probe.py). A private
+    cluster gets 0.1 s, set before Ray starts (its processes inherit it); the job's own value wins."""
+    import os
+
+    import ray
+
+    import coreecg.cluster as cluster
+
+    seen = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.append(os.environ.get(cluster.TRAIN_POLL_ENV)))
+    monkeypatch.setattr(cluster, "shared_address", lambda: None)
+    monkeypatch.setattr(cluster, "_watch_cluster", lambda: None)
+    monkeypatch.setenv(cluster.TRAIN_POLL_ENV, "")        # recorded, so what init_ray sets is undone
+    monkeypatch.delenv(cluster.TRAIN_POLL_ENV)
+    cluster.init_ray(1)
+    monkeypatch.setenv(cluster.TRAIN_POLL_ENV, "0.5")
+    cluster.init_ray(1)
+    assert seen == ["0.1", "0.5"]
+
+
+@pytest.mark.slow
+def test_the_train_controller_of_a_private_cluster_gets_the_short_poll(tmp_path):
+    """The variable reaches the process that polls: the Train controller of a fit in a job that
+    started its own cluster (a UserCallback runs in the controller)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import os, ray.train
+from ray.train import UserCallback
+from ray.train.torch import TorchTrainer
+from coreecg.cluster import init_ray
+init_ray(1)
+
+class Seen(UserCallback):
+    def after_report(self, run_context, metrics, checkpoint):
+        open({str(tmp_path / 'seen')!r}, 'w').write(os.environ.get('RAY_TRAIN_HEALTH_CHECK_INTERVAL_S', 'unset'))
+
+def loop(config):
+    ray.train.report({{"x": 1.0}})
+
+TorchTrainer(loop, scaling_config=ray.train.ScalingConfig(num_workers=1),
+             run_config=ray.train.RunConfig(name="poll", storage_path={str(tmp_path)!r}, callbacks=[Seen()])).fit()
+"""
+    env = {k: v for k, v in _job_env().items() if k != "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "seen").read_text() == "0.1"

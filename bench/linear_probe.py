@@ -17,27 +17,32 @@ feature embedding, epochs, validation, test), `loop_s` (the sum of the epochs' s
 validation seconds from metrics.jsonl), `features_s` (the one embedding pass, cached only),
 test AUROC; and the speed-ups cached vs each uncached variant.
 
-Measured here (2 shared CPUs, load average 21-27 from other jobs; 169 train windows, 50 epochs,
-1 worker). Before: every epoch's report waited for Ray Train's controller, which polled its
-workers every 2 s (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S's default; a worker's result queue holds
-one report, the next blocks until the poll collects it), so an epoch cost >= 2 s whatever it
-computed: tiny model, cached 122.2 s wall vs uncached 120.2 s, compute 5.7 s vs 58.9 s. Now
-coreecg's private cluster polls every 0.1 s (coreecg.cluster), and this bench starts it before
-the corpus build (which would otherwise start a bare Ray); report costs ~6 ms:
+Measured here (2 CPUs shared with other jobs; 169 train windows, 50 epochs, 1 worker; the
+load average the JSON records is given). Before: every epoch's report waited for Ray Train's
+controller, which polled its workers every 2 s (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S's default; a
+worker's result queue holds one report, the next blocks until the poll collects it), so an
+epoch cost >= 2 s whatever it computed: tiny model, cached 122.2 s wall vs uncached 120.2 s,
+compute 5.7 s vs 58.9 s. Now coreecg's private cluster polls every 0.1 s (coreecg.cluster), and
+this bench starts it before the corpus build (which would otherwise start a bare Ray); a report
+costs ~6 ms:
 
-    python -m bench.linear_probe                                          # tiny (32 wide, depth 2)
-      cached 18.75 s wall (loop 4.64 s + features 1.33 s), uncached 76.74 s (loop 60.85 s),
-      random crops 69.51 s (loop 44.89 s): 4.1x wall (was 1.0x), 10.2x loop; test AUROC equal
+    python -m bench.linear_probe                                                 # tiny: 32 wide, depth 2
+      load 27: cached 18.75 s wall (loop 4.64 + features 1.33), uncached 76.74 s (loop 60.85),
+      random crops 69.51 s (loop 44.89): 4.1x wall (was 1.0x), 10.2x loop
+      load 5.3 (--variants cached,uncached): 25.67 s vs 75.83 s: 3.0x wall
     python -m bench.linear_probe --set model.embed_dim=64 --variants cached,uncached
-      cached 33.78 s (loop 7.75 s + features 5.07 s), uncached 125.5 s (loop 104.87 s):
-      3.7x wall, 8.2x loop; test AUROC equal
+      load 21: cached 33.78 s (loop 7.75 + features 5.07), uncached 125.5 s (loop 104.87): 3.7x wall, 8.2x loop
+      load 6: cached 28.03 s (loop 5.40 + features 3.42), uncached 121.52 s (loop 101.98): 4.3x wall, 11.8x loop
+    python -m bench.linear_probe --set model.embed_dim=128 --set model.depth=3 --variants cached,uncached
+      load 1: cached 23.6 s (loop 4.06 + features 6.50), uncached 260.42 s (loop 248.19):
+      11.0x wall, 23.5x loop
+    Every run: the same test AUROC and best epoch cached and uncached.
 
-What is left of the cached wall time is start-up both variants pay once (~13 s tiny, ~21 s at
-width 64 here; a timeline of tiny runs: 15-21 s from fit() to the worker's loop function (run
-folder, training dataset, Ray Train's controller and worker group), 2-3 s to the task's build)
-and the one embedding pass. So the wall speed-up reaches 10x only where the uncached probe's 50 epochs cost
-~10x that: by these figures an uncached loop of >= ~530 s (a model ~5x the width-64 one's
-encoder cost, e.g. the 192/6/3 line above), not at the sizes measured here.
+What is left of the cached wall time is start-up both variants pay once (13-21 s, varying with
+the machine's load; a timeline of tiny runs: 15-21 s from fit() to the worker's loop function
+(run folder, training dataset, Ray Train's controller and worker group), 2-3 s to the task's
+build) and the one embedding pass. So the wall speed-up passes 10x once the uncached probe's 50
+epochs cost ~10x that: at width 128, depth 3, not at the two smallest sizes.
 """
 from __future__ import annotations
 

@@ -39,7 +39,10 @@ def ray_session():
 def start_local_ray() -> None:
     import ray
 
+    from coreecg.cluster import TRAIN_POLL_ENV, TRAIN_POLL_S
+
     os.environ.pop("RAY_ADDRESS", None)          # this cluster's own, from a previous start
+    os.environ.setdefault(TRAIN_POLL_ENV, str(TRAIN_POLL_S))   # as a job's own cluster polls (coreecg.cluster)
     ray.init(num_cpus=4, include_dashboard=True, dashboard_host="127.0.0.1",
              log_to_driver=False, configure_logging=False)
     os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address

@@ -161,6 +161,15 @@ def mask_rate_figures(study: Study, output: Path) -> list[tuple[Path, list[str]]
     return written
 
 
+def _reference_text(study: Study, cfg) -> str:
+    """Whom the tables' differences are to: report.reference, and/or each label-efficiency row's baseline."""
+    own = "each row's baseline (Random init under the same probe, Supervised for fine-tuning)"
+    others = [t for t in study.tables if t not in (LABEL_EFFICIENCY_TABLE, BENCHMARK_TABLE)]
+    if LABEL_EFFICIENCY_TABLE not in study.tables:
+        return cfg.report.reference
+    return f"{cfg.report.reference} ({', '.join(others)}) and, in {LABEL_EFFICIENCY_TABLE}, {own}" if others else own
+
+
 def write_study_report(study: Study, output: str | Path) -> Path:
     """Tables and figures of every finished run into output/report/; -> report/README.md."""
     output = Path(output).resolve()
@@ -189,7 +198,7 @@ def write_study_report(study: Study, output: str | Path) -> Path:
                          method_tables, study.unavailable, report=cfg.report, allow=study.allow,
                          label_efficiency=LABEL_EFFICIENCY_TABLE in study.tables)
         lines += ["## Tables", "",
-                  f"Markdown, CSV and LaTeX (booktabs) in `tables/`; differences to {cfg.report.reference} with "
+                  f"Markdown, CSV and LaTeX (booktabs) in `tables/`; differences to {_reference_text(study, cfg)} with "
                   f"{cfg.report.level:.0%} intervals over training runs ({cfg.report.bootstrap_resamples} resamples "
                   f"of the test patients within), marked with >= {cfg.report.min_runs} runs per method after "
                   f"{cfg.report.adjust} over each table; F1: {cfg.report.f1} (docs/evaluation.md).", ""]

@@ -24,13 +24,16 @@ def main() -> None:
     p.add_argument("--runs", type=int, nargs="+", default=[3, 5])
     p.add_argument("--patients", type=int, nargs="+", default=[100, 300])
     p.add_argument("--effects", type=float, nargs="+", default=[0.2, 0.4, 0.6, 0.8, 1.0, 1.2])
+    p.add_argument("--family", type=int, default=3,
+                   help="tests in the table's Holm family (3: one comparison's metrics; a label-efficiency "
+                        "table: comparisons x 3)")
     args = p.parse_args()
     out = {"tables": args.tables, "resamples": args.resamples, "results": []}
     for runs in args.runs:
         for n in args.patients:
             start = time.perf_counter()
             r = minimal_detectable_effect(runs, n, args.effects, n_tables=args.tables, n_resamples=args.resamples,
-                                          seed=100 * runs + n)
+                                          seed=100 * runs + n, family=args.family)
             out["results"].append({**r, "seconds": round(time.perf_counter() - start, 1)})
             print(json.dumps(out["results"][-1]), flush=True)
     print(json.dumps(out, indent=1))

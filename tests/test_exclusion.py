@@ -17,6 +17,7 @@ from coreecg.config import load_config
 from coreecg.data.corpus import MANIFEST, QUARANTINE, load_manifest, verify_corpus
 from coreecg.data.fingerprints import FINGERPRINT_FILE, corpus_fingerprints, is_current
 from coreecg.data.leakage import GUARDED_SPLITS, LeakageError, compare
+from coreecg.data.exclusion import load_downstream
 from coreecg.data.pipeline import build_corpus
 from coreecg.files import sha256_file
 from coreecg.train.leakage import Pretraining, check_overlap
@@ -72,7 +73,8 @@ def test_removed_records_are_exactly_those_whose_twin_is_in_val_or_test(built, n
     assert set(quarantine) - set(_quarantine(plain)) == guarded
     for rid in guarded:
         twin, split = twins[rid]
-        assert quarantine[rid].startswith(f"shares a recording with {built['ptbxl']} {split} record {twin} ")
+        assert quarantine[rid].startswith(f"shares a recording with a val/test record of ptbxl ({built['ptbxl']} "
+                                          f"{split} record {twin}; ")
         assert quarantine[rid].endswith(TAIL)
 
 
@@ -81,7 +83,7 @@ def test_manifest_shards_and_fingerprints_are_consistent(built):
     m, p = load_manifest(excl), load_manifest(plain)
     removed = len(_ids(plain) - _ids(excl))
     assert m["excluded_overlap_with"] == {
-        "downstream": [{"path": str(built["ptbxl"]), "manifest_sha256": sha256_file(built["ptbxl"] / MANIFEST)}],
+        "downstream": [load_downstream([built["ptbxl"]], excl)[0].identity],
         "splits": list(GUARDED_SPLITS), "records_removed": removed, "windows_removed": removed,
         "by_downstream": {str(built["ptbxl"]): removed}}
     assert "excluded_overlap_with" not in p       # a corpus built without it is as before
@@ -89,6 +91,7 @@ def test_manifest_shards_and_fingerprints_are_consistent(built):
     assert c["records_listed"] == c["records_written"] + c["records_quarantined"] == 60
     assert c["records_written"] == p["counts"]["records_written"] - removed
     assert sum(c["quarantine_reasons"].values()) == c["records_quarantined"]
+    assert len(c["quarantine_reasons"]) == 1      # one kind per downstream corpus, not one per record
     assert verify_corpus(excl) == []
     assert sum(s["rows"] for s in m["shards"]) == c["windows_total"] == corpus_fingerprints(excl).num_rows
     assert is_current(excl)
@@ -149,7 +152,7 @@ def test_a_finished_corpus_asked_with_another_exclusion_is_an_error(built, ecg_d
     cases = [  # (folder, asked now, what the message says it was built with)
         (built["mimic-plain"], [ptbxl], "excluding the val/test records of no downstream corpus"),
         (built["mimic-excl"], [], f"excluding the val/test records of {ptbxl} "),
-        (built["mimic-excl"], [ptbxl, built["cinc-plain"]], f"exclude those of {built['cinc-plain']} (manifest"),
+        (built["mimic-excl"], [ptbxl, built["cinc-plain"]], f"exclude those of {built['cinc-plain']} (val/test records sha256"),
     ]
     for folder, asked, says in cases:
         before = sha256_file(folder / MANIFEST)

@@ -155,11 +155,16 @@ def test_minimal_detectable_effect_is_stated_honestly(table):
     assert "no difference can be marked" in detectable_effect(2, 500)
     text = detectable_effect(4, 150)
     assert "simulation" in text.lower() and "synthetic" in text
-    assert "3 runs per method and 100 test patients" in text           # the documented scenario not above it
-    assert f"at most {DETECTABLE[(3, 100)]['points']:.1f} AUROC points" in text
+    assert "3 replicates per method, 100 test patients and a Holm family of 3 tests" in text   # not above it
+    assert f"about {DETECTABLE[(3, 100, 3)]['points']:.1f} AUROC points" in text
+    # a whole table's Holm family: the figure measured for it, never the easier 3-test one
+    assert f"about {DETECTABLE[(3, 88, 36)]['points']:.1f} AUROC points" in detectable_effect(3, 88, family=36)
+    bigger = detectable_effect(3, 88, family=100)
+    assert "no documented minimal detectable effect" in bigger and "a lower bound here" in bigger
+    assert "no documented minimal detectable effect applies" in detectable_effect(3, 88, rule=("bh", 0.95))
     assert table_settings(table) == {(4, 100): 21, (2, 100): 3}
     note = detectable_note(table)
-    assert "21 difference(s) with 4 runs" in note and "3 difference(s) with 2 runs" in note
+    assert "21 difference(s) with 4 replicates" in note and "3 difference(s) with 2 replicates" in note
 
 
 def test_report_writes_it_when_random_init_runs_exist_and_keeps_other_tables(folders, tmp_path):

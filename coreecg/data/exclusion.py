@@ -8,7 +8,7 @@ instead leaves those records out while the corpus is built:
 
     driver     `load_downstream`: each downstream folder must be a built corpus; its val + test
                fingerprints (the guard's, `corpus_fingerprints`) travel to every shard task, and
-               its path + manifest sha256 join the shard key and the manifest
+               its path + val/test records sha256 join the shard key and the manifest
     each shard `excluded_records`: the shard's windows, fingerprinted exactly as the stored float16
                windows are, are compared with each downstream's val/test by the guard's own
                `coreecg.data.leakage.compare` (patient and signal, same thresholds); the records
@@ -28,6 +28,7 @@ or a rebuilt one) is an error: its shards would silently hold another record set
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,6 @@ import pyarrow as pa
 from coreecg.data.corpus import MANIFEST, CorpusError, load_manifest, signal_view
 from coreecg.data.fingerprints import corpus_fingerprints, fingerprint_table, window_fingerprints
 from coreecg.data.leakage import GUARDED_SPLITS, compare, only_splits
-from coreecg.files import sha256_file
 
 MANIFEST_KEY = "excluded_overlap_with"     # the manifest's record of the exclusion (absent: none)
 REASON_TAIL = "leakage guard; excluded from pretraining"
@@ -60,14 +60,14 @@ class Downstream:
     path, its manifest's sha256 (which records those are) and its val/test fingerprints."""
 
     path: str
-    manifest_sha256: str
+    records_sha256: str         # its val/test windows' fingerprints: which records, not when built
     fingerprints: pa.Table
     preprocess: dict[str, Any]
 
     @property
     def identity(self) -> dict[str, str]:
         """What the shard key and the manifest record of it."""
-        return {"path": self.path, "manifest_sha256": self.manifest_sha256}
+        return {"path": self.path, "records_sha256": self.records_sha256}
 
 
 def load_downstream(paths: Sequence[str | Path], output_dir: str | Path) -> list[Downstream]:
@@ -86,12 +86,28 @@ def load_downstream(paths: Sequence[str | Path], output_dir: str | Path) -> list
             raise ValueError(f"exclude_overlap_with {path}: not a built corpus ({e}); build it first with "
                              "jobs/preprocess.py, then exclude its val/test records") from None
         table = only_splits(corpus_fingerprints(path), GUARDED_SPLITS)
-        found[str(path)] = Downstream(str(path), sha256_file(path / MANIFEST), table, manifest.get("preprocess") or {})
+        found[str(path)] = Downstream(str(path), records_sha256(table), table, manifest.get("preprocess") or {})
     return [found[k] for k in sorted(found)]
 
 
+def records_sha256(table: pa.Table) -> str:
+    """sha256 of a downstream corpus's val/test fingerprint rows in a fixed order: the records the
+    exclusion removes, unchanged by a rebuild of the same records (its manifest, which names the
+    code version and build time, is not)."""
+    cols = [c for c in ("dataset", "record_id", "patient_id", "window_index", "split", "keys", "features")
+            if c in table.column_names]
+    t = table.select(cols).sort_by([(c, "ascending") for c in cols if c in ("split", "record_id", "window_index")])
+    h = hashlib.sha256()
+    for c in cols:
+        for chunk in t.column(c).chunks:
+            for buf in chunk.buffers():
+                if buf is not None:
+                    h.update(buf)
+    return h.hexdigest()
+
+
 def identities(downstream: Iterable[Downstream]) -> list[dict[str, str]]:
-    """[{path, manifest_sha256}]: what the shard keys and the manifest hold of the exclusion."""
+    """[{path, records_sha256}]: what the shard keys and the manifest hold of the exclusion."""
     return [d.identity for d in downstream]
 
 
@@ -102,18 +118,18 @@ def check_finished(out: Path, downstream: Sequence[Downstream]) -> None:
     f = out / MANIFEST
     if not f.is_file():
         return
-    before = [{"path": d["path"], "manifest_sha256": d["manifest_sha256"]}
+    before = [{"path": d["path"], "records_sha256": d.get("records_sha256", "")}
               for d in (json.loads(f.read_text()).get(MANIFEST_KEY) or {}).get("downstream", [])]
     now = identities(downstream)
     if before == now:
         return
 
     def describe(ids: list[dict[str, str]]) -> str:
-        named = ", ".join(f"{d['path']} (manifest sha256 {d['manifest_sha256'][:12]})" for d in ids)
+        named = ", ".join(f"{d['path']} (val/test records sha256 {d['records_sha256'][:12]})" for d in ids)
         return named or "no downstream corpus"
 
-    shas = {d["path"]: d["manifest_sha256"] for d in before}
-    changed = sorted(d["path"] for d in now if d["path"] in shas and shas[d["path"]] != d["manifest_sha256"])
+    shas = {d["path"]: d["records_sha256"] for d in before}
+    changed = sorted(d["path"] for d in now if d["path"] in shas and shas[d["path"]] != d["records_sha256"])
     rebuilt = f" (rebuilt since: {', '.join(changed)})" if changed else ""
     raise ValueError(f"{out}: a finished corpus built excluding the val/test records of {describe(before)}, asked "
                      f"now to exclude those of {describe(now)}{rebuilt}. Its shards hold another record set; "
@@ -167,13 +183,15 @@ def reason(pairs: pd.DataFrame) -> str:
     else:
         what, detail = "a patient", f"patient {first['a_patient']}"
     extra = f", {more} more match(es)" if more else ""
-    return (f"shares {what} with {first['downstream']} {first['b_split']} record {first['b_record']} "
-            f"({detail}{extra}; {REASON_TAIL})")
+    # the kind before " (" names no record, so the manifest's quarantine summary stays one line
+    # per downstream corpus (coreecg.data.pipeline.reason_kind); the twin goes in the parenthesis
+    return (f"shares {what} with a val/test record of {Path(first['downstream']).name} ({first['downstream']} "
+            f"{first['b_split']} record {first['b_record']}; {detail}{extra}; {REASON_TAIL})")
 
 
 def manifest_entry(downstream: Sequence[Downstream], markers: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The manifest's record of the exclusion (None when nothing was asked): the downstream corpora
-    (path, manifest sha256), the splits excluded, the records and windows removed (each record is
+    (path, sha256 of their val/test records), the splits excluded, the records and windows removed (each record is
     in quarantine.csv with its reason)."""
     if not downstream:
         return None

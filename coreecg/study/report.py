@@ -220,8 +220,10 @@ def write_study_report(study: Study, output: str | Path) -> Path:
                 behind = sorted(name for name, run in runs.items() if id(run) in kept)
                 lines.append(f"- **{LABEL_EFFICIENCY_TABLE}**: [`tables/{LABEL_EFFICIENCY_TABLE}.md`]"
                              f"(tables/{LABEL_EFFICIENCY_TABLE}.md), `tables/{LABEL_EFFICIENCY_TABLE}.csv`, "
-                             f"`tables/{LABEL_EFFICIENCY_TABLE}.tex`, verdicts in [`tables/{VERDICTS_FILE}`]"
-                             f"(tables/{VERDICTS_FILE}); {len(behind)} run(s): " + ", ".join(f"`{m}`" for m in behind))
+                             f"`tables/{LABEL_EFFICIENCY_TABLE}.tex`"
+                             + (f", verdicts in [`tables/{VERDICTS_FILE}`](tables/{VERDICTS_FILE})"
+                                if (report_dir / "tables" / VERDICTS_FILE).is_file() else "")
+                             + f"; {len(behind)} run(s): " + ", ".join(f"`{m}`" for m in behind))
                 continue
             file = table if table in ("comparison", "lead_reduction", "train_fraction") else f"ablation_{table}"
             members = _members(table if file == table else "comparison",

@@ -91,9 +91,14 @@ def build_corpora(study: Study, output: Path) -> dict[str, Path]:
             log.info("building corpus %s from %s (%s)%s", c.name, c.input, c.source,
                      f", without the val/test records of {', '.join(c.exclude)}" if exclude else "")
         cfg = load_config(study.config_file, [*study.base, *c.set, *study.extra])
-        build_corpus(c.source, c.input, dest, cfg.data,
-                     source_options=cfg.data.sources.for_source(c.source, cfg.data.synthetic_records),
-                     **({"exclude_overlap_with": exclude} if exclude else {}))
+        try:
+            build_corpus(c.source, c.input, dest, cfg.data,
+                         source_options=cfg.data.sources.for_source(c.source, cfg.data.synthetic_records),
+                         **({"exclude_overlap_with": exclude} if exclude else {}))
+        except ValueError as e:     # e.g. a finished corpus asked with another exclusion: named, no traceback
+            if not exclude:
+                raise
+            raise StudyRunError(f"corpus {c.name}: {e}") from None
         out[c.name] = dest
     return out
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 
 from coreecg.cli import job_parser, parse_args, resolve_config
+from coreecg.eval.label_efficiency import extra_tables
 from coreecg.eval.report import RunError, write_report
 
 
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         allow = load_space(args.variants).allow if args.variants else []
-        written = write_report(args.run_dirs, args.output, report=cfg.report, allow=allow)
+        written = write_report(args.run_dirs, args.output, report=cfg.report, allow=allow, extra=extra_tables())
     except (RunError, UnfairTableError, SpaceError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

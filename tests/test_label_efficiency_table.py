@@ -12,7 +12,7 @@ import pytest
 
 from coreecg.config import ReportConfig
 from coreecg.eval.calibration import _test_set, write_run
-from coreecg.eval.label_efficiency import (DETECTABLE, VERDICTS_FILE, detectable_effect, detectable_note,
+from coreecg.eval.label_efficiency import (DETECTABLE, VERDICTS_FILE, detectable_effect, detectable_note, extra_tables,
                                            label_efficiency_rows, label_efficiency_table, table_settings, verdicts)
 from coreecg.eval.report import load_run, write_report
 from coreecg.eval.significance import Difference
@@ -168,10 +168,10 @@ def test_minimal_detectable_effect_is_stated_honestly(table):
 
 
 def test_report_writes_it_when_random_init_runs_exist_and_keeps_other_tables(folders, tmp_path):
-    written = write_report(folders, tmp_path / "with", report=REPORT)
+    written = write_report(folders, tmp_path / "with", report=REPORT, extra=extra_tables())   # auto: a random run
     names = {p.name for p in written}
     assert {"label_efficiency.md", "label_efficiency.csv", "label_efficiency.tex", VERDICTS_FILE} <= names
-    without = write_report(folders, tmp_path / "without", report=REPORT, label_efficiency=False)
+    without = write_report(folders, tmp_path / "without", report=REPORT, extra=extra_tables(False))
     assert not {n for n in (p.name for p in without) if n.startswith("label_efficiency")}
     for p in without:       # every other table as without it
         if p.name != "all_runs.csv":

@@ -121,6 +121,14 @@ class LabelEfficiencyTable(Table):
 
     rows: list[Row] = field(default_factory=list)
     encoders: dict[tuple[str, Cell], set[str]] = field(default_factory=dict)   # (row, cell) -> its encoders
+
+    @property
+    def run_paths(self) -> set:
+        """The runs behind the table (write_report's fairness check reads them)."""
+        return set(self.row_of)
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        return write_label_efficiency(self, out_dir)
     replicates: dict[tuple[str, Cell], int] = field(default_factory=dict)      # (row, cell) -> replicates
 
 
@@ -373,3 +381,12 @@ def write_label_efficiency(table: Table, out_dir: str | Path) -> list[Path]:
 def has_label_efficiency_runs(runs: Sequence[Run]) -> bool:
     """Whether runs hold a label-efficiency study: a random-init (encoder "random") run."""
     return any(is_random_init(r) for r in runs)
+
+
+def extra_tables(label_efficiency: bool | None = None):
+    """write_report's `extra`: the label-efficiency table when asked (True), or, with None, when a
+    run has a random encoder (metrics.json "encoder": "random"); False: none."""
+    def make(runs: Sequence[Run], report: ReportConfig) -> list[LabelEfficiencyTable]:
+        wanted = label_efficiency or (label_efficiency is None and has_label_efficiency_runs(runs))
+        return [label_efficiency_table(runs, report)] if wanted else []
+    return make

@@ -44,7 +44,7 @@ import json
 from dataclasses import dataclass, field, replace
 from math import isclose
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -731,7 +731,8 @@ def _cell_differences(cell: Cell, ref: list[Run], others: dict[str, list[Run]], 
 def write_report(run_dirs: Sequence[str | Path], output: str | Path,
                  method_tables: dict[str, Sequence[str]] | None = None,
                  unavailable: dict[str, str] | None = None, *, report: ReportConfig | None = None,
-                 allow: Sequence[Allowance] = (), label_efficiency: bool | None = None) -> list[Path]:
+                 allow: Sequence[Allowance] = (),
+                 extra: "Callable[[list[Run], ReportConfig], Sequence[Table]] | None" = None) -> list[Path]:
     """Read every run folder, write comparison / lead_reduction / train_fraction (.md, .csv, .tex)
     and all_runs.csv into `output`, plus one table per `method_tables` entry (name -> methods in row
     order; `ablation_<name>`, except that an entry named `comparison` replaces the comparison
@@ -741,10 +742,10 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
     marking rule (adjust, min_runs, min_test_patients). Each table's rows are checked to have been
     trained under one protocol (coreecg/eval/fairness.py; `allow`: the variants file's declared
     differences, printed as footnotes): UnfairTableError names an undeclared difference.
-    `label_efficiency`: also write the label-efficiency table (coreecg/eval/label_efficiency.py:
-    label_efficiency.md/.csv/.tex and label_efficiency_verdicts.md); None: when a run has a random
-    encoder (metrics.json "encoder": "random"). -> the files written. RunError on an unreadable
-    folder."""
+    `extra`: (runs, report) -> more tables, each with `run_paths` (the runs behind it, for the
+    fairness check) and `write(output)` -> its files, e.g. the label-efficiency table
+    (coreecg.eval.label_efficiency.extra_tables; passed in, so this module does not import it).
+    -> the files written. RunError on an unreadable folder."""
     if not run_dirs:
         raise RunError("no run folders given")
     report = report or ReportConfig()
@@ -764,14 +765,11 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
         notes = check_table(table.spec.name, [e for entries, _ in behind for e in entries], allow, seeds="note")
         table.footnotes = list(dict.fromkeys([*notes, *(n for _, ns in behind for n in ns)]))
     significance = method_differences(runs, report)
-    from coreecg.eval.label_efficiency import has_label_efficiency_runs, label_efficiency_table
-
-    efficiency = None
-    if label_efficiency or (label_efficiency is None and has_label_efficiency_runs(runs)):
-        efficiency = label_efficiency_table(runs, report)
-        behind = [protocols[r.path] for r in runs if r.path in efficiency.row_of]
-        notes = check_table(efficiency.spec.name, [e for entries, _ in behind for e in entries], allow, seeds="note")
-        efficiency.footnotes = list(dict.fromkeys([*notes, *(n for _, ns in behind for n in ns)]))
+    more = list(extra(runs, report)) if extra else []
+    for table in more:
+        behind = [protocols[r.path] for r in runs if r.path in table.run_paths]
+        notes = check_table(table.spec.name, [e for entries, _ in behind for e in entries], allow, seeds="note")
+        table.footnotes = list(dict.fromkeys([*notes, *(n for _, ns in behind for n in ns)]))
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     written = []
@@ -782,10 +780,8 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
         write_table_csv(table, csv_path)
         tex.write_text(table_latex(table))
         written += [md, csv_path, tex]
-    if efficiency is not None:
-        from coreecg.eval.label_efficiency import write_label_efficiency
-
-        written += write_label_efficiency(efficiency, output)
-        tables.append(efficiency)
+    for table in more:
+        written += table.write(output)
+        tables.append(table)
     write_all_runs_csv(runs, tables, output / "all_runs.csv")
     return written + [output / "all_runs.csv"]

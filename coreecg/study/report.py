@@ -11,6 +11,7 @@ import numpy as np
 
 from coreecg.config import load_config
 from coreecg.data.corpus import load_manifest
+from coreecg.eval.label_efficiency import extra_tables
 from coreecg.eval.report import RunError, load_run, table_runs, table_specs, variant_of, write_report
 from coreecg.study.runner import run_dir
 from coreecg.tune.trials import is_done
@@ -196,7 +197,7 @@ def write_study_report(study: Study, output: str | Path) -> Path:
         if [t for t in study.tables if t != BENCHMARK_TABLE]:
             write_report([r.path for r in runs.values()], report_dir / "tables",
                          method_tables, study.unavailable, report=cfg.report, allow=study.allow,
-                         label_efficiency=LABEL_EFFICIENCY_TABLE in study.tables)
+                         extra=extra_tables(LABEL_EFFICIENCY_TABLE in study.tables))
         lines += ["## Tables", "",
                   f"Markdown, CSV and LaTeX (booktabs) in `tables/`; differences to {_reference_text(study, cfg)} with "
                   f"{cfg.report.level:.0%} intervals over training runs ({cfg.report.bootstrap_resamples} resamples "

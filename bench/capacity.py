@@ -471,7 +471,7 @@ def main() -> None:
     # ---------------------------------------------------------------- the study's runs
     pre_rows, pre_flops, probe_flops = [], {}, {}
     for run in study.pretrain_runs():
-        rc = load_config(study.config_file, study.pretrain_overrides(run))
+        rc = load_config(study.config_file, study.pretrain_overrides(run, study.planned_pretrain_corpora()))
         f = pretrain_flops_per_sample(rc)
         spe = samples_per_epoch(pretrain_train, rc.optim.batch_size)
         samples = spe * rc.optim.epochs

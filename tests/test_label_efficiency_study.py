@@ -122,3 +122,17 @@ def test_the_tiny_pretraining_data_holds_no_downstream_val_or_test_record(ray_se
         assert overlap is None and record["checked"]
     for name in ("mimic-iv-ecg", "cinc2021-smoke"):    # both hold copies of PTB-XL records
         assert load_manifest(corpora[name])["excluded_overlap_with"]["records_removed"] > 0
+
+
+def test_mixture_weights_are_checked_against_the_pretraining_corpora(tmp_path, ecg_data):
+    """The run configs are built with the planned corpora: weights for each of them pass, a list of
+    another length is named before Ray."""
+    corpora = {"mimic": {"source": "mimic-iv-ecg", "input": str(ecg_data / "mimic-iv-ecg-layout")},
+               "cinc": {"source": "cinc2021", "input": str(ecg_data / "cinc2021")}}
+    study = load_study(_with(tmp_path, ecg_data, corpora=corpora,
+                             set=["optim.epochs=1", "data.corpus_weights=[0.7,0.3]"]))
+    built = study.planned_pretrain_corpora()
+    assert load_config(study.config_file, study.pretrain_overrides(study.pretrain_runs()[0], built)).data.corpus_weights \
+        == (0.7, 0.3)
+    with pytest.raises(StudyError, match="corpus_weights"):
+        load_study(_with(tmp_path, ecg_data, corpora=corpora, set=["data.corpus_weights=[1.0]"]))

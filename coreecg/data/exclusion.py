@@ -24,7 +24,7 @@ Matching is window against window, so comparing shard by shard finds exactly wha
 whole corpus at once finds; filtering before the shard files and the manifest are written keeps
 an interrupted build resumable (a finished shard's marker holds its exclusions) and a finished
 corpus never half-rewritten. A finished corpus asked again with other downstream corpora (or none,
-or a rebuilt one) is an error: its shards would silently hold another record set.
+or one whose val/test records changed) is an error: its shards would silently hold another record set.
 """
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ class Excluded:
 @dataclass(frozen=True)
 class Downstream:
     """A downstream corpus whose val/test records a pretraining corpus must not hold: its resolved
-    path, its manifest's sha256 (which records those are) and its val/test fingerprints."""
+    path, the sha256 of its val/test fingerprint rows (which records those are, whatever commit
+    or build time its manifest names) and those fingerprints."""
 
     path: str
     records_sha256: str         # its val/test windows' fingerprints: which records, not when built

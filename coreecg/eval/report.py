@@ -759,15 +759,14 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
                             unavailable, report.f1)
                for name, methods in method_tables.items()]
     protocols = run_entries(runs)
-    for table in tables:
-        behind = [protocols[r.path] for r in runs
-                  if r.mode in TABLE_MODES and (r.dataset, r.leads, r.train_fraction) in table.members.get(r.method, ())]
-        notes = check_table(table.spec.name, [e for entries, _ in behind for e in entries], allow, seeds="note")
-        table.footnotes = list(dict.fromkeys([*notes, *(n for _, ns in behind for n in ns)]))
     significance = method_differences(runs, report)
     more = list(extra(runs, report)) if extra else []
-    for table in more:
-        behind = [protocols[r.path] for r in runs if r.path in table.run_paths]
+    # one protocol per table (fairness): the runs behind each, an extra table's own run_paths
+    for table, inside in [*((t, None) for t in tables), *((t, t.run_paths) for t in more)]:
+        inside = inside if inside is not None else {
+            r.path for r in runs
+            if r.mode in TABLE_MODES and (r.dataset, r.leads, r.train_fraction) in table.members.get(r.method, ())}
+        behind = [protocols[r.path] for r in runs if r.path in inside]
         notes = check_table(table.spec.name, [e for entries, _ in behind for e in entries], allow, seeds="note")
         table.footnotes = list(dict.fromkeys([*notes, *(n for _, ns in behind for n in ns)]))
     output = Path(output)

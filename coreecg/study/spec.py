@@ -394,6 +394,11 @@ class Study:
         return [*self.base, *self.variants[run.variant], *self.pretrain_set, *cell, *probe,
                 f"train.seed={run.seed}", f"train.variant={label}", *self.extra, *data]
 
+    def planned_pretrain_corpora(self) -> dict[str, Path]:
+        """Where each pretraining corpus will be: its path, or corpora/<name> under the study's output
+        (relative: the run configs are checked with it before any output folder exists)."""
+        return {c.name: Path(c.path or f"corpora/{c.name}") for c in self.pretrain_corpora}
+
     def pretrain_corpus_value(self, corpora: dict[str, Path]) -> str:
         """data.corpus of the pretraining runs: the one corpus, or the mixture's list (in file order)."""
         paths = [str(Path(corpora[c.name]).resolve()) for c in self.pretrain_corpora]
@@ -704,7 +709,7 @@ def _check_run_configs(study: Study) -> dict[str, dict]:
     out = {}
     for run in study.pretrain_runs():
         out[run.name] = _config(study.path, f"pretraining {run.variant!r} (seed {run.seed})", study.config_file,
-                                study.pretrain_overrides(run)).to_dict()
+                                study.pretrain_overrides(run, study.planned_pretrain_corpora())).to_dict()
     for run in [*study.finetune_runs(), *study.mask_rate_runs()]:
         where = (f"fine-tuning {run.method!r} on {run.corpus} ({run.mode}, leads {run.leads}, fraction "
                  f"{run.fraction}, seed {run.seed})")

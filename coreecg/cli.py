@@ -1,20 +1,16 @@
 """The command line every job shares: its help, its flags and the one merge order.
 
-Each job's `--help` prints the job's whole module docstring (examples, outputs, exit codes) and
-every flag with its real default. Flags mean one thing across jobs:
-
-    --output DIR     the folder (or file) the job writes
-    --corpus DIR     a preprocessed corpus the job reads
-    --encoder PATH   weights the job reads (encoder.pt, a checkpoint, a run or export folder)
-    --config FILE    a YAML config layered over the paper defaults (coreecg/config.py)
-    --set A.B=C      one config value (repeatable)
-    --print-config   print the resolved config as YAML and exit
-    --verbose        Ray's own INFO lines and worker logs on the console too
+Each job's `--help` prints the job's whole module docstring as written (examples, outputs, exit
+codes) and every flag with its help and real default, a shipped file's shown as the package names
+it (`configs/quickstart.yaml`). A flag name means one thing in every job: `VOCABULARY` below
+(docs/cli.md prints it; tests/test_vocabulary.py checks every job's parser against it). An old
+spelling is an error naming the new one (`renamed`), never a silent other meaning.
 
 One merge order for every config-driven job: the paper defaults, then --config FILE, then each
 --set a.b=c, then the job's own flags (e.g. jobs/finetune.py's --seed, which is train.seed). A flag
 left out sets nothing, so a --set of its key stands; a key given both as a --set and as a flag is
-an error that names both (exit 2), never a silent override.
+an error that names both (exit 2), never a silent override. --print-config needs none of the
+job's required arguments: they are checked after it (`parse_args`).
 """
 from __future__ import annotations
 
@@ -22,6 +18,7 @@ import argparse
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from coreecg.config import Config, ConfigError, load_config
@@ -39,16 +36,73 @@ def shipped(relative: str) -> Path:
     return installed if installed.exists() else in_checkout
 
 
+@dataclass(frozen=True)
+class Flag:
+    """One flag name's one meaning across jobs. says: words every job's help of it contains (the
+    config key it sets, where it sets one); dest, type, metavar: as every job declares it."""
+
+    meaning: str
+    says: str
+    dest: str | None = None          # None: argparse's own (--gpus-per-trial -> gpus_per_trial)
+    type: type | None = None
+    metavar: str | None = None
+
+
+# Every flag more than one job takes, and the names whose meaning was once split between jobs.
+# docs/cli.md's vocabulary table says the same; tests/test_vocabulary.py holds every parser to it.
+VOCABULARY: dict[str, Flag] = {
+    "--output": Flag("the folder (or file) the job writes", says=""),
+    "--corpus": Flag("a preprocessed corpus the job reads (data.corpus where the job has a config)",
+                     says="corpus", metavar="DIR"),
+    "--input": Flag("raw records the job reads (a source's folder, WFDB files)", says="record"),
+    "--model": Flag("the trained model the job reads: a run folder, encoder.pt, best.pt, a checkpoint or an "
+                    "export folder (coreecg.loading)", says="model", metavar="PATH"),
+    "--encoder": Flag("jobs/finetune.py only, as its config key finetune.encoder: what the classifier's "
+                      "encoder starts from (a model source, none or random)", says="finetune.encoder",
+                      metavar="PATH|none|random"),
+    "--seed": Flag("the training seed, train.seed", says="train.seed", type=int, metavar="N"),
+    "--seeds": Flag("a count: N replicates, train.seed, train.seed + 1, ...", says="train.seed", type=int,
+                    metavar="N"),
+    "--search-seed": Flag("a sweep's Optuna sampler seed", says="Optuna", type=int, metavar="N"),
+    "--variants": Flag("a variants file (tune_spaces/ablations.yaml)", says="variants", metavar="FILE"),
+    "--space": Flag("a sweep's search space or grid file (tune_spaces/*.yaml)", says="space", metavar="FILE"),
+    "--finetune": Flag("labelled corpora a preset also fine-tunes on", says="fine-tune", metavar="CORPUS"),
+    "--allow-overlap": Flag("train although pretraining and downstream data overlap (finetune.allow_overlap)",
+                            says="finetune.allow_overlap"),
+    "--resume": Flag("continue the sweep or study in --output", says="--output"),
+    "--concurrency": Flag("trials at once", says="trials at once", type=int, metavar="N"),
+    "--gpus-per-trial": Flag("GPUs each trial takes", says="trial", type=float, metavar="G"),
+    "--config": Flag("a YAML config over the paper defaults", says="YAML"),
+    "--set": Flag("one config value (repeatable)", says="config value", dest="overrides", metavar="A.B=C"),
+    "--print-config": Flag("print the resolved config as YAML and exit", says="config"),
+    "--verbose": Flag("Ray's own INFO lines and worker logs on the console too", says="Ray"),
+    "--help": Flag("the job's docstring and every flag", says="help"),
+}
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """The docstring as written (its examples keep their layout) and every flag's real default."""
+    """The docstring as written (its examples keep their layout and line continuations) and every
+    flag's real default, a file shipped with the package shown by its name there."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         if "%(default)" in text or action.default in (None, False, argparse.SUPPRESS) or action.default == []:
             return text
         if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
-            return f"{text} (default: %(default)s)"
+            return f"{text} (default: {shown_default(action.default).replace('%', '%%')})"
         return text
+
+
+def shown_default(value: object) -> str:
+    """A default as --help shows it: a path inside the checkout or the installed package's shipped
+    files relative to it (configs/sweep.yaml), so no machine's folders appear in help."""
+    if isinstance(value, (str, Path)) and Path(value).is_absolute():
+        for root in (Path(__file__).resolve().parent / "_shipped", REPO):
+            try:
+                return str(Path(value).resolve().relative_to(root))
+            except ValueError:
+                continue
+    return str(value)
 
 
 def job_parser(doc: str, *, config: bool = True, default_config: str | Path | None = None,
@@ -58,25 +112,38 @@ def job_parser(doc: str, *, config: bool = True, default_config: str | Path | No
     --print-config."""
     p = argparse.ArgumentParser(prog=prog or _prog(), description=doc, formatter_class=HelpFormatter)
     if config:
-        p.add_argument("--config", default=_shown(default_config) if default_config else None,
+        p.add_argument("--config", default=str(default_config) if default_config else None,
                        help="YAML config layered over the paper defaults (coreecg/config.py)"
                        + ("" if default_config else "; none: the paper defaults"))
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
                        help="override one config value (repeatable), e.g. --set masking.p_time=0.6")
         p.add_argument("--print-config", action="store_true",
-                       help="print the resolved config (defaults < --config < --set < flags) as YAML and exit")
+                       help="print the resolved config (defaults < --config < --set < flags) as YAML and exit; "
+                            "the job's required arguments are not needed")
     p.add_argument("--verbose", action="store_true",
                    help="also show Ray's INFO lines, worker logs and library warnings")
     return p
 
 
-def _shown(path: str | Path) -> str:
-    """A path as a user would type it: relative to the working folder when it lies under it."""
-    path = Path(path).resolve()
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+class _Renamed(argparse.Action):
+    """An old spelling: giving it is an error naming the new one (exit 2)."""
+
+    def __init__(self, option_strings, dest, new: str, old: str | None = None, **kwargs):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?", default=argparse.SUPPRESS,
+                         help=argparse.SUPPRESS)
+        self.new, self.old = new, old or option_strings[0]
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{self.old} was renamed {self.new}")
+
+
+def renamed(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+    """`old` (a flag, or a positional's metavar) is spelled `new` now: giving it is an error that
+    says so, never a silent other meaning (hidden from --help)."""
+    if old.startswith("-"):
+        parser.add_argument(old, action=_Renamed, new=new)
+    else:
+        parser.add_argument(f"renamed-{old}", action=_Renamed, new=new, old=f"the positional {old}")
 
 
 def _prog() -> str:
@@ -117,7 +184,7 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
 
     from coreecg.run_record import COMMAND_ENV
 
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if getattr(args, "config", None):   # trials and workers run in folders of their own
         args.config = str(Path(args.config).expanduser().resolve())
     console(getattr(args, "verbose", False))
@@ -125,6 +192,27 @@ def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace
     shown = [parser.prog, *(sys.argv[1:] if argv is None else argv)]
     os.environ[COMMAND_ENV] = shlex.join(shown if parser.prog.startswith("coreecg-") else ["python", *shown])
     return args
+
+
+def _parse(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """parser.parse_args, except that with --print-config the job's required arguments are not
+    required: the config it prints does not depend on them (a left-out one is None or [])."""
+    if "--print-config" not in parser._option_string_actions:
+        return parser.parse_args(argv)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=parser.allow_abbrev)
+    pre.add_argument("--print-config", action="store_true")
+    if not pre.parse_known_args(argv)[0].print_config:
+        return parser.parse_args(argv)
+    relaxed = [(a, a.nargs) for a in parser._actions if a.required]
+    try:
+        for a, nargs in relaxed:
+            a.required = False
+            if not a.option_strings:        # a positional: one or more -> any, one -> optional
+                a.nargs = argparse.ZERO_OR_MORE if nargs == argparse.ONE_OR_MORE else argparse.OPTIONAL
+        return parser.parse_args(argv)
+    finally:
+        for a, nargs in relaxed:
+            a.required, a.nargs = True, nargs
 
 
 def resolve_config(parser: argparse.ArgumentParser, args: argparse.Namespace,
@@ -169,18 +257,33 @@ def fail(message: str, code: int = 2) -> int:
 # ---------------------------------------------------------------------------- sweep jobs
 
 
-def sweep_parser(doc: str, default_space: str, default_output: str) -> argparse.ArgumentParser:
+def sweep_parser(doc: str, default_output: str, *, space: str | None = None) -> argparse.ArgumentParser:
     """The parser of the sweep jobs (sweep.py, sweep_mask_rates.py, ablate.py): configs/sweep.yaml
-    as the base config, a space file, the sweep folder, resume, concurrency."""
+    as the base config, the sweep folder, resume, concurrency and, given `space`, --space (a
+    tune_spaces/ file; ablate.py reads --variants instead)."""
     p = job_parser(doc, default_config=shipped("configs/sweep.yaml"))
-    p.add_argument("--space", default=str(shipped(f"tune_spaces/{default_space}")), help="search space YAML")
-    p.add_argument("--corpus", help="the pretraining corpus of every trial (data.corpus; "
-                                    "default: the embedded synthetic corpus)")
+    if space:
+        p.add_argument("--space", default=str(shipped(f"tune_spaces/{space}")), metavar="FILE",
+                       help="the search space or grid YAML")
+    p.add_argument("--corpus", metavar="DIR", help="the pretraining corpus of every trial (data.corpus; "
+                                                   "default: the embedded synthetic corpus)")
     p.add_argument("--output", default=default_output, help="sweep folder (results, plots, trials)")
     p.add_argument("--resume", action="store_true", help="continue the sweep in --output (after a crash)")
-    p.add_argument("--concurrency", type=int, default=0, help="trials at once (0: what the cluster's CPUs allow)")
-    p.add_argument("--gpus-per-trial", type=float, default=0.0, help="single-worker trials: e.g. 0.25 or 1")
+    p.add_argument("--concurrency", type=int, default=0, metavar="N",
+                   help="trials at once (0: what the cluster's CPUs allow)")
+    p.add_argument("--gpus-per-trial", type=float, default=0.0, metavar="G",
+                   help="GPUs each trial takes (single-worker trials): e.g. 0.25 or 1")
     return p
+
+
+def replicate_seeds(parser: argparse.ArgumentParser, args: argparse.Namespace, count: int) -> list[int]:
+    """--seeds N: the training seeds of N replicates, train.seed (of the resolved config), +1, ..."""
+    from coreecg.config import load_config
+
+    if count < 1:
+        parser.exit(2, f"error: --seeds {count}: needs at least 1\n")
+    first = load_config(args.config, args.overrides).train.seed
+    return list(range(first, first + count))
 
 
 def sweep_settings(parser: argparse.ArgumentParser, args: argparse.Namespace):

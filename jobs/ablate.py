@@ -10,7 +10,8 @@ then the paper's tables. A preset of jobs/study.py: it writes the study file it 
 Variants (tune_spaces/ablations.yaml) are override lists: the CoRe-ECG ablations, the
 reconstruction baselines (ST-MEM-, MTAE-, MLAE-like), the contrastive baselines (MoCo V3, CMSC:
 pretrain.method), Supervised (scratch) and BMIRC (not available: listed with its reason).
-Each pretraining is evaluated by the representation probe every epoch (probe_auroc).
+--seeds N runs N replicates of each (train.seed, train.seed + 1, ...). Each pretraining is
+evaluated by the representation probe every epoch (probe_auroc).
 Writes into --output: study.yaml (the study this run is: `python jobs/study.py study.yaml`
 runs it again), everything jobs/study.py writes (runs/pretrain/<variant>-s<seed>/,
 runs/finetune/<variant>-<corpus>-finetune-l12-f100-s<seed>/, runs.csv: one row per run with its
@@ -28,33 +29,45 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from coreecg.cli import fail, flag_overrides, parse_args, sweep_parser, sweep_settings
+from coreecg.cli import (
+    fail, flag_overrides, parse_args, renamed, replicate_seeds, shipped, sweep_parser, sweep_settings,
+)
 
 
-def main(argv=None) -> int:
-    parser = sweep_parser(__doc__, "ablations.yaml", "sweeps/ablations")
-    parser.add_argument("--variants", dest="space", help="variants YAML (default tune_spaces/ablations.yaml)")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds per variant (train.seed = 0..N-1)")
-    parser.add_argument("--only", help="comma list of variant names to run")
-    parser.add_argument("--finetune", nargs="+", default=[], metavar="CORPUS", help="labelled corpora to fine-tune on")
+def build_parser():
+    parser = sweep_parser(__doc__, "sweeps/ablations")
+    parser.add_argument("--variants", default=str(shipped("tune_spaces/ablations.yaml")), metavar="FILE",
+                        help="the variants file: each variant's override list, tables, allow: entries")
+    renamed(parser, "--space", "--variants")
+    parser.add_argument("--seeds", type=int, default=1, metavar="N",
+                        help="replicates per variant: train.seed, train.seed + 1, ... (N runs each)")
+    parser.add_argument("--only", metavar="NAMES", help="comma list of variant names to run")
+    parser.add_argument("--finetune", nargs="+", default=[], metavar="CORPUS",
+                        help="labelled corpora to also fine-tune every variant on")
     parser.add_argument("--allow-overlap", action="store_true",
                         help="fine-tune although the pretraining corpus shares records or patients with a --finetune "
                              "corpus's val/test split (finetune.allow_overlap; docs/leakage.md)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parse_args(parser, argv)
     args.overrides = flag_overrides(parser, args.overrides, {
         "finetune.allow_overlap": ("--allow-overlap", "true" if args.allow_overlap else None)})
     s = sweep_settings(parser, args)
+    args.seeds = replicate_seeds(parser, args, args.seeds)
     from coreecg.study.spec import StudyError, load_study, write_study_file
     from coreecg.tune.spaces import NO_PRETRAINING, NOT_AVAILABLE, SpaceError, load_space
 
     try:
-        space = load_space(args.space, args.config, args.overrides)
+        space = load_space(args.variants, args.config, args.overrides)
         if not space.variants:
-            return fail(f"{args.space}: needs a 'variants' section")
+            return fail(f"{args.variants}: needs a 'variants' section")
         names = [n.strip() for n in args.only.split(",")] if args.only else list(space.variants)
         unknown = [n for n in names if n not in space.variants]
         if unknown:
-            return fail(f"--only: unknown variant(s) {unknown}; {args.space} has {list(space.variants)}")
+            return fail(f"--only: unknown variant(s) {unknown}; {args.variants} has {list(space.variants)}")
         for n in names:
             if space.variants[n] == NOT_AVAILABLE:
                 print(f"{n}: not available ({space.unavailable[n]})", file=sys.stderr)
@@ -73,9 +86,9 @@ def ablation_study(output: Path, args, names: list[str], pretrained: list[str], 
     """The ablation as a study file's data (absolute paths)."""
     from coreecg.jobs.study import preset_study
 
-    seeds = list(range(args.seeds))
+    seeds = args.seeds
     head, corpora = preset_study(output, args.config, args.overrides, args.finetune)
-    study: dict = {**head, "variants": str(Path(args.space).resolve()),
+    study: dict = {**head, "variants": str(Path(args.variants).resolve()),
                    "pretrain": {"methods": pretrained, "seeds": seeds, "set": ["train.eval_every_epochs=1"]}}
     if corpora:
         study["downstream"] = {"corpora": corpora, "methods": names, "modes": ["finetune"], "seeds": seeds}

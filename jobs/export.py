@@ -1,12 +1,12 @@
 """Export a trained encoder or a fine-tuned classifier as a self-describing model folder
 (safetensors weights, config.json with the input contract, a model card), optionally ONNX.
 
-    python jobs/export.py runs/quickstart --output exports/quickstart            # a pretraining run (encoder.pt)
-    python jobs/export.py runs/quickstart/encoder.pt --output exports/quickstart
-    python jobs/export.py runs/ft-ptbxl --output exports/ft-ptbxl --onnx          # a fine-tuning run (best.pt)
-    python jobs/export.py runs/ft-ptbxl/best.pt --output exports/ft-ptbxl
+    python jobs/export.py --model runs/quickstart --output exports/quickstart     # a pretraining run (encoder.pt)
+    python jobs/export.py --model runs/quickstart/encoder.pt --output exports/quickstart
+    python jobs/export.py --model runs/ft-ptbxl --output exports/ft-ptbxl --onnx   # a fine-tuning run (best.pt)
+    python jobs/export.py --model runs/ft-ptbxl/best.pt --output exports/ft-ptbxl
 
-RUN_OR_CHECKPOINT: a pretraining run folder (encoder.pt), encoder.pt or a pretraining
+--model: a pretraining run folder (encoder.pt), encoder.pt or a pretraining
 checkpoint (checkpoint_step*/checkpoint.pt), a fine-tuning run folder (best.pt + metrics.json),
 or a best.pt (its class names come from metrics.json beside it, else from the fine-tuning
 corpus's manifest). Nothing is trained and Ray is not started.
@@ -34,18 +34,25 @@ import sys
 import warnings
 from pathlib import Path
 
-from coreecg.cli import fail, job_parser, parse_args
+from coreecg.cli import fail, job_parser, parse_args, renamed
+
+
+def build_parser():
+    parser = job_parser(__doc__, config=False)
+    parser.add_argument("--model", required=True, metavar="PATH",
+                        help="the model to export: a pretraining or fine-tuning run folder, encoder.pt, best.pt or a "
+                             "checkpoint")
+    renamed(parser, "RUN_OR_CHECKPOINT", "--model")
+    parser.add_argument("--output", required=True, help="the export folder to write")
+    parser.add_argument("--onnx", action="store_true", help="also write model.onnx (and check it in onnxruntime)")
+    return parser
 
 
 def main(argv=None) -> int:
-    parser = job_parser(__doc__, config=False)
-    parser.add_argument("source", metavar="RUN_OR_CHECKPOINT",
-                        help="a pretraining or fine-tuning run folder, encoder.pt, best.pt or a checkpoint")
-    parser.add_argument("--output", required=True, help="the export folder to write")
-    parser.add_argument("--onnx", action="store_true", help="also write model.onnx (and check it in onnxruntime)")
+    parser = build_parser()
     args = parse_args(parser, argv)
 
-    source = Path(args.source).expanduser()
+    source = Path(args.model).expanduser()
     if not source.exists():
         return fail(f"{source}: no such file or folder")
 

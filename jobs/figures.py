@@ -1,14 +1,16 @@
 """Figures from saved runs.
 
-    python jobs/figures.py reconstruction --encoder runs/quickstart --corpus corpora/ptbxl --output recon.png
-    python jobs/figures.py reconstruction --encoder runs/quickstart/checkpoint_step000000594/checkpoint.pt \
+    python jobs/figures.py reconstruction --model runs/quickstart --corpus corpora/ptbxl --output recon.png
+    python jobs/figures.py reconstruction --model runs/quickstart/checkpoint_step000000594/checkpoint.pt \\
         --corpus corpora/ptbxl --output recon.png --split test --windows 4 --seed 1
 
 `reconstruction`: the paper's reconstruction figure (original vs the Time Decoder's output on
 masked patches, masked patches shaded, dropped ones hatched) for fixed windows of a corpus
-split, with the same plotting code as the in-loop figure (`coreecg.eval.figures`). Needs a
-full pretraining checkpoint (`checkpoint_step*/checkpoint.pt`, or a run folder: its latest);
-`encoder.pt` holds only the encoder. Writes the PNG named by --output.
+split, with the same plotting code as the in-loop figure (`coreecg.eval.figures`) and, by
+default, the same masks (the run's train.seed). --model must be a full pretraining checkpoint
+(`checkpoint_step*/checkpoint.pt`, or a run folder: its latest) of a method with a Time Decoder:
+the other model sources (encoder.pt, best.pt, an export folder) hold only the encoder, which
+reconstructs nothing. Writes the PNG named by --output.
 Exit codes: 0 written, 2 bad arguments or input.
 """
 from __future__ import annotations
@@ -27,11 +29,13 @@ def reconstruction(args: argparse.Namespace) -> Path:
     from coreecg.methods import build_method
     from coreecg.checkpoints import CheckpointError, latest_checkpoint, load_checkpoint
 
-    source = Path(args.encoder)
+    source = Path(args.model)
     if source.is_dir():
         latest = latest_checkpoint(source)
         if latest is None:
-            raise CheckpointError(f"{source}: a folder without checkpoint_step*/ (a pretraining run folder?)")
+            raise CheckpointError(f"{source}: no checkpoint_step*/ in this folder; the reconstruction figure needs a "
+                                  "full pretraining checkpoint (the Time Decoder), which encoder.pt, best.pt and "
+                                  "export folders leave out: pass a pretraining run folder or its checkpoint.pt")
         source = latest
     payload, config = load_checkpoint(source)
     if not any(k.startswith("time_decoder.") for k in payload["model"]):
@@ -45,26 +49,38 @@ def reconstruction(args: argparse.Namespace) -> Path:
         raise ValueError(f"corpus {args.corpus} has no {args.split!r} windows")
     x = center_crop(torch.from_numpy(windows), config.model.input_samples)
     step = payload.get("trainer", {}).get("step", "?")
-    fig = reconstruction_figure(model, x, seed=args.seed,
+    seed = config.train.seed if args.seed is None else args.seed     # the in-loop figure's masks by default
+    fig = reconstruction_figure(model, x, seed=seed,
                                 title=f"{source.parent.name} (step {step}), {args.split} windows: "
                                       "original (blue), reconstruction of masked patches (red); "
                                       "grey: masked, hatched: dropped")
     return save_figure(fig, args.output)
 
 
-def main(argv=None) -> int:
-    from coreecg.cli import HelpFormatter, job_parser, parse_args
+def build_parser():
+    from coreecg.cli import HelpFormatter, job_parser, renamed
 
     p = job_parser(__doc__, config=False)
-    sub = p.add_subparsers(dest="figure", required=True)
+    sub = p.add_subparsers(dest="figure", required=True, metavar="FIGURE", help="the figure to draw: reconstruction")
     r = sub.add_parser("reconstruction", help="original vs reconstructed signal of fixed windows",
-                       description=__doc__, formatter_class=HelpFormatter)
-    r.add_argument("--encoder", required=True, help="a pretraining checkpoint.pt, or a run folder (its latest)")
-    r.add_argument("--corpus", required=True, help="a corpus folder (jobs/preprocess.py output)")
+                       description=__doc__, formatter_class=HelpFormatter, prog=f"{p.prog} reconstruction")
+    r.add_argument("--model", required=True, metavar="PATH",
+                   help="the model: a full pretraining checkpoint.pt, or a pretraining run folder (its latest); "
+                        "not encoder.pt, best.pt or an export (no Time Decoder)")
+    renamed(r, "--encoder", "--model")
+    r.add_argument("--corpus", required=True, metavar="DIR", help="a corpus folder (jobs/preprocess.py output)")
     r.add_argument("--output", required=True, help="PNG file to write")
-    r.add_argument("--split", default="val", choices=["train", "val", "test"])
-    r.add_argument("--windows", type=int, default=2, help="windows shown, evenly spaced over the split")
-    r.add_argument("--seed", type=int, default=0, help="seed of the masks shown")
+    r.add_argument("--split", default="val", choices=["train", "val", "test"], help="the corpus split shown")
+    r.add_argument("--windows", type=int, default=2, metavar="N", help="windows shown, evenly spaced over the split")
+    r.add_argument("--seed", type=int, default=None, metavar="N",
+                   help="train.seed the masks are drawn with (default: the run's own, as its in-loop figure)")
+    return p
+
+
+def main(argv=None) -> int:
+    from coreecg.cli import parse_args
+
+    p = build_parser()
     args = parse_args(p, argv)
     from coreecg.checkpoints import CheckpointError
     from coreecg.data.corpus import CorpusError

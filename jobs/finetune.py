@@ -45,33 +45,44 @@ def _fmt(m: dict, key: str) -> str:
     return f"{key} {100 * v:.1f}"
 
 
-def main(argv=None) -> int:
+def build_parser():
     parser = job_parser(__doc__)
-    parser.add_argument("--encoder", required=True,
-                        help="encoder.pt, a pretraining checkpoint, run or export folder; 'none' = scratch; 'random' = "
-                             "a seeded, randomly initialised encoder of the config's model (\"Random init\")")
-    parser.add_argument("--corpus", required=True, help="a labelled corpus folder (jobs/preprocess.py)")
-    parser.add_argument("--mode", choices=("finetune", "linear", "frozen", "scratch"))
+    parser.add_argument("--encoder", required=True, metavar="PATH|none|random",
+                        help="what the encoder starts from (finetune.encoder; this job's name for the model it reads): "
+                             "encoder.pt, a pretraining checkpoint, run or export folder; 'none' = scratch; "
+                             "'random' = a seeded, randomly initialised encoder of the config's model (\"Random init\")")
+    parser.add_argument("--corpus", required=True, metavar="DIR", help="a labelled corpus folder (jobs/preprocess.py)")
+    parser.add_argument("--mode", choices=("finetune", "linear", "frozen", "scratch"),
+                        help="finetune.mode: finetune (everything trains), linear (frozen encoder, linear head), "
+                             "frozen (frozen encoder, attention-pooling head), scratch (implied by --encoder none); "
+                             "default: finetune.mode (finetune)")
     parser.add_argument("--leads", help="12 | 6 | 1 | comma list of lead names (default: finetune.leads, all 12)")
-    parser.add_argument("--train-fraction", type=float, help="default: finetune.train_fraction (1.0)")
-    parser.add_argument("--seed", type=int, help="default: train.seed (0)")
+    parser.add_argument("--train-fraction", type=float, metavar="F",
+                        help="finetune.train_fraction; default: the config's (1.0)")
+    parser.add_argument("--seed", type=int, metavar="N", help="train.seed; default: the config's (0)")
     parser.add_argument("--output", required=True, help="run folder (re-run to resume)")
     parser.add_argument("--allow-overlap", action="store_true",
                         help="fine-tune although the encoder's pretraining corpus shares records or patients with "
-                             "the val/test splits (recorded in metrics.json, overlap.csv and the report)")
-    args = parse_args(parser, argv)
+                             "the val/test splits (finetune.allow_overlap; recorded in metrics.json, overlap.csv "
+                             "and the report)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parse_args(parser, argv)     # with --print-config, --encoder, --corpus and --output may be left out
 
     from coreecg.data.corpus import CorpusError
     from coreecg.checkpoints import CheckpointError
     from coreecg.train.fit import fit, plan_run
     from coreecg.train.finetuning import FinetuneError, parse_leads
 
-    scratch = args.encoder.lower() == "none"
+    scratch = (args.encoder or "").lower() == "none"
     if scratch and args.mode not in (None, "scratch"):
         parser.exit(2, f"error: --encoder none trains from scratch; --mode {args.mode} needs an encoder\n")
     if args.mode == "scratch" and not scratch:
         parser.exit(2, "error: --mode scratch trains a randomly initialised encoder; pass --encoder none\n")
-    output = Path(args.output).expanduser().resolve()
+    output = Path(args.output).expanduser().resolve() if args.output else None
     try:
         leads = parse_leads(args.leads) if args.leads is not None else None
         cfg = resolve_config(parser, args, {
@@ -81,9 +92,9 @@ def main(argv=None) -> int:
             "finetune.train_fraction": ("--train-fraction", args.train_fraction),
             "train.seed": ("--seed", args.seed),
             "finetune.allow_overlap": ("--allow-overlap", "true" if args.allow_overlap else None),
-            "data.corpus": ("--corpus", Path(args.corpus).expanduser().resolve()),
-            "train.storage_path": ("--output", output.parent),
-            "train.name": ("--output", output.name)})
+            "data.corpus": ("--corpus", Path(args.corpus).expanduser().resolve() if args.corpus else None),
+            "train.storage_path": ("--output", output.parent if output else None),
+            "train.name": ("--output", output.name if output else None)})
     except FinetuneError as e:
         parser.exit(2, f"error: {e}\n")
 

@@ -20,10 +20,15 @@ from pathlib import Path
 from coreecg.cli import fail, job_parser, parse_args
 
 
-def main(argv=None) -> int:
+def build_parser():
     parser = job_parser(__doc__, config=False)
     parser.add_argument("runs", nargs="+", metavar="RUN_OR_FOLDER", help="pretraining run folders, or folders of them")
-    parser.add_argument("--output", help="folder for leaderboard.csv and leaderboard.md")
+    parser.add_argument("--output", help="folder for leaderboard.csv and leaderboard.md (default: see above)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parse_args(parser, argv)
     from coreecg.config import ConfigError
     from coreecg.eval.leaderboard import find_pretraining_runs, is_pretraining_run, leaderboard_rows, write_leaderboard

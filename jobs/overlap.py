@@ -27,11 +27,16 @@ def _summary(name: str, manifest: dict, records: int, windows: int) -> str:
     return f"{name} ({manifest['source']}): {records} records, {windows} windows"
 
 
-def main(argv=None) -> int:
+def build_parser():
     parser = job_parser(__doc__, config=False)
     parser.add_argument("corpus_a", metavar="CORPUS_A", help="a corpus folder (e.g. the pretraining corpus)")
     parser.add_argument("corpus_b", metavar="CORPUS_B", help="a corpus folder (e.g. the downstream corpus)")
     parser.add_argument("--output", default=".", help="folder for overlap.csv")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parse_args(parser, argv)
     from coreecg.data.corpus import CorpusError, load_manifest
     from coreecg.data.fingerprints import corpus_fingerprints

@@ -39,8 +39,8 @@ from pathlib import Path
 from coreecg.cli import fail, job_parser, parse_args
 
 parser = job_parser(__doc__, config=False)
-parser.add_argument("--model", required=True, metavar="RUN_OR_EXPORT",
-                    help="fine-tuning or pretraining run folder, best.pt / encoder.pt, or an export folder")
+parser.add_argument("--model", required=True, metavar="PATH",
+                    help="the model: a fine-tuning or pretraining run folder, best.pt / encoder.pt, or an export folder")
 parser.add_argument("--input", required=True, nargs="+", metavar="FILES_OR_FOLDER",
                     help="WFDB record files (.hea/.dat/.mat) and folders (a known database layout or any WFDB tree)")
 parser.add_argument("--output", required=True, metavar="F",
@@ -52,6 +52,11 @@ parser.add_argument("--batch-size", type=int, default=None, metavar="N",
                          "finetune.eval_batch_size")
 parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
                     help="where the model runs (auto: cuda when available)")
+
+
+def build_parser():
+    """This job's parser (tests/test_vocabulary.py reads every job's)."""
+    return parser
 
 
 def output_file(output: str, name: str) -> Path:

@@ -1,14 +1,14 @@
 """Build (or resume) a Parquet ECG corpus from one source with Ray Data.
 
     python jobs/preprocess.py --source synthetic --output corpora/synthetic
-    python jobs/preprocess.py --source ptbxl --input ../shared/ecg-data/ptbxl --output corpora/ptbxl \
+    python jobs/preprocess.py --source ptbxl --input ../shared/ecg-data/ptbxl --output corpora/ptbxl \\
         --set data.sources.ptbxl.label_view=multi --set data.shard_records=32
 
 Every setting is a `data.*` key of the typed config (coreecg/config.py): preprocessing
 (`data.preprocess.*`), splits, shard size and the readers' options (`data.sources.*`).
 Re-running with the same arguments skips finished shards.
 
-    python jobs/preprocess.py --source mimic-iv-ecg --input ../shared/ecg-data/mimic-iv-ecg-layout \
+    python jobs/preprocess.py --source mimic-iv-ecg --input ../shared/ecg-data/mimic-iv-ecg-layout \\
         --output corpora/mimic --exclude-overlap-with corpora/ptbxl --exclude-overlap-with corpora/icbeb
 
 --exclude-overlap-with CORPUS (repeatable; a built downstream corpus) leaves out of the new corpus
@@ -36,15 +36,23 @@ from coreecg.data.sources import SOURCES, get_source
 from coreecg.run_record import ray_cluster
 
 
-def parse_args(argv: list[str] | None = None):
+def build_parser():
     p = job_parser(__doc__)
-    p.add_argument("--source", required=True, help=" | ".join(SOURCES))
-    p.add_argument("--input", help="the source's root folder of raw records (not needed for synthetic)")
+    p.add_argument("--source", required=True, metavar="SOURCE",
+                   help="the reader: " + " | ".join(SOURCES))
+    p.add_argument("--input", metavar="DIR",
+                   help="the source's root folder of raw records (not needed for synthetic)")
     p.add_argument("--output", required=True, help="corpus folder to write (or resume)")
     p.add_argument("--exclude-overlap-with", action="append", default=[], metavar="CORPUS",
                    help="a built downstream corpus (repeatable): records sharing a patient or a recording with "
                         "its val/test records (the leakage guard's match) are left out of this corpus and "
                         "quarantined, so fine-tuning on it after pretraining here passes the guard")
+    return p
+
+
+def parse_args(argv: list[str] | None = None):
+    """(arguments, the resolved config); --print-config prints it and exits 0 here."""
+    p = build_parser()
     args = parse_cli(p, argv)
     return args, resolve_config(p, args)
 

@@ -33,12 +33,17 @@ from pathlib import Path
 from coreecg.cli import job_parser, parse_args, resolve_config, shipped
 
 
-def main(argv=None) -> int:
+def build_parser():
     parser = job_parser(__doc__, default_config=shipped("configs/quickstart.yaml"))
-    parser.add_argument("--corpus", help="the pretraining corpus (jobs/preprocess.py output); "
-                                         "default: data.corpus, else the embedded synthetic corpus")
+    parser.add_argument("--corpus", metavar="DIR", help="the pretraining corpus (jobs/preprocess.py output); "
+                                                        "default: data.corpus, else the embedded synthetic corpus")
     parser.add_argument("--output", help="the run folder (re-run to resume); "
                                          "default: <train.storage_path>/<train.name>")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parse_args(parser, argv)
     output = Path(args.output).expanduser().resolve() if args.output else None
     cfg = resolve_config(parser, args, {

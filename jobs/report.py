@@ -27,14 +27,19 @@ from coreecg.eval.label_efficiency import extra_tables
 from coreecg.eval.report import RunError, write_report
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser():
     p = job_parser(__doc__)
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a folder holding metrics.json")
     p.add_argument("--output", required=True, help="folder for the tables (created if missing)")
     p.add_argument("--variants", default=None, metavar="FILE",
                    help="a variants file (tune_spaces/ablations.yaml) whose allow: entries declare protocol "
                         "differences between rows")
-    args = parse_args(p, argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
+    args = parse_args(p, argv)          # with --print-config, RUN_DIR and --output may be left out
     cfg = resolve_config(p, args)
     from coreecg.eval.fairness import UnfairTableError
     from coreecg.tune.spaces import SpaceError, load_space

@@ -31,21 +31,30 @@ from pathlib import Path
 from coreecg.cli import fail, flag_overrides, job_parser, parse_args
 
 
-def main(argv=None) -> int:
+def build_parser():
     # A study names its own config (its `config:` key): --set and --print-config, no --config.
     parser = job_parser(__doc__, config=False)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
                         help="override one config value in every run (repeatable), after the study's own settings")
     parser.add_argument("--print-config", action="store_true",
-                        help="print the config every run starts from (the study's config + set + --set) and exit")
-    parser.add_argument("study", help="a study YAML file (studies/*.yaml)")
+                        help="print the config every run starts from (the study's config + set + --set) and exit; "
+                             "needs the study file, not --output")
+    parser.add_argument("study", metavar="STUDY", help="a study YAML file (studies/*.yaml)")
     parser.add_argument("--output", required=True, help="the study folder (re-run with --resume to continue)")
     parser.add_argument("--resume", action="store_true", help="continue the study in --output")
-    parser.add_argument("--concurrency", type=int, default=0, help="trials at once (0: what the cluster's CPUs allow)")
+    parser.add_argument("--concurrency", type=int, default=0, metavar="N",
+                        help="trials at once (0: what the cluster's CPUs allow)")
     parser.add_argument("--allow-overlap", action="store_true",
                         help="fine-tune although a pretraining corpus shares records or patients with a downstream "
                              "val/test split (finetune.allow_overlap; each run records its overlap)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parse_args(parser, argv)
+    if args.study is None:          # left out with --print-config: the study names the config it prints
+        parser.error("the following arguments are required: STUDY (--print-config prints its config)")
     args.overrides = flag_overrides(parser, args.overrides, {
         "finetune.allow_overlap": ("--allow-overlap", "true" if args.allow_overlap else None)})
 

@@ -6,7 +6,8 @@ representation probe (probe_auroc), which (unlike the loss) compares across mask
     python jobs/sweep.py --output sweeps/core --resume              # continue after a crash
 
 ASHA stops weak trials after any epoch (grace period 1 epoch, reduction factor 2); a stopped
-trial reaches Optuna with its last probe_auroc. Sampling is seeded (--seed). Writes into
+trial reaches Optuna with its last probe_auroc. Sampling is seeded (--search-seed; every trial
+trains with train.seed, --set train.seed=N). Writes into
 --output: results.csv, importance.png (Optuna's fANOVA parameter importances), best_config.yaml
 (the best trial's full config: `python jobs/pretrain.py --config best_config.yaml` runs it as
 is), tune/ and trials/<id>/. Exit codes: 0 done, 2 bad arguments, space or config.
@@ -15,17 +16,25 @@ from __future__ import annotations
 
 import sys
 
-from coreecg.cli import fail, parse_args, sweep_parser, sweep_settings
+from coreecg.cli import fail, parse_args, renamed, sweep_parser, sweep_settings
 
 from coreecg.tune.sweep import OBJECTIVES
 
 
-def main(argv=None) -> int:
-    parser = sweep_parser(__doc__, "core.yaml", "sweeps/core")
-    parser.add_argument("--num-samples", type=int, default=8, help="trials to sample")
-    parser.add_argument("--seed", type=int, default=0, help="Optuna's sampler seed")
+def build_parser():
+    parser = sweep_parser(__doc__, "sweeps/core", space="core.yaml")
+    parser.add_argument("--num-samples", type=int, default=8, metavar="N", help="trials to sample")
+    parser.add_argument("--search-seed", type=int, default=0, metavar="N",
+                        help="the seed of Optuna's sampler (not the trials' train.seed)")
+    renamed(parser, "--seed", "--search-seed (Optuna's sampler seed; the trials' training seed is "
+                              "--set train.seed=N)")
     parser.add_argument("--metric", default="probe_auroc", choices=sorted(OBJECTIVES),
                         help="the objective, from each epoch's report (loss*: minimised, probe*: maximised)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parse_args(parser, argv)
     s = sweep_settings(parser, args)
     s.metric = args.metric
@@ -44,7 +53,7 @@ def main(argv=None) -> int:
             return fail(f"{args.space}: needs a 'params' section of Optuna distributions")
         epochs = load_config(args.config, args.overrides).optim.epochs
         distributions = optuna_space(space)
-        searcher = OptunaSearch(space=distributions, metric=s.metric, mode=s.mode, seed=args.seed)
+        searcher = OptunaSearch(space=distributions, metric=s.metric, mode=s.mode, seed=args.search_seed)
         if args.concurrency:
             searcher = ConcurrencyLimiter(searcher, max_concurrent=args.concurrency)
         scheduler = ASHAScheduler(time_attr="training_iteration", max_t=epochs, grace_period=1, reduction_factor=2)

@@ -27,18 +27,25 @@ import csv
 import sys
 from pathlib import Path
 
-from coreecg.cli import fail, parse_args, shipped, sweep_parser, sweep_settings
+from coreecg.cli import fail, parse_args, replicate_seeds, shipped, sweep_parser, sweep_settings
+
+
+def build_parser():
+    parser = sweep_parser(__doc__, "sweeps/mask-rates", space="mask_rates.yaml")
+    parser.add_argument("--seeds", type=int, default=1, metavar="N",
+                        help="replicates per grid cell: train.seed, train.seed + 1, ... (N runs each)")
+    parser.add_argument("--variant", default="CoRe-ECG", metavar="NAME",
+                        help="the variant whose masking is swept (its name in tune_spaces/ablations.yaml)")
+    parser.add_argument("--finetune", nargs="+", default=[], metavar="CORPUS",
+                        help="labelled corpora: fine-tune every cell's encoder on each (F1/AUROC heatmaps per dataset)")
+    return parser
 
 
 def main(argv=None) -> int:
-    parser = sweep_parser(__doc__, "mask_rates.yaml", "sweeps/mask-rates")
-    parser.add_argument("--seeds", type=int, default=1, help="seeds per grid cell (train.seed = 0..N-1)")
-    parser.add_argument("--variant", default="CoRe-ECG",
-                        help="the variant whose masking is swept (tune_spaces/ablations.yaml)")
-    parser.add_argument("--finetune", nargs="+", default=[], metavar="CORPUS",
-                        help="labelled corpora: fine-tune every cell's encoder on each (F1/AUROC heatmaps per dataset)")
+    parser = build_parser()
     args = parse_args(parser, argv)
     s = sweep_settings(parser, args)
+    args.seeds = replicate_seeds(parser, args, args.seeds)
     from coreecg.study.spec import StudyError, load_study, write_study_file
 
     try:
@@ -67,7 +74,7 @@ def mask_rate_study(output: Path, args) -> dict:
     study: dict = {**head, "variants": str(shipped("tune_spaces/ablations.yaml").resolve()),
                    "pretrain": {"methods": []},
                    "mask_rates": {"space": str(Path(args.space).resolve()), "variant": args.variant,
-                                  "seeds": list(range(args.seeds))},
+                                  "seeds": args.seeds},
                    "report": {"tables": [], "figures": ["mask_rates"]}}
     if corpora:
         study["downstream"] = {"corpora": corpora, "grids": {}}

@@ -87,8 +87,8 @@ def test_help_is_the_whole_docstring_with_real_defaults(job):
 
 
 def test_one_flag_vocabulary_across_jobs():
-    """--output is what a job writes, --corpus a corpus it reads, --encoder weights it reads; the
-    old spellings are gone."""
+    """--output is what a job writes, --corpus a corpus it reads, --model the model it reads
+    (fine-tuning's --encoder is finetune.encoder); the old spellings are gone (tests/test_vocabulary.py)."""
     helps = {job: _help(job).stdout for job in JOBS}
     figures = _help("figures", "reconstruction").stdout
     for job, text in {**helps, "figures reconstruction": figures}.items():
@@ -98,7 +98,7 @@ def test_one_flag_vocabulary_across_jobs():
         assert "--output" in helps[job], job
     for job in ("pretrain", "finetune", "sweep", "ablate", "sweep_mask_rates"):
         assert "--corpus" in helps[job], job
-    assert "--encoder" in helps["finetune"] and "--encoder" in figures
+    assert "--encoder" in helps["finetune"] and "--model" in figures and "--encoder" not in figures
 
 
 def test_print_config_is_the_resolved_config_and_runs_nothing(tmp_path):

@@ -202,12 +202,12 @@ def _job(*args: str) -> subprocess.CompletedProcess:
 
 def test_export_job_exit_codes_and_output(made, tmp_path):
     missing = tmp_path / "no-such-run"
-    done = _job(str(missing), "--output", str(tmp_path / "x"))
+    done = _job("--model", str(missing), "--output", str(tmp_path / "x"))
     assert done.returncode == 2 and str(missing) in done.stderr
     assert not (tmp_path / "x").exists()
 
     out = tmp_path / "exported"
-    done = _job(str(made["ft"]), "--output", str(out))
+    done = _job("--model", str(made["ft"]), "--output", str(out))
     assert done.returncode == 0, done.stderr
     assert str(out / "model.safetensors") in done.stdout
     assert json.loads((out / "config.json").read_text())["input"]["class_names"] == CLASSES

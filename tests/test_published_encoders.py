@@ -312,8 +312,8 @@ def test_finetune_predict_and_export_from_the_published_weights(fx, stmem_corpus
                                torch.load(fx.encoder, weights_only=True)["model"]["norm.weight"])
 
     # export: the classifier's and the encoder's, each stating ST-MEM's input contract
-    assert _job("export").main([str(run), "--output", str(tmp_path / "exp-ft")]) == 0
-    assert _job("export").main([str(fx.encoder), "--output", str(tmp_path / "exp-enc")]) == 0
+    assert _job("export").main(["--model", str(run), "--output", str(tmp_path / "exp-ft")]) == 0
+    assert _job("export").main(["--model", str(fx.encoder), "--output", str(tmp_path / "exp-enc")]) == 0
     for name in ("exp-ft", "exp-enc"):
         meta = json.loads((tmp_path / name / "config.json").read_text())
         c = meta["input"]

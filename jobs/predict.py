@@ -54,11 +54,6 @@ parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
                     help="where the model runs (auto: cuda when available)")
 
 
-def build_parser():
-    """This job's parser (tests/test_vocabulary.py reads every job's)."""
-    return parser
-
-
 def output_file(output: str, name: str) -> Path:
     """--output as the file to write: FOLDER/name for a folder (existing, ending in '/', or without
     a suffix), else the file itself, which must have `name`'s suffix (ValueError otherwise)."""
@@ -132,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
 def _print_failures(failures) -> None:
     for f in failures:
         print(f"failed: {f.record_id} ({f.path}): {f.reason}", file=sys.stderr)
+
+
+def build_parser():
+    """This job's parser (tests/test_vocabulary.py reads every job's)."""
+    return parser
 
 
 if __name__ == "__main__":

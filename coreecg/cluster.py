@@ -160,7 +160,7 @@ def console_options() -> dict:
     (no COREECG_VERBOSE) keeps Ray's defaults."""
     if os.environ.get("COREECG_VERBOSE") != "0":
         return {}
-    # Ray's notice that token authentication is on (it is, by design: README "Security").
+    # Ray's notice that token authentication is on (it is, by design: docs/cluster.md "Security").
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     return {"log_to_driver": False, "logging_level": logging.WARNING}
 
@@ -221,7 +221,7 @@ def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
             # A `ray start` cluster of this machine checks tokens. Ray sends this user's token
             # to a cluster it finds itself (address="auto"), never to an explicit address, and
             # the address read from its file is explicit: enable token mode as "auto" would
-            # (a RAY_ADDRESS job sets RAY_AUTH_MODE=token itself, README).
+            # (a RAY_ADDRESS job sets RAY_AUTH_MODE=token itself, docs/cluster.md).
             from ray._private.authentication.authentication_token_setup import (
                 maybe_enable_token_auth_if_token_available)
 

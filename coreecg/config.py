@@ -453,7 +453,7 @@ class TrainConfig:
                 f"train.storage_path={self.storage_path}: a URI; the run folder (metrics.jsonl, "
                 "checkpoints, encoder) is written with POSIX file operations, so it must be a path "
                 "every node mounts (NFS/EFS/Filestore/Lustre). For object storage keep it a path "
-                f"and set train.mirror_uri={self.storage_path} (README \"Clusters: shared storage\")")
+                f"and set train.mirror_uri={self.storage_path} (docs/cluster.md \"Shared storage\")")
         if self.mirror_uri and "://" not in self.mirror_uri:
             raise ConfigError(f"train.mirror_uri={self.mirror_uri}: expected a URI such as s3://bucket/runs "
                               "or file:///path (\"\" for no mirror)")

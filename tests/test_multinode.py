@@ -1,7 +1,7 @@
 """Beyond one machine, simulated: a multi-node Ray cluster on this machine (`ray.cluster_utils.Cluster`:
 a head and worker nodes, each with its own raylet, object store and CPUs), and a node removed
 while it runs pretraining workers or sweep trials. The run folders are on a path every node
-sees (this machine's disk; NFS on a real cluster: README "Clusters").
+sees (this machine's disk; NFS on a real cluster: docs/cluster.md).
 
 Sizing for 2 cores: a head and three worker nodes of 1 CPU each. Two Train workers (1 CPU
 each) land on two nodes; after one node is gone the other three still hold both workers and a

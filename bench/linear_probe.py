@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         manifest = json.loads((tmp / "ptbxl" / "manifest.json").read_text())
         progress({"corpus_built_s": round(time.perf_counter() - t, 1), "windows": manifest["counts"]["windows"]})
         base = [*TINY, *args.overrides, f"data.corpus={tmp / 'ptbxl'}", "finetune.encoder=random",
-                "finetune.mode=linear", f"finetune.epochs={epochs}", "finetune.batch_size=32", "finetune.lr=1e-2",
+                "finetune.mode=linear", f"finetune.epochs={epochs}", "finetune.batch_size=32", "finetune.linear_lr=1e-2",
                 "finetune.bootstrap_resamples=0", "finetune.tsne_max_points=0", "train.figures=false",
                 f"train.num_workers={args.workers}", "train.checkpoint_every_steps=0", "train.keep_checkpoints=1",
                 f"train.storage_path={tmp / 'runs'}"]

@@ -296,6 +296,11 @@ class OptimConfig:
     ema_momentum_end: float = 1.0     # ... cosine-increased to this at the last step (BYOL)
 
 
+# The operations of finetune.augment (coreecg.augment.FINETUNE_OPS implements each one).
+FINETUNE_AUGMENT_OPS = ("erase", "flip", "drop", "cutout", "shift", "sine", "square", "partial_sine",
+                        "partial_noise", "noise")
+
+
 @dataclass
 class FinetuneConfig:
     """Downstream: encoder + a fresh linear head on mean-pooled tokens (paper: Training and
@@ -342,6 +347,23 @@ class FinetuneConfig:
     # The leakage guard (docs/leakage.md): a fine-tuning whose encoder was pretrained on records or
     # patients of its val/test splits stops before training; true proceeds and records the overlap.
     allow_overlap: bool = False
+    # Options the compared baselines fine-tune with (docs/evaluation.md "Fine-tuning options"); the
+    # defaults are the paper's protocol. linear_lr: the lr of the head-only modes (linear, frozen):
+    # a head alone on frozen features takes a far larger step than a whole network (lr).
+    linear_lr: float = 1e-3
+    # layer-wise lr decay (finetune/scratch): block i of D trains at lr * layer_decay^(D - i), the
+    # embeddings at lr * layer_decay^(D + 1), the head (and the final norm) at lr; 1.0: off
+    layer_decay: float = 1.0
+    # the head's pooling: auto = the mode's (attention in frozen, mean otherwise); attention is
+    # open to finetune/scratch too (linear with attention is mode frozen)
+    head: Literal["auto", "mean", "attention"] = "auto"
+    # a RandAugment-style policy on training crops (coreecg.augment.ecg_randaugment): per sample,
+    # augment_num_ops ops drawn from these names, each applied with augment_prob at strength
+    # augment_magnitude in [0, 1]; () = none (the paper). Never applied at evaluation.
+    augment: tuple[str, ...] = ()
+    augment_num_ops: int = 2
+    augment_magnitude: float = 0.5
+    augment_prob: float = 0.5
 
     def __post_init__(self) -> None:
         if not self.leads or len(set(self.leads)) != len(self.leads) or not set(self.leads) <= set(STANDARD_LEADS):
@@ -354,6 +376,44 @@ class FinetuneConfig:
                 or self.bootstrap_resamples < 0 or self.tsne_max_points < 0:
             raise ConfigError("finetune.epochs, batch_size, eval_crops, eval_batch_size must be >= 1; "
                               "bootstrap_resamples and tsne_max_points >= 0")
+        self._check_options()
+
+    def _check_options(self) -> None:
+        """The fine-tuning options: each one where it has a meaning, never silently ignored."""
+        if not (self.lr > 0 and self.linear_lr > 0):
+            raise ConfigError(f"finetune.lr={self.lr} and finetune.linear_lr={self.linear_lr} must be > 0")
+        if not 0.0 < self.layer_decay <= 1.0:
+            raise ConfigError(f"finetune.layer_decay={self.layer_decay} must lie in (0, 1] (1.0: off)")
+        head_only = self.mode in ("linear", "frozen")
+        if head_only and self.layer_decay != 1.0:
+            raise ConfigError(f"finetune.layer_decay={self.layer_decay}: mode {self.mode} trains the head alone "
+                              "(no encoder layers to decay); use mode finetune or scratch")
+        if (self.mode, self.head) in (("linear", "attention"), ("frozen", "mean")):
+            raise ConfigError(f"finetune.head={self.head} with mode {self.mode}: a frozen encoder with an "
+                              "attention-pooling head is mode frozen, with a mean-pooled one mode linear")
+        unknown = [x for x in self.augment if x not in FINETUNE_AUGMENT_OPS]
+        if unknown or len(set(self.augment)) != len(self.augment):
+            raise ConfigError(f"finetune.augment={list(self.augment)} must be distinct names from "
+                              f"{list(FINETUNE_AUGMENT_OPS)}" + (f"; unknown: {unknown}" if unknown else ""))
+        if self.augment_num_ops < 1 or not 0.0 <= self.augment_magnitude <= 1.0 \
+                or not 0.0 <= self.augment_prob <= 1.0:
+            raise ConfigError("finetune.augment_num_ops must be >= 1, augment_magnitude and augment_prob in [0, 1]")
+        if self.augment and self.mode == "linear" and self.probe_crops == "eval":
+            # the head trains on the evaluation crops' (cached) features: there is no training crop to augment
+            raise ConfigError("finetune.augment with mode linear needs finetune.probe_crops=random (probe_crops=eval "
+                              "trains on the fixed evaluation-crop features, cached or not)")
+
+    @property
+    def pooling(self) -> str:
+        """The head's pooling: "mean" or "attention" (head, or the mode's when head is auto)."""
+        if self.head != "auto":
+            return self.head
+        return "attention" if self.mode == "frozen" else "mean"
+
+    @property
+    def step_lr(self) -> float:
+        """The lr the optimizer is scheduled from: linear_lr for the head-only modes, else lr."""
+        return self.linear_lr if self.mode in ("linear", "frozen") else self.lr
 
 
 @dataclass

@@ -111,7 +111,7 @@ def build_model(src: ModelSource) -> Encoder | Classifier:
             model: nn.Module = build_encoder(cfg.model)
         else:
             model = Classifier.for_mode(build_encoder(cfg.model), len(src.class_names), cfg.finetune.leads,
-                                        bool(src.multilabel), cfg.finetune.mode)
+                                        bool(src.multilabel), cfg.finetune.mode, cfg.finetune.head)
     try:
         model.load_state_dict(src.state)
     except RuntimeError as e:

@@ -70,7 +70,7 @@ def ptbxl(ray_session, ecg_data, tmp_path_factory):
 
 def _cfg(tmp: Path, corpus: Path, name: str, *extra: str):
     return load_config(overrides=[*TINY, f"data.corpus={corpus}", "finetune.encoder=random", "finetune.mode=linear",
-                                  "finetune.batch_size=16", "finetune.lr=1e-2", "finetune.epochs=4",
+                                  "finetune.batch_size=16", "finetune.linear_lr=1e-2", "finetune.epochs=4",
                                   "finetune.bootstrap_resamples=0", "finetune.tsne_max_points=0",
                                   "train.num_workers=1", "train.checkpoint_every_steps=0",
                                   f"train.storage_path={tmp}", f"train.name={name}", *extra])

@@ -101,10 +101,12 @@ class Classifier(nn.Module):
 
     @classmethod
     def for_mode(cls, encoder: Encoder, n_classes: int, leads: Sequence[str], multilabel: bool,
-                 mode: str) -> "Classifier":
-        """The classifier finetune.mode trains (MODE_HEADS)."""
+                 mode: str, head: str = "auto") -> "Classifier":
+        """The classifier finetune.mode trains (MODE_HEADS); `head` (finetune.head) other than
+        "auto" replaces the mode's pooling (an attention-pooling head in finetune/scratch mode)."""
         frozen, pooling = MODE_HEADS[mode]
-        return cls(encoder, n_classes, leads, multilabel, frozen_encoder=frozen, pooling=pooling)
+        return cls(encoder, n_classes, leads, multilabel, frozen_encoder=frozen,
+                   pooling=pooling if head == "auto" else head)
 
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None,
                 pooled: bool = False) -> dict[str, torch.Tensor]:

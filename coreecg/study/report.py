@@ -98,7 +98,7 @@ def classifier_features(run: Path) -> tuple[np.ndarray, np.ndarray, list[str], b
     payload, config = load_checkpoint(run / "best.pt")
     f = config.finetune
     model = Classifier.for_mode(build_encoder(config.model), len(metrics["class_names"]), f.leads,
-                                bool(metrics["multilabel"]), f.mode)
+                                bool(metrics["multilabel"]), f.mode, f.head)
     model.load_state_dict(payload["model"])
     split = load_split(config.data.corpus, "test")
     stored = list(load_manifest(config.data.corpus)["signal"]["leads"])

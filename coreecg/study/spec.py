@@ -29,7 +29,7 @@ typed config before any Ray starts.
       grids:                                     # optional: several grids, each overriding the
         leads: {methods: [ST-MEM-like, CoRe-ECG], leads: ["12", "6", "1"]}   # fields above;
         fractions: {methods: [ST-MEM-like, CoRe-ECG], fractions: [1.0, 0.5, 0.05]}   # runs are shared
-        probe: {modes: [linear], set: [finetune.lr=1e-3]}   # a grid's own overrides (after `set` above)
+        probe: {modes: [linear], set: [finetune.linear_lr=1e-3]}   # a grid's own overrides (after `set` above)
     mask_rates:                                  # optional: the paper's mask-rate figure
       space: ../tune_spaces/mask_rates.yaml      # a two-key grid; every cell pretrained ...
       variant: CoRe-ECG

@@ -14,6 +14,12 @@ and the sha256 of its manifest, which lists every shard's sha256), the leads, th
 the evaluation crops and offsets, the precision, and "key_hash" over all of them. A run that
 finds features whose key is its own reuses them (a resumed run); any other key (another
 encoder or corpus) is recomputed and overwritten.
+
+Augmentation (finetune.augment) never reaches these features: they are evaluation-crop
+features, and the policy augments training crops only. A probe whose head trains on the cached
+train features (probe_crops=eval) has no training crop, so augmentation there is a ConfigError
+(FinetuneConfig); with probe_crops=random only val/test are cached and the train crops are
+augmented fresh every step.
 """
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from coreecg.augment import ecg_randaugment
 from coreecg.checkpoints import BEST_FILE, CheckpointError, load_checkpoint, save_checkpoint
 from coreecg.config import Config, ModelConfig, PreprocessConfig
 from coreecg.data.corpus import load_manifest
@@ -41,7 +42,7 @@ from coreecg.train.step import FinetuneStep, Schedule
 
 # What makes a run folder one fine-tuning: another value of these is another run (refused).
 SAME_RUN = ("data.corpus", "finetune.encoder", "finetune.mode", "finetune.leads", "finetune.train_fraction",
-            "finetune.probe_crops", "train.seed")
+            "finetune.probe_crops", "train.seed", "finetune.head", "finetune.layer_decay")
 
 
 # finetune.encoder=random: a seeded, randomly initialised encoder of the `model` section's
@@ -147,7 +148,8 @@ class FinetuneTask:
             encoder = random_encoder(cfg)
         else:
             encoder = load_encoder(self.spec.encoder) if self.spec.encoder else build_encoder(cfg.model)
-        model = Classifier.for_mode(encoder, len(self.class_names), f.leads, self.multilabel, f.mode).to(ctx.device)
+        model = Classifier.for_mode(encoder, len(self.class_names), f.leads, self.multilabel, f.mode,
+                                    f.head).to(ctx.device)
         self._core = model
         if self.cached:          # draws no random numbers: the encoder is frozen, in eval mode
             self._cache_features(model, ctx)
@@ -197,6 +199,10 @@ class FinetuneTask:
         if self._rows is not None:
             signal = signal[:, self._rows]                 # only the asked leads' tokens are fed
         x = to_model_input(signal, uid, self.config.train.seed, epoch, self.config.data.crop_samples)
+        f = self.config.finetune
+        if f.augment:      # training crops only: evaluation (predict) never augments
+            x = ecg_randaugment(x, f.augment, f.augment_num_ops, f.augment_magnitude, f.augment_prob, generator,
+                                fs=self.config.data.preprocess.sampling_rate)
         return (x, self.targets[uid]), {}
 
     @torch.no_grad()

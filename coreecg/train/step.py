@@ -52,7 +52,7 @@ class TrainStep:
         s = self.schedule
         lr = cosine_lr(self.step, s.total_steps, s.warmup_steps, self.lr, self.min_lr)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)     # layer-wise decay: a factor per group
         self.model.train()
         x = inputs[0]
         with autocast(self.precision, x.device):
@@ -99,13 +99,14 @@ class PretrainStep(TrainStep):
 
 
 class FinetuneStep(TrainStep):
-    """The downstream step: AdamW (finetune lr and weight decay; optim betas, min_lr, clip) over
-    whatever requires grad (the head alone in linear mode), no EMA."""
+    """The downstream step: AdamW (finetune lr, or linear_lr in the head-only modes; weight decay,
+    layer-wise lr decay; optim betas, min_lr, clip) over whatever requires grad (the head alone in
+    linear mode), no EMA."""
 
     def __init__(self, model: nn.Module, config: Config, schedule: Schedule, core: nn.Module | None = None):
         core = apply_speed_options(core if core is not None else model, config.train)
         f, o = config.finetune, config.optim
-        optimizer = adamw(param_groups(core, f.weight_decay), f.lr, o.betas)
-        super().__init__(model, optimizer, schedule, lr=f.lr, min_lr=o.min_lr, grad_clip=o.grad_clip,
+        optimizer = adamw(param_groups(core, f.weight_decay, f.layer_decay), f.step_lr, o.betas)
+        super().__init__(model, optimizer, schedule, lr=f.step_lr, min_lr=o.min_lr, grad_clip=o.grad_clip,
                          precision=config.train.precision, core=core)
         self.config = config

@@ -40,13 +40,10 @@ from coreecg.config import Config, ConfigError, DataConfig, PreprocessConfig, Tr
 from coreecg.files import sha256_file
 from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder
+# The export folder's format (the writers: coreecg.model.pretrained and coreecg.hub.export).
+from coreecg.model.pretrained import CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, PretrainedInfo
 from coreecg.version import __version__
 
-# The export folder's format (the writer: coreecg.hub.export).
-FORMAT = "coreecg-model"
-FORMAT_VERSION = 1
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"        # a fine-tuning run's (coreecg.eval.report's contract)
 MANIFEST_FILE = "manifest.json"      # a preprocessed corpus's
 
@@ -117,6 +114,10 @@ def build_model(src: ModelSource) -> Encoder | Classifier:
     except RuntimeError as e:
         raise CheckpointError(f"{src.weights}: {src.kind} weights do not match its own config: {e}") from e
     encoder = model if src.kind == "encoder" else model.encoder
+    # what save_pretrained records again: the config and task, an export's contract and provenance
+    export = src.export if src.export and src.export.get("kind") == src.kind else {}   # not a classifier's encoder
+    kept = {k: v for k, v in export.items() if k in ("architecture", "input", "provenance")}
+    model.pretrained_info = PretrainedInfo(cfg, src.class_names, kept)
     if hasattr(encoder, "source"):                # a published encoder names its file in its errors
         encoder.source = str(src.weights)
     return model.eval()
@@ -176,8 +177,14 @@ def _open_export(folder: Path) -> ModelSource:
         raise CheckpointError(f"{meta_path}: unknown kind {kind!r} (encoder | classifier)")
     contract = meta.get("input") if isinstance(meta.get("input"), dict) else {}
     names, multilabel = contract.get("class_names"), contract.get("multilabel")
-    if kind == "classifier" and (not isinstance(names, list) or not isinstance(multilabel, bool)):
-        raise CheckpointError(f"{meta_path}: a classifier export without class_names and multilabel in its input")
+    if kind == "classifier" and names is None and isinstance(meta.get("id2label"), dict):
+        # a bare save_pretrained (no input contract): the Hugging Face keys carry the task
+        names = [meta["id2label"].get(str(i)) for i in range(len(meta["id2label"]))]
+        multilabel = meta.get("multilabel")
+    if kind == "classifier" and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+                                 or not isinstance(multilabel, bool)):
+        raise CheckpointError(f"{meta_path}: a classifier export without class_names and multilabel (in its "
+                              "input contract or id2label and multilabel)")
     return ModelSource(folder, weights, kind, config, state, names, multilabel, export=meta)
 
 

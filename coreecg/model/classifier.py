@@ -111,6 +111,12 @@ class Classifier(nn.Module, PretrainedMixin, pipeline_tag="other"):
         frozen, pooling = MODE_HEADS[mode]
         return cls(encoder, n_classes, leads, multilabel, frozen_encoder=frozen, pooling=pooling)
 
+    @classmethod
+    def _build_for(cls, config, class_names, multilabel) -> "Classifier":
+        """from_pretrained's (coreecg.model.pretrained): the classifier config.finetune describes."""
+        return cls.for_mode(Encoder.from_config(config.model), len(class_names), config.finetune.leads,
+                            bool(multilabel), config.finetune.mode)
+
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None,
                 pooled: bool = False) -> dict[str, torch.Tensor]:
         """x: (B, len(leads), T), or with `pooled` the encoder's pooled features (B, D) (a linear

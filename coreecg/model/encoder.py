@@ -57,6 +57,10 @@ class Encoder(nn.Module, PretrainedMixin, pipeline_tag="feature-extraction"):
     def from_config(cls, m: ModelConfig) -> "Encoder":
         return cls(m.n_leads, m.n_patches, m.patch_size, m.embed_dim, m.depth, m.num_heads, m.mlp_ratio, m.dropout)
 
+    @classmethod
+    def _build_for(cls, config, class_names=None, multilabel=None) -> "Encoder":
+        return cls.from_config(config.model)       # from_pretrained's (coreecg.model.pretrained)
+
     def tokens(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, C, T) -> embedded tokens (B, C, N, D) before the transformer."""
         if lead_idx is None:

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 import coreecg
+from coreecg.checkpoints import CheckpointError
 from coreecg.files import sha256_file, write_text
 from coreecg.hub import FORMAT_VERSION, export_model, load_model
 from coreecg.hub.card import model_card
@@ -128,6 +129,20 @@ def test_card_licence_follows_the_training_data(sources, licence):
     front = _front(model_card(meta))
     assert front["license"] == licence and front["pipeline_tag"] == "other" and front["library_name"] == "coreecg"
     assert len(front["datasets"]) == len(set(sources)) and "ecg" in front["tags"]
+
+
+def test_a_missing_or_corrupted_folder_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match="no such folder"):
+        Encoder.from_pretrained(tmp_path / "absent")          # a path: never taken for a Hub id
+    folder = tmp_path / "enc"
+    Encoder(n_patches=10, dim=32, depth=1, num_heads=2).save_pretrained(folder)
+    data = bytearray((folder / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (folder / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="corrupted weights"):
+        Encoder.from_pretrained(folder)
+    with pytest.raises(CheckpointError, match="holds an encoder"):
+        Classifier.from_pretrained(V1_EXPORT)
 
 
 def test_written_files_follow_the_umask_like_open(tmp_path):

@@ -1,6 +1,6 @@
 """save_pretrained / from_pretrained / push_to_hub for coreecg's models (huggingface_hub.ModelHubMixin).
 
-    encoder = Encoder.from_pretrained("exports/pretrain")   # a folder, a run, or a Hub id ("user/repo")
+    encoder = Encoder.from_pretrained("exports/pretrain")   # a folder or a Hub id ("user/repo")
     encoder.save_pretrained("exports/copy")                  # model.safetensors + config.json (+ README.md)
     classifier = Classifier.from_pretrained("exports/ft-ptbxl")
     classifier.push_to_hub("user/ecg-classifier")            # the mixin's (needs a Hub token)
@@ -11,8 +11,9 @@ format_version, kind, weights (file, sha256, ...), the full coreecg config (the 
 from it), and where known the input contract and provenance (docs/export.md). An export folder
 (coreecg.hub.export_model) is this plus the input contract and coreecg's model card.
 
-Reading such a folder (format, version, sha256 of the weights) and rebuilding its model is here
-too (`read_folder`, `build`): `coreecg.loading` uses them for exports and every other source.
+Reading such a folder (`read_folder`: format, version, the weights' sha256) and loading weights
+(`load_weights`) are here too: `coreecg.loading` uses them, and reads every other source (run
+folders, .pt files, published families' weights) itself.
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)
     pretrained_kind = "encoder"
     pretrained_info: PretrainedInfo | None = None
 
-    def save_pretrained(self, save_directory: str | Path, *, config: Config | dict | None = None,
+    def save_pretrained(self, save_directory: str | Path, *, config: Config | None = None,
                         class_names: list[str] | None = None, **kwargs: Any) -> str | None:
         """Write model.safetensors and config.json (and the mixin's README.md, unless one is
         there) to `save_directory`; `push_to_hub=True, repo_id=...` uploads them too.
@@ -83,6 +84,17 @@ class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)
         weights = write_weights(self, save_directory, self.pretrained_kind)
         (save_directory / "README.md").unlink(missing_ok=True)      # an earlier card describes other weights
         write_json(save_directory / CONFIG_FILE, hub_config(self, info, weights), indent=2)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **kwargs: Any) -> nn.Module:
+        """A model from a local folder (an export or a save_pretrained folder) or a Hub id
+        ("user/repo"; kwargs: revision, token, cache_dir, local_files_only, map_location...)."""
+        name = str(pretrained_model_name_or_path)
+        path = Path(name).expanduser()
+        if not path.is_dir() and (path.exists() or path.is_absolute() or name.startswith((".", "~"))):
+            # a path, not a Hub id: say so here rather than as a malformed repo id
+            raise CheckpointError(f"{path}: no such folder (an export or a save_pretrained folder)")
+        return super().from_pretrained(path if path.is_dir() else name, **kwargs)
 
     @classmethod
     def _from_pretrained(cls, *, model_id: str, revision: str | None = None, cache_dir: str | Path | None = None,
@@ -104,7 +116,8 @@ class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)
                                                                          "*.parquet"]))
         f = read_folder(folder)
         if cls.pretrained_kind == "classifier" and f.kind != "classifier":
-            raise CheckpointError(f"{f.weights}: holds an encoder, not a fine-tuned classifier (Encoder.from_pretrained)")
+            raise CheckpointError(f"{f.weights}: holds an encoder, not a fine-tuned classifier "
+                                  "(Encoder.from_pretrained)")
         if f.config.model.arch != "coreecg":
             raise CheckpointError(f"{f.weights}: a published {f.config.model.arch} encoder, not coreecg's own; "
                                   "load it with coreecg.load_encoder / load_classifier")

@@ -183,12 +183,22 @@ def _load_lines(meta: dict[str, Any], kind: str, c: dict[str, Any]) -> list[str]
          % len(c["class_names"])) if kind == "classifier" else
         "    embedding = model.pooled(x)   # (1, %d)" % enc["embed_dim"],
         "```", "",
+        *_hub_lines(kind, published=bool(c.get("encoder"))),
         "Without coreecg: `safetensors.torch.load_file(\"model.safetensors\")` gives the state dict "
         f"({meta['weights']['keys']}).", "",
         *_onnx_lines(meta.get("onnx")),
         f"Weights: `{meta['weights']['file']}`, sha256 `{meta['weights']['sha256']}`, "
         f"{meta['weights']['parameters']:,} parameters.", "",
     ]
+
+
+def _hub_lines(kind: str, published: bool) -> list[str]:
+    """from_pretrained for coreecg's own encoder (a published family's loads with coreecg.load_*)."""
+    if published:
+        return []
+    cls, module = ("Encoder", "encoder") if kind == "encoder" else ("Classifier", "classifier")
+    return [f"As a Hugging Face model (a folder or a Hub id; `save_pretrained`, `push_to_hub` too): "
+            f"`from coreecg.model.{module} import {cls}; {cls}.from_pretrained(\"PATH_OR_HUB_ID\")`.", ""]
 
 
 def _onnx_lines(onnx: dict[str, Any] | None) -> list[str]:

@@ -208,6 +208,9 @@ def shared_address() -> tuple[str, str] | None:
 
 def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
     """Idempotent. worker_cpus: CPUs the Train workers will hold (num_workers * cpus_per_worker)."""
+    from coreecg.extras import require_ray_extra
+
+    require_ray_extra("this job (Ray: training, sweeps, studies, corpus builds)")   # the light install has no Ray
     import ray
 
     if ray.is_initialized():

@@ -6,6 +6,10 @@ never share one and a folder listing skips it), then `os.replace`s it: a reader,
 or a mirror sees the old file or the new one, never half of one. A process killed mid-write
 leaves the temporary file behind; `TEMP_GLOB` finds such leftovers.
 
+The file gets the mode `open()` would give a new file (0666 less the umask: 0644 under the
+usual 022), whatever the writer chose: safetensors writes 0600, which colleagues on shared
+storage cannot read.
+
 Standard library only: the data layer (no torch) writes its corpora with it.
 """
 from __future__ import annotations
@@ -35,11 +39,26 @@ def write_atomic(path: str | Path, write: Callable[[Path], Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
+        mode = _new_file_mode(tmp)
         write(tmp)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def _new_file_mode(probe: Path) -> int:
+    """The permission bits `open()` gives a new file here: created with 0666 at `probe` (then
+    removed), so the process umask applies (and a folder's default ACL), read without changing
+    the umask (os.umask is process-wide: racy under threads)."""
+    probe.unlink(missing_ok=True)        # a leftover keeps its own mode: measure a new file
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        return os.fstat(fd).st_mode & 0o777
+    finally:
+        os.close(fd)
+        os.unlink(probe)
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:

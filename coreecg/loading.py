@@ -37,16 +37,13 @@ from coreecg.checkpoints import (
     BEST_FILE, ENCODER_FILE, STEP_PREFIX, CheckpointError, checkpoint_config, is_coreecg_payload, read_payload,
 )
 from coreecg.config import Config, ConfigError, DataConfig, PreprocessConfig, TrainConfig, config_from_dict
-from coreecg.files import sha256_file
 from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder
-from coreecg.version import __version__
+# The export folder's format (the writers: coreecg.model.pretrained and coreecg.hub.export).
+from coreecg.model.pretrained import (
+    CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, PretrainedInfo, kept_sections, load_weights, read_folder,
+)
 
-# The export folder's format (the writer: coreecg.hub.export).
-FORMAT = "coreecg-model"
-FORMAT_VERSION = 1
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.json"        # a fine-tuning run's (coreecg.eval.report's contract)
 MANIFEST_FILE = "manifest.json"      # a preprocessed corpus's
 
@@ -112,14 +109,13 @@ def build_model(src: ModelSource) -> Encoder | Classifier:
         else:
             model = Classifier.for_mode(build_encoder(cfg.model), len(src.class_names), cfg.finetune.leads,
                                         bool(src.multilabel), cfg.finetune.mode, cfg.finetune.head)
-    try:
-        model.load_state_dict(src.state)
-    except RuntimeError as e:
-        raise CheckpointError(f"{src.weights}: {src.kind} weights do not match its own config: {e}") from e
+    # what save_pretrained records again: the config and task, an export's contract and provenance
+    kept = kept_sections(src.export) if src.export and src.export.get("kind") == src.kind else {}
+    load_weights(model, src.state, src.weights, PretrainedInfo(cfg, src.class_names, kept))
     encoder = model if src.kind == "encoder" else model.encoder
     if hasattr(encoder, "source"):                # a published encoder names its file in its errors
         encoder.source = str(src.weights)
-    return model.eval()
+    return model
 
 
 def load_encoder(path: str | Path, map_location: str | torch.device = "cpu") -> Encoder:
@@ -163,66 +159,9 @@ def _checkpoint_file(path: Path) -> Path | None:
 
 
 def _open_export(folder: Path) -> ModelSource:
-    meta_path = folder / CONFIG_FILE
-    meta = _export_meta(meta_path)
-    weights = _export_weights(folder, meta, meta_path)
-    state = _read_safetensors(weights)
-    try:
-        config = config_from_dict(meta["config"])
-    except (ConfigError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{meta_path}: its stored config is not valid here: {e}") from e
-    kind = meta.get("kind")
-    if kind not in ("encoder", "classifier"):
-        raise CheckpointError(f"{meta_path}: unknown kind {kind!r} (encoder | classifier)")
-    contract = meta.get("input") if isinstance(meta.get("input"), dict) else {}
-    names, multilabel = contract.get("class_names"), contract.get("multilabel")
-    if kind == "classifier" and (not isinstance(names, list) or not isinstance(multilabel, bool)):
-        raise CheckpointError(f"{meta_path}: a classifier export without class_names and multilabel in its input")
-    return ModelSource(folder, weights, kind, config, state, names, multilabel, export=meta)
-
-
-def _export_meta(meta_path: Path) -> dict[str, Any]:
-    """config.json of an export, its format and version checked."""
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{meta_path}: unreadable export config: {e}") from e
-    found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-    if found != FORMAT:
-        raise CheckpointError(f"{meta_path}: not a coreecg export (format {found!r}, expected {FORMAT!r})")
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise CheckpointError(f"{meta_path}: export format version {version!r} is not one this coreecg "
-                              f"({__version__}) reads (1..{FORMAT_VERSION}); upgrade coreecg")
-    return meta
-
-
-def _export_weights(folder: Path, meta: dict[str, Any], meta_path: Path) -> Path:
-    """The weights file config.json names, checked against the sha256 it records."""
-    recorded = meta.get("weights") if isinstance(meta.get("weights"), dict) else {}
-    name = str(recorded.get("file", WEIGHTS_FILE))
-    if Path(name).name != name:           # a plain file name: an export never points outside itself
-        raise CheckpointError(f"{meta_path}: weights file {name!r} is not a file name in the export folder")
-    weights = folder / name
-    if not weights.is_file():
-        raise CheckpointError(f"{weights}: weights file not found (named in {meta_path})")
-    expected = recorded.get("sha256")
-    if not expected:
-        raise CheckpointError(f"{meta_path}: records no sha256 for {weights.name}; the export is incomplete")
-    if sha256_file(weights) != expected:
-        raise CheckpointError(f"{weights}: corrupted weights (sha256 differs from the one in {meta_path.name}); "
-                              "export it again from its run")
-    return weights
-
-
-def _read_safetensors(weights: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(str(weights), device="cpu")
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"{weights}: unreadable safetensors file: {e}") from e
+    """A folder save_pretrained or export_model wrote (coreecg.model.pretrained reads and verifies it)."""
+    f = read_folder(folder)
+    return ModelSource(folder, f.weights, f.kind, f.config, f.state, f.class_names, f.multilabel, export=f.meta)
 
 
 # ---------------------------------------------------------------------------- a checkpoint

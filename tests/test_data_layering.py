@@ -44,7 +44,7 @@ def test_version_is_shared_and_the_top_level_api_stays_lazy():
 # an import statement: the config's method registry imports `coreecg.methods` (and any
 # `pretrain.plugins`) with importlib on first use, as plugins are found (docs/methods.md).
 LAYERS = [
-    ("base", {"coreecg.version", "coreecg.log", "coreecg.files"}),
+    ("base", {"coreecg.version", "coreecg.log", "coreecg.files", "coreecg.extras"}),
     ("typed loader", {"coreecg.typed"}),
     ("config", {"coreecg.config"}),
     ("devices", {"coreecg.devices"}),

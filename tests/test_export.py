@@ -15,7 +15,7 @@ import torch
 
 import coreecg
 from coreecg.eval.downstream import eval_offsets
-from coreecg.hub import export_model, export_onnx, load_classifier, load_encoder, load_model
+from coreecg.hub import FORMAT_VERSION, export_model, export_onnx, load_classifier, load_encoder, load_model
 from coreecg.methods import CoReECG
 from coreecg.model.classifier import Classifier
 from coreecg.checkpoints import CheckpointError, save_checkpoint, save_encoder
@@ -137,7 +137,7 @@ def test_config_json_carries_the_contract_from_the_config_and_the_card_names_met
     meta = json.loads((made["enc_export"] / "config.json").read_text())
     p = made["cfg"].data.preprocess
     c = meta["input"]
-    assert meta["kind"] == "encoder" and meta["format_version"] == 1 and meta["coreecg_version"] == coreecg.__version__
+    assert meta["kind"] == "encoder" and meta["format_version"] == FORMAT_VERSION and meta["coreecg_version"] == coreecg.__version__
     assert (c["sampling_rate"], c["window_samples"]) == (p.sampling_rate, 1500)
     assert c["window_seconds"] == 1500 / p.sampling_rate
     assert (c["stored_window_samples"], c["patch_size"]) == (p.window_samples, made["cfg"].model.patch_size)

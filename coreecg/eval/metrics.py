@@ -16,7 +16,6 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 
 THRESHOLD = 0.5
 BOOTSTRAP_CHUNK = 250   # resamples scored together: bounds the (chunk, n) weight matrix
@@ -24,6 +23,8 @@ BOOTSTRAP_CHUNK = 250   # resamples scored together: bounds the (chunk, n) weigh
 
 def per_class_auroc(y: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """One-vs-rest AUROC per class. y: (n, K) {0, 1}; scores: (n, K). -> (K,), NaN where undefined."""
+    from sklearn.metrics import roc_auc_score     # here: inference (aggregate_by_record) runs without sklearn
+
     y = np.asarray(y)
     out = np.full(y.shape[1], np.nan)
     for k in range(y.shape[1]):
@@ -81,6 +82,8 @@ def classification_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
     scored; per_class {name: {auroc, f1, positives}}; classes_left_out {auroc: [...], f1: [...]};
     n; auroc_kind; threshold.
     """
+    from sklearn.metrics import accuracy_score, f1_score
+
     y, probs = _checked(y, probs, multilabel, class_names)
     positives = y.sum(0)
     f1_scored = positives > 0

@@ -9,11 +9,16 @@ An export folder (docs/export.md):
 
     model.safetensors   the weights (Encoder.state_dict() for an encoder; Classifier.state_dict(),
                         keys encoder.* and head.*, for a classifier); float32, no pickle
-    config.json         format and version, kind, architecture, the input contract ("input"),
+    config.json         a Hugging Face config (model_type, architectures, constructor arguments,
+                        id2label), then coreecg's: format and version, kind, architecture, the input contract ("input"),
                         the sha256 of model.safetensors (checked on every load), provenance and
                         the full coreecg config (the model is rebuilt from it exactly)
     README.md           the model card (method, data and licences, metrics with 95 % CIs, limits)
     model.onnx          optional (export_onnx; jobs/export.py --onnx)
+
+`Encoder` and `Classifier` also load, save and push as Hugging Face models
+(`from_pretrained`, `save_pretrained`, `push_to_hub`: coreecg.model.pretrained); an export is
+what `save_pretrained` writes plus the input contract and this card.
 
 One module per job: `contract` (the input contract, derived from the config, and `load_model`,
 which returns it beside the model), `export` (the folder), `onnx_export`, `card` (README.md),

@@ -18,6 +18,10 @@ DATA_LICENCES: dict[str, tuple[str, str, str]] = {
                   "coreecg.data.sources.synthetic"),
     "wfdb": ("a WFDB folder", "that database's own licence", "-"),
 }
+# The Hub's licence id of each (card metadata): None for generated data (no licence of its own);
+# "other" where the Hub has no id. A source not listed counts as "other".
+HUB_LICENCES: dict[str, str | None] = {"ptbxl": "cc-by-4.0", "cinc2021": "cc-by-4.0", "cpsc2018": "other",
+                                       "mimic-iv-ecg": "other", "synthetic": None, "wfdb": "other"}
 
 
 def model_card(meta: dict[str, Any]) -> str:
@@ -41,8 +45,7 @@ def _method_lines(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any])
     method = pre.get("label") or "unknown"
     title = (f"coreecg {method} encoder" if kind == "encoder"
              else f"coreecg {method} classifier for {ft.get('dataset') or 'a labelled corpus'}")
-    lines = ["---", "library_name: coreecg", "tags: [ecg, electrocardiogram, self-supervised, coreecg, "
-             + ("feature-extraction]" if kind == "encoder" else "classification]"), "---", "", f"# {title}", ""]
+    lines = [*_front_matter(meta, pre, ft), "", f"# {title}", ""]
     lines += [
         "A 12-lead ECG transformer encoder (patch embedding + lead and time embeddings + pre-norm transformer, "
         f"{enc['depth']} blocks, width {enc['embed_dim']}, {enc['num_heads']} heads, patches of {enc['patch_size']} "
@@ -67,6 +70,37 @@ def _method_lines(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any])
     return lines
 
 
+def _front_matter(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any]) -> list[str]:
+    """The YAML metadata block the Hub reads: license, datasets, tags, pipeline_tag, library_name.
+
+    license: the one Hub licence id all the training data share; "other" for a mix, a licence
+    without a Hub id, a published encoder's weights or unknown data (the card's data section
+    lists every licence; the most restrictive applies)."""
+    from huggingface_hub import ModelCardData
+
+    from coreecg.model.pretrained import HUB_TAGS
+
+    kind = meta["kind"]
+    sources = _used_sources(kind, meta["architecture"], pre, ft)
+    ids = {HUB_LICENCES.get(s, "other") for s in sources} - {None}
+    licence = ids.pop() if len(ids) == 1 and (meta["input"].get("encoder") is None) else "other"
+    data = ModelCardData(
+        license=licence, library_name="coreecg",
+        datasets=[DATA_LICENCES[s][0] if s in DATA_LICENCES else s for s in sources] or None,
+        tags=[*HUB_TAGS] + (["feature-extraction"] if kind == "encoder" else ["ecg-classification"]),
+        pipeline_tag="feature-extraction" if kind == "encoder" else "other")
+    return ["---", data.to_yaml().rstrip(), "---"]
+
+
+def _used_sources(kind: str, arch: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any]) -> list[str]:
+    """Source names of the corpora the weights saw (pretraining unless from scratch; fine-tuning);
+    "unknown" for a corpus the provenance does not name."""
+    corpora = [] if arch.get("mode") == "scratch" else [pre.get("corpus")]
+    if kind == "classifier":
+        corpora.append(ft.get("corpus"))
+    return list(dict.fromkeys((c or {}).get("source") or "unknown" for c in corpora))
+
+
 def _data_lines(kind: str, arch: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any]) -> list[str]:
     """The corpora the weights saw and the licence table of every source coreecg reads."""
     lines = ["", "## Data", ""]
@@ -85,7 +119,10 @@ def _data_lines(kind: str, arch: dict[str, Any], pre: dict[str, Any], ft: dict[s
               for key, (name, licence, where) in DATA_LICENCES.items()]
     lines += ["", "Check the terms of the data a model was trained on before sharing it: MIMIC-IV-ECG is "
               "credentialed-access data under the PhysioNet Credentialed Health Data License 1.5.0 and its data "
-              "use agreement, which may extend to models trained on it; CC BY 4.0 sources require attribution.", ""]
+              "use agreement, which may extend to models trained on it; CC BY 4.0 sources require attribution. "
+              "The card's `license` is the Hub licence the training data share, `other` where they share none "
+              "(a mix, a licence without a Hub id, generated or unknown data, published weights): then the most "
+              "restrictive terms above apply.", ""]
     return lines
 
 
@@ -146,12 +183,22 @@ def _load_lines(meta: dict[str, Any], kind: str, c: dict[str, Any]) -> list[str]
          % len(c["class_names"])) if kind == "classifier" else
         "    embedding = model.pooled(x)   # (1, %d)" % enc["embed_dim"],
         "```", "",
+        *_hub_lines(kind, published=bool(c.get("encoder"))),
         "Without coreecg: `safetensors.torch.load_file(\"model.safetensors\")` gives the state dict "
         f"({meta['weights']['keys']}).", "",
         *_onnx_lines(meta.get("onnx")),
         f"Weights: `{meta['weights']['file']}`, sha256 `{meta['weights']['sha256']}`, "
         f"{meta['weights']['parameters']:,} parameters.", "",
     ]
+
+
+def _hub_lines(kind: str, published: bool) -> list[str]:
+    """from_pretrained for coreecg's own encoder (a published family's loads with coreecg.load_*)."""
+    if published:
+        return []
+    cls, module = ("Encoder", "encoder") if kind == "encoder" else ("Classifier", "classifier")
+    return [f"As a Hugging Face model (a folder or a Hub id; `save_pretrained`, `push_to_hub` too): "
+            f"`from coreecg.model.{module} import {cls}; {cls}.from_pretrained(\"PATH_OR_HUB_ID\")`.", ""]
 
 
 def _onnx_lines(onnx: dict[str, Any] | None) -> list[str]:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-import torch
 
 from coreecg.checkpoints import CheckpointError
 from coreecg.files import TEMP_GLOB, sha256_file, write_atomic, write_json, write_text
@@ -22,9 +21,9 @@ from coreecg.hub.card import CARD_FILE, model_card
 from coreecg.hub.contract import source_contract
 from coreecg.hub.onnx_export import ONNX_FILE, onnx_entry
 from coreecg.hub.provenance import provenance
-from coreecg.loading import CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, ModelSource, open_source
+from coreecg.loading import CONFIG_FILE, WEIGHTS_FILE, ModelSource, build_model, open_source
+from coreecg.model.pretrained import hub_config, write_weights
 from coreecg.train.leakage import PRETRAINING_FINGERPRINTS, fingerprints_of, pretraining_of
-from coreecg.version import __version__
 
 
 def export_model(source: str | Path, output: str | Path, *, onnx: bool = False) -> Path:
@@ -36,20 +35,18 @@ def export_model(source: str | Path, output: str | Path, *, onnx: bool = False) 
     The folder may exist only empty or holding an earlier export (its files are replaced; a
     model.onnx of the earlier export is removed, being stale). CheckpointError for a bad source.
     """
-    from safetensors.torch import save_file
-
     src = open_source(source)
     out = Path(output).expanduser()
     _check_output(out, Path(source).expanduser())
     out.mkdir(parents=True, exist_ok=True)
     for stale in (CONFIG_FILE, ONNX_FILE, PRETRAINING_FINGERPRINTS):
         (out / stale).unlink(missing_ok=True)
-    # clone: safetensors refuses tensors that share storage (views of one buffer) or are not contiguous
-    state = {k: v.detach().to("cpu").contiguous().clone() for k, v in src.state.items()}
-    weights = write_atomic(out / WEIGHTS_FILE, lambda tmp: save_file(
-        state, str(tmp), metadata={"format": "pt", "coreecg_kind": src.kind, "coreecg_version": __version__}))
+    # the folder save_pretrained writes (the same two functions), with the contract and the card
+    model = build_model(src)
+    weights = write_weights(model, out, src.kind)
     contract = source_contract(src)
-    meta = _export_config(src, contract, state, sha256_file(weights), weights.stat().st_size)
+    meta = hub_config(model, model.pretrained_info, weights, {
+        "architecture": _architecture(src), "input": contract, "provenance": provenance(src)})
     _carry_fingerprints(src, meta, out)
     if onnx:
         meta["onnx"] = onnx_entry(src, contract, out / ONNX_FILE)
@@ -102,7 +99,7 @@ def _encoder_class(arch: str) -> str:
 
 def _pooling(cfg) -> str:
     """How a classifier's head input is pooled from the encoder's tokens (padding never counts)."""
-    if cfg.finetune.mode == "frozen":
+    if cfg.finetune.pooling == "attention":
         return "attention pooling: one learned query over all (lead, time) token encodings (AttentionPool)"
     if cfg.model.arch != "coreecg":
         from coreecg.model.published import family
@@ -111,9 +108,8 @@ def _pooling(cfg) -> str:
     return "mean over all (lead, time) token encodings"
 
 
-def _export_config(src: ModelSource, contract: dict[str, Any], state: dict[str, torch.Tensor], digest: str,
-                   size: int) -> dict[str, Any]:
-    """config.json (docs/export.md), without its "onnx" entry."""
+def _architecture(src: ModelSource) -> dict[str, Any]:
+    """config.json's "architecture": the classes and sizes in words (the card reads it)."""
     cfg = src.config
     arch: dict[str, Any] = {"class": _encoder_class(cfg.model.arch), **dataclasses.asdict(cfg.model)}
     if src.kind == "classifier":
@@ -121,15 +117,4 @@ def _export_config(src: ModelSource, contract: dict[str, Any], state: dict[str, 
                 "n_classes": len(src.class_names), "mode": cfg.finetune.mode, "multilabel": bool(src.multilabel),
                 "leads": list(cfg.finetune.leads), "frozen_encoder": cfg.finetune.mode in ("linear", "frozen"),
                 "pooling": _pooling(cfg), "head": "Linear(embed_dim, n_classes)"}
-    dtypes = sorted({str(v.dtype).removeprefix("torch.") for v in state.values()})
-    return {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "kind": src.kind, "coreecg_version": __version__,
-        "architecture": arch,
-        "input": contract,
-        "weights": {"file": WEIGHTS_FILE, "sha256": digest, "bytes": size, "dtypes": dtypes,
-                    "tensors": len(state), "parameters": int(sum(v.numel() for v in state.values())),
-                    "keys": "Encoder.state_dict()" if src.kind == "encoder"
-                            else "Classifier.state_dict(): encoder.* and head.*"},
-        "provenance": provenance(src),
-        "config": cfg.to_dict(),
-    }
+    return arch

@@ -11,6 +11,7 @@ from torch import nn
 
 from coreecg.config import STANDARD_LEADS
 from coreecg.model.encoder import Encoder, _with_a_key
+from coreecg.model.pretrained import PretrainedMixin
 
 
 def standard_lead_positions(leads: Sequence[str]) -> list[int]:
@@ -57,7 +58,8 @@ class AttentionPool(nn.Module):
         return self.out(o.transpose(1, 2).reshape(B, D))
 
 
-class Classifier(nn.Module):
+# The Hub has no time-series classification task: "other" (docs/export.md)
+class Classifier(nn.Module, PretrainedMixin, pipeline_tag="other"):
     """encoder(x) -> pooled tokens -> Linear(D, K) logits.
 
     Input rows are exactly `leads` (a subset of the standard 12 in any order): only their
@@ -65,8 +67,11 @@ class Classifier(nn.Module):
     `frozen_encoder` (linear probing, frozen mode): the encoder runs without gradients, in eval
     mode. `pooling`: "mean" over all (lead, time) tokens (the paper's), or "attention"
     (`AttentionPool`). Single-label tasks train with softmax cross-entropy, multi-label ones
-    with sigmoid BCE.
+    with sigmoid BCE. `Classifier.from_pretrained` / `save_pretrained` / `push_to_hub`:
+    coreecg.model.pretrained.
     """
+
+    pretrained_kind = "classifier"
 
     def __init__(self, encoder: Encoder, n_classes: int, leads: Sequence[str], multilabel: bool,
                  frozen_encoder: bool = False, pooling: str = "mean"):
@@ -107,6 +112,12 @@ class Classifier(nn.Module):
         frozen, pooling = MODE_HEADS[mode]
         return cls(encoder, n_classes, leads, multilabel, frozen_encoder=frozen,
                    pooling=pooling if head == "auto" else head)
+
+    @classmethod
+    def _build_for(cls, config, class_names, multilabel) -> "Classifier":
+        """from_pretrained's (coreecg.model.pretrained): the classifier config.finetune describes."""
+        return cls.for_mode(Encoder.from_config(config.model), len(class_names), config.finetune.leads,
+                            bool(multilabel), config.finetune.mode, config.finetune.head)
 
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None,
                 pooled: bool = False) -> dict[str, torch.Tensor]:

@@ -11,6 +11,7 @@ from coreecg.devices import to_device
 from coreecg.model.embed import LeadTimeEmbedding, PatchEmbedding
 from coreecg.model.layers import Transformer, init_weights
 from coreecg.model.padding import fill, padding_mask
+from coreecg.model.pretrained import PretrainedMixin
 
 
 class Encoded(NamedTuple):
@@ -35,11 +36,12 @@ def default_lead_idx(n_leads: int, device: torch.device, total: int = 12) -> tor
     return torch.arange(n_leads, device=device)
 
 
-class Encoder(nn.Module):
+class Encoder(nn.Module, PretrainedMixin, pipeline_tag="feature-extraction"):
     """Patch embedding + lead/position embeddings + pre-norm transformer.
 
     Any subset of the standard leads can be fed: pass `lead_idx` (C,) naming which standard
     lead each input row is (default: the first C in I, II, III, aVR, aVL, aVF, V1-V6 order).
+    `Encoder.from_pretrained` / `save_pretrained` / `push_to_hub`: coreecg.model.pretrained.
     """
 
     def __init__(self, n_leads: int = 12, n_patches: int = 30, patch_size: int = 75, dim: int = 256,
@@ -54,6 +56,10 @@ class Encoder(nn.Module):
     @classmethod
     def from_config(cls, m: ModelConfig) -> "Encoder":
         return cls(m.n_leads, m.n_patches, m.patch_size, m.embed_dim, m.depth, m.num_heads, m.mlp_ratio, m.dropout)
+
+    @classmethod
+    def _build_for(cls, config, class_names=None, multilabel=None) -> "Encoder":
+        return cls.from_config(config.model)       # from_pretrained's (coreecg.model.pretrained)
 
     def tokens(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, C, T) -> embedded tokens (B, C, N, D) before the transformer."""

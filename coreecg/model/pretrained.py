@@ -1,0 +1,289 @@
+"""save_pretrained / from_pretrained / push_to_hub for coreecg's models (huggingface_hub.ModelHubMixin).
+
+    encoder = Encoder.from_pretrained("exports/pretrain")   # a folder or a Hub id ("user/repo")
+    encoder.save_pretrained("exports/copy")                  # model.safetensors + config.json (+ README.md)
+    classifier = Classifier.from_pretrained("exports/ft-ptbxl")
+    classifier.push_to_hub("user/ecg-classifier")            # the mixin's (needs a Hub token)
+
+config.json is a Hugging Face config, flat (model_type, architectures, the constructor's
+arguments, id2label for a classifier), that also carries coreecg's sections: format and
+format_version, kind, weights (file, sha256, ...), the full coreecg config (the model is rebuilt
+from it), and where known the input contract and provenance (docs/export.md). An export folder
+(coreecg.hub.export_model) is this plus the input contract and coreecg's model card.
+
+Reading such a folder (`read_folder`: format, version, the weights' sha256) and loading weights
+(`load_weights`) are here too: `coreecg.loading` uses them, and reads every other source (run
+folders, .pt files, published families' weights) itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub import ModelHubMixin
+from torch import nn
+
+from coreecg.checkpoints import CheckpointError
+from coreecg.config import Config, ConfigError, ModelConfig, config_from_dict
+from coreecg.files import sha256_file, write_atomic, write_json
+from coreecg.version import __version__
+
+FORMAT = "coreecg-model"
+# 2: Hugging Face keys at the top level (model_type, architectures, constructor arguments,
+# id2label); 1: coreecg's sections only. The reader takes both.
+FORMAT_VERSION = 2
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+MODEL_TYPE = "coreecg"
+HUB_TAGS = ("ecg", "electrocardiogram", "time-series", "self-supervised", "coreecg")
+
+
+@dataclass
+class PretrainedInfo:
+    """What config.json needs beyond the weights; `coreecg.loading` sets it on every model it builds.
+
+    config: the full coreecg Config the model was built from; class_names: a classifier's, in
+    logit order; sections: further config.json sections kept on a save (input, provenance).
+    """
+
+    config: Config
+    class_names: list[str] | None = None
+    sections: dict[str, Any] = field(default_factory=dict)
+
+
+class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)):   # a copy: the mixin appends
+    """Hugging Face save/load for `Encoder` and `Classifier` (module docstring).
+
+    The model saves from `pretrained_info` when it has one (every loaded model does); a freshly
+    built Encoder without it saves with coreecg's default config, its model section from the
+    constructor's arguments; a Classifier needs `config=` and `class_names=` once.
+    """
+
+    pretrained_kind = "encoder"
+    pretrained_info: PretrainedInfo | None = None
+
+    def save_pretrained(self, save_directory: str | Path, *, config: Config | None = None,
+                        class_names: list[str] | None = None, **kwargs: Any) -> str | None:
+        """Write model.safetensors and config.json (and the mixin's README.md, unless one is
+        there) to `save_directory`; `push_to_hub=True, repo_id=...` uploads them too.
+
+        config, class_names: the coreecg Config (and a classifier's class names) to record,
+        kept on the model for later saves."""
+        if isinstance(config, Config):
+            self.pretrained_info = PretrainedInfo(config, list(class_names) if class_names else None)
+        elif config is not None or class_names is not None:
+            raise TypeError("save_pretrained: config must be a coreecg Config (class_names with it)")
+        return super().save_pretrained(save_directory, **kwargs)
+
+    def _save_pretrained(self, save_directory: Path) -> None:
+        info = self.pretrained_info or _default_info(self)
+        weights = write_weights(self, save_directory, self.pretrained_kind)
+        (save_directory / "README.md").unlink(missing_ok=True)      # an earlier card describes other weights
+        write_json(save_directory / CONFIG_FILE, hub_config(self, info, weights), indent=2)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **kwargs: Any) -> nn.Module:
+        """A model from a local folder (an export or a save_pretrained folder) or a Hub id
+        ("user/repo"; kwargs: revision, token, cache_dir, local_files_only, map_location...)."""
+        name = str(pretrained_model_name_or_path)
+        path = Path(name).expanduser()
+        if not path.is_dir() and (path.exists() or path.is_absolute() or name.startswith((".", "~"))):
+            # a path, not a Hub id: say so here rather than as a malformed repo id
+            raise CheckpointError(f"{path}: no such folder (an export or a save_pretrained folder)")
+        return super().from_pretrained(path if path.is_dir() else name, **kwargs)
+
+    @classmethod
+    def _from_pretrained(cls, *, model_id: str, revision: str | None = None, cache_dir: str | Path | None = None,
+                         force_download: bool = False, local_files_only: bool = False,
+                         token: str | bool | None = None, map_location: str | torch.device = "cpu",
+                         **_init_kwargs: Any) -> nn.Module:
+        """A local folder as is, else a Hub id, downloaded (config.json, the weights, the card, the
+        fingerprints); in eval mode on `map_location`. The constructor arguments the mixin read
+        from config.json are ignored: the model is rebuilt from the full coreecg config. An
+        Encoder from a classifier's folder is that classifier's encoder. (Run folders and .pt
+        files: coreecg.load_encoder / load_classifier.)"""
+        folder = Path(model_id).expanduser()
+        if not folder.is_dir():
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(repo_id=model_id, revision=revision, cache_dir=cache_dir,
+                                            force_download=force_download, local_files_only=local_files_only,
+                                            token=token, allow_patterns=[CONFIG_FILE, WEIGHTS_FILE, "*.md",
+                                                                         "*.parquet"]))
+        f = read_folder(folder)
+        if cls.pretrained_kind == "classifier" and f.kind != "classifier":
+            raise CheckpointError(f"{f.weights}: holds an encoder, not a fine-tuned classifier "
+                                  "(Encoder.from_pretrained)")
+        if f.config.model.arch != "coreecg":
+            raise CheckpointError(f"{f.weights}: a published {f.config.model.arch} encoder, not coreecg's own; "
+                                  "load it with coreecg.load_encoder / load_classifier")
+        state, info = f.state, PretrainedInfo(f.config, f.class_names, kept_sections(f.meta))
+        if f.kind == "classifier" and cls.pretrained_kind == "encoder":     # a classifier's encoder
+            state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+            info = PretrainedInfo(f.config)
+        with torch.random.fork_rng(devices=[]):       # the init is overwritten: draw nothing
+            model = cls._build_for(f.config, f.class_names, f.multilabel)
+        load_weights(model, state, f.weights, info)
+        return model.to(map_location)
+
+    @classmethod
+    def _build_for(cls, config: Config, class_names: list[str] | None, multilabel: bool | None) -> nn.Module:
+        """The randomly initialised model `config` (and a classifier's task) describes."""
+        raise NotImplementedError
+
+
+def load_weights(model: nn.Module, state: dict[str, torch.Tensor], weights: Path, info: PretrainedInfo) -> nn.Module:
+    """Load `state` strictly (CheckpointError naming `weights` on a mismatch), attach `info`
+    (what a later save_pretrained records); -> the model in eval mode."""
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise CheckpointError(f"{weights}: {getattr(model, 'pretrained_kind', 'encoder')} weights do not match "
+                              f"its own config: {e}") from e
+    model.pretrained_info = info
+    return model.eval()
+
+
+def kept_sections(meta: dict[str, Any]) -> dict[str, Any]:
+    """The sections of a folder's config.json a later save writes again (contract, provenance)."""
+    return {k: v for k, v in meta.items() if k in ("architecture", "input", "provenance")}
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def write_weights(model: nn.Module, folder: Path, kind: str) -> dict[str, Any]:
+    """model.state_dict() as folder/model.safetensors (float32 as trained, no pickle) ->
+    config.json's "weights" entry (file, sha256, bytes, dtypes, tensors, parameters, keys)."""
+    from safetensors.torch import save_file
+
+    # clone: safetensors refuses tensors that share storage (views of one buffer) or are not contiguous
+    state = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+    # one metadata key: safetensors writes a map's keys in random order, and the same weights
+    # should give the same file and sha256 (kind and version are in config.json)
+    path = write_atomic(Path(folder) / WEIGHTS_FILE, lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
+    return {"file": WEIGHTS_FILE, "sha256": sha256_file(path), "bytes": path.stat().st_size,
+            "dtypes": sorted({str(v.dtype).removeprefix("torch.") for v in state.values()}),
+            "tensors": len(state), "parameters": int(sum(v.numel() for v in state.values())),
+            "keys": "Encoder.state_dict()" if kind == "encoder" else "Classifier.state_dict(): encoder.* and head.*"}
+
+
+def hub_config(model: nn.Module, info: PretrainedInfo, weights: dict[str, Any],
+               sections: dict[str, Any] | None = None) -> dict[str, Any]:
+    """config.json: Hugging Face's keys first (model_type, architectures, the constructor's
+    arguments, id2label/label2id), then coreecg's sections (docs/export.md)."""
+    kind = getattr(model, "pretrained_kind", "encoder")
+    meta: dict[str, Any] = {"model_type": MODEL_TYPE, "architectures": [type(model).__name__],
+                            **(getattr(model, "_hub_mixin_config", None) or {})}
+    if info.class_names is not None:
+        meta["id2label"] = {str(i): name for i, name in enumerate(info.class_names)}
+        meta["label2id"] = {name: i for i, name in enumerate(info.class_names)}
+    meta.update({"format": FORMAT, "format_version": FORMAT_VERSION, "kind": kind, "coreecg_version": __version__,
+                 **info.sections, **(sections or {}), "weights": weights, "config": info.config.to_dict()})
+    return meta
+
+
+def _default_info(model: nn.Module) -> PretrainedInfo:
+    """A bare Encoder's: coreecg's default config with the model section from its constructor."""
+    if model.pretrained_kind != "encoder":
+        raise ValueError(f"{type(model).__name__}.save_pretrained: this model has no coreecg config; "
+                         "pass config=<its coreecg Config> and class_names=[...] once")
+    a = model._hub_mixin_config or {}
+    m = dataclasses.replace(ModelConfig(), n_leads=a["n_leads"], input_samples=a["n_patches"] * a["patch_size"],
+                            patch_size=a["patch_size"], embed_dim=a["dim"], depth=a["depth"],
+                            num_heads=a["num_heads"], mlp_ratio=a["mlp_ratio"], dropout=a["dropout"])
+    cfg = Config()
+    cfg = dataclasses.replace(cfg, model=m, data=dataclasses.replace(cfg.data, crop_samples=m.input_samples))
+    return PretrainedInfo(cfg.validate())
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+@dataclass
+class SavedFolder:
+    """A verified folder: its config.json (`meta`), the weights file and state, the coreecg
+    Config, the kind and a classifier's class_names and multilabel."""
+
+    meta: dict[str, Any]
+    weights: Path
+    state: dict[str, torch.Tensor]
+    config: Config
+    kind: str
+    class_names: list[str] | None
+    multilabel: bool | None
+
+
+def read_folder(folder: Path) -> SavedFolder:
+    """config.json (format and version checked) and the weights it names (sha256 checked).
+    CheckpointError naming the file for anything missing, corrupted or foreign."""
+    meta_path = Path(folder) / CONFIG_FILE
+    meta = _folder_meta(meta_path)
+    weights = _folder_weights(Path(folder), meta, meta_path)
+    state = _read_safetensors(weights)
+    try:
+        config = config_from_dict(meta["config"])
+    except (ConfigError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{meta_path}: its stored config is not valid here: {e}") from e
+    kind = meta.get("kind")
+    if kind not in ("encoder", "classifier"):
+        raise CheckpointError(f"{meta_path}: unknown kind {kind!r} (encoder | classifier)")
+    contract = meta.get("input") if isinstance(meta.get("input"), dict) else {}
+    names, multilabel = contract.get("class_names"), contract.get("multilabel")
+    if kind == "classifier" and names is None and isinstance(meta.get("id2label"), dict):
+        # a bare save_pretrained (no input contract): the Hugging Face keys carry the task
+        names = [meta["id2label"].get(str(i)) for i in range(len(meta["id2label"]))]
+        multilabel = meta.get("multilabel")
+    if kind == "classifier" and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+                                 or not isinstance(multilabel, bool)):
+        raise CheckpointError(f"{meta_path}: a classifier export without class_names and multilabel (in its "
+                              "input contract or id2label and multilabel)")
+    return SavedFolder(meta, weights, state, config, kind, names, multilabel)
+
+
+def _folder_meta(meta_path: Path) -> dict[str, Any]:
+    """config.json of a folder, its format and version checked."""
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{meta_path}: unreadable export config: {e}") from e
+    found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+    if found != FORMAT:
+        raise CheckpointError(f"{meta_path}: not a coreecg export (format {found!r}, expected {FORMAT!r})")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(f"{meta_path}: export format version {version!r} is not one this coreecg "
+                              f"({__version__}) reads (1..{FORMAT_VERSION}); upgrade coreecg")
+    return meta
+
+
+def _folder_weights(folder: Path, meta: dict[str, Any], meta_path: Path) -> Path:
+    """The weights file config.json names, checked against the sha256 it records."""
+    recorded = meta.get("weights") if isinstance(meta.get("weights"), dict) else {}
+    name = str(recorded.get("file", WEIGHTS_FILE))
+    if Path(name).name != name:           # a plain file name: an export never points outside itself
+        raise CheckpointError(f"{meta_path}: weights file {name!r} is not a file name in the export folder")
+    weights = folder / name
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: weights file not found (named in {meta_path})")
+    expected = recorded.get("sha256")
+    if not expected:
+        raise CheckpointError(f"{meta_path}: records no sha256 for {weights.name}; the export is incomplete")
+    if sha256_file(weights) != expected:
+        raise CheckpointError(f"{weights}: corrupted weights (sha256 differs from the one in {meta_path.name}); "
+                              "export it again from its run")
+    return weights
+
+
+def _read_safetensors(weights: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(weights), device="cpu")
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{weights}: unreadable safetensors file: {e}") from e

@@ -149,7 +149,7 @@ def test_config_json_carries_the_contract_from_the_config_and_the_card_names_met
     card = (made["enc_export"] / "README.md").read_text()
     assert "CoRe-ECG" in card and "pretrain.method=core" in card
     assert "Not a medical device" in card
-    for licence in ("CC BY 4.0", "PhysioNet Credentialed Health Data License 1.5.0"):
+    for licence in ("CC BY 4.0", "ODbL 1.0"):
         assert licence in card
     fcard = (made["clf_export"] / "README.md").read_text()
     assert "| AUROC (macro, one-vs-rest) | 87.4 | [81.0, 93.0] |" in fcard     # metrics.json's test + ci

@@ -117,7 +117,8 @@ def test_format_1_exports_still_load():
 
 
 @pytest.mark.parametrize("sources, licence", [(["ptbxl"], "cc-by-4.0"), (["ptbxl", "cinc2021"], "cc-by-4.0"),
-                                              (["ptbxl", "mimic-iv-ecg"], "other"), (["synthetic"], "other")])
+                                              (["ptbxl", "mimic-iv-ecg"], "other"), (["mimic-iv-ecg"], "odbl"),
+                                              (["synthetic"], "other")])
 def test_card_licence_follows_the_training_data(sources, licence):
     meta = json.loads((V1_EXPORT / "config.json").read_text())
     meta["kind"], arch, c = "classifier", meta["architecture"], meta["input"]

@@ -27,8 +27,9 @@ scored it (predictions.csv) when it is the same recording:
                evaluation read them: the inputs the weights saw (the rounding is ~2e-4 of a
                z-scored sample; with it, scores equal predictions.csv to its printed digits).
 4. model       `coreecg.eval.downstream.predict`: the crop rule (mean of the logits of
-               `eval_crops` evenly spaced crops of each window, then softmax / sigmoid), batched
-               over windows; an encoder gives the crop mean of its pooled tokens instead.
+               `eval_crops` evenly spaced crops of each window, then softmax / sigmoid), in
+               forward passes of exactly `batch_size` windows (run_inference says why); an
+               encoder gives the crop mean of its pooled tokens instead.
 5. record      `coreecg.eval.metrics.aggregate_by_record`: the mean over a record's windows.
 
 A record that cannot be read or preprocessed is a `Failure` with the reader's or preprocessing's

@@ -55,8 +55,8 @@ parser.add_argument("--output", required=True, metavar="F",
 parser.add_argument("--embeddings", action="store_true",
                     help="write a classifier's encoder embeddings (embeddings.parquet) instead of probabilities")
 parser.add_argument("--batch-size", type=int, default=None, metavar="N",
-                    help="windows per forward pass (each as the crop rule's crops); default: the model's "
-                         "finetune.eval_batch_size")
+                    help="windows per forward pass, always exactly N (each as the crop rule's crops), so a "
+                         "record scores the same whatever shares its pass (docs/inference.md); default 8")
 parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
                     help="where the model runs (auto: cuda when available)")
 parser.add_argument("--workers", type=int, default=0, metavar="N",
@@ -109,10 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     if not items:
         _print_failures(failures)
         return fail("no readable input: no record was found in " + ", ".join(args.input))
+    from coreecg.cluster import ClusterError
     try:
         result = score(loaded, items, failures, args, embeddings, device)
     except InferenceError as e:
         return fail(f"--model {args.model}: {e}")
+    except ClusterError as e:                   # --workers: RAY_ADDRESS names no cluster that answers
+        return fail(str(e))
 
     target.parent.mkdir(parents=True, exist_ok=True)
     failed_csv = target.parent / FAILED_FILE

@@ -92,17 +92,14 @@ class InputRecord:
 @dataclass(frozen=True)
 class CorpusShard:
     """One shard file of a coreecg corpus: its records' stored windows (already preprocessed and
-    float16), scored as they are. leads, sampling_rate, preprocess: the manifest's."""
+    float16), scored as they are. shape (leads, samples), leads: the manifest's "signal";
+    preprocess: its "preprocess" settings as (key, value) pairs."""
 
     path: str
     split: str
     shape: tuple[int, int]
     leads: tuple[str, ...]
     preprocess: tuple[tuple[str, Any], ...]
-
-    @property
-    def record_id(self) -> str:
-        return self.path
 
 
 Item = InputRecord | CorpusShard | Record     # what run_inference scores (a Record: in memory)
@@ -159,7 +156,6 @@ class ModelInput:
     precision: str
     class_names: tuple[str, ...]
     multilabel: bool | None
-    batch_size: int
 
 
 def input_spec(loaded: Any) -> ModelInput:
@@ -196,7 +192,7 @@ def input_spec(loaded: Any) -> ModelInput:
         if not names or multilabel is None:
             raise InferenceError(f"{loaded.source}: a classifier without class names or task in its contract")
     return ModelInput(kind, leads, pre, cfg.model.input_samples, n_crops, cfg.train.precision, names,
-                      None if multilabel is None else bool(multilabel), cfg.finetune.eval_batch_size)
+                      None if multilabel is None else bool(multilabel))
 
 
 class _PooledEncoder(nn.Module):
@@ -375,8 +371,10 @@ def _prepared(items: Sequence[Item], preprocess: PreprocessConfig
     """(item index, record_id, path, windows, None) per record, or (index, id, path, None, Failure)
     for an item that gave none, in order (reasons as the corpus pipeline's quarantine gives them)."""
     for i, item in enumerate(items):
-        rid, path = (item.path, item.path) if isinstance(item, CorpusShard) else (item.record_id, str(item.path if
-                     isinstance(item, Record) else item.ref.path))
+        if isinstance(item, CorpusShard):
+            rid = path = item.path                # a shard that cannot be read fails as a whole
+        else:
+            rid, path = item.record_id, item.path if isinstance(item, Record) else item.ref.path
         try:
             if isinstance(item, CorpusShard):
                 for record_id, windows in shard_windows(item, preprocess):

@@ -4,7 +4,7 @@
     python jobs/predict.py --model exports/ft-ptbxl --input a.hea b.hea more/records/ --output out/p.csv
     python jobs/predict.py --model runs/quickstart --input ../shared/ecg-data/mimic-iv-ecg-layout --output emb/
     python jobs/predict.py --model runs/ft-ptbxl --input recs/ --output emb/ --embeddings
-    python jobs/predict.py --model runs/quickstart --input corpora/mimic --output emb/ --workers 8
+    python jobs/predict.py --model runs/quickstart --corpus corpora/mimic --output emb/ --workers 8
 
 (runs/quickstart is a pretraining run: an encoder writes embeddings.)
 
@@ -12,9 +12,9 @@
 an export folder (coreecg.hub.export_model). --input: files and folders. A folder of a database with its own
 reader (PTB-XL's ptbxl_database.csv, MIMIC-IV-ECG's record_list.csv, CPSC2018's REFERENCE.csv)
 is read by that reader (record ids as in its corpus); any other folder as WFDB records (every .hea
-below it, ids relative to the folder); a file is one WFDB record (.hea, .dat or .mat). A coreecg
-corpus folder (manifest.json: jobs/preprocess.py's output) is scored from its stored windows,
-every split or those of --split.
+below it, ids relative to the folder); a file is one WFDB record (.hea, .dat or .mat).
+--corpus: coreecg corpus folders (jobs/preprocess.py's output), scored from their stored windows,
+every split or those of --split (a corpus folder given to --input is read the same way).
 
 --workers N spreads reading, preprocessing and scoring over N Ray actors (one CPU each, or one
 GPU with --device cuda) on the cluster coreecg.cluster joins or starts; the outputs are those of
@@ -48,7 +48,7 @@ from coreecg.cli import fail, job_parser, parse_args
 parser = job_parser(__doc__, config=False)
 parser.add_argument("--model", required=True, metavar="RUN_OR_EXPORT",
                     help="fine-tuning or pretraining run folder, best.pt / encoder.pt, or an export folder")
-parser.add_argument("--input", required=True, nargs="+", metavar="FILES_OR_FOLDER",
+parser.add_argument("--input", nargs="+", default=[], metavar="FILES_OR_FOLDER",
                     help="WFDB record files (.hea/.dat/.mat) and folders (a known database layout or any WFDB tree)")
 parser.add_argument("--output", required=True, metavar="F",
                     help="folder for predictions.csv / embeddings.parquet (and failed.csv), or that file's name")
@@ -62,8 +62,10 @@ parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
 parser.add_argument("--workers", type=int, default=0, metavar="N",
                     help="Ray actors that read, preprocess and score (one CPU or GPU each); 0: one process, "
                          "no Ray")
+parser.add_argument("--corpus", nargs="+", default=[], metavar="CORPUS",
+                    help="preprocessed corpus folders (manifest.json) to score from their stored windows")
 parser.add_argument("--split", nargs="+", default=None, metavar="SPLIT",
-                    help="a corpus input's splits to score (default: all)")
+                    help="the corpora's splits to score (default: all)")
 
 
 def output_file(output: str, name: str) -> Path:
@@ -91,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--batch-size {args.batch_size}: must be >= 1")
     if args.workers < 0:
         return fail(f"--workers {args.workers}: must be >= 0")
+    if not args.input and not args.corpus:
+        return fail("nothing to score: give --input FILES_OR_FOLDER and/or --corpus CORPUS")
+    not_corpus = [c for c in args.corpus if not (Path(c).expanduser() / "manifest.json").is_file()]
+    if not_corpus:
+        return fail(f"--corpus {not_corpus[0]}: not a coreecg corpus (no manifest.json)")
     try:
         device = resolve_device(args.device)
     except DeviceError as e:
@@ -105,10 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         return fail(str(e))
 
-    items, failures = list_inputs(args.input, loaded.config, splits=args.split)
+    sources = [*args.input, *args.corpus]
+    items, failures = list_inputs(sources, loaded.config, splits=args.split)
     if not items:
         _print_failures(failures)
-        return fail("no readable input: no record was found in " + ", ".join(args.input))
+        return fail("no readable input: no record was found in " + ", ".join(sources))
     from coreecg.cluster import ClusterError
     try:
         result = score(loaded, items, failures, args, embeddings, device)

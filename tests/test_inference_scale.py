@@ -123,7 +123,8 @@ def _job():
     return module
 
 
-def test_the_job_with_workers_writes_what_one_process_writes(ray_session, models, raw_inputs, tmp_path, monkeypatch):
+def test_the_job_with_workers_writes_what_one_process_writes(ray_session, models, raw_inputs, tmp_path, monkeypatch,
+                                                              capsys):
     logger = logging.getLogger("coreecg")                # main() turns the console on: undone after
     monkeypatch.setattr(logger, "handlers", list(logger.handlers))
     monkeypatch.setenv("COREECG_VERBOSE", "0")
@@ -136,3 +137,6 @@ def test_the_job_with_workers_writes_what_one_process_writes(ray_session, models
     with open(tmp_path / "two" / "failed.csv", newline="") as f:
         assert {row["record_id"] for row in csv.DictReader(f)} == {"nodata", raw_inputs[-1]}
     assert job.main([*base, "--output", str(tmp_path / "x"), "--workers", "-1"]) == 2
+    not_corpus = str(Path(raw_inputs[0]).parent)
+    assert job.main(["--model", str(models["classifier"]), "--corpus", not_corpus, "--output", str(tmp_path / "x")]) == 2
+    assert "not a coreecg corpus (no manifest.json)" in capsys.readouterr().err

@@ -25,9 +25,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from coreecg.inference import CorpusShard, Failure, InferenceResult, input_spec, run_inference
+from coreecg.inference import FORWARD_WINDOWS, CorpusShard, Failure, InferenceResult, input_spec, run_inference
 
-RECORDS_PER_TASK = 16     # raw records per actor call: short enough to balance, long enough to batch
+# Raw records per actor call, at least: few enough to balance N actors, enough that the last
+# forward pass's fill (< batch_size windows, coreecg.inference.run_inference) costs little.
+RECORDS_PER_TASK = 16
 
 
 class _Scorer:
@@ -73,12 +75,13 @@ class _Scorer:
 
 def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embeddings: bool = False,
                       batch_size: int | None = None, device: str = "cpu", failures: Sequence[Failure] = (),
-                      records_per_task: int = RECORDS_PER_TASK) -> InferenceResult:
+                      records_per_task: int | None = None) -> InferenceResult:
     """`coreecg.inference.run_inference` on a Ray cluster (joined or started by the caller:
     coreecg.cluster.init_ray), with `workers` actors; the same InferenceResult.
 
     device: "cpu" (an actor takes one CPU) or "cuda" (one GPU). records_per_task: raw records per
-    actor call (a corpus shard is a task of its own).
+    actor call (default RECORDS_PER_TASK or 2 forward passes' windows, the larger; a corpus
+    shard is a task of its own).
     """
     import ray
     import ray.data
@@ -89,7 +92,9 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
         raise ValueError(f"workers={workers}: must be >= 1")
     spec = input_spec(loaded)                                  # a bad model fails here, before any actor
     quiet_data()
-    per_task = 1 if any(isinstance(it, CorpusShard) for it in items) else max(1, records_per_task)
+    per_task = records_per_task or max(RECORDS_PER_TASK, 2 * (batch_size or FORWARD_WINDOWS))
+    if any(isinstance(it, CorpusShard) for it in items):
+        per_task = 1
     rows = [{"index": i, "item": pickle.dumps(it)} for i, it in enumerate(items)]
     ds = ray.data.from_items(rows, override_num_blocks=max(1, min(len(rows), math.ceil(len(rows) / per_task))))
     gpu = str(device).startswith("cuda")

@@ -387,7 +387,7 @@ def _prepared(items: Sequence[Item], preprocess: PreprocessConfig
             yield i, rid, path, None, Failure(rid, path, f"unreadable ({type(e).__name__}: {e})")
 
 
-class _Progress:
+class Progress:
     """A log line every `every_s` seconds: records done / total, records/s, ETA."""
 
     def __init__(self, total: int, every_s: float):
@@ -441,7 +441,7 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     queue: list[np.ndarray] = []                      # windows not yet through the model, in record order
     outputs: list[tuple[np.ndarray, np.ndarray]] = []  # (probs, features) per window chunk scored
     failed = list(failures)
-    progress = _Progress(len(items), progress_every_s)
+    progress = Progress(len(items), progress_every_s)
     t0 = time.perf_counter()
     log.info("predict: %d inputs with %s (%s, leads %s, %d crops of %d samples per %d-sample window) on %s",
              len(items), loaded.source, spec.kind, ",".join(spec.leads), spec.n_crops, spec.crop,

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import math
 import pickle
+import time
 from typing import Any, Sequence
 
 import numpy as np
 
-from coreecg.inference import FORWARD_WINDOWS, CorpusShard, Failure, InferenceResult, input_spec, run_inference
+from coreecg.inference import (
+    FORWARD_WINDOWS, CorpusShard, Failure, InferenceResult, Progress, input_spec, run_inference,
+)
 
 # Raw records per actor call, at least: few enough to balance N actors, enough that the last
 # forward pass's fill (< batch_size windows, coreecg.inference.run_inference) costs little.
@@ -75,13 +78,13 @@ class _Scorer:
 
 def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embeddings: bool = False,
                       batch_size: int | None = None, device: str = "cpu", failures: Sequence[Failure] = (),
-                      records_per_task: int | None = None) -> InferenceResult:
+                      records_per_task: int | None = None, progress_every_s: float = 5.0) -> InferenceResult:
     """`coreecg.inference.run_inference` on a Ray cluster (joined or started by the caller:
     coreecg.cluster.init_ray), with `workers` actors; the same InferenceResult.
 
     device: "cpu" (an actor takes one CPU) or "cuda" (one GPU). records_per_task: raw records per
     actor call (default RECORDS_PER_TASK or 2 forward passes' windows, the larger; a corpus
-    shard is a task of its own).
+    shard is a task of its own). Progress: the `coreecg.inference` logger, as tasks come back.
     """
     import ray
     import ray.data
@@ -91,6 +94,7 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
     if workers < 1:
         raise ValueError(f"workers={workers}: must be >= 1")
     spec = input_spec(loaded)                                  # a bad model fails here, before any actor
+    t0 = time.perf_counter()
     quiet_data()
     per_task = records_per_task or max(RECORDS_PER_TASK, 2 * (batch_size or FORWARD_WINDOWS))
     if any(isinstance(it, CorpusShard) for it in items):
@@ -104,8 +108,17 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
         fn_constructor_kwargs={"model": [ray.put(loaded)], "embeddings": embeddings,
                                "batch_size": batch_size, "device": str(device)},
         num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0)
-    parts = list(scored.iter_batches(batch_size=None, batch_format="numpy"))
-    return _gather(parts, spec, embeddings, failures)
+    parts, done, failed = [], set(), 0
+    progress = Progress(len(items), progress_every_s)
+    for part in scored.iter_batches(batch_size=None, batch_format="numpy"):     # as the actors finish tasks
+        parts.append(part)
+        done.update(part["index"].tolist())
+        failed += int((part["reason"] != "").sum())
+        progress.update(len(done), failed)
+    progress.update(len(done), failed, force=True)
+    result = _gather(parts, spec, embeddings, failures)
+    result.seconds = time.perf_counter() - t0
+    return result
 
 
 def _gather(parts: list[dict[str, np.ndarray]], spec: Any, embeddings: bool, failures: Sequence[Failure]

@@ -437,9 +437,11 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     rows = list(range(len(spec.leads)))
 
     scored: list[tuple[int, str, str]] = []          # (item index, record_id, path) per record, in order
-    n_windows: list[int] = []                         # per record
+    ends: list[int] = []                              # per record: its last window's end in the stream
     queue: list[np.ndarray] = []                      # windows not yet through the model, in record order
-    outputs: list[tuple[np.ndarray, np.ndarray]] = []  # (probs, features) per window chunk scored
+    window_out: list[tuple[np.ndarray, np.ndarray]] = []   # (probs, features) of windows of unfinished records
+    record_out: list[tuple[np.ndarray, np.ndarray]] = []   # (probs, features) of finished records
+    through, finished = 0, 0                          # windows through the model; records averaged
     failed = list(failures)
     progress = Progress(len(items), progress_every_s)
     t0 = time.perf_counter()
@@ -448,7 +450,9 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
              spec.preprocess.window_samples, dev)
 
     def flush(final: bool) -> None:
-        """Score the queued windows in whole passes of `batch`; at the end, the rest filled up."""
+        """Score the queued windows in whole passes of `batch` (at the end, the rest filled up),
+        then average the windows of every record whose windows have all been scored."""
+        nonlocal through, finished
         signal = np.concatenate(queue) if queue else np.zeros((0, len(rows), spec.preprocess.window_samples))
         n = len(signal) if final else len(signal) // batch * batch
         if n == 0:
@@ -456,38 +460,46 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
         fill = -n % batch
         x = np.concatenate([signal[:n], np.zeros((fill, *signal.shape[1:]), signal.dtype)]) if fill else signal[:n]
         p, f = predict(model, x, rows, spec.crop, spec.n_crops, dev, batch, spec.precision)
-        outputs.append((p[:n], f[:n]))
+        window_out.append((p[:n], f[:n]))
         queue[:] = [signal[n:]] if n < len(signal) else []
+        through += n
+        first, start, last = finished, ends[finished - 1] if finished else 0, finished
+        while last < len(ends) and ends[last] <= through:
+            last += 1
+        if last == first:
+            return
+        wp, wf = np.concatenate([o[0] for o in window_out]), np.concatenate([o[1] for o in window_out])
+        keys = np.repeat(np.arange(first, last), np.diff([start, *ends[first:last]]))
+        record_out.append((aggregate_by_record(keys, wp[:len(keys)])[1], aggregate_by_record(keys, wf[:len(keys)])[1]))
+        window_out[:] = [(wp[len(keys):], wf[len(keys):])]
+        finished = last
 
     for i, rid, path, windows, failure in _prepared(items, spec.preprocess):
         if failure is not None:
             failed.append(failure)
         else:
             scored.append((i, rid, path))
-            n_windows.append(len(windows))
+            ends.append((ends[-1] if ends else 0) + len(windows))
             queue.append(windows)
-            if sum(len(w) for w in queue) >= batch:
+            if ends[-1] - through >= batch:
                 flush(final=False)
         progress.update(i, len(failed) - len(failures))        # items begun (a shard holds many records)
     flush(final=True)
     progress.update(len(items), len(failed) - len(failures), force=True)
 
-    keys = np.repeat(np.arange(len(scored)), n_windows)         # record of each window
-    probs = np.concatenate([p for p, _ in outputs]) if outputs else np.zeros((0, len(spec.class_names)))
-    feats = np.concatenate([f for _, f in outputs]) if outputs else np.zeros((0, int(model.encoder.dim)))
     seconds = time.perf_counter() - t0
-    log.info("predict: %d records scored (%d windows), %d failed, in %.1f s", len(scored), len(keys),
+    log.info("predict: %d records scored (%d windows), %d failed, in %.1f s", len(scored), through,
              len(failed), seconds)
     k, d, m = len(spec.class_names), int(model.encoder.dim), len(scored)
 
-    def per_record(x: np.ndarray, width: int, dtype: type) -> np.ndarray:
-        return (aggregate_by_record(keys, x)[1] if m else np.zeros((0, width))).astype(dtype).reshape(m, width)
+    def per_record(j: int, width: int, dtype: type) -> np.ndarray:
+        return np.concatenate([o[j] for o in record_out] or [np.zeros((0, width))]).astype(dtype).reshape(m, width)
 
     return InferenceResult(
         record_id=[rid for _, rid, _ in scored], path=[path for _, _, path in scored],
-        probs=per_record(probs, k, np.float64) if want_probs else None,
-        embeddings=per_record(feats, d, np.float32) if want_emb else None,
-        windows=np.asarray(n_windows, dtype=np.int64), class_names=spec.class_names, failures=failed,
+        probs=per_record(0, k, np.float64) if want_probs else None,
+        embeddings=per_record(1, d, np.float32) if want_emb else None,
+        windows=np.diff([0, *ends]).astype(np.int64), class_names=spec.class_names, failures=failed,
         seconds=seconds, item=np.asarray([i for i, _, _ in scored], dtype=np.int64))
 
 

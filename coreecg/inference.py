@@ -424,7 +424,6 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     bit for bit (tests/test_inference_scale.py).
     """
     from coreecg.eval.downstream import predict
-    from coreecg.eval.metrics import aggregate_by_record
 
     spec = input_spec(loaded)
     dev = device if isinstance(device, torch.device) else resolve_device(device)
@@ -433,74 +432,97 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
         raise InferenceError(f"batch size {batch} must be >= 1")
     model = loaded.model if spec.kind == "classifier" else _PooledEncoder(loaded.model, spec.leads)
     model = model.to(dev).eval()
-    want_probs, want_emb = spec.kind == "classifier", embeddings or spec.kind == "encoder"
     rows = list(range(len(spec.leads)))
 
     scored: list[tuple[int, str, str]] = []          # (item index, record_id, path) per record, in order
-    ends: list[int] = []                              # per record: its last window's end in the stream
-    queue: list[np.ndarray] = []                      # windows not yet through the model, in record order
-    window_out: list[tuple[np.ndarray, np.ndarray]] = []   # (probs, features) of windows of unfinished records
-    record_out: list[tuple[np.ndarray, np.ndarray]] = []   # (probs, features) of finished records
-    through, finished = 0, 0                          # windows through the model; records averaged
     failed = list(failures)
+    stream = _PassStream(lambda x: predict(model, x, rows, spec.crop, spec.n_crops, dev, batch, spec.precision),
+                         batch, (len(rows), spec.preprocess.window_samples))
     progress = Progress(len(items), progress_every_s)
     t0 = time.perf_counter()
     log.info("predict: %d inputs with %s (%s, leads %s, %d crops of %d samples per %d-sample window) on %s",
              len(items), loaded.source, spec.kind, ",".join(spec.leads), spec.n_crops, spec.crop,
              spec.preprocess.window_samples, dev)
-
-    def flush(final: bool) -> None:
-        """Score the queued windows in whole passes of `batch` (at the end, the rest filled up),
-        then average the windows of every record whose windows have all been scored."""
-        nonlocal through, finished
-        signal = np.concatenate(queue) if queue else np.zeros((0, len(rows), spec.preprocess.window_samples))
-        n = len(signal) if final else len(signal) // batch * batch
-        if n == 0:
-            return
-        fill = -n % batch
-        x = np.concatenate([signal[:n], np.zeros((fill, *signal.shape[1:]), signal.dtype)]) if fill else signal[:n]
-        p, f = predict(model, x, rows, spec.crop, spec.n_crops, dev, batch, spec.precision)
-        window_out.append((p[:n], f[:n]))
-        queue[:] = [signal[n:]] if n < len(signal) else []
-        through += n
-        first, start, last = finished, ends[finished - 1] if finished else 0, finished
-        while last < len(ends) and ends[last] <= through:
-            last += 1
-        if last == first:
-            return
-        wp, wf = np.concatenate([o[0] for o in window_out]), np.concatenate([o[1] for o in window_out])
-        keys = np.repeat(np.arange(first, last), np.diff([start, *ends[first:last]]))
-        record_out.append((aggregate_by_record(keys, wp[:len(keys)])[1], aggregate_by_record(keys, wf[:len(keys)])[1]))
-        window_out[:] = [(wp[len(keys):], wf[len(keys):])]
-        finished = last
-
     for i, rid, path, windows, failure in _prepared(items, spec.preprocess):
         if failure is not None:
             failed.append(failure)
         else:
             scored.append((i, rid, path))
-            ends.append((ends[-1] if ends else 0) + len(windows))
-            queue.append(windows)
-            if ends[-1] - through >= batch:
-                flush(final=False)
+            stream.add(windows)
         progress.update(i, len(failed) - len(failures))        # items begun (a shard holds many records)
-    flush(final=True)
+    stream.close()
     progress.update(len(items), len(failed) - len(failures), force=True)
 
     seconds = time.perf_counter() - t0
-    log.info("predict: %d records scored (%d windows), %d failed, in %.1f s", len(scored), through,
+    log.info("predict: %d records scored (%d windows), %d failed, in %.1f s", len(scored), stream.through,
              len(failed), seconds)
-    k, d, m = len(spec.class_names), int(model.encoder.dim), len(scored)
-
-    def per_record(j: int, width: int, dtype: type) -> np.ndarray:
-        return np.concatenate([o[j] for o in record_out] or [np.zeros((0, width))]).astype(dtype).reshape(m, width)
-
     return InferenceResult(
         record_id=[rid for _, rid, _ in scored], path=[path for _, _, path in scored],
-        probs=per_record(0, k, np.float64) if want_probs else None,
-        embeddings=per_record(1, d, np.float32) if want_emb else None,
-        windows=np.diff([0, *ends]).astype(np.int64), class_names=spec.class_names, failures=failed,
+        probs=stream.records(0, len(spec.class_names), np.float64) if spec.kind == "classifier" else None,
+        embeddings=(stream.records(1, int(model.encoder.dim), np.float32)
+                    if embeddings or spec.kind == "encoder" else None),
+        windows=stream.windows(), class_names=spec.class_names, failures=failed,
         seconds=seconds, item=np.asarray([i for i, _, _ in scored], dtype=np.int64))
+
+
+class _PassStream:
+    """The windows of consecutive records through forward passes of exactly `batch` windows (the
+    last one filled up with zero windows, their outputs dropped); each record is averaged over
+    its windows (`aggregate_by_record`) as soon as they are all through, so memory holds a pass,
+    not the corpus.
+
+    score: (batch, C, T) windows -> (probs (batch, K), features (batch, D)); shape: (C, T)."""
+
+    def __init__(self, score, batch: int, shape: tuple[int, int]):
+        self.score, self.batch, self.shape = score, batch, shape
+        self.ends: list[int] = []                      # per record: its last window's end in the stream
+        self.queue: list[np.ndarray] = []              # windows not yet through the model
+        self.window_out: list[tuple[np.ndarray, np.ndarray]] = []  # outputs of unfinished records' windows
+        self.record_out: list[tuple[np.ndarray, np.ndarray]] = []  # (probs, features) of finished records
+        self.through = self.finished = 0               # windows through the model; records averaged
+
+    def add(self, windows: np.ndarray) -> None:
+        """One record's windows (n, C, T)."""
+        self.ends.append((self.ends[-1] if self.ends else 0) + len(windows))
+        self.queue.append(windows)
+        if self.ends[-1] - self.through >= self.batch:
+            self._flush(final=False)
+
+    def close(self) -> None:
+        self._flush(final=True)
+
+    def records(self, j: int, width: int, dtype: type) -> np.ndarray:
+        """(records, width): the probabilities (j = 0) or features (j = 1) of every record added."""
+        parts = [o[j] for o in self.record_out] or [np.zeros((0, width))]
+        return np.concatenate(parts).astype(dtype).reshape(len(self.ends), width)
+
+    def windows(self) -> np.ndarray:
+        return np.diff([0, *self.ends]).astype(np.int64)
+
+    def _flush(self, final: bool) -> None:
+        from coreecg.eval.metrics import aggregate_by_record
+
+        signal = np.concatenate(self.queue) if self.queue else np.zeros((0, *self.shape), SIGNAL_DTYPE)
+        n = len(signal) if final else len(signal) // self.batch * self.batch
+        if n == 0:
+            return
+        fill = -n % self.batch
+        x = np.concatenate([signal[:n], np.zeros((fill, *self.shape), signal.dtype)]) if fill else signal[:n]
+        p, f = self.score(x)
+        self.window_out.append((p[:n], f[:n]))
+        self.queue[:] = [signal[n:]] if n < len(signal) else []
+        self.through += n
+        first, start, last = self.finished, self.ends[self.finished - 1] if self.finished else 0, self.finished
+        while last < len(self.ends) and self.ends[last] <= self.through:
+            last += 1
+        if last == first:
+            return
+        wp, wf = (np.concatenate([o[j] for o in self.window_out]) for j in (0, 1))
+        keys = np.repeat(np.arange(first, last), np.diff([start, *self.ends[first:last]]))   # record of each window
+        self.record_out.append((aggregate_by_record(keys, wp[:len(keys)])[1],
+                                aggregate_by_record(keys, wf[:len(keys)])[1]))
+        self.window_out[:] = [(wp[len(keys):], wf[len(keys):])]
+        self.finished = last
 
 
 def predict_paths(model: str | Path, inputs: Iterable[str | Path], *, embeddings: bool = False,

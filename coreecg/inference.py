@@ -393,12 +393,13 @@ class Progress:
     def __init__(self, total: int, every_s: float):
         self.total, self.every_s = total, every_s
         self.t0 = self.last = time.perf_counter()
+        self.shown: tuple[int, int] | None = None     # the last line's figures: the final line is not a repeat
 
     def update(self, done: int, failed: int, force: bool = False) -> None:
         now = time.perf_counter()
-        if not force and now - self.last < self.every_s:
+        if (now - self.last < self.every_s) if not force else (done, failed) == self.shown:
             return
-        self.last = now
+        self.last, self.shown = now, (done, failed)
         rate = done / max(now - self.t0, 1e-9)
         eta = (self.total - done) / rate if rate > 0 else math.inf
         log.info("predict: %d/%d inputs (%d failed), %.1f inputs/s, ETA %s", done, self.total, failed, rate,

@@ -100,11 +100,12 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
     if any(isinstance(it, CorpusShard) for it in items):
         per_task = 1
     rows = [{"index": i, "item": pickle.dumps(it)} for i, it in enumerate(items)]
-    ds = ray.data.from_items(rows, override_num_blocks=max(1, min(len(rows), math.ceil(len(rows) / per_task))))
+    tasks = max(1, min(len(rows), math.ceil(len(rows) / per_task)))
+    ds = ray.data.from_items(rows, override_num_blocks=tasks)
     gpu = str(device).startswith("cuda")
     scored = ds.map_batches(
         _Scorer, batch_size=per_task, batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=workers),
+        compute=ray.data.ActorPoolStrategy(size=min(workers, tasks)),    # no idle actor holding a model
         fn_constructor_kwargs={"model": [ray.put(loaded)], "embeddings": embeddings,
                                "batch_size": batch_size, "device": str(device)},
         num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0)

@@ -10,9 +10,9 @@ with `coreecg.inference.run_inference` itself, so nothing here repeats a step; t
 the records back in listing order.
 
 Equal to one process, bit for bit on the CPU: a record's windows go through the same steps, and
-its outputs do not depend on which records share its forward pass (the CPU kernels compute each
-row alone; tests/test_inference_scale.py compares the two paths exactly). On a GPU cuBLAS may
-pick other kernels for other batch shapes: equal there to float32 rounding.
+its outputs do not depend on which records share its forward passes (every pass has the same
+shape: `run_inference` says why; tests/test_inference_scale.py compares the two paths exactly).
+On a GPU cuBLAS may choose kernels by more than the shape: equal there to float32 rounding.
 
 A record that fails in an actor is a Failure row as in one process, never a crash of the job;
 failures come back listing failures first, then records in listing order.
@@ -95,6 +95,8 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
         raise ValueError(f"workers={workers}: must be >= 1")
     spec = input_spec(loaded)                                  # a bad model fails here, before any actor
     t0 = time.perf_counter()
+    if not items:
+        return _gather([], spec, embeddings, failures)
     quiet_data()
     per_task = records_per_task or max(RECORDS_PER_TASK, 2 * (batch_size or FORWARD_WINDOWS))
     if any(isinstance(it, CorpusShard) for it in items):

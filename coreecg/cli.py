@@ -54,6 +54,7 @@ VOCABULARY: dict[str, Flag] = {
     "--output": Flag("the folder (or file) the job writes", says=""),
     "--corpus": Flag("a preprocessed corpus the job reads (data.corpus where the job has a config)",
                      says="corpus", metavar="DIR"),
+    "--split": Flag("which split(s) of a corpus the job reads: train, val, test", says="split"),
     "--input": Flag("raw records the job reads (a source's folder, WFDB files)", says="record"),
     "--model": Flag("the trained model the job reads: a run folder, encoder.pt, best.pt, a checkpoint or an "
                     "export folder (coreecg.loading)", says="model", metavar="PATH"),

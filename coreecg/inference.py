@@ -16,6 +16,8 @@ scored it (predictions.csv) when it is the same recording:
                PTB-XL, MIMIC-IV-ECG, CPSC2018) goes through that reader, in its label-free view
                (record ids as the corpus has them); any other folder through the generic WFDB
                reader (`WfdbFolderSource`); a file is one WFDB record (`.hea`, `.dat`, `.mat`).
+               A coreecg corpus folder (manifest.json) is listed as its shard files
+               (`CorpusShard`): its windows are already steps 2-3, so they are scored as stored.
 2. preprocess  `coreecg.data.preprocess.preprocess_record` with the model's config's preprocess
                section (as hub.load_model resolves it: the corpus's settings the weights saw),
                its leads narrowed to the model's leads: leads are picked BY NAME, so a 6-lead
@@ -25,16 +27,22 @@ scored it (predictions.csv) when it is the same recording:
                evaluation read them: the inputs the weights saw (the rounding is ~2e-4 of a
                z-scored sample; with it, scores equal predictions.csv to its printed digits).
 4. model       `coreecg.eval.downstream.predict`: the crop rule (mean of the logits of
-               `eval_crops` evenly spaced crops of each window, then softmax / sigmoid), batched
-               over windows; an encoder gives the crop mean of its pooled tokens instead.
+               `eval_crops` evenly spaced crops of each window, then softmax / sigmoid), in
+               forward passes of exactly `batch_size` windows (run_inference says why); an
+               encoder gives the crop mean of its pooled tokens instead.
 5. record      `coreecg.eval.metrics.aggregate_by_record`: the mean over a record's windows.
 
 A record that cannot be read or preprocessed is a `Failure` with the reader's or preprocessing's
 reason; the others go on. Progress goes to the `coreecg.inference` logger every few seconds.
+
+`embed(signal, fs, leads, model)` / `predict(...)` run one in-memory recording through the same
+steps 2-5 (a `Record` is an item like a listed file). This module never imports Ray: the same
+per-record work spread over a cluster is `coreecg.inference_ray`.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import time
@@ -47,9 +55,9 @@ import torch
 from torch import nn
 
 from coreecg.config import STANDARD_LEADS, Config, PreprocessConfig
-from coreecg.data.corpus import SIGNAL_DTYPE
+from coreecg.data.corpus import SIGNAL_DTYPE, decode_signals, load_manifest, read_shard, split_files
 from coreecg.data.preprocess import preprocess_record
-from coreecg.data.record import RecordError, RecordRef
+from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources import get_source
 from coreecg.data.sources.base import DATA_SUFFIXES, Source, no_header_ref, walk
 from coreecg.data.sources.wfdb_generic import WfdbFolderSource, known_layout
@@ -61,6 +69,8 @@ log = logging.getLogger("coreecg.inference")
 PREDICTIONS_FILE = "predictions.csv"
 EMBEDDINGS_FILE = "embeddings.parquet"
 FAILED_FILE = "failed.csv"
+# Windows per forward pass (x the crop rule's crops), always exactly this many (run_inference).
+FORWARD_WINDOWS = 8
 
 
 class InferenceError(ValueError):
@@ -80,6 +90,22 @@ class InputRecord:
 
 
 @dataclass(frozen=True)
+class CorpusShard:
+    """One shard file of a coreecg corpus: its records' stored windows (already preprocessed and
+    float16), scored as they are. shape (leads, samples), leads: the manifest's "signal";
+    preprocess: its "preprocess" settings as (key, value) pairs."""
+
+    path: str
+    split: str
+    shape: tuple[int, int]
+    leads: tuple[str, ...]
+    preprocess: tuple[tuple[str, Any], ...]
+
+
+Item = InputRecord | CorpusShard | Record     # what run_inference scores (a Record: in memory)
+
+
+@dataclass(frozen=True)
 class Failure:
     """A record (or an input path) that gave no prediction, and why."""
 
@@ -94,7 +120,10 @@ class InferenceResult:
 
     record_id, path: (m,) each; probs: (m, K) float64 class probabilities (classifier, else None);
     embeddings: (m, D) float32 pooled embeddings (an encoder, or asked for, else None);
-    windows: (m,) windows per record; class_names: K names; failures: what gave no output.
+    windows: (m,) windows per record; class_names: K names; failures: what gave no output
+    (listing failures first, then records in item order). item: (m,) the index in the scored
+    items of each record's item (a corpus shard gives many records; an item that gives none gave
+    exactly one Failure).
     """
 
     record_id: list[str]
@@ -105,6 +134,7 @@ class InferenceResult:
     class_names: tuple[str, ...]
     failures: list[Failure] = field(default_factory=list)
     seconds: float = 0.0
+    item: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 # ---------------------------------------------------------------------------- what the model takes
@@ -126,7 +156,6 @@ class ModelInput:
     precision: str
     class_names: tuple[str, ...]
     multilabel: bool | None
-    batch_size: int
 
 
 def input_spec(loaded: Any) -> ModelInput:
@@ -163,7 +192,7 @@ def input_spec(loaded: Any) -> ModelInput:
         if not names or multilabel is None:
             raise InferenceError(f"{loaded.source}: a classifier without class names or task in its contract")
     return ModelInput(kind, leads, pre, cfg.model.input_samples, n_crops, cfg.train.precision, names,
-                      None if multilabel is None else bool(multilabel), cfg.finetune.eval_batch_size)
+                      None if multilabel is None else bool(multilabel))
 
 
 class _PooledEncoder(nn.Module):
@@ -199,8 +228,12 @@ def source_options(config: Config | None = None) -> dict[str, dict[str, Any]]:
 
 
 def list_inputs(paths: Iterable[str | Path], config: Config | None = None,
-                options: dict[str, dict[str, Any]] | None = None) -> tuple[list[InputRecord], list[Failure]]:
+                options: dict[str, dict[str, Any]] | None = None, splits: Sequence[str] | None = None
+                ) -> tuple[list[InputRecord | CorpusShard], list[Failure]]:
     """Files and folders -> (records in order, inputs that gave none), each path listed once.
+
+    A coreecg corpus folder (manifest.json): its shard files of `splits` (default: every split,
+    train/val/test order), each a CorpusShard.
 
     A folder: a known database layout (its index file, at the folder or below it) through its own
     reader; everything else below it through the generic WFDB reader, with record ids relative to
@@ -214,7 +247,9 @@ def list_inputs(paths: Iterable[str | Path], config: Config | None = None,
     for p in paths:
         path = Path(p).expanduser()
         try:
-            if path.is_dir():
+            if path.is_dir() and (path / "manifest.json").is_file():
+                items += list_corpus(path, splits)
+            elif path.is_dir():
                 found = _list_folder(path, options)
                 if not found:
                     raise ValueError(f"no records under {path} (no .hea or {'/'.join(DATA_SUFFIXES)} files)")
@@ -230,11 +265,24 @@ def list_inputs(paths: Iterable[str | Path], config: Config | None = None,
     seen: set[str] = set()
     unique = []
     for it in items:                           # a record given twice (its folder and itself): the first
-        key = str(Path(it.ref.path).resolve())
+        key = str(Path(it.path if isinstance(it, CorpusShard) else it.ref.path).resolve())
         if key not in seen:
             seen.add(key)
             unique.append(it)
     return unique, failures
+
+
+def list_corpus(corpus: str | Path, splits: Sequence[str] | None = None) -> list[CorpusShard]:
+    """A corpus folder's shard files of `splits` (default all) in manifest order (CorpusError, a
+    ValueError naming the folder, for a corpus that is unfinished or lacks a split)."""
+    from coreecg.data.reading import splits_of
+
+    manifest = load_manifest(corpus)
+    sig = manifest["signal"]
+    shape = tuple(int(n) for n in sig["shape"])
+    settings = tuple(sorted(manifest["preprocess"].items()))
+    return [CorpusShard(str(f), split, shape, tuple(sig["leads"]), settings)
+            for split in (splits or splits_of(corpus, manifest)) for f in split_files(corpus, split, manifest)]
 
 
 def _list_folder(root: Path, options: dict[str, dict[str, Any]]) -> list[InputRecord]:
@@ -279,140 +327,282 @@ def _file_record(path: Path, record_id: str | None = None) -> InputRecord:
 # ---------------------------------------------------------------------------- running
 
 
-def prepare(item: InputRecord, preprocess: PreprocessConfig) -> np.ndarray:
-    """Read and preprocess one record -> (n_windows, leads, window_samples) in the storage dtype.
-
-    Raises RecordError with the reader's or preprocessing's reason.
+def prepare(item: InputRecord | Record, preprocess: PreprocessConfig) -> np.ndarray:
+    """Read (a listed file) and preprocess one record -> (n_windows, leads, window_samples) in the
+    storage dtype. Raises RecordError with the reader's or preprocessing's reason.
     """
-    record = item.source.read(item.ref)
+    record = item if isinstance(item, Record) else item.source.read(item.ref)
     # Rounded to the corpus's storage dtype: the windows the weights were trained and scored on.
     return preprocess_record(record, preprocess).astype(SIGNAL_DTYPE)
 
 
-def _prepared(items: Sequence[InputRecord], preprocess: PreprocessConfig
-              ) -> Iterator[tuple[int, np.ndarray | None, Failure | None]]:
-    """(index, windows, None) or (index, None, Failure) per item, in order (reasons as the corpus
-    pipeline's quarantine gives them)."""
+# The preprocessing settings a stored window depends on: a corpus made otherwise is not the model's input.
+_WINDOW_SETTINGS = ("sampling_rate", "window_s", "highpass_hz", "lowpass_hz", "filter_order", "zscore_eps",
+                    "standardize")
+
+
+def shard_windows(shard: CorpusShard, preprocess: PreprocessConfig) -> Iterator[tuple[str, np.ndarray]]:
+    """A corpus shard -> (record_id, windows (n, len(preprocess.leads), T) float16) per record, in
+    the order of the records' first windows; rows picked by lead name from the stored leads.
+
+    Raises RecordError naming the shard when its windows are not the model's input (other
+    preprocessing settings, a lead the model takes but the corpus lacks)."""
+    stored = dict(shard.preprocess)
+    stored.setdefault("standardize", "lead")                 # a corpus records it only when not the default
+    want = preprocess.settings() | {"standardize": preprocess.standardize}
+    wrong = [f"{k} {stored.get(k)} (the model's {want[k]})" for k in _WINDOW_SETTINGS if stored.get(k) != want[k]]
+    if wrong:
+        raise RecordError(shard.path, "corpus preprocessed otherwise than the model's input: " + ", ".join(wrong))
+    missing = [x for x in preprocess.leads if x not in shard.leads]
+    if missing:
+        raise RecordError(shard.path, f"corpus lacks lead(s) {', '.join(missing)}")
+    rows = [shard.leads.index(x) for x in preprocess.leads]
+    table = read_shard(shard.path, ["record_id", "signal"])
+    signal = decode_signals(table.column("signal"), shard.shape, SIGNAL_DTYPE, as_stored=True)
+    groups: dict[str, list[int]] = {}
+    for j, rid in enumerate(table.column("record_id").to_pylist()):
+        groups.setdefault(rid, []).append(j)
+    for rid, idx in groups.items():
+        yield rid, signal[idx][:, rows]
+
+
+def _prepared(items: Sequence[Item], preprocess: PreprocessConfig
+              ) -> Iterator[tuple[int, str, str, np.ndarray | None, Failure | None]]:
+    """(item index, record_id, path, windows, None) per record, or (index, id, path, None, Failure)
+    for an item that gave none, in order (reasons as the corpus pipeline's quarantine gives them)."""
     for i, item in enumerate(items):
+        if isinstance(item, CorpusShard):
+            rid = path = item.path                # a shard that cannot be read fails as a whole
+        else:
+            rid, path = item.record_id, item.path if isinstance(item, Record) else item.ref.path
         try:
-            windows, failure = prepare(item, preprocess), None
+            if isinstance(item, CorpusShard):
+                for record_id, windows in shard_windows(item, preprocess):
+                    yield i, record_id, path, windows, None
+            else:
+                yield i, rid, path, prepare(item, preprocess), None
         except RecordError as e:
-            windows, failure = None, Failure(item.record_id, e.path or item.ref.path, e.reason)
+            yield i, rid, path, None, Failure(rid, e.path or path, e.reason)
         except Exception as e:                  # a reader bug or an unforeseen format: still only this record
-            windows, failure = None, Failure(item.record_id, item.ref.path, f"unreadable ({type(e).__name__}: {e})")
-        yield i, windows, failure
+            yield i, rid, path, None, Failure(rid, path, f"unreadable ({type(e).__name__}: {e})")
 
 
-class _Progress:
+class Progress:
     """A log line every `every_s` seconds: records done / total, records/s, ETA."""
 
     def __init__(self, total: int, every_s: float):
         self.total, self.every_s = total, every_s
         self.t0 = self.last = time.perf_counter()
+        self.shown: tuple[int, int] | None = None     # the last line's figures: the final line is not a repeat
 
     def update(self, done: int, failed: int, force: bool = False) -> None:
         now = time.perf_counter()
-        if not force and now - self.last < self.every_s:
+        if (now - self.last < self.every_s) if not force else (done, failed) == self.shown:
             return
-        self.last = now
+        self.last, self.shown = now, (done, failed)
         rate = done / max(now - self.t0, 1e-9)
         eta = (self.total - done) / rate if rate > 0 else math.inf
-        log.info("predict: %d/%d records (%d failed), %.1f records/s, ETA %s", done, self.total, failed, rate,
+        log.info("predict: %d/%d inputs (%d failed), %.1f inputs/s, ETA %s", done, self.total, failed, rate,
                  "-" if not math.isfinite(eta) else f"{eta:.0f} s")
 
 
-def run_inference(loaded: Any, items: Sequence[InputRecord], *, embeddings: bool = False,
+def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = False,
                   batch_size: int | None = None, device: str | torch.device = "cpu",
                   failures: Sequence[Failure] = (), progress_every_s: float = 5.0) -> InferenceResult:
     """Score `items` with a `coreecg.hub.LoadedModel`; one record's failure never stops the rest.
 
     A classifier gives probs (m, K) (softmax or sigmoid, as the evaluation); an encoder, or any
     model with `embeddings`, gives embeddings (m, D): the pooled tokens, crop- and window-mean.
-    Windows of whole records are gathered until `batch_size` windows wait, then scored together
-    (`batch_size` windows per forward pass, x n_crops crops; default the config's
-    finetune.eval_batch_size). `failures` (from listing) are carried into the result.
+    Items: listed files (InputRecord), corpus shards (their stored windows), or in-memory Records.
+    `failures` (from listing) are carried into the result.
+
+    The windows of consecutive records stream through forward passes of exactly `batch_size`
+    windows (default FORWARD_WINDOWS; x the crops), the last one filled up with zero windows
+    whose outputs are dropped. Why exactly: a matrix product's rows depend on how many rows it
+    has (the CPU's BLAS picks other kernels for a few rows: the head's, an attention pool's), not
+    on the other rows' values; with one shape for every pass, a record scores the same whatever
+    records share its passes, so Ray actors (coreecg.inference_ray) give this process's outputs
+    bit for bit (tests/test_inference_scale.py).
     """
     from coreecg.eval.downstream import predict
-    from coreecg.eval.metrics import aggregate_by_record
 
     spec = input_spec(loaded)
     dev = device if isinstance(device, torch.device) else resolve_device(device)
-    batch = int(batch_size or spec.batch_size)
+    batch = int(batch_size or FORWARD_WINDOWS)
     if batch < 1:
         raise InferenceError(f"batch size {batch} must be >= 1")
     model = loaded.model if spec.kind == "classifier" else _PooledEncoder(loaded.model, spec.leads)
     model = model.to(dev).eval()
-    want_probs, want_emb = spec.kind == "classifier", embeddings or spec.kind == "encoder"
     rows = list(range(len(spec.leads)))
 
-    probs: dict[int, np.ndarray] = {}
-    embs: dict[int, np.ndarray] = {}
-    n_windows: dict[int, int] = {}
+    scored: list[tuple[int, str, str]] = []          # (item index, record_id, path) per record, in order
     failed = list(failures)
-    pending: list[tuple[int, np.ndarray]] = []      # whole records waiting for the model
-    waiting = 0                                      # their windows
-    progress = _Progress(len(items), progress_every_s)
+    stream = _PassStream(lambda x: predict(model, x, rows, spec.crop, spec.n_crops, dev, batch, spec.precision),
+                         batch, (len(rows), spec.preprocess.window_samples))
+    progress = Progress(len(items), progress_every_s)
     t0 = time.perf_counter()
-    log.info("predict: %d records with %s (%s, leads %s, %d crops of %d samples per %d-sample window) on %s",
+    log.info("predict: %d inputs with %s (%s, leads %s, %d crops of %d samples per %d-sample window) on %s",
              len(items), loaded.source, spec.kind, ",".join(spec.leads), spec.n_crops, spec.crop,
              spec.preprocess.window_samples, dev)
-
-    def flush() -> None:
-        nonlocal waiting
-        signal = np.concatenate([w for _, w in pending])                          # (n, C, T) float16
-        keys = np.repeat([i for i, _ in pending], [len(w) for _, w in pending])   # record of each window
-        p, f = predict(model, signal, rows, spec.crop, spec.n_crops, dev, batch, spec.precision)
-        if want_probs:
-            ids, mean = aggregate_by_record(keys, p)
-            probs.update(zip(ids, mean))
-        if want_emb:
-            ids, mean = aggregate_by_record(keys, f)
-            embs.update(zip(ids, mean.astype(np.float32)))
-        n_windows.update((i, len(w)) for i, w in pending)
-        pending.clear()
-        waiting = 0
-
-    done = 0
-    for i, windows, failure in _prepared(items, spec.preprocess):
+    for i, rid, path, windows, failure in _prepared(items, spec.preprocess):
         if failure is not None:
             failed.append(failure)
-            done += 1
         else:
-            pending.append((i, windows))
-            waiting += len(windows)
-            if waiting >= batch:
-                done += len(pending)
-                flush()
-        progress.update(done, len(failed) - len(failures))
-    if pending:
-        done += len(pending)
-        flush()
-    progress.update(done, len(failed) - len(failures), force=True)
+            scored.append((i, rid, path))
+            stream.add(windows)
+        progress.update(i, len(failed) - len(failures))        # items begun (a shard holds many records)
+    stream.close()
+    progress.update(len(items), len(failed) - len(failures), force=True)
 
-    order = [i for i in range(len(items)) if i in n_windows]
     seconds = time.perf_counter() - t0
-    log.info("predict: %d records scored (%d windows), %d failed, in %.1f s", len(order),
-             sum(n_windows.values()), len(failed), seconds)
-    k, d = len(spec.class_names), int(model.encoder.dim)
+    log.info("predict: %d records scored (%d windows), %d failed, in %.1f s", len(scored), stream.through,
+             len(failed), seconds)
     return InferenceResult(
-        record_id=[items[i].record_id for i in order], path=[items[i].ref.path for i in order],
-        probs=np.asarray([probs[i] for i in order], dtype=np.float64).reshape(len(order), k) if want_probs else None,
-        embeddings=(np.asarray([embs[i] for i in order], dtype=np.float32).reshape(len(order), d)
-                    if want_emb else None),
-        windows=np.asarray([n_windows[i] for i in order], dtype=np.int64),
-        class_names=spec.class_names, failures=failed, seconds=seconds)
+        record_id=[rid for _, rid, _ in scored], path=[path for _, _, path in scored],
+        probs=stream.records(0, len(spec.class_names), np.float64) if spec.kind == "classifier" else None,
+        embeddings=(stream.records(1, int(model.encoder.dim), np.float32)
+                    if embeddings or spec.kind == "encoder" else None),
+        windows=stream.windows(), class_names=spec.class_names, failures=failed,
+        seconds=seconds, item=np.asarray([i for i, _, _ in scored], dtype=np.int64))
+
+
+class _PassStream:
+    """The windows of consecutive records through forward passes of exactly `batch` windows (the
+    last one filled up with zero windows, their outputs dropped); each record is averaged over
+    its windows (`aggregate_by_record`) as soon as they are all through, so memory holds a pass,
+    not the corpus.
+
+    score: (batch, C, T) windows -> (probs (batch, K), features (batch, D)); shape: (C, T)."""
+
+    def __init__(self, score, batch: int, shape: tuple[int, int]):
+        self.score, self.batch, self.shape = score, batch, shape
+        self.ends: list[int] = []                      # per record: its last window's end in the stream
+        self.queue: list[np.ndarray] = []              # windows not yet through the model
+        self.window_out: list[tuple[np.ndarray, np.ndarray]] = []  # outputs of unfinished records' windows
+        self.record_out: list[tuple[np.ndarray, np.ndarray]] = []  # (probs, features) of finished records
+        self.through = self.finished = 0               # windows through the model; records averaged
+
+    def add(self, windows: np.ndarray) -> None:
+        """One record's windows (n, C, T)."""
+        self.ends.append((self.ends[-1] if self.ends else 0) + len(windows))
+        self.queue.append(windows)
+        if self.ends[-1] - self.through >= self.batch:
+            self._flush(final=False)
+
+    def close(self) -> None:
+        self._flush(final=True)
+
+    def records(self, j: int, width: int, dtype: type) -> np.ndarray:
+        """(records, width): the probabilities (j = 0) or features (j = 1) of every record added."""
+        parts = [o[j] for o in self.record_out] or [np.zeros((0, width))]
+        return np.concatenate(parts).astype(dtype).reshape(len(self.ends), width)
+
+    def windows(self) -> np.ndarray:
+        return np.diff([0, *self.ends]).astype(np.int64)
+
+    def _flush(self, final: bool) -> None:
+        from coreecg.eval.metrics import aggregate_by_record
+
+        signal = np.concatenate(self.queue) if self.queue else np.zeros((0, *self.shape), SIGNAL_DTYPE)
+        n = len(signal) if final else len(signal) // self.batch * self.batch
+        if n == 0:
+            return
+        fill = -n % self.batch
+        x = np.concatenate([signal[:n], np.zeros((fill, *self.shape), signal.dtype)]) if fill else signal[:n]
+        p, f = self.score(x)
+        self.window_out.append((p[:n], f[:n]))
+        self.queue[:] = [signal[n:]] if n < len(signal) else []
+        self.through += n
+        first, start, last = self.finished, self.ends[self.finished - 1] if self.finished else 0, self.finished
+        while last < len(self.ends) and self.ends[last] <= self.through:
+            last += 1
+        if last == first:
+            return
+        wp, wf = (np.concatenate([o[j] for o in self.window_out]) for j in (0, 1))
+        keys = np.repeat(np.arange(first, last), np.diff([start, *self.ends[first:last]]))   # record of each window
+        self.record_out.append((aggregate_by_record(keys, wp[:len(keys)])[1],
+                                aggregate_by_record(keys, wf[:len(keys)])[1]))
+        self.window_out[:] = [(wp[len(keys):], wf[len(keys):])]
+        self.finished = last
 
 
 def predict_paths(model: str | Path, inputs: Iterable[str | Path], *, embeddings: bool = False,
-                  batch_size: int | None = None, device: str = "cpu",
+                  batch_size: int | None = None, device: str = "cpu", splits: Sequence[str] | None = None,
                   progress_every_s: float = 5.0) -> InferenceResult:
     """load_model + list_inputs + run_inference (InferenceError / CheckpointError for a bad model)."""
     from coreecg.hub import load_model
 
     loaded = load_model(model)
-    items, failures = list_inputs(inputs, loaded.config)
+    items, failures = list_inputs(inputs, loaded.config, splits=splits)
     return run_inference(loaded, items, embeddings=embeddings, batch_size=batch_size, device=device,
                          failures=failures, progress_every_s=progress_every_s)
+
+
+# ---------------------------------------------------------------------------- one array in memory
+
+
+@functools.lru_cache(maxsize=4)
+def _load_cached(path: str) -> Any:
+    from coreecg.hub import load_model
+
+    return load_model(path)
+
+
+def _loaded(model: Any) -> Any:
+    """A LoadedModel as given, or loaded once per path (a path's model is cached: 4 at most)."""
+    if isinstance(model, (str, Path)):
+        return _load_cached(str(Path(model).expanduser().resolve()))
+    if not all(hasattr(model, k) for k in ("model", "kind", "config", "contract")):
+        raise TypeError(f"model: a path or a coreecg.hub.LoadedModel (load_model(...)), not {type(model).__name__}")
+    return model
+
+
+def array_record(signal: Any, fs: float, leads: Sequence[str], record_id: str = "array") -> Record:
+    """A raw recording in memory -> the Record a reader would give (ValueError naming the problem).
+
+    signal: (len(leads), samples) in millivolts, rows in `leads`' order (wfdb's p_signal.T), any
+    float dtype (cast to float32, as the readers do); fs: its sampling rate in Hz; leads: a name
+    per row, any order and case ("I", "aVR", "V1", ...)."""
+    x = np.asarray(signal)
+    leads = tuple(str(x_) for x_ in leads)
+    if x.ndim != 2:
+        raise ValueError(f"signal: (leads, samples) expected, got shape {x.shape}")
+    if x.shape[0] != len(leads):
+        hint = " (transpose it: rows are leads)" if x.shape[1] == len(leads) else ""
+        raise ValueError(f"signal has {x.shape[0]} rows for {len(leads)} lead names {list(leads)}{hint}")
+    return Record("array", record_id, x.astype(np.float32), float(fs), leads, None, (), record_id)
+
+
+def _score_array(signal: Any, fs: float, leads: Sequence[str], model: Any, embeddings: bool,
+                 device: str) -> InferenceResult:
+    loaded = _loaded(model)
+    result = run_inference(loaded, [array_record(signal, fs, leads)], embeddings=embeddings, device=device,
+                           progress_every_s=math.inf)
+    if result.failures:
+        raise InferenceError(f"cannot score this recording: {result.failures[0].reason}")
+    return result
+
+
+def embed(signal: Any, fs: float, leads: Sequence[str], model: Any, *, device: str = "cpu") -> np.ndarray:
+    """One raw recording of any length, rate and lead set -> its embedding (D,) float32.
+
+    signal: (len(leads), samples) millivolts (`array_record`). model: a LoadedModel or any path
+    load_model reads (cached). The model's own input contract is applied, exactly as
+    jobs/predict.py --embeddings does for the same record (module docstring, steps 2-5):
+    band-pass, resampling, 10 s windows (a shorter record: one padded window), z-score, float16,
+    the crop rule, the mean over windows; leads are taken by name. InferenceError with the
+    preprocessing's reason for a recording it cannot use (too short, a missing lead, ...)."""
+    return _score_array(signal, fs, leads, model, True, device).embeddings[0]
+
+
+def predict(signal: Any, fs: float, leads: Sequence[str], model: Any, *, device: str = "cpu") -> np.ndarray:
+    """One raw recording -> a classifier's class probabilities (K,) float64, in the order of
+    `load_model(model).contract["class_names"]`; as `embed` otherwise (InferenceError for an
+    encoder, which has no classes)."""
+    loaded = _loaded(model)
+    if loaded.kind != "classifier":
+        raise InferenceError(f"{loaded.source} is an encoder: it has no class probabilities (use embed)")
+    return _score_array(signal, fs, leads, loaded, False, device).probs[0]
 
 
 # ------------------------------------------------------------ outputs (each written whole: coreecg.files)
@@ -467,7 +657,8 @@ def write_failures_csv(path: str | Path, failures: Sequence[Failure]) -> Path:
     return write_atomic(path, write)
 
 
-__all__ = ["InputRecord", "Failure", "InferenceResult", "InferenceError", "ModelInput", "input_spec",
-           "source_options", "list_inputs", "prepare", "run_inference", "predict_paths",
+__all__ = ["InputRecord", "CorpusShard", "Failure", "InferenceResult", "InferenceError", "ModelInput", "input_spec",
+           "source_options", "list_inputs", "list_corpus", "prepare", "shard_windows", "run_inference",
+           "predict_paths", "array_record", "embed", "predict",
            "write_predictions_csv", "write_embeddings_parquet", "write_failures_csv",
            "PREDICTIONS_FILE", "EMBEDDINGS_FILE", "FAILED_FILE"]

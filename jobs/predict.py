@@ -4,6 +4,7 @@
     python jobs/predict.py --model exports/ft-ptbxl --input a.hea b.hea more/records/ --output out/p.csv
     python jobs/predict.py --model runs/quickstart --input ../shared/ecg-data/mimic-iv-ecg-layout --output emb/
     python jobs/predict.py --model runs/ft-ptbxl --input recs/ --output emb/ --embeddings
+    python jobs/predict.py --model runs/quickstart --corpus corpora/mimic --output emb/ --workers 8
 
 (runs/quickstart is a pretraining run: an encoder writes embeddings.)
 
@@ -12,6 +13,12 @@ an export folder (coreecg.hub.export_model). --input: files and folders. A folde
 reader (PTB-XL's ptbxl_database.csv, MIMIC-IV-ECG's record_list.csv, CPSC2018's REFERENCE.csv)
 is read by that reader (record ids as in its corpus); any other folder as WFDB records (every .hea
 below it, ids relative to the folder); a file is one WFDB record (.hea, .dat or .mat).
+--corpus: coreecg corpus folders (jobs/preprocess.py's output), scored from their stored windows,
+every split or those of --split (a corpus folder given to --input is read the same way).
+
+--workers N spreads reading, preprocessing and scoring over N Ray actors (one CPU each, or one
+GPU with --device cuda) on the cluster coreecg.cluster joins or starts; the outputs are those of
+one process (--workers 0, the default, without Ray), bit for bit on the CPU.
 
 Each record is preprocessed exactly as training's corpus was (coreecg.data.preprocess, with the
 model's saved settings), its leads picked by name (a model fine-tuned on 6 or 1 leads takes
@@ -41,17 +48,24 @@ from coreecg.cli import fail, job_parser, parse_args
 parser = job_parser(__doc__, config=False)
 parser.add_argument("--model", required=True, metavar="PATH",
                     help="the model: a fine-tuning or pretraining run folder, best.pt / encoder.pt, or an export folder")
-parser.add_argument("--input", required=True, nargs="+", metavar="FILES_OR_FOLDER",
+parser.add_argument("--input", nargs="+", default=[], metavar="FILES_OR_FOLDER",
                     help="WFDB record files (.hea/.dat/.mat) and folders (a known database layout or any WFDB tree)")
 parser.add_argument("--output", required=True, metavar="F",
                     help="folder for predictions.csv / embeddings.parquet (and failed.csv), or that file's name")
 parser.add_argument("--embeddings", action="store_true",
                     help="write a classifier's encoder embeddings (embeddings.parquet) instead of probabilities")
 parser.add_argument("--batch-size", type=int, default=None, metavar="N",
-                    help="windows per forward pass (each as the crop rule's crops); default: the model's "
-                         "finetune.eval_batch_size")
+                    help="windows per forward pass, always exactly N (each as the crop rule's crops), so a "
+                         "record scores the same whatever shares its pass (docs/inference.md); default 8")
 parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
                     help="where the model runs (auto: cuda when available)")
+parser.add_argument("--workers", type=int, default=0, metavar="N",
+                    help="Ray actors that read, preprocess and score (one CPU or GPU each); 0: one process, "
+                         "no Ray")
+parser.add_argument("--corpus", nargs="+", default=[], metavar="DIR",
+                    help="preprocessed corpus folders (manifest.json) to score from their stored windows")
+parser.add_argument("--split", nargs="+", default=None, choices=("train", "val", "test"), metavar="SPLIT",
+                    help="the corpus split(s) to score: train, val, test (default: all)")
 
 
 def output_file(output: str, name: str) -> Path:
@@ -71,12 +85,19 @@ def main(argv: list[str] | None = None) -> int:
     from coreecg.devices import DeviceError, resolve_device
     from coreecg.hub import load_model
     from coreecg.inference import (
-        EMBEDDINGS_FILE, FAILED_FILE, PREDICTIONS_FILE, InferenceError, list_inputs, run_inference,
-        write_embeddings_parquet, write_failures_csv, write_predictions_csv,
+        EMBEDDINGS_FILE, FAILED_FILE, PREDICTIONS_FILE, InferenceError, list_inputs, write_embeddings_parquet,
+        write_failures_csv, write_predictions_csv,
     )
 
     if args.batch_size is not None and args.batch_size < 1:
         return fail(f"--batch-size {args.batch_size}: must be >= 1")
+    if args.workers < 0:
+        return fail(f"--workers {args.workers}: must be >= 0")
+    if not args.input and not args.corpus:
+        return fail("nothing to score: give --input FILES_OR_FOLDER and/or --corpus CORPUS")
+    not_corpus = [c for c in args.corpus if not (Path(c).expanduser() / "manifest.json").is_file()]
+    if not_corpus:
+        return fail(f"--corpus {not_corpus[0]}: not a coreecg corpus (no manifest.json)")
     try:
         device = resolve_device(args.device)
     except DeviceError as e:
@@ -91,15 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         return fail(str(e))
 
-    items, failures = list_inputs(args.input, loaded.config)
+    sources = [*args.input, *args.corpus]
+    items, failures = list_inputs(sources, loaded.config, splits=args.split)
     if not items:
         _print_failures(failures)
-        return fail("no readable input: no record was found in " + ", ".join(args.input))
+        return fail("no readable input: no record was found in " + ", ".join(sources))
+    from coreecg.cluster import ClusterError
     try:
-        result = run_inference(loaded, items, embeddings=embeddings, batch_size=args.batch_size,
-                               device=device, failures=failures)
+        result = score(loaded, items, failures, args, embeddings, device)
     except InferenceError as e:
         return fail(f"--model {args.model}: {e}")
+    except ClusterError as e:                   # --workers: RAY_ADDRESS names no cluster that answers
+        return fail(str(e))
 
     target.parent.mkdir(parents=True, exist_ok=True)
     failed_csv = target.parent / FAILED_FILE
@@ -122,6 +146,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(result.failures)} failed -> {failed_csv}")
         return 1
     return 0
+
+
+def score(loaded, items, failures, args, embeddings: bool, device):
+    """In this process (--workers 0), or on N Ray actors (the same InferenceResult)."""
+    from coreecg.inference import run_inference
+
+    if args.workers == 0:
+        return run_inference(loaded, items, embeddings=embeddings, batch_size=args.batch_size, device=device,
+                             failures=failures)
+    from coreecg.cluster import init_ray
+    from coreecg.inference_ray import run_inference_ray
+
+    gpu = device.type == "cuda"
+    init_ray(0 if gpu else args.workers, reserve_for_data=1)   # actors' CPUs + one for Ray Data's own tasks
+    return run_inference_ray(loaded, items, workers=args.workers, embeddings=embeddings,
+                             batch_size=args.batch_size, device=str(device), failures=failures)
 
 
 def _print_failures(failures) -> None:

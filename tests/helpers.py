@@ -100,3 +100,27 @@ class InProcessDataset:
 
     def take_all(self):
         return self.items
+
+
+def tiny_models(root, classes=("NORM", "MI", "STTC"), multilabel: bool = False) -> dict:
+    """Model files in a second, without training: a random tiny encoder as pretraining writes it
+    (root/pre/encoder.pt) and a 12-lead classifier on it (root/ft/best.pt, class names inside).
+    1,500-sample crops of 150-sample patches (120 tokens): cheap forward passes on 2 cores."""
+    import torch
+
+    from coreecg.checkpoints import save_checkpoint, save_encoder
+    from coreecg.loading import load_encoder
+    from coreecg.methods import CoReECG
+    from coreecg.model.classifier import Classifier
+    from coreecg.config import STANDARD_LEADS
+
+    small = ["model.input_samples=1500", "data.crop_samples=1500", "model.patch_size=150"]
+    torch.manual_seed(0)
+    cfg = tiny_config(*small)
+    save_encoder(root / "pre" / "encoder.pt", CoReECG(cfg), cfg, step=1)
+    fcfg = tiny_config(*small, f"finetune.encoder={root / 'pre' / 'encoder.pt'}")
+    clf = Classifier(load_encoder(root / "pre" / "encoder.pt"), len(classes), STANDARD_LEADS, multilabel=multilabel)
+    torch.nn.init.normal_(clf.head.weight)          # scores that differ between records, as after training
+    save_checkpoint(root / "ft" / "best.pt", clf.state_dict(), fcfg, task="finetune", epoch=0, step=1,
+                    class_names=list(classes), multilabel=multilabel)
+    return {"encoder": root / "pre", "classifier": root / "ft" / "best.pt"}

@@ -56,7 +56,7 @@ LAYERS = [
     ("eval", {"coreecg.eval"}),
     ("methods", {"coreecg.methods"}),
     ("train", {"coreecg.train"}),
-    ("models in and out", {"coreecg.hub", "coreecg.inference"}),
+    ("models in and out", {"coreecg.hub", "coreecg.inference", "coreecg.inference_ray"}),
     ("tune", {"coreecg.tune"}),
     ("study", {"coreecg.study"}),
     ("cli", {"coreecg.cli", "coreecg"}),

@@ -1,0 +1,144 @@
+"""Inference over a Ray cluster: `coreecg.inference`'s per-record work, spread over N actors.
+
+    from coreecg.inference_ray import run_inference_ray
+    result = run_inference_ray(loaded, items, workers=8, failures=failures)   # as run_inference
+
+The driver only lists (file names, a corpus's shard names); reading, preprocessing and scoring
+happen in a Ray Data `map_batches` over an actor pool of `workers` actors, each holding the
+model once (one CPU and one torch thread each, or one GPU). An actor scores its batch of items
+with `coreecg.inference.run_inference` itself, so nothing here repeats a step; the driver puts
+the records back in listing order.
+
+Equal to one process, bit for bit on the CPU: a record's windows go through the same steps, and
+its outputs do not depend on which records share its forward passes (every pass has the same
+shape: `run_inference` says why; tests/test_inference_scale.py compares the two paths exactly).
+On a GPU cuBLAS may choose kernels by more than the shape: equal there to float32 rounding.
+
+A record that fails in an actor is a Failure row as in one process, never a crash of the job;
+failures come back listing failures first, then records in listing order.
+"""
+from __future__ import annotations
+
+import math
+import pickle
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from coreecg.inference import (
+    FORWARD_WINDOWS, CorpusShard, Failure, InferenceResult, Progress, input_spec, run_inference,
+)
+
+# Raw records per actor call, at least: few enough to balance N actors, enough that the last
+# forward pass's fill (< batch_size windows, coreecg.inference.run_inference) costs little.
+RECORDS_PER_TASK = 16
+
+
+class _Scorer:
+    """A Ray Data actor: the model loaded once; a batch of pickled items -> one row per record
+    (scored or failed), keyed by (item index, position in the item)."""
+
+    def __init__(self, model: list, embeddings: bool, batch_size: int | None, device: str):
+        import ray
+        import torch
+
+        torch.set_num_threads(1)            # one core per actor: N actors, N cores, no oversubscription
+        self.loaded = ray.get(model[0])     # put once by the driver; a list, so Ray hands over the ref
+        self.embeddings, self.batch_size, self.device = embeddings, batch_size, device
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        items = [pickle.loads(b) for b in batch["item"]]
+        index = batch["index"]
+        r = run_inference(self.loaded, items, embeddings=self.embeddings, batch_size=self.batch_size,
+                          device=self.device, progress_every_s=math.inf)
+        # An item that gave no record gave exactly one Failure, in item order (InferenceResult.item).
+        given = set(r.item.tolist())
+        failed = [i for i in range(len(items)) if i not in given]
+        assert len(failed) == len(r.failures), "an item gave both records and a failure"
+        n, k = len(r.record_id), len(failed)
+        pos = np.zeros(n, np.int64)
+        if n:                                 # position of a record within its item: 0, 1, ... per run
+            starts = np.flatnonzero(np.concatenate([[True], np.diff(r.item) != 0]))
+            pos = np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n)))
+        out = {
+            "index": np.concatenate([index[r.item], index[failed]]).astype(np.int64),
+            "pos": np.concatenate([pos, np.zeros(k, np.int64)]).astype(np.int64),
+            "record_id": np.array([*r.record_id, *(f.record_id for f in r.failures)], dtype=object),
+            "path": np.array([*r.path, *(f.path for f in r.failures)], dtype=object),
+            "reason": np.array([""] * n + [f.reason for f in r.failures], dtype=object),
+            "windows": np.concatenate([r.windows, np.zeros(k, np.int64)]),
+        }
+        if r.probs is not None:
+            out["probs"] = np.concatenate([r.probs, np.full((k, r.probs.shape[1]), np.nan)])
+        if r.embeddings is not None:
+            out["embedding"] = np.concatenate([r.embeddings, np.full((k, r.embeddings.shape[1]), np.nan, np.float32)])
+        return out
+
+
+def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embeddings: bool = False,
+                      batch_size: int | None = None, device: str = "cpu", failures: Sequence[Failure] = (),
+                      records_per_task: int | None = None, progress_every_s: float = 5.0) -> InferenceResult:
+    """`coreecg.inference.run_inference` on a Ray cluster (joined or started by the caller:
+    coreecg.cluster.init_ray), with `workers` actors; the same InferenceResult.
+
+    device: "cpu" (an actor takes one CPU) or "cuda" (one GPU). records_per_task: raw records per
+    actor call (default RECORDS_PER_TASK or 2 forward passes' windows, the larger; a corpus
+    shard is a task of its own). Progress: the `coreecg.inference` logger, as tasks come back.
+    """
+    import ray
+    import ray.data
+
+    from coreecg.cluster import quiet_data
+
+    if workers < 1:
+        raise ValueError(f"workers={workers}: must be >= 1")
+    spec = input_spec(loaded)                                  # a bad model fails here, before any actor
+    t0 = time.perf_counter()
+    if not items:
+        return _gather([], spec, embeddings, failures)
+    quiet_data()
+    per_task = records_per_task or max(RECORDS_PER_TASK, 2 * (batch_size or FORWARD_WINDOWS))
+    if any(isinstance(it, CorpusShard) for it in items):
+        per_task = 1
+    rows = [{"index": i, "item": pickle.dumps(it)} for i, it in enumerate(items)]
+    tasks = max(1, min(len(rows), math.ceil(len(rows) / per_task)))
+    ds = ray.data.from_items(rows, override_num_blocks=tasks)
+    gpu = str(device).startswith("cuda")
+    scored = ds.map_batches(
+        _Scorer, batch_size=per_task, batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=min(workers, tasks)),    # no idle actor holding a model
+        fn_constructor_kwargs={"model": [ray.put(loaded)], "embeddings": embeddings,
+                               "batch_size": batch_size, "device": str(device)},
+        num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0)
+    parts, done, failed = [], set(), 0
+    progress = Progress(len(items), progress_every_s)
+    for part in scored.iter_batches(batch_size=None, batch_format="numpy"):     # as the actors finish tasks
+        parts.append(part)
+        done.update(part["index"].tolist())
+        failed += int((part["reason"] != "").sum())
+        progress.update(len(done), failed)
+    progress.update(len(done), failed, force=True)
+    result = _gather(parts, spec, embeddings, failures)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _gather(parts: list[dict[str, np.ndarray]], spec: Any, embeddings: bool, failures: Sequence[Failure]
+            ) -> InferenceResult:
+    """The actors' rows, in any order -> one InferenceResult in listing order."""
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
+    if not cols:
+        return InferenceResult([], [], None, None, np.zeros(0, np.int64), spec.class_names, list(failures))
+    order = np.lexsort((cols["pos"], cols["index"]))
+    ok = order[cols["reason"][order] == ""]
+    bad = order[cols["reason"][order] != ""]
+    want_emb = embeddings or spec.kind == "encoder"
+    return InferenceResult(
+        record_id=[str(x) for x in cols["record_id"][ok]], path=[str(x) for x in cols["path"][ok]],
+        probs=cols["probs"][ok].astype(np.float64) if spec.kind == "classifier" else None,
+        embeddings=cols["embedding"][ok].astype(np.float32) if want_emb else None,
+        windows=cols["windows"][ok].astype(np.int64), class_names=spec.class_names,
+        failures=[*failures, *(Failure(str(cols["record_id"][j]), str(cols["path"][j]), str(cols["reason"][j]))
+                               for j in bad)],
+        item=cols["index"][ok].astype(np.int64))

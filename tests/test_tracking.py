@@ -112,6 +112,19 @@ def test_trials_get_the_group_and_one_mlflow_store_and_a_missing_backend_is_refu
         preflight(tmp_path / "run", load_config(overrides=["train.tracking=wandb"]))
 
 
+def test_a_study_phase_gives_every_run_the_tracking_group(tmp_path, monkeypatch):
+    from coreecg.study import runner
+
+    seen = {}
+    monkeypatch.setattr(runner, "run_trials", lambda space, **kw: seen.update(space=space) or [])
+    runs = [(name, ["train.tracking=wandb"]) for name in ("a", "b")]
+    runner.run_phase(tmp_path / "out", "finetune", None, runs, concurrency=1, group="my-study")
+    specs = seen["space"]["run"]["grid_search"]
+    assert [s["overrides"] for s in specs] == [("train.tracking=wandb", "train.tracking_group=my-study")] * 2
+    runner.run_phase(tmp_path / "out", "finetune", None, runs[:1], concurrency=1)          # default: the folder
+    assert seen["space"]["run"]["grid_search"][0]["overrides"][-1] == "train.tracking_group=out"
+
+
 def test_the_training_and_trial_code_imports_no_tracking_library():
     code = ("import sys, coreecg.train.loop, coreecg.train.tracking, coreecg.train.fit, coreecg.tune.sweep, "
             "coreecg.study.runner; print(sorted({'wandb', 'mlflow'} & set(sys.modules)))")

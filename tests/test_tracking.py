@@ -104,6 +104,8 @@ def test_trials_get_the_group_and_one_mlflow_store_and_a_missing_backend_is_refu
     assert len(client.search_experiments(filter_string="name = 'e'")) == 1
     given = load_config(overrides=["train.tracking=mlflow", f"train.tracking_uri={(tmp_path / 'x').as_uri()}"])
     assert track_trials(given, tmp_path, "g")[1] == f"train.tracking_uri={(tmp_path / 'x').as_uri()}"
+    with pytest.raises(PlanError, match=r"train.tracking_uri=file:///x: W&B logs to a server"):
+        preflight(tmp_path / "run", load_config(overrides=["train.tracking=wandb", "train.tracking_uri=file:///x"]))
     import importlib.util
 
     real = importlib.util.find_spec

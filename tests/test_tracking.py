@@ -146,6 +146,7 @@ def test_every_trial_of_a_sweep_is_one_tracked_run_in_the_sweeps_group(ray_sessi
 
     out = tmp_path / "mask-sweep"
     sets = [*TINY, "data.synthetic_records=64", "data.probe_max_windows=32", "optim.epochs=1", "optim.batch_size=16",
+            "train.num_workers=1",                     # each trial trains in its own process (no Train group)
             f"train.tracking={backend}", "train.tracking_experiment=tests"]
     grid = run_sweep(SweepSettings(output=out, config_file=None, base=sets, concurrency=2),
                      {"masking.p_time": tune.grid_search([0.4, 0.6])})

@@ -491,11 +491,13 @@ class TrainConfig:
     # The method name under which downstream tables list encoders from this run; "" = the
     # pretraining method's registered label. Ablation variants set their own.
     variant: str = ""
-    # Experiment tracking beside the run folder: "mlflow" logs the config as params and every
-    # epoch's metrics to MLflow through Ray's integration (pip install coreecg[mlflow]).
-    tracking: Literal["none", "mlflow"] = "none"
-    tracking_uri: str = ""            # "": a file store at <storage_path>/mlruns (no server)
-    tracking_experiment: str = "coreecg"
+    # Experiment tracking beside the run folder: "mlflow" or "wandb" logs the config as params and
+    # every epoch's metrics through Ray's integrations (pip install coreecg[mlflow] / [wandb]);
+    # sweeps and studies track each trial as one run (coreecg/train/tracking.py).
+    tracking: Literal["none", "mlflow", "wandb"] = "none"
+    tracking_uri: str = ""            # "": MLflow a file store at <storage_path>/mlruns, W&B offline files
+    tracking_experiment: str = "coreecg"      # the MLflow experiment, the W&B project
+    tracking_group: str = ""          # the sweep's or study's name (its trials set it); "": none
 
     def __post_init__(self) -> None:
         if self.progress_every_s < 0:

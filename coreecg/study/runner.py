@@ -7,6 +7,7 @@ Layout of a study folder (`--output`):
     runs/pretrain/<run>/        pretraining run folders (checkpoints, encoder.pt, done.json)
     runs/finetune/<run>/        fine-tuning run folders (checkpoints, metrics.json, predictions.csv, done.json)
     tune/<phase>-<attempt>/     Ray Tune's experiment of each phase and attempt
+    mlruns/                     train.tracking=mlflow with no tracking_uri: every run's MLflow run
     runs.csv                    one row per run: phase, run, method, seed, status, error, seconds, run folder
     report/                     tables, figures and their index (coreecg.study.report)
 
@@ -28,6 +29,7 @@ from typing import Any
 
 from coreecg.config import load_config
 from coreecg.study.spec import ExternalEncoder, FinetuneRun, PretrainRun, RandomEncoder, Study
+from coreecg.train.tracking import track_trials
 from coreecg.tune.trials import TrialSpec, concurrency_for, error_text, is_done, read_done, run_trials
 
 log = logging.getLogger(__name__)
@@ -126,11 +128,13 @@ def check_leakage(study: Study, corpora: dict[str, Path]) -> None:
 
 
 def run_phase(output: Path, phase: str, config_file: str | None, runs: list[tuple[str, list[str]]],
-              concurrency: int = 0, tune_dir: Path | None = None, gpus_per_trial: float = 0.0) -> list[dict[str, Any]]:
+              concurrency: int = 0, tune_dir: Path | None = None, gpus_per_trial: float = 0.0,
+              group: str = "") -> list[dict[str, Any]]:
     """Run (name, overrides) pairs of one phase (pretrain | finetune) as Tune trials
     (`coreecg.tune.trials`), each in `output/runs/<phase>/<name>/`, Tune's experiment in
     `tune_dir/<phase>-<attempt>` (default output/tune) -> one row per run. Resources per trial
-    come from the first run's config."""
+    come from the first run's config; with train.tracking each run is one tracked run in
+    `group` (default: the output folder's name)."""
     from ray import tune
 
     if not runs:
@@ -138,7 +142,8 @@ def run_phase(output: Path, phase: str, config_file: str | None, runs: list[tupl
     first = load_config(config_file, runs[0][1])
     tune_dir = tune_dir or output / "tune"
     attempt = 1 + sum(1 for p in tune_dir.glob(f"{phase}-*")) if tune_dir.is_dir() else 1
-    specs = [TrialSpec(task=phase, config_file=config_file, overrides=tuple(overrides), name=name,
+    tracking = track_trials(first, output, group or output.name)
+    specs = [TrialSpec(task=phase, config_file=config_file, overrides=(*overrides, *tracking), name=name,
                        run_dir=str(run_dir(output, phase, name))).to_dict() for name, overrides in runs]
     t0 = time.perf_counter()
     grid = run_trials({"run": tune.grid_search(specs)}, storage=tune_dir, name=f"{phase}-{attempt}", config=first,
@@ -195,7 +200,8 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
         else:
             pending.append((r.name, study.pretrain_overrides(r, corpora)))
     log.info("pretraining: %d run(s), %d finished before", len(study.pretrain_runs()), len(study.pretrain_runs()) - len(pending))
-    rows += run_phase(output, "pretrain", study.config_file, pending, concurrency, gpus_per_trial=gpus_per_trial)
+    rows += run_phase(output, "pretrain", study.config_file, pending, concurrency, gpus_per_trial=gpus_per_trial,
+                      group=study.name)
 
     pending = []
     finetunes = [*study.finetune_runs(), *study.mask_rate_runs()]
@@ -217,7 +223,8 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
             extra.append(f"finetune.encoder={encoder}")
         pending.append((r.name, study.finetune_overrides(r, extra)))
     log.info("fine-tuning: %d run(s), %d to run", len(finetunes), len(pending))
-    rows += run_phase(output, "finetune", study.config_file, pending, concurrency, gpus_per_trial=gpus_per_trial)
+    rows += run_phase(output, "finetune", study.config_file, pending, concurrency, gpus_per_trial=gpus_per_trial,
+                      group=study.name)
     labels = {("pretrain", r.name): (r.variant, r.seed) for r in study.pretrain_runs()}
     labels.update({("finetune", r.name): (r.method, r.seed) for r in finetunes})
     rows = [{**row, "method": labels[row["phase"], row["run"]][0], "seed": labels[row["phase"], row["run"]][1]}

@@ -71,9 +71,10 @@ class WorkerContext:
 
 class RunWriter:
     """Rank 0's outputs in the run folder: metrics.jsonl (appended), TensorBoard, figures, and,
-    with `train.tracking=mlflow`, the same epoch metrics in MLflow (coreecg.train.tracking)."""
+    with `train.tracking=mlflow|wandb`, the same epoch metrics there (coreecg.train.tracking);
+    job (pretrain | finetune) names the tracked run's kind."""
 
-    def __init__(self, run_dir: Path, enabled: bool, config: Config | None = None):
+    def __init__(self, run_dir: Path, enabled: bool, config: Config | None = None, job: str = ""):
         self.enabled, self.run_dir = enabled, run_dir
         self._log = self._tb = self._tracker = None
         if enabled:
@@ -85,7 +86,7 @@ class RunWriter:
             if config is not None and config.train.tracking != "none":
                 from coreecg.train.tracking import start_tracking
 
-                self._tracker = start_tracking(config, run_dir)
+                self._tracker = start_tracking(config, run_dir, job)
 
     def line(self, record: dict[str, Any]) -> None:
         """One JSON line in metrics.jsonl, stamped with the wall-clock `time` (s since the epoch);
@@ -177,7 +178,7 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
     """
     torch.manual_seed(seed_for("init", config.train.seed))        # identical init on every rank
     core, step = task.build(ctx)
-    run = _Run(task, config, ctx, core, step, RunWriter(ctx.run_dir, ctx.is_main, config))
+    run = _Run(task, config, ctx, core, step, RunWriter(ctx.run_dir, ctx.is_main, config, task.name))
     done_in_epoch = run.resume_or_start()
     summary: dict[str, float] = {}
     while run.epoch < task.epochs:

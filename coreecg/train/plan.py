@@ -200,8 +200,14 @@ def preflight(run_dir: Path, config: Config, same_run: Sequence[str] = ()) -> li
     when the folder is new."""
     import importlib.util
 
-    if config.train.tracking == "mlflow" and importlib.util.find_spec("mlflow") is None:
-        raise PlanError("train.tracking=mlflow needs MLflow, which is not installed: pip install 'coreecg[mlflow]'")
+    backend = {"mlflow": "MLflow", "wandb": "Weights & Biases"}.get(config.train.tracking)
+    if backend and importlib.util.find_spec(config.train.tracking) is None:
+        raise PlanError(f"train.tracking={config.train.tracking} needs {backend}, which is not installed: "
+                        f"pip install 'coreecg[{config.train.tracking}]'")
+    uri = config.train.tracking_uri
+    if config.train.tracking == "wandb" and uri and not uri.startswith(("http://", "https://")):
+        raise PlanError(f"train.tracking_uri={uri}: W&B logs to a server (http:// or https://); "
+                        "leave it empty for offline files in the run folder")
     notes: list[str] = []
     saved_yaml = run_dir / "config.yaml"
     if saved_yaml.is_file():

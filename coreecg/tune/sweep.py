@@ -7,6 +7,7 @@ Layout of a sweep folder (`--output`):
     tune/            Ray Tune's experiment (state, per-trial results): what --resume restores
     trials/<id>/     each trial's pretraining run folder: config.yaml, metrics.jsonl, tensorboard/,
                      checkpoints (multi-worker trials), encoder.pt, done.json
+    mlruns/          train.tracking=mlflow with no tracking_uri: every trial's MLflow run
     results.csv      one row per trial (parameters, seed, final/best probe_auroc, steps, wall time,
                      status, error)
 and the sweep's plots and tables (written by jobs/).
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from coreecg.config import load_config
+from coreecg.train.tracking import track_trials
 from coreecg.tune.trials import TrialSpec, concurrency_for, cpus_per_trial, error_text, run_trials
 
 EXPERIMENT = "tune"
@@ -74,8 +76,9 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
         raise SweepError(f"{out / EXPERIMENT} exists: pass --resume to continue that sweep, or another --output")
     out.mkdir(parents=True, exist_ok=True)
     config_file = str(Path(settings.config_file).expanduser().resolve()) if settings.config_file else None
-    spec = TrialSpec(task="pretrain", config_file=config_file, overrides=(*absolute_data_paths(settings), *FORCED),
-                     storage=str(out / "trials"), require_probe=True)
+    # with train.tracking, each trial is one tracked run grouped under the sweep folder's name
+    spec = TrialSpec(task="pretrain", config_file=config_file, storage=str(out / "trials"), require_probe=True,
+                     overrides=(*absolute_data_paths(settings), *FORCED, *track_trials(cfg, out, out.name)))
     return run_trials({**param_space, "run": spec.to_dict()}, mode=settings.mode, search_alg=search_alg,
                       scheduler=scheduler, num_samples=num_samples, **common)
 

@@ -48,3 +48,12 @@ def test_readme_gives_every_database_a_download_address_and_a_build_command():
     for address in ("physionet.org/content/ptb-xl", "physionet.org/content/challenge-2021",
                     "physionet.org/content/mimic-iv-ecg", "zenodo.org/records/4916206"):
         assert address in readme, address
+
+
+def test_every_job_and_benchmark_is_named_where_users_look():
+    """docs/layout.md names every job, docs/bench.md every benchmark script."""
+    layout, bench = (DOCS / "layout.md").read_text(), (DOCS / "bench.md").read_text()
+    jobs = sorted(p.name for p in (ROOT / "jobs").glob("*.py") if p.stem != "__init__")
+    benches = sorted(p.stem for p in (ROOT / "bench").glob("*.py") if p.stem not in ("__init__", "common"))
+    assert [j for j in jobs if j not in layout] == []
+    assert [b for b in benches if f"bench.{b}" not in bench] == []

@@ -69,8 +69,10 @@ def _config(records: dict[str, list]) -> dict:
 
 @pytest.fixture(autouse=True)
 def _no_api_key(monkeypatch):
-    """Offline W&B needs no key (online without one would fail at wandb.init)."""
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    """Offline W&B needs no key (online without one would fail at wandb.init); a WANDB_MODE or
+    WANDB_DIR of the machine running the tests must not decide where runs go."""
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR"):
+        monkeypatch.delenv(name, raising=False)
 
 
 def test_a_single_run_logs_its_params_and_every_epoch_to_wandb_offline(tmp_path):
@@ -112,6 +114,8 @@ def test_trials_get_the_group_and_one_mlflow_store_and_a_missing_backend_is_refu
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     with pytest.raises(PlanError, match=r"train.tracking=wandb needs Weights & Biases.*coreecg\[wandb\]"):
         preflight(tmp_path / "run", load_config(overrides=["train.tracking=wandb"]))
+    with pytest.raises(RuntimeError, match=r"train.tracking=wandb needs Weights & Biases.*coreecg\[wandb\]"):
+        track_trials(load_config(overrides=["train.tracking=wandb"]), tmp_path, "g")     # before any trial
 
 
 def test_a_study_phase_gives_every_run_the_tracking_group(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ import torch
 
 from coreecg.augment import ecg_randaugment
 from coreecg.checkpoints import BEST_FILE, CheckpointError, load_checkpoint, save_checkpoint
-from coreecg.config import Config, ModelConfig, PreprocessConfig
+from coreecg.config import Config, FinetuneConfig, ModelConfig, PreprocessConfig
 from coreecg.data.corpus import load_manifest
 from coreecg.data.leads import LEAD_SETS, LeadSetError, parse_lead_set
 from coreecg.data.reading import META_COLUMNS, read_split
@@ -39,6 +40,7 @@ from coreecg.train.loop import RunWriter, WorkerContext
 from coreecg.train.plan import FinetuneSpec, RunPlan, preflight, steps_per_epoch
 from coreecg.train.step import FinetuneStep, Schedule
 
+log = logging.getLogger(__name__)
 
 # What makes a run folder one fine-tuning: another value of these is another run (refused).
 SAME_RUN = ("data.corpus", "finetune.encoder", "finetune.mode", "finetune.leads", "finetune.train_fraction",
@@ -356,6 +358,10 @@ def plan_finetune(config: Config) -> RunPlan:
         raise FinetuneError(f"{corpus}: finetune.leads {missing} are not stored in this corpus (it has {stored})")
     config, encoder_hash, method, pretraining, contract = _with_encoder(config)
     f = config.finetune
+    if f.mode in ("linear", "frozen") and f.lr != FinetuneConfig.lr:
+        # a head-only mode trains at linear_lr; an lr set for it is almost always meant for it
+        log.warning("finetune.lr=%g is not used in mode %s: the head-only modes train at finetune.linear_lr=%g "
+                    "(set that instead)", f.lr, f.mode, f.linear_lr)
     mismatch = preprocess_mismatch(contract, manifest, corpus)
     leakage, overlap = _leakage_check(pretraining, corpus, f.allow_overlap,
                                       *(("randomly initialised encoder: no pretraining",)

@@ -23,6 +23,7 @@ file store is one for all trials, in the sweep's or study's folder.
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import os
@@ -167,6 +168,9 @@ def track_trials(config: Config, root: Path, group: str) -> list[str]:
     if config.train.tracking == "none":
         return []
     overrides = [f"train.tracking_group={group}"]
+    if config.train.tracking == "wandb" and importlib.util.find_spec("wandb") is None:
+        # refused here, before any trial starts, not once in every trial
+        raise RuntimeError("train.tracking=wandb needs Weights & Biases: pip install 'coreecg[wandb]'")
     if config.train.tracking == "mlflow":
         uri = config.train.tracking_uri or (Path(root).resolve() / MLRUNS).as_uri()
         overrides.append(f"train.tracking_uri={uri}")

@@ -10,6 +10,10 @@ from __future__ import annotations
 import importlib.util
 
 RAY_EXTRA = "pip install 'coreecg[ray]'"
+# The extra's packages by import name (pyproject.toml's `ray` list): training checks them all
+# (coreecg.train.plan.preflight), so a half-installed environment gets the install command before
+# a worker meets a bare ModuleNotFoundError; predict --workers needs only ray.
+RAY_EXTRA_MODULES = ("ray", "optuna", "tensorboardX", "matplotlib", "sklearn")
 
 
 class MissingExtra(ImportError):

@@ -369,7 +369,9 @@ def shard_windows(shard: CorpusShard, preprocess: PreprocessConfig) -> Iterator[
 def _prepared(items: Sequence[Item], preprocess: PreprocessConfig
               ) -> Iterator[tuple[int, str, str, np.ndarray | None, Failure | None]]:
     """(item index, record_id, path, windows, None) per record, or (index, id, path, None, Failure)
-    for an item that gave none, in order (reasons as the corpus pipeline's quarantine gives them)."""
+    for an item that gave none, in order (reasons as the corpus pipeline's quarantine gives them).
+    Every item gives records or exactly one Failure: a shard without records (coreecg never writes
+    one: a damaged or foreign file) is a Failure, so one process and Ray actors list it alike."""
     for i, item in enumerate(items):
         if isinstance(item, CorpusShard):
             rid = path = item.path                # a shard that cannot be read fails as a whole
@@ -377,8 +379,12 @@ def _prepared(items: Sequence[Item], preprocess: PreprocessConfig
             rid, path = item.record_id, item.path if isinstance(item, Record) else item.ref.path
         try:
             if isinstance(item, CorpusShard):
+                records = 0
                 for record_id, windows in shard_windows(item, preprocess):
+                    records += 1
                     yield i, record_id, path, windows, None
+                if not records:
+                    yield i, rid, path, None, Failure(rid, path, "empty shard: no records")
             else:
                 yield i, rid, path, prepare(item, preprocess), None
         except RecordError as e:
@@ -542,16 +548,24 @@ def predict_paths(model: str | Path, inputs: Iterable[str | Path], *, embeddings
 
 
 @functools.lru_cache(maxsize=4)
-def _load_cached(path: str) -> Any:
+def _load_cached(path: str, signature: tuple) -> Any:
     from coreecg.hub import load_model
 
     return load_model(path)
 
 
+def _signature(path: Path) -> tuple[tuple[str, int, int], ...]:
+    """(name, mtime_ns, size) of a model file, or of each file in a model folder: what a
+    re-export or a new best.pt into the same path changes, so the cache never serves the old one."""
+    files = [path] if path.is_file() else sorted(f for f in path.iterdir() if f.is_file()) if path.is_dir() else []
+    return tuple((f.name, (st := f.stat()).st_mtime_ns, st.st_size) for f in files)
+
+
 def _loaded(model: Any) -> Any:
-    """A LoadedModel as given, or loaded once per path (a path's model is cached: 4 at most)."""
+    """A LoadedModel as given, or loaded once per path and version of its files (4 cached)."""
     if isinstance(model, (str, Path)):
-        return _load_cached(str(Path(model).expanduser().resolve()))
+        path = Path(model).expanduser().resolve()
+        return _load_cached(str(path), _signature(path))
     if not all(hasattr(model, k) for k in ("model", "kind", "config", "contract")):
         raise TypeError(f"model: a path or a coreecg.hub.LoadedModel (load_model(...)), not {type(model).__name__}")
     return model

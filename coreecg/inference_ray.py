@@ -15,7 +15,8 @@ shape: `run_inference` says why; tests/test_inference_scale.py compares the two 
 On a GPU cuBLAS may choose kernels by more than the shape: equal there to float32 rounding.
 
 A record that fails in an actor is a Failure row as in one process, never a crash of the job;
-failures come back listing failures first, then records in listing order.
+failures come back listing failures first, then records in listing order. With device "cuda"
+the cluster must have a GPU per actor (`check_gpus`: an InferenceError, not a pool that waits).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from coreecg.inference import (
-    FORWARD_WINDOWS, CorpusShard, Failure, InferenceResult, Progress, input_spec, run_inference,
+    FORWARD_WINDOWS, CorpusShard, Failure, InferenceError, InferenceResult, Progress, input_spec, run_inference,
 )
 
 # Raw records per actor call, at least: few enough to balance N actors, enough that the last
@@ -52,10 +53,13 @@ class _Scorer:
         index = batch["index"]
         r = run_inference(self.loaded, items, embeddings=self.embeddings, batch_size=self.batch_size,
                           device=self.device, progress_every_s=math.inf)
-        # An item that gave no record gave exactly one Failure, in item order (InferenceResult.item).
+        # An item that gave no record gave exactly one Failure (an empty shard too: "no records"),
+        # in item order (InferenceResult.item).
         given = set(r.item.tolist())
         failed = [i for i in range(len(items)) if i not in given]
-        assert len(failed) == len(r.failures), "an item gave both records and a failure"
+        if len(failed) != len(r.failures):
+            raise RuntimeError(f"{len(failed)} items gave no record but {len(r.failures)} failures came back: "
+                               "coreecg.inference._prepared broke its one-failure-per-item rule")
         n, k = len(r.record_id), len(failed)
         pos = np.zeros(n, np.int64)
         if n:                                 # position of a record within its item: 0, 1, ... per run
@@ -93,6 +97,8 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
 
     if workers < 1:
         raise ValueError(f"workers={workers}: must be >= 1")
+    if records_per_task is not None and records_per_task < 1:
+        raise ValueError(f"records_per_task={records_per_task}: must be >= 1")
     spec = input_spec(loaded)                                  # a bad model fails here, before any actor
     t0 = time.perf_counter()
     if not items:
@@ -103,11 +109,14 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
         per_task = 1
     rows = [{"index": i, "item": pickle.dumps(it)} for i, it in enumerate(items)]
     tasks = max(1, min(len(rows), math.ceil(len(rows) / per_task)))
-    ds = ray.data.from_items(rows, override_num_blocks=tasks)
+    actors = min(workers, tasks)                                # no idle actor holding a model
     gpu = str(device).startswith("cuda")
+    if gpu:
+        check_gpus(actors, ray.cluster_resources())
+    ds = ray.data.from_items(rows, override_num_blocks=tasks)
     scored = ds.map_batches(
         _Scorer, batch_size=per_task, batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=min(workers, tasks)),    # no idle actor holding a model
+        compute=ray.data.ActorPoolStrategy(size=actors),
         fn_constructor_kwargs={"model": [ray.put(loaded)], "embeddings": embeddings,
                                "batch_size": batch_size, "device": str(device)},
         num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0)
@@ -122,6 +131,14 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
     result = _gather(parts, spec, embeddings, failures)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def check_gpus(actors: int, resources: dict[str, float]) -> None:
+    """InferenceError unless the cluster (`ray.cluster_resources()`) has a GPU per actor: an actor
+    pool larger than the GPUs would wait for them forever instead of failing."""
+    have = int(resources.get("GPU", 0))
+    if have < actors:
+        raise InferenceError(f"device cuda: {actors} workers need {actors} GPUs (one each), the cluster has {have}")
 
 
 def _gather(parts: list[dict[str, np.ndarray]], spec: Any, embeddings: bool, failures: Sequence[Failure]

@@ -18,7 +18,9 @@ every split or those of --split (a corpus folder given to --input is read the sa
 
 --workers N spreads reading, preprocessing and scoring over N Ray actors (one CPU each, or one
 GPU with --device cuda) on the cluster coreecg.cluster joins or starts; the outputs are those of
-one process (--workers 0, the default, without Ray), bit for bit on the CPU.
+one process (--workers 0, the default, without Ray), bit for bit on the CPU. Records go to the
+actors in tasks of --records-per-task records (a corpus shard is a task of its own); --workers
+needs Ray (`pip install 'coreecg[ray]'`), and with --device cuda a GPU per worker.
 
 Each record is preprocessed exactly as training's corpus was (coreecg.data.preprocess, with the
 model's saved settings), its leads picked by name (a model fine-tuned on 6 or 1 leads takes
@@ -62,6 +64,9 @@ parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
 parser.add_argument("--workers", type=int, default=0, metavar="N",
                     help="Ray actors that read, preprocess and score (one CPU or GPU each); 0: one process, "
                          "no Ray")
+parser.add_argument("--records-per-task", type=int, default=None, metavar="N",
+                    help="with --workers: raw records an actor scores per task (fewer: more, smaller tasks to "
+                         "share among the workers); default 16, or 2 forward passes' windows if more")
 parser.add_argument("--corpus", nargs="+", default=[], metavar="DIR",
                     help="preprocessed corpus folders (manifest.json) to score from their stored windows")
 parser.add_argument("--split", nargs="+", default=None, choices=("train", "val", "test"), metavar="SPLIT",
@@ -93,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--batch-size {args.batch_size}: must be >= 1")
     if args.workers < 0:
         return fail(f"--workers {args.workers}: must be >= 0")
+    if args.records_per_task is not None and args.records_per_task < 1:
+        return fail(f"--records-per-task {args.records_per_task}: must be >= 1")
+    if args.workers:
+        from coreecg.extras import MissingExtra, require_ray_extra
+        try:                                    # before the model loads: the light install has no Ray
+            require_ray_extra("--workers (Ray Data actors)")
+        except MissingExtra as e:
+            return fail(str(e))
     if not args.input and not args.corpus:
         return fail("nothing to score: give --input FILES_OR_FOLDER and/or --corpus CORPUS")
     not_corpus = [c for c in args.corpus if not (Path(c).expanduser() / "manifest.json").is_file()]
@@ -120,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     from coreecg.cluster import ClusterError
     try:
         result = score(loaded, items, failures, args, embeddings, device)
-    except InferenceError as e:
-        return fail(f"--model {args.model}: {e}")
+    except InferenceError as e:                 # it names the model's file, or the GPUs --workers lacks
+        return fail(str(e))
     except ClusterError as e:                   # --workers: RAY_ADDRESS names no cluster that answers
         return fail(str(e))
 
@@ -161,7 +174,8 @@ def score(loaded, items, failures, args, embeddings: bool, device):
     gpu = device.type == "cuda"
     init_ray(0 if gpu else args.workers, reserve_for_data=1)   # actors' CPUs + one for Ray Data's own tasks
     return run_inference_ray(loaded, items, workers=args.workers, embeddings=embeddings,
-                             batch_size=args.batch_size, device=str(device), failures=failures)
+                             batch_size=args.batch_size, device=str(device), failures=failures,
+                             records_per_task=args.records_per_task)
 
 
 def _print_failures(failures) -> None:

@@ -94,3 +94,21 @@ def test_embed_names_what_it_cannot_use(models, cuts):
     # a LoadedModel is taken as it is; a path is loaded once
     loaded = load_model(models["encoder"])
     assert coreecg.embed(x, fs, leads, model=loaded).tobytes() == coreecg.embed(x, fs, leads, models["encoder"]).tobytes()
+
+
+def test_a_model_exported_again_into_the_same_folder_is_not_served_from_the_cache(models, cuts, tmp_path):
+    """The path cache is keyed by the folder's files too: a re-export within one process is loaded anew."""
+    import wfdb
+
+    from coreecg.hub import export_model
+
+    rec = wfdb.rdrecord(str(cuts[8]))
+    x, fs, leads = rec.p_signal.T, rec.fs, rec.sig_name
+    folder = tmp_path / "export"
+    export_model(models["classifier"], folder)
+    assert coreecg.predict(x, fs, leads, model=folder).shape == (3,)
+    other = tiny_models(tmp_path / "other", classes=("A", "B"))          # another head: 2 classes
+    export_model(other["classifier"], folder)
+    again = coreecg.predict(x, fs, leads, model=folder)
+    assert again.shape == (2,)
+    assert again.tobytes() == coreecg.predict(x, fs, leads, model=other["classifier"]).tobytes()

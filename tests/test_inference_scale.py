@@ -72,20 +72,27 @@ def _same(a, b) -> None:
             assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
 
 
-def test_ray_data_inference_equals_one_process(ray_session, models, raw_inputs, corpus):
+def test_ray_data_inference_equals_one_process(ray_session, models, raw_inputs, corpus, tmp_path):
+    import pyarrow.parquet as pq
+
     from coreecg.hub import load_model
-    from coreecg.inference import list_inputs, run_inference
+    from coreecg.inference import Failure, list_inputs, run_inference
     from coreecg.inference_ray import run_inference_ray
 
     loaded = load_model(models["classifier"])
     items, failures = list_inputs([*raw_inputs, corpus], loaded.config)    # raw records and corpus shards
+    # a shard without rows (coreecg writes none: a damaged or foreign file) fails alike in both
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pq.read_table(items[-1].path).slice(0, 0), str(empty))
+    items.insert(len(raw_inputs), dataclasses.replace(items[-1], path=str(empty)))
     one = run_inference(loaded, items, embeddings=True, failures=failures)
     # 2 actors, each task one item: other records share each forward pass than in one process
     many = run_inference_ray(loaded, items, workers=2, embeddings=True, failures=failures)
     _same(many, one)
     assert one.record_id[:12] == CPSC and one.windows.max() > 1 and len(one.record_id) > 12
-    assert [f.record_id for f in one.failures] == [raw_inputs[-1], "nodata"]
+    assert [f.record_id for f in one.failures] == [raw_inputs[-1], "nodata", str(empty)]
     assert one.failures[1].reason == "missing data file: nodata.dat"
+    assert one.failures[2] == Failure(str(empty), str(empty), "empty shard: no records")
     assert one.probs.std(axis=0).max() > 1e-3, "records score alike: the comparison would prove nothing"
 
 
@@ -125,18 +132,41 @@ def _job():
 
 def test_the_job_with_workers_writes_what_one_process_writes(ray_session, models, raw_inputs, tmp_path, monkeypatch,
                                                               capsys):
+    import ray.data
+
     logger = logging.getLogger("coreecg")                # main() turns the console on: undone after
     monkeypatch.setattr(logger, "handlers", list(logger.handlers))
     monkeypatch.setenv("COREECG_VERBOSE", "0")
+    pools, blocks = [], []                                # what the job asked Ray Data for
+    monkeypatch.setattr(ray.data, "ActorPoolStrategy",
+                        lambda real=ray.data.ActorPoolStrategy, **kw: pools.append(kw["size"]) or real(**kw))
+    monkeypatch.setattr(ray.data, "from_items",
+                        lambda rows, real=ray.data.from_items, **kw: blocks.append(kw["override_num_blocks"])
+                        or real(rows, **kw))
     job = _job()
     base = ["--model", str(models["classifier"]), "--input", *raw_inputs, "--device", "cpu"]
     assert job.main([*base, "--output", str(tmp_path / "one")]) == 1            # some failed
-    assert job.main([*base, "--output", str(tmp_path / "two"), "--workers", "2"]) == 1
+    # 14 inputs in tasks of 3: 5 tasks over 2 actors, each forward pass shared otherwise than in one process
+    assert job.main([*base, "--output", str(tmp_path / "two"), "--workers", "2", "--records-per-task", "3"]) == 1
+    assert pools == [2] and blocks == [5]
     for name in ("predictions.csv", "failed.csv"):
         assert (tmp_path / "two" / name).read_text() == (tmp_path / "one" / name).read_text()
     with open(tmp_path / "two" / "failed.csv", newline="") as f:
         assert {row["record_id"] for row in csv.DictReader(f)} == {"nodata", raw_inputs[-1]}
     assert job.main([*base, "--output", str(tmp_path / "x"), "--workers", "-1"]) == 2
+    assert job.main([*base, "--output", str(tmp_path / "x"), "--workers", "2", "--records-per-task", "0"]) == 2
     not_corpus = str(Path(raw_inputs[0]).parent)
     assert job.main(["--model", str(models["classifier"]), "--corpus", not_corpus, "--output", str(tmp_path / "x")]) == 2
     assert "not a coreecg corpus (no manifest.json)" in capsys.readouterr().err
+
+
+def test_cuda_workers_need_a_gpu_each():
+    """An actor pool larger than the cluster's GPUs would wait forever: refused, naming both counts."""
+    from coreecg.inference import InferenceError
+    from coreecg.inference_ray import check_gpus
+
+    check_gpus(2, {"CPU": 16.0, "GPU": 2.0})
+    with pytest.raises(InferenceError, match="device cuda: 4 workers need 4 GPUs \\(one each\\), the cluster has 2"):
+        check_gpus(4, {"CPU": 16.0, "GPU": 2.0})
+    with pytest.raises(InferenceError, match="the cluster has 0"):
+        check_gpus(1, {"CPU": 16.0})

@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXPORT = REPO / "tests" / "data" / "export-v1-encoder"
-RECORD = REPO.parent / "shared" / "ecg-data" / "ptbxl" / "records500" / "00000" / "00003_hr.hea"
+RECORD = Path("ptbxl") / "records500" / "00000" / "00003_hr.hea"      # under conftest's ecg_data
 
 # An environment without the `ray` extra: a finder first on sys.meta_path refuses those packages.
 BLOCK = """
@@ -54,18 +54,47 @@ def _run(code: str, *args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, timeout=300)
 
 
-@pytest.mark.skipif(not RECORD.is_file(), reason="../shared/ecg-data not present")
-def test_embedding_a_raw_record_needs_no_ray_extra():
-    done = _run(PREDICT, str(EXPORT), str(RECORD))
+def test_embedding_a_raw_record_needs_no_ray_extra(ecg_data):
+    done = _run(PREDICT, str(EXPORT), str(ecg_data / RECORD))
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["blocked"] and out["leaked"] == [] and out["failures"] == []
     assert out["shape"] == [1, 32] and out["finite"]
 
 
+# predict --workers on the light install: exit 2 with the message (checked before the model
+# loads, so no model is needed); then any job's init_ray.
+JOBS = BLOCK + """
+import runpy
+sys.argv = ["predict.py", "--model", "no-model", "--input", "no-input", "--output", "no-output", "--workers", "2"]
+try:
+    runpy.run_path("jobs/predict.py", run_name="__main__")
+except SystemExit as e:
+    print("predict exit", e.code, flush=True)
+from coreecg.cluster import init_ray
+init_ray()
+"""
+
+
 def test_a_job_without_the_extra_names_it():
-    """Every job joins or starts Ray through coreecg.cluster.init_ray: there the extra is named."""
-    done = _run(BLOCK + "from coreecg.cluster import init_ray\ninit_ray()\n")
+    """Every job joins or starts Ray through coreecg.cluster.init_ray: there the extra is named;
+    predict --workers says it as a bad-arguments exit (2), not a traceback."""
+    done = _run(JOBS)
+    assert "predict exit 2" in done.stdout, done.stderr[-3000:]
+    predict_err, _, init_err = done.stderr.partition("Traceback")
+    assert "--workers (Ray Data actors) needs ray" in predict_err and "pip install 'coreecg[ray]'" in predict_err
     assert done.returncode != 0
-    assert "MissingExtra" in done.stderr and "needs ray" in done.stderr
-    assert "pip install 'coreecg[ray]'" in done.stderr
+    assert "MissingExtra" in init_err and "needs ray" in init_err
+    assert "pip install 'coreecg[ray]'" in init_err
+
+
+def test_training_checks_the_whole_extra(monkeypatch, tmp_path):
+    """Ray alone is not enough to train: a half-installed extra stops at the plan's preflight with
+    the install command, before a worker meets a bare ModuleNotFoundError."""
+    from coreecg import extras
+    from coreecg.config import load_config
+    from coreecg.train.plan import preflight
+
+    monkeypatch.setattr(extras, "_installed", lambda m: m not in ("tensorboardX", "sklearn"))
+    with pytest.raises(extras.MissingExtra, match=r"training .* needs tensorboardX, sklearn, .*coreecg\[ray\]"):
+        preflight(tmp_path / "run", load_config())

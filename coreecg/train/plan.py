@@ -197,9 +197,12 @@ def preflight(run_dir: Path, config: Config, same_run: Sequence[str] = ()) -> li
     model's config (and the same values of the dotted `same_run` keys: what makes it this run)
     and intact checkpoints (CheckpointError naming the file otherwise). Returns the config keys
     that differ from the saved run (allowed: schedule, logging, data; reported on resume); none
-    when the folder is new."""
+    when the folder is new. MissingExtra first where the `ray` extra is not all installed."""
     import importlib.util
 
+    from coreecg.extras import RAY_EXTRA_MODULES, require_ray_extra
+
+    require_ray_extra("training (pretraining, fine-tuning, their sweeps and studies)", RAY_EXTRA_MODULES)
     backend = {"mlflow": "MLflow", "wandb": "Weights & Biases"}.get(config.train.tracking)
     if backend and importlib.util.find_spec(config.train.tracking) is None:
         raise PlanError(f"train.tracking={config.train.tracking} needs {backend}, which is not installed: "

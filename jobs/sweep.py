@@ -38,6 +38,12 @@ def main(argv=None) -> int:
     args = parse_args(parser, argv)
     s = sweep_settings(parser, args)
     s.metric = args.metric
+    from coreecg.extras import RAY_EXTRA_MODULES, MissingExtra, require_ray_extra
+
+    try:                               # the search imports Ray Tune and Optuna before any plan checks them
+        require_ray_extra("jobs/sweep.py", RAY_EXTRA_MODULES)
+    except MissingExtra as e:
+        return fail(str(e))
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch

@@ -1,7 +1,10 @@
 """Hugging Face conventions (coreecg.model.pretrained, coreecg.hub): save_pretrained/from_pretrained
 round trips are bit-identical, config.json is a Hugging Face config, an export is what
 save_pretrained writes plus the contract and the card, files are readable by the group, exports
-of format 1 still load, and the card's metadata block. No Hub access."""
+of format 1 still load, and the card's metadata block; a save refuses a config that describes
+another model and carries an export's card and fingerprints only for its own weights; what
+push_export and push_to_hub would upload; a missing relative folder is not taken for a Hub id.
+No Hub access (HfApi and the downloads are replaced)."""
 from __future__ import annotations
 
 import json
@@ -207,6 +210,15 @@ def test_card_describes_the_heads_pooling():
     assert "attention pooling: one learned query" in text and "mean over all" not in text
     text = model_card(_classifier_meta(["ptbxl"], "frozen", _pooling(tiny_config("finetune.head=mean"))))
     assert "mean over all (lead, time) token" in text and "attention pooling" not in text
+
+
+def test_a_save_pretrained_classifier_exports_with_its_pooling(tmp_path):
+    cfg, clf = _tiny_classifier(head="attention")
+    clf.save_pretrained(tmp_path / "clf", config=cfg, class_names=CLASSES)     # no input contract in it
+    exported = export_model(tmp_path / "clf", tmp_path / "export")
+    assert "attention pooling: one learned query" in (exported / "README.md").read_text()
+    loaded = load_model(exported)
+    assert loaded.contract["finetuned_leads"] == LEADS and loaded.model.pool is not None
 
 
 def _with_fingerprints(folder: Path) -> str:

@@ -1,9 +1,12 @@
 """save_pretrained / from_pretrained / push_to_hub for coreecg's models (huggingface_hub.ModelHubMixin).
 
-    encoder = Encoder.from_pretrained("exports/pretrain")   # a folder or a Hub id ("user/repo")
-    encoder.save_pretrained("exports/copy")                  # model.safetensors + config.json (+ README.md)
+    encoder = Encoder.from_pretrained("exports/pretrain")   # a folder with config.json or a Hub id ("user/repo")
+    encoder.save_pretrained("exports/copy")                  # model.safetensors + config.json + README.md
     classifier = Classifier.from_pretrained("exports/ft-ptbxl")
     classifier.push_to_hub("user/ecg-classifier")            # the mixin's (needs a Hub token)
+
+A save of a loaded model's unchanged weights carries its folder's card and fingerprint file
+(`carry_source_files`); a whole export is published with coreecg.hub.push_export.
 
 config.json is a Hugging Face config, flat (model_type, architectures, the constructor's
 arguments, id2label for a classifier), that also carries coreecg's sections: format and
@@ -195,10 +198,12 @@ def check_describes(model: nn.Module, info: PretrainedInfo) -> None:
                              f"a head of {model.head.out_features} outputs")
     with torch.device("meta"), torch.random.fork_rng(devices=[]):
         built = model._build_for(info.config, names, getattr(model, "multilabel", None))
-    pairs = [(built, model)] + ([(built.encoder, model.encoder)] if hasattr(model, "encoder") else [])
+    pairs = [(built, model)]
+    if hasattr(model, "encoder") and info.config.model.arch == "coreecg":   # a published family's: its own sizes
+        pairs.append((built.encoder, model.encoder))
     for want, have in pairs:
-        for arg, value in (have._hub_mixin_config or {}).items():
-            expected = (want._hub_mixin_config or {}).get(arg)
+        for arg, value in (getattr(have, "_hub_mixin_config", None) or {}).items():
+            expected = (getattr(want, "_hub_mixin_config", None) or {}).get(arg)
             if arg != "dropout" and _plain(expected) != _plain(value):
                 raise ValueError(f"{kind}.save_pretrained: the config gives {arg}={_shown(expected)} "
                                  f"({CONFIG_KEYS.get(arg, arg)}) but the model has {_shown(value)}; it would "
@@ -231,13 +236,14 @@ def carry_source_files(info: PretrainedInfo, sha256: str, folder: Path) -> dict[
     fp_file = fp.get("file") if isinstance(fp, dict) else None
     same = info.source is not None and info.source_sha256 == sha256
     carried = set()
-    for name in filter(None, (CARD_FILE, fp_file)):
+    # plain file names only: a folder's files never point outside it
+    for name in (n for n in (CARD_FILE, fp_file) if isinstance(n, str) and n and Path(n).name == n):
         source, target = (info.source / name if info.source else None), folder / name
         if same and source.is_file():
             if source.resolve() != target.resolve():
                 write_atomic(target, lambda tmp, source=source: shutil.copyfile(source, tmp))
             carried.add(name)
-        elif Path(name).name == name:            # a file name in the folder, never a path outside it
+        else:
             target.unlink(missing_ok=True)       # an earlier save's: it describes other weights
     if fp_file is None or fp_file in carried:
         return info.sections

@@ -219,6 +219,10 @@ def test_a_save_pretrained_classifier_exports_with_its_pooling(tmp_path):
     assert "attention pooling: one learned query" in (exported / "README.md").read_text()
     loaded = load_model(exported)
     assert loaded.contract["finetuned_leads"] == LEADS and loaded.model.pool is not None
+    changed = Classifier.from_pretrained(exported)
+    changed.multilabel = False                           # now softmax: the contract says sigmoid
+    with pytest.raises(ValueError, match="multilabel=True but the model has False"):
+        changed.save_pretrained(tmp_path / "changed")
 
 
 def _with_fingerprints(folder: Path) -> str:

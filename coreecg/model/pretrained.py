@@ -196,6 +196,11 @@ def check_describes(model: nn.Module, info: PretrainedInfo) -> None:
         if names is None or len(names) != model.head.out_features:
             raise ValueError(f"{kind}.save_pretrained: {'no' if names is None else len(names)} class_names for "
                              f"a head of {model.head.out_features} outputs")
+        contract = info.sections.get("input") or {}       # a loaded export's task, kept for the next save
+        for key, value in (("multilabel", model.multilabel), ("class_names", names)):
+            if contract.get(key) is not None and _plain(contract[key]) != _plain(value):
+                raise ValueError(f"{kind}.save_pretrained: the kept input contract gives {key}="
+                                 f"{_shown(contract[key])} but the model has {_shown(value)}")
     with torch.device("meta"), torch.random.fork_rng(devices=[]):
         built = model._build_for(info.config, names, getattr(model, "multilabel", None))
     pairs = [(built, model)]

@@ -18,11 +18,12 @@ An export folder (docs/export.md):
 
 `Encoder` and `Classifier` also load, save and push as Hugging Face models
 (`from_pretrained`, `save_pretrained`, `push_to_hub`: coreecg.model.pretrained); an export is
-what `save_pretrained` writes plus the input contract and this card.
+what `save_pretrained` writes plus the input contract and this card; `push_export` publishes a
+whole export folder (card, contract, fingerprints) to the Hub.
 
 One module per job: `contract` (the input contract, derived from the config, and `load_model`,
 which returns it beside the model), `export` (the folder), `onnx_export`, `card` (README.md),
-`provenance` (where the weights came from). Reading any model source, an export included, is
+`provenance` (where the weights came from), `publish` (`push_export`). Reading any model source, an export included, is
 `coreecg.loading`'s (`load_encoder` and `load_classifier` are re-exported here); it needs neither
 Ray nor the training code, and a weights file that differs from its recorded sha256 is a
 CheckpointError naming the file.
@@ -33,8 +34,9 @@ from coreecg.hub.card import CARD_FILE, DATA_LICENCES, model_card
 from coreecg.hub.contract import LoadedModel, input_contract, load_model
 from coreecg.hub.export import export_model
 from coreecg.hub.onnx_export import ONNX_FILE, check_onnx, export_onnx
+from coreecg.hub.publish import push_export
 from coreecg.loading import CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, load_classifier, load_encoder
 
 __all__ = ["LoadedModel", "input_contract", "load_model", "load_encoder", "load_classifier", "export_model",
-           "export_onnx", "check_onnx", "model_card", "DATA_LICENCES", "FORMAT", "FORMAT_VERSION", "CARD_FILE",
+           "push_export", "export_onnx", "check_onnx", "model_card", "DATA_LICENCES", "FORMAT", "FORMAT_VERSION", "CARD_FILE",
            "CONFIG_FILE", "ONNX_FILE", "WEIGHTS_FILE"]

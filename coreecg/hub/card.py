@@ -53,8 +53,8 @@ def _method_lines(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any])
         "A 12-lead ECG transformer encoder (patch embedding + lead and time embeddings + pre-norm transformer, "
         f"{enc['depth']} blocks, width {enc['embed_dim']}, {enc['num_heads']} heads, patches of {enc['patch_size']} "
         f"samples), exported by coreecg {meta['coreecg_version']}"
-        + ((" with an attention-pooling head over its token encodings." if arch.get("mode") == "frozen" else
-            " with a linear head on the mean of its token encodings.") if kind == "classifier" else "."), "",
+        + (f" with a linear head on its pooled token encodings ({_pooling(arch)})." if kind == "classifier"
+           else "."), "",
         "## Method", "",
         f"- pretraining method: **{method}**"
         + (f" (`pretrain.method={pre['method']}`" + (f", variant `{pre['variant']}`" if pre.get("variant") else "")
@@ -73,12 +73,21 @@ def _method_lines(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any])
     return lines
 
 
+def _pooling(arch: dict[str, Any]) -> str:
+    """How the head's input is pooled: the export's own words (finetune.pooling: a finetune.head
+    override included); an export without them (format 1) had the mode's head."""
+    if arch.get("pooling"):
+        return arch["pooling"]
+    return "attention pooling over all token encodings" if arch.get("mode") == "frozen" else "mean over all tokens"
+
+
 def _front_matter(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any]) -> list[str]:
     """The YAML metadata block the Hub reads: license, datasets, tags, pipeline_tag, library_name.
 
     license: the one Hub licence id all the training data share; "other" for a mix, a licence
     without a Hub id, a published encoder's weights or unknown data (the card's data section
-    lists every licence; the most restrictive applies)."""
+    lists every licence; the most restrictive applies), then with license_name and license_link:
+    the one source's licence page, else this card (its Data section)."""
     from huggingface_hub import ModelCardData
 
     from coreecg.model.pretrained import HUB_TAGS
@@ -87,8 +96,15 @@ def _front_matter(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any])
     sources = _used_sources(kind, meta["architecture"], pre, ft)
     ids = {HUB_LICENCES.get(s, "other") for s in sources} - {None}
     licence = ids.pop() if len(ids) == 1 and (meta["input"].get("encoder") is None) else "other"
+    if licence == "other":     # the Hub shows license_name and follows license_link for "other"
+        one = sources[0] if len(sources) == 1 and meta["input"].get("encoder") is None else None
+        url = DATA_LICENCES.get(one, ("", "", ""))[2] if one else ""
+        extra = ({"license_name": f"{one}-licence", "license_link": url} if url.startswith("http") else
+                 {"license_name": "training-data-licences", "license_link": CARD_FILE})   # its Data section
+    else:
+        extra = {}
     data = ModelCardData(
-        license=licence, library_name="coreecg",
+        license=licence, library_name="coreecg", **extra,
         datasets=[DATA_LICENCES[s][0] if s in DATA_LICENCES else s for s in sources] or None,
         tags=[*HUB_TAGS] + (["feature-extraction"] if kind == "encoder" else ["ecg-classification"]),
         pipeline_tag="feature-extraction" if kind == "encoder" else "other")

@@ -49,10 +49,12 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
 
 
 def source_contract(src: ModelSource) -> dict[str, Any]:
-    """An export's recorded contract; a checkpoint's derived from its config (a classifier's
-    stored window from its corpus's manifest, when that is on this machine)."""
-    if src.export is not None:
-        return src.export["input"] if isinstance(src.export.get("input"), dict) else {}
+    """An export's recorded contract; a checkpoint's (or a bare save_pretrained folder's) derived
+    from its config (a classifier's stored window from its corpus's manifest, when that is on
+    this machine)."""
+    if src.export is not None and isinstance(src.export.get("input"), dict):
+        return src.export["input"]
+    # a checkpoint, or a bare save_pretrained folder (no contract recorded): from its config
     if src.kind == "encoder":
         return input_contract(src.config, "encoder")
     stored = int(src.manifest["signal"]["shape"][-1]) if src.manifest else None

@@ -1,9 +1,12 @@
 """save_pretrained / from_pretrained / push_to_hub for coreecg's models (huggingface_hub.ModelHubMixin).
 
-    encoder = Encoder.from_pretrained("exports/pretrain")   # a folder or a Hub id ("user/repo")
-    encoder.save_pretrained("exports/copy")                  # model.safetensors + config.json (+ README.md)
+    encoder = Encoder.from_pretrained("exports/pretrain")   # a folder with config.json or a Hub id ("user/repo")
+    encoder.save_pretrained("exports/copy")                  # model.safetensors + config.json + README.md
     classifier = Classifier.from_pretrained("exports/ft-ptbxl")
     classifier.push_to_hub("user/ecg-classifier")            # the mixin's (needs a Hub token)
+
+A save of a loaded model's unchanged weights carries its folder's card and fingerprint file
+(`carry_source_files`); a whole export is published with coreecg.hub.push_export.
 
 config.json is a Hugging Face config, flat (model_type, architectures, the constructor's
 arguments, id2label for a classifier), that also carries coreecg's sections: format and
@@ -17,8 +20,10 @@ folders, .pt files, published families' weights) itself.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,7 @@ FORMAT = "coreecg-model"
 FORMAT_VERSION = 2
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+CARD_FILE = "README.md"
 MODEL_TYPE = "coreecg"
 HUB_TAGS = ("ecg", "electrocardiogram", "time-series", "self-supervised", "coreecg")
 
@@ -47,12 +53,16 @@ class PretrainedInfo:
     """What config.json needs beyond the weights; `coreecg.loading` sets it on every model it builds.
 
     config: the full coreecg Config the model was built from; class_names: a classifier's, in
-    logit order; sections: further config.json sections kept on a save (input, provenance).
+    logit order; sections: further config.json sections kept on a save (input, provenance);
+    source, source_sha256: the folder it was loaded from and its weights' sha256 (a save of the
+    same weights copies that folder's card and fingerprint file).
     """
 
     config: Config
     class_names: list[str] | None = None
     sections: dict[str, Any] = field(default_factory=dict)
+    source: Path | None = None
+    source_sha256: str | None = None
 
 
 class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)):   # a copy: the mixin appends
@@ -66,24 +76,32 @@ class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)
     pretrained_kind = "encoder"
     pretrained_info: PretrainedInfo | None = None
 
-    def save_pretrained(self, save_directory: str | Path, *, config: Config | None = None,
+    def save_pretrained(self, save_directory: str | Path, *, config: Config | dict | None = None,
                         class_names: list[str] | None = None, **kwargs: Any) -> str | None:
-        """Write model.safetensors and config.json (and the mixin's README.md, unless one is
-        there) to `save_directory`; `push_to_hub=True, repo_id=...` uploads them too.
+        """Write model.safetensors and config.json to `save_directory`, and README.md: the card
+        and fingerprint file of the folder the model was loaded from when the weights are
+        unchanged (same sha256), else the mixin's generic card; `push_to_hub=True, repo_id=...`
+        uploads them too. A whole export folder publishes with coreecg.hub.push_export.
 
-        config, class_names: the coreecg Config (and a classifier's class names) to record,
-        kept on the model for later saves."""
+        config, class_names: the coreecg Config (and a classifier's class names) to record, kept
+        on the model for later saves. ValueError when the config does not describe this model
+        (leads, pooling, class count, encoder sizes): it would load as another model."""
+        if isinstance(config, dict):     # the mixin's constructor arguments, passed back by its push_to_hub
+            config = None
         if isinstance(config, Config):
-            self.pretrained_info = PretrainedInfo(config, list(class_names) if class_names else None)
+            info = PretrainedInfo(config, list(class_names) if class_names is not None else None)
+            check_describes(self, info)
+            self.pretrained_info = info
         elif config is not None or class_names is not None:
             raise TypeError("save_pretrained: config must be a coreecg Config (class_names with it)")
         return super().save_pretrained(save_directory, **kwargs)
 
     def _save_pretrained(self, save_directory: Path) -> None:
         info = self.pretrained_info or _default_info(self)
+        check_describes(self, info)                 # a loaded model may have been changed since
         weights = write_weights(self, save_directory, self.pretrained_kind)
-        (save_directory / "README.md").unlink(missing_ok=True)      # an earlier card describes other weights
-        write_json(save_directory / CONFIG_FILE, hub_config(self, info, weights), indent=2)
+        sections = carry_source_files(info, weights["sha256"], save_directory)
+        write_json(save_directory / CONFIG_FILE, hub_config(self, info, weights, sections), indent=2)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **kwargs: Any) -> nn.Module:
@@ -91,10 +109,28 @@ class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)
         ("user/repo"; kwargs: revision, token, cache_dir, local_files_only, map_location...)."""
         name = str(pretrained_model_name_or_path)
         path = Path(name).expanduser()
-        if not path.is_dir() and (path.exists() or path.is_absolute() or name.startswith((".", "~"))):
-            # a path, not a Hub id: say so here rather than as a malformed repo id
-            raise CheckpointError(f"{path}: no such folder (an export or a save_pretrained folder)")
-        return super().from_pretrained(path if path.is_dir() else name, **kwargs)
+        if path.is_dir():
+            if not (path / CONFIG_FILE).is_file():
+                raise CheckpointError(f"{path}: no {CONFIG_FILE}, so not an export or a save_pretrained folder; "
+                                      "a run folder or a .pt file loads with coreecg.load_encoder / load_classifier")
+            return super().from_pretrained(path, **kwargs)
+        # "exports/core-mimic" also reads as the Hub id "user/repo": a path is refused here when
+        # it cannot be one, or its first folder exists here; else the Hub is tried, and its
+        # failure names the local folder looked for too
+        parts = Path(name).parts
+        under_local = len(parts) > 1 and Path(parts[0]).is_dir()
+        if path.exists() or path.is_absolute() or name.startswith((".", "~")) or under_local:
+            raise FileNotFoundError(f"{path.absolute()}: no such folder (an export or a save_pretrained folder; "
+                                    "a .pt file loads with coreecg.load_encoder / load_classifier)"
+                                    + (f"; not tried as the Hub id {name!r}, {parts[0]}/ being a local folder"
+                                       if under_local else ""))
+        from huggingface_hub.errors import HFValidationError
+
+        try:
+            return super().from_pretrained(name, **kwargs)
+        except (OSError, HFValidationError) as e:    # not found, no network, offline cache miss
+            raise FileNotFoundError(f"{name}: neither a local folder ({path.absolute()} does not exist) nor a "
+                                    f"Hub model that could be fetched ({type(e).__name__}: {e})") from e
 
     @classmethod
     def _from_pretrained(cls, *, model_id: str, revision: str | None = None, cache_dir: str | Path | None = None,
@@ -121,7 +157,8 @@ class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)
         if f.config.model.arch != "coreecg":
             raise CheckpointError(f"{f.weights}: a published {f.config.model.arch} encoder, not coreecg's own; "
                                   "load it with coreecg.load_encoder / load_classifier")
-        state, info = f.state, PretrainedInfo(f.config, f.class_names, kept_sections(f.meta))
+        state = f.state
+        info = PretrainedInfo(f.config, f.class_names, kept_sections(f.meta), folder, f.meta["weights"]["sha256"])
         if f.kind == "classifier" and cls.pretrained_kind == "encoder":     # a classifier's encoder
             state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
             info = PretrainedInfo(f.config)
@@ -146,6 +183,80 @@ def load_weights(model: nn.Module, state: dict[str, torch.Tensor], weights: Path
                               f"its own config: {e}") from e
     model.pretrained_info = info
     return model.eval()
+
+
+def check_describes(model: nn.Module, info: PretrainedInfo) -> None:
+    """ValueError unless `info` rebuilds `model` as it is (from_pretrained builds from the config):
+    its constructor arguments (leads, pooling, frozen encoder, class count; an encoder's sizes;
+    dropout aside, no weight depends on it). The model `info.config` describes is built on the
+    meta device: no memory, no draw from the RNG."""
+    kind = type(model).__name__
+    names = info.class_names
+    if model.pretrained_kind == "classifier":
+        if names is None or len(names) != model.head.out_features:
+            raise ValueError(f"{kind}.save_pretrained: {'no' if names is None else len(names)} class_names for "
+                             f"a head of {model.head.out_features} outputs")
+        contract = info.sections.get("input") or {}       # a loaded export's task, kept for the next save
+        for key, value in (("multilabel", model.multilabel), ("class_names", names)):
+            if contract.get(key) is not None and _plain(contract[key]) != _plain(value):
+                raise ValueError(f"{kind}.save_pretrained: the kept input contract gives {key}="
+                                 f"{_shown(contract[key])} but the model has {_shown(value)}")
+    with torch.device("meta"), torch.random.fork_rng(devices=[]):
+        built = model._build_for(info.config, names, getattr(model, "multilabel", None))
+    pairs = [(built, model)]
+    if hasattr(model, "encoder") and info.config.model.arch == "coreecg":   # a published family's: its own sizes
+        pairs.append((built.encoder, model.encoder))
+    for want, have in pairs:
+        for arg, value in (getattr(have, "_hub_mixin_config", None) or {}).items():
+            expected = (getattr(want, "_hub_mixin_config", None) or {}).get(arg)
+            if arg != "dropout" and _plain(expected) != _plain(value):
+                raise ValueError(f"{kind}.save_pretrained: the config gives {arg}={_shown(expected)} "
+                                 f"({CONFIG_KEYS.get(arg, arg)}) but the model has {_shown(value)}; it would "
+                                 "load as another model: pass the config it was built from")
+
+
+# constructor argument -> the config keys that set it (check_describes's messages)
+CONFIG_KEYS = {"leads": "finetune.leads", "pooling": "finetune.head / finetune.mode",
+               "frozen_encoder": "finetune.mode", "n_classes": "class_names", "n_leads": "model.n_leads",
+               "n_patches": "model.input_samples / model.patch_size", "patch_size": "model.patch_size",
+               "dim": "model.embed_dim", "depth": "model.depth", "num_heads": "model.num_heads",
+               "mlp_ratio": "model.mlp_ratio"}
+
+
+def _plain(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value      # leads: a list or a tuple
+
+
+def _shown(value: Any) -> str:
+    return f"[{', '.join(map(str, value))}]" if isinstance(value, (list, tuple)) else repr(value)
+
+
+def carry_source_files(info: PretrainedInfo, sha256: str, folder: Path) -> dict[str, Any]:
+    """The card and the pretraining fingerprint file of the folder the model was loaded from,
+    copied verbatim into `folder` when the weights just written are that folder's (same
+    sha256): both describe those weights. Otherwise neither is written (a stale one in `folder`
+    is removed; the mixin then writes its generic card) and the provenance's fingerprint entry
+    says the file is not carried. -> the sections config.json writes (info.sections, so amended)."""
+    fp = (((info.sections.get("provenance") or {}).get("pretraining") or {}).get("corpus") or {}).get("fingerprints")
+    fp_file = fp.get("file") if isinstance(fp, dict) else None
+    same = info.source is not None and info.source_sha256 == sha256
+    carried = set()
+    # plain file names only: a folder's files never point outside it
+    for name in (n for n in (CARD_FILE, fp_file) if isinstance(n, str) and n and Path(n).name == n):
+        source, target = (info.source / name if info.source else None), folder / name
+        if same and source.is_file():
+            if source.resolve() != target.resolve():
+                write_atomic(target, lambda tmp, source=source: shutil.copyfile(source, tmp))
+            carried.add(name)
+        else:
+            target.unlink(missing_ok=True)       # an earlier save's: it describes other weights
+    if fp_file is None or fp_file in carried:
+        return info.sections
+    sections = copy.deepcopy(info.sections)
+    sections["provenance"]["pretraining"]["corpus"]["fingerprints"] = {
+        "file": None, "note": f"{fp_file} not carried by save_pretrained (the weights differ from the export's "
+                              "or its folder lacks it); export with jobs/export.py where the corpus is"}
+    return sections
 
 
 def kept_sections(meta: dict[str, Any]) -> dict[str, Any]:

@@ -101,8 +101,9 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
         raise ValueError(f"records_per_task={records_per_task}: must be >= 1")
     spec = input_spec(loaded)                                  # a bad model fails here, before any actor
     t0 = time.perf_counter()
-    if not items:
-        return _gather([], spec, embeddings, failures)
+    if not items:               # nothing to spread: the one-process result, its empty arrays shaped alike
+        return run_inference(loaded, [], embeddings=embeddings, batch_size=batch_size, device=device,
+                             failures=failures, progress_every_s=math.inf)
     quiet_data()
     per_task = records_per_task or max(RECORDS_PER_TASK, 2 * (batch_size or FORWARD_WINDOWS))
     if any(isinstance(it, CorpusShard) for it in items):
@@ -143,10 +144,8 @@ def check_gpus(actors: int, resources: dict[str, float]) -> None:
 
 def _gather(parts: list[dict[str, np.ndarray]], spec: Any, embeddings: bool, failures: Sequence[Failure]
             ) -> InferenceResult:
-    """The actors' rows, in any order -> one InferenceResult in listing order."""
-    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} if parts else {}
-    if not cols:
-        return InferenceResult([], [], None, None, np.zeros(0, np.int64), spec.class_names, list(failures))
+    """The actors' rows (at least one part), in any order -> one InferenceResult in listing order."""
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     order = np.lexsort((cols["pos"], cols["index"]))
     ok = order[cols["reason"][order] == ""]
     bad = order[cols["reason"][order] != ""]

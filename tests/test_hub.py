@@ -279,6 +279,9 @@ def test_push_export_uploads_the_whole_export_and_push_to_hub_the_card(tmp_path,
     # push_to_hub (the mixin's: save_pretrained into a temporary folder) keeps coreecg's card too
     Encoder.from_pretrained(exported).push_to_hub("user/ecg2")
     assert calls[-1][2] == calls[1][2] and calls[-1][3] == card
+    with pytest.raises(TypeError, match="config must be a coreecg Config"):
+        Encoder.from_pretrained(exported).save_pretrained(tmp_path / "other", config={"dim": 3})   # never ignored
+    assert not (tmp_path / "other").exists()
     (exported / "pretraining_fingerprints.parquet").unlink()
     with pytest.raises(CheckpointError, match="missing pretraining_fingerprints.parquet"):
         push_export(exported, "user/ecg")

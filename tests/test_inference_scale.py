@@ -94,6 +94,9 @@ def test_ray_data_inference_equals_one_process(ray_session, models, raw_inputs, 
     assert one.failures[1].reason == "missing data file: nodata.dat"
     assert one.failures[2] == Failure(str(empty), str(empty), "empty shard: no records")
     assert one.probs.std(axis=0).max() > 1e-3, "records score alike: the comparison would prove nothing"
+    none = run_inference_ray(loaded, [], workers=2, embeddings=True, failures=failures)     # nothing listed
+    _same(none, run_inference(loaded, [], embeddings=True, failures=failures))
+    assert none.probs.shape == (0, one.probs.shape[1]) and none.failures == list(failures)
 
 
 def test_a_corpus_scores_from_its_stored_windows_as_its_raw_records(models, corpus, ecg_data):

@@ -86,7 +86,10 @@ class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)
         config, class_names: the coreecg Config (and a classifier's class names) to record, kept
         on the model for later saves. ValueError when the config does not describe this model
         (leads, pooling, class count, encoder sizes): it would load as another model."""
-        if isinstance(config, dict):     # the mixin's constructor arguments, passed back by its push_to_hub
+        if isinstance(config, dict):
+            # the mixin's push_to_hub passes its constructor arguments back: those only (the model's own)
+            if config != (getattr(self, "_hub_mixin_config", None) or {}):
+                raise TypeError("save_pretrained: config must be a coreecg Config, not a dict of other values")
             config = None
         if isinstance(config, Config):
             info = PretrainedInfo(config, list(class_names) if class_names is not None else None)

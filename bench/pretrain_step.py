@@ -6,6 +6,8 @@ autoencoder built from the same Encoder and against the contrastive baselines, t
     python -m bench.pretrain_step --set train.compile=true --variants core
     python -m bench.pretrain_step --variants core,moco_v3,cmsc --precisions fp32   # the methods
     python -m bench.pretrain_step --quick               # tiny model, batch 4, one step: a smoke run
+    python -m bench.pretrain_step --device cuda --modes exact --sdpa flash,efficient   # attention kernels
+    python -m bench.pretrain_step --device cuda --variants core --profile 3            # where the step goes
 
 Variants, each in a fresh subprocess so that peak-memory figures do not mix:
   core       the paper config (or --config), every speed option at its default;
@@ -15,6 +17,17 @@ Variants, each in a fresh subprocess so that peak-memory figures do not mix:
              the same width and depth, masked MSE; no teacher, no FDA, no Latent Decoder;
   moco_v3    MoCo v3 (pretrain.method=moco_v3, its paper-size heads), two views per window;
   cmsc       CMSC (pretrain.method=cmsc), two 15-patch segments per window.
+The random windows hold no short-record padding, so the step runs as on a corpus whose manifest
+counts none (MIMIC-IV-ECG's 10 s records): no key-padding mask where none is needed
+(`coreecg.model.padding.unpadded`); --padded keeps the mask everywhere (a corpus with short records).
+--sdpa runs every variant under each named scaled-dot-product-attention backend (torch's
+`sdpa_kernel`: flash, efficient, cudnn, math; auto = torch's own choice). Flash takes no attention
+mask: the student gets none under `--modes exact` (every sample has as many visible tokens) on an
+unpadded batch; bernoulli STDM pads the visible sets, and its mask leaves the memory-efficient kernel.
+--profile N profiles N more steps after the timed ones (torch.profiler) and reports the device
+time by kind of kernel (matmul, attention, norm, elementwise, optimizer, ...), the top kernels,
+and the share of the step the device is idle (host-bound launches and syncs).
+
 Prints one JSON object: per variant samples/s, seconds/step, peak memory (per sample), analytic
 FLOPs per sample (`bench.common.pretrain_flops_per_sample`), achieved FLOP/s and its ratio to a
 matmul peak measured in the same process; then the ratios the issue's goals are stated in
@@ -23,6 +36,8 @@ matmul peak measured in the same process; then the ratios the issue's goals are 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import re
 import resource
 import time
 
@@ -42,6 +57,90 @@ VARIANTS = {
 # Peak RSS per sample of the fp32 paper step at batch 32 before issue 10 (commit bd76838, this
 # benchmark: 7.36 GB / 32). The memory goal is 30 % below it at the same batch.
 REFERENCE_FP32_BYTES_PER_SAMPLE = 7356485632 / 32
+SDPA_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
+
+# Kernel (CUDA) or operator (CPU) names -> the kind of work, first match wins. The order matters:
+# an attention kernel's name can contain "gemm", a fused optimizer's "elementwise".
+KINDS = [
+    ("optimizer", r"adam|multi_tensor|foreach|_fused_"),
+    ("attention", r"flash|fmha|attention|attn|sdpa|scaled_dot"),
+    ("matmul", r"gemm|gemv|cutlass|xmma|nvjet|cublas|wgmma|matmul|aten::mm|aten::bmm|addmm|aten::linear"),
+    ("norm", r"layer_norm|layernorm|native_layer_norm|rms_norm"),
+    ("fft", r"fft|radix"),
+    ("reduction", r"reduce|sum_kernel|aten::sum|mean|norm_kernel|softmax|log_softmax|nll"),
+    ("copy", r"memcpy|memset|copy|cat|index|gather|scatter|masked|nonzero|where|clone|contiguous"),
+    ("elementwise", r"elementwise|vectorized|unrolled|gelu|add|mul|div|sub|triton|fused"),
+]
+
+
+def kind_of(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, pattern in KINDS if re.search(pattern, low)), "other")
+
+
+def sdpa_context(backend: str):
+    """The scaled-dot-product-attention backends a step may use: torch's choice, or one forced."""
+    if backend == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                        "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[backend])
+
+
+def merged_us(intervals: list[tuple[float, float]]) -> float:
+    """Total length of the union of [start, end) intervals (microseconds): device busy time."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def profile_steps(step, x, kwargs: dict, device: torch.device, steps: int) -> dict:
+    """Where a step's time goes: device time per kind of kernel (CPU: self time per operator),
+    the top ten kernels, and the device's busy share of the wall time of the profiled steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    sync(device)
+    t0 = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            out = step(x, **kwargs)
+            float(out["loss"])
+        sync(device)
+    wall_us = (time.perf_counter() - t0) * 1e6
+    per_name: dict[str, float] = {}
+    spans = []
+    if cuda:   # every kernel, memcpy and memset the device ran: their own start and end
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                spans.append((e.time_range.start, e.time_range.end))
+                per_name[e.name] = per_name.get(e.name, 0.0) + e.time_range.elapsed_us()
+    else:      # operators' self time: an operator's children are counted once, under their own name
+        for e in prof.key_averages():
+            if e.key.startswith("aten::") and e.self_cpu_time_total > 0:
+                per_name[e.key] = per_name.get(e.key, 0.0) + e.self_cpu_time_total
+    total = sum(per_name.values()) or 1.0
+    kinds: dict[str, float] = {}
+    for name, us in per_name.items():
+        kinds[kind_of(name)] = kinds.get(kind_of(name), 0.0) + us
+    top = sorted(per_name.items(), key=lambda kv: -kv[1])[:10]
+    out = {"steps": steps, "wall_ms_per_step": wall_us / 1e3 / steps,
+           "timed": "device kernel time" if cuda else "CPU operator self time",
+           "ms_per_step_by_kind": {k: round(v / 1e3 / steps, 3) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
+           "share_by_kind": {k: round(v / total, 4) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
+           "top": [{"name": n[:120], "kind": kind_of(n), "ms_per_step": round(us / 1e3 / steps, 3),
+                    "share": round(us / total, 4)} for n, us in top]}
+    if cuda:
+        busy = merged_us(spans)
+        out.update(device_busy_ms_per_step=busy / 1e3 / steps, device_busy_share_of_wall=busy / wall_us,
+                   kernels_per_step=len(spans) / steps)
+    return out
 
 
 def matmul_peak(device: torch.device, dtype: torch.dtype, n: int | None = None, reps: int = 20) -> float:
@@ -71,6 +170,9 @@ def run_variant(args) -> dict:
     torch.manual_seed(0)
     model = build_method(cfg).to(device)
     step = PretrainStep(model, cfg, Schedule(steps_per_epoch=1000, epochs=1, warmup_epochs=0))
+    # Random windows hold no padding, as a corpus of full 10 s records (MIMIC-IV-ECG): the loop
+    # then drops the key-padding mask where it can. --padded keeps it (a corpus with short records).
+    step.unpadded = not args.padded
     x = torch.randn(args.batch, cfg.model.n_leads, cfg.model.input_samples, device=device)
     gen = torch.Generator().manual_seed(0)   # on the host, as in the training loop
     patient = torch.arange(args.batch, device=device) if model.needs_patient_ids else None
@@ -78,18 +180,24 @@ def run_variant(args) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     kwargs = {"generator": gen, **({"patient": patient} if patient is not None else {})}
-    for _ in range(args.warmup):
-        step(x, **kwargs)
-    sync(device)
-    times = []
-    usage0 = resource.getrusage(resource.RUSAGE_SELF)
-    for _ in range(args.steps):
-        t = time.perf_counter()
-        out = step(x, **kwargs)
-        float(out["loss"])      # the host sync a real loop pays when it logs
+    with sdpa_context(args.sdpa_backend):
+        t_first = time.perf_counter()
+        for i in range(args.warmup):
+            step(x, **kwargs)
+            if i == 0:      # compilation, cuDNN/cuBLAS autotuning and lazy initialisation land here
+                sync(device)
+                first_step_s = time.perf_counter() - t_first
         sync(device)
-        times.append(time.perf_counter() - t)
-    usage1 = resource.getrusage(resource.RUSAGE_SELF)
+        times = []
+        usage0 = resource.getrusage(resource.RUSAGE_SELF)
+        for _ in range(args.steps):
+            t = time.perf_counter()
+            out = step(x, **kwargs)
+            float(out["loss"])      # the host sync a real loop pays when it logs
+            sync(device)
+            times.append(time.perf_counter() - t)
+        usage1 = resource.getrusage(resource.RUSAGE_SELF)
+        profiled = profile_steps(step, x, kwargs, device, args.profile) if args.profile else None
     sec = sorted(times)[len(times) // 2]
     # Memory before the matmul peak's own matrices (384-768 MiB on a GPU) are allocated.
     if device.type == "cuda":
@@ -101,7 +209,8 @@ def run_variant(args) -> dict:
     peak = matmul_peak(device, dtype, 256 if args.quick else None)
     achieved = flops["train_step"] * args.batch / sec
     result = {
-        "variant": args.variant, "precision": args.precision, "stdm_mode": args.mode, "batch": args.batch,
+        "variant": args.variant, "precision": args.precision, "stdm_mode": args.mode, "sdpa": args.sdpa_backend,
+        "key_padding_mask": args.padded, "compile": cfg.train.compile, "batch": args.batch, "first_step_seconds": first_step_s if args.warmup else None,
         "seconds_per_step_median": sec, "seconds_per_step_all": times,
         "samples_per_s": args.batch / sec,
         "train_flops_per_sample": flops["train_step"], "forward_flops_per_sample": flops["forward"],
@@ -115,13 +224,21 @@ def run_variant(args) -> dict:
     }
     if device.type == "cpu":
         result["peak_rss_growth_bytes"] = peak_bytes - rss0 * 1024
+    if profiled:
+        result["profile"] = profiled
     return result
 
 
 def summarise(results: list[dict]) -> dict:
     """The issue's figures from the variants that ran: ratios, so that machine noise cancels."""
-    by = {(r.get("variant"), r.get("precision")): r for r in results if "error" not in r}
-    out = {}
+    ok = [r for r in results if "error" not in r]
+    by: dict = {}
+    for r in ok:     # the first run of a variant (default STDM mode, torch's own attention choice)
+        by.setdefault((r.get("variant"), r.get("precision")), r)
+    # Every run in one line each: what the STDM mode and attention backend change.
+    out = {"runs": [f"{r['variant']} {r['precision']} stdm={r['stdm_mode']} sdpa={r.get('sdpa', 'auto')}"
+                    f"{' compiled' if r.get('compile') else ''}{' padded' if r.get('key_padding_mask') else ''}: {r['samples_per_s']:.1f} samples/s, "
+                    f"MFU {r['flops_utilisation']:.3f}, peak {r['peak_memory_bytes'] / 2**30:.2f} GiB" for r in ok]}
     for prec in ("fp32", "bf16"):
         core, mae = by.get(("core", prec)), by.get(("mae", prec))
         if core:
@@ -161,11 +278,19 @@ def main() -> None:
     p.add_argument("--precisions", default=None, help="default: fp32,bf16 on CPU, bf16 on CUDA")
     p.add_argument("--modes", default="bernoulli", help="STDM modes of the core variants (bernoulli,exact)")
     p.add_argument("--variants", default="core,core_ckpt,mae")
+    p.add_argument("--sdpa", default="auto", help=f"attention backends, comma-separated, of {','.join(SDPA_BACKENDS)}")
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="profile N steps after the timed ones")
+    p.add_argument("--padded", action="store_true",
+                   help="keep the key-padding mask (as on a corpus with short records): no flash attention")
     config_args(p)
     p.add_argument("--precision", help=argparse.SUPPRESS)     # child process: one variant
     p.add_argument("--mode", help=argparse.SUPPRESS)
     p.add_argument("--variant", default="core", help=argparse.SUPPRESS)
+    p.add_argument("--sdpa-backend", default="auto", choices=SDPA_BACKENDS, help=argparse.SUPPRESS)
     args = p.parse_args()
+    unknown = set(args.sdpa.split(",")) - set(SDPA_BACKENDS)
+    if unknown:
+        p.error(f"--sdpa: unknown backend(s) {sorted(unknown)}; choose from {list(SDPA_BACKENDS)}")
     if args.quick and not args.precision:
         args.set = [*TINY, *args.set]
         args.batch, args.steps, args.warmup = args.batch or 4, 1, 1
@@ -180,16 +305,21 @@ def main() -> None:
     for precision in args.precisions.split(","):
         for variant in args.variants.split(","):
             for mode in (args.modes.split(",") if variant.startswith("core") else ["bernoulli"]):
-                cmd = ["--device", args.device, "--batch", str(args.batch), "--steps", str(args.steps),
-                       "--warmup", str(args.warmup), "--precision", precision, "--mode", mode, "--variant", variant,
-                       *(["--config", args.config] if args.config else []), *(["--quick"] if args.quick else []),
-                       *sets(args.set)]
-                try:
-                    results.append(child("pretrain_step", cmd))
-                except RuntimeError as e:
-                    results.append({"variant": variant, "precision": precision, "stdm_mode": mode, "error": str(e)})
-                progress({k: results[-1].get(k) for k in ("variant", "precision", "stdm_mode", "samples_per_s",
-                                                           "flops_utilisation", "peak_memory_bytes_per_sample", "error")})
+                for backend in args.sdpa.split(","):
+                    cmd = ["--device", args.device, "--batch", str(args.batch), "--steps", str(args.steps),
+                           "--warmup", str(args.warmup), "--precision", precision, "--mode", mode,
+                           "--variant", variant, "--sdpa-backend", backend, "--profile", str(args.profile),
+                           *(["--padded"] if args.padded else []),
+                           *(["--config", args.config] if args.config else []), *(["--quick"] if args.quick else []),
+                           *sets(args.set)]
+                    try:
+                        results.append(child("pretrain_step", cmd))
+                    except RuntimeError as e:
+                        results.append({"variant": variant, "precision": precision, "stdm_mode": mode,
+                                        "sdpa": backend, "error": str(e)[-1500:]})
+                    progress({k: results[-1].get(k) for k in (
+                        "variant", "precision", "stdm_mode", "sdpa", "samples_per_s", "flops_utilisation",
+                        "peak_memory_bytes_per_sample", "first_step_seconds", "error")})
     emit({"benchmark": "pretrain_step", **machine(args.device), "batch": args.batch, "overrides": args.set,
           "results": results, "summary": summarise(results)})
 

@@ -45,3 +45,128 @@ def test_cuda_checkpointing_lowers_peak_memory():
         del step, x
         torch.cuda.empty_cache()
     assert peaks[True] < 0.8 * peaks[False], peaks
+
+
+def _cpu_and_cuda_steps(*overrides: str) -> tuple[dict, dict]:
+    """One fp32 step of the same seeded tiny model and masks on the CPU and on CUDA."""
+    out = {}
+    x = torch.randn(8, 12, 2250, generator=torch.Generator().manual_seed(1))
+    for device in ("cpu", "cuda"):
+        cfg = tiny_config("train.precision=fp32", *overrides)
+        torch.manual_seed(0)
+        model = CoReECG(cfg).to(device)
+        step = PretrainStep(model, cfg, Schedule(10, 2, 0))
+        res = step(x.to(device), generator=torch.Generator().manual_seed(0))
+        out[device] = {"loss": float(res["loss"]), "params": [p.detach().cpu() for p in model.parameters()]}
+    return out["cpu"], out["cuda"]
+
+
+@pytest.mark.parametrize("mode", ["bernoulli", "exact"])
+def test_cuda_fp32_step_matches_the_cpu_step(mode):
+    """The same seed and host-drawn masks give the same loss and update on either device: the
+    device moves no randomness and changes no arithmetic beyond float rounding."""
+    cpu, cuda = _cpu_and_cuda_steps(f"masking.mode={mode}")
+    assert abs(cpu["loss"] - cuda["loss"]) <= 1e-3 * abs(cpu["loss"]), (cpu["loss"], cuda["loss"])
+    worst = max(float((a - b).abs().max() / (a.abs().max() + 1e-6)) for a, b in zip(cpu["params"], cuda["params"]))
+    assert worst < 1e-2, worst
+
+
+def test_cuda_bf16_autocast_tracks_fp32():
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        step, x = _step(f"train.precision={precision}")
+        losses[precision] = float(step(x, generator=torch.Generator().manual_seed(0))["loss"])
+    assert abs(losses["bf16"] - losses["fp32"]) <= 0.03 * abs(losses["fp32"]), losses
+
+
+def test_exact_stdm_on_an_unpadded_batch_runs_on_flash_attention():
+    """masking.mode=exact gives every sample as many visible tokens; on a batch known to hold no
+    padding (step.unpadded, from the corpus manifest) no attention gets a mask, so the flash kernel
+    runs the whole step (bench/pretrain_step.py --sdpa flash). Bernoulli STDM's visible sets differ
+    in size: their mask leaves the memory-efficient kernel, which must run it."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    step, x = _step("masking.mode=exact", "train.precision=bf16")
+    step.unpadded = True
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        assert torch.isfinite(step(x, generator=torch.Generator().manual_seed(0))["loss"]).item()
+    step, x = _step("masking.mode=bernoulli", "train.precision=bf16")
+    step.unpadded = True
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+        assert torch.isfinite(step(x, generator=torch.Generator().manual_seed(0))["loss"]).item()
+
+
+def test_compiled_cuda_step_matches_eager():
+    losses = {}
+    for compiled in (False, True):
+        step, x = _step("train.precision=fp32", "masking.mode=exact", f"train.compile={str(compiled).lower()}")
+        gen = torch.Generator().manual_seed(0)
+        losses[compiled] = [float(step(x, generator=gen)["loss"]) for _ in range(2)]
+    assert losses[True] == pytest.approx(losses[False], rel=1e-3), losses
+
+
+@pytest.mark.parametrize("method", ["moco_v3", "cmsc"])
+def test_baseline_methods_step_on_cuda_without_host_sync(method):
+    from coreecg.methods import build_method
+
+    cfg = tiny_config("train.precision=auto", f"pretrain.method={method}")
+    torch.manual_seed(0)
+    model = build_method(cfg).cuda()
+    step = PretrainStep(model, cfg, Schedule(10, 2, 0))
+    x = torch.randn(16, 12, 2250, device="cuda")
+    kwargs = {"generator": torch.Generator().manual_seed(0)}
+    if model.needs_patient_ids:
+        kwargs["patient"] = torch.arange(16, device="cuda") // 2
+    before = [p.detach().clone() for p in model.parameters() if p.requires_grad]
+    step(x, **kwargs)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = step(x, **kwargs)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert torch.isfinite(out["loss"]).item()
+    after = [p for p in model.parameters() if p.requires_grad]
+    assert any(not torch.equal(a, b) for a, b in zip(before, after))
+
+
+def test_embeddings_on_cuda_equal_the_cpu_ones(tmp_path):
+    """coreecg.embed with device='cuda' (fp32 inference) gives the CPU's embedding."""
+    import numpy as np
+
+    import coreecg
+    from coreecg.config import STANDARD_LEADS
+    from tests.helpers import tiny_models
+
+    models = tiny_models(tmp_path)
+    signal = np.random.default_rng(0).standard_normal((12, 5000)).astype(np.float32)
+    cpu = coreecg.embed(signal, 500, STANDARD_LEADS, models["encoder"], device="cpu")
+    cuda = coreecg.embed(signal, 500, STANDARD_LEADS, models["encoder"], device="cuda")
+    assert cpu.shape == cuda.shape and np.allclose(cpu, cuda, atol=1e-3 * np.abs(cpu).max()), np.abs(cpu - cuda).max()
+
+
+def test_pretrain_and_finetune_on_the_gpu_through_ray_train(ray_session, tmp_path):
+    """jobs/pretrain.py's and jobs/finetune.py's path (fit: TorchTrainer, Ray Data) with
+    train.use_gpu=true: the weights come back finite and load on a CPU-only machine."""
+    import math
+
+    from coreecg.checkpoints import load_checkpoint
+    from coreecg.config import load_config
+    from coreecg.data.locate import synthetic_corpus
+    from coreecg.train.fit import fit, plan_run
+    from tests.helpers import TINY
+
+    common = [*TINY, "train.use_gpu=true", "train.num_workers=1", "train.cpus_per_worker=1",
+              f"train.storage_path={tmp_path}", "train.eval_every_epochs=0", "data.synthetic_records=256"]
+    cfg = load_config(overrides=[*common, "optim.batch_size=8", "optim.epochs=2", "optim.warmup_epochs=0",
+                                 "train.name=gpu-pre"])
+    pre = fit(plan_run(cfg, "pretrain"))
+    assert math.isfinite(pre.metrics["loss"])
+    payload, _ = load_checkpoint(pre.checkpoint, map_location="cpu")
+    assert all(torch.isfinite(v).all() for v in payload["model"].values() if v.is_floating_point())
+    ft_cfg = load_config(overrides=[*common, f"data.corpus={synthetic_corpus(cfg)}", f"finetune.encoder={pre.model}",
+                                    "finetune.epochs=1", "finetune.batch_size=8", "finetune.bootstrap_resamples=20",
+                                    "train.name=gpu-ft"])
+    ft = fit(plan_run(ft_cfg, "finetune"))
+    numbers = [v for v in ft.metrics.values() if isinstance(v, float)]
+    assert numbers and all(math.isfinite(v) for v in numbers), ft.metrics

@@ -301,6 +301,11 @@ def test_pretraining_and_finetuning_on_a_corpus_of_short_records(short_corpus, t
     padded = np.isnan(d["signal"][:, 0, -1])
     assert padded.sum() >= 20 and (~padded).sum() >= 20
     assert np.isnan(d["signal"][padded]).sum() == padded.sum() * 12 * (2500 - REAL)
+    # The manifest counts them, so training keeps the key-padding mask on this corpus.
+    from coreecg.data.corpus import load_manifest, unpadded_split
+
+    counts = load_manifest(corpus)["counts"]["padded_windows"]
+    assert counts["train"] == int(padded.sum()) and not unpadded_split(corpus, "train")
     pre = fit(plan_run(load_config(overrides=[
         *TINY, f"data.corpus={corpus}", "optim.batch_size=16", "optim.epochs=1", "optim.warmup_epochs=0",
         "train.eval_every_epochs=0", "train.num_workers=1", f"train.storage_path={tmp_path}", "train.name=pre"]),

@@ -104,6 +104,13 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def unpadded_split(path: str | Path, split: str = "train", manifest: dict[str, Any] | None = None) -> bool:
+    """True when the manifest counts no short-record (NaN-padded) window in `split`; False when it
+    counts some, or when the corpus predates the count (then nothing is assumed)."""
+    manifest = manifest or load_manifest(path)
+    return manifest.get("counts", {}).get("padded_windows", {}).get(split) == 0
+
+
 def split_files(path: str | Path, split: str, manifest: dict[str, Any] | None = None) -> list[Path]:
     """The shard files of one split, as listed in the manifest (CorpusError if one is missing)."""
     manifest = manifest or load_manifest(path)

@@ -183,6 +183,9 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
             written = [w for w in written if w[0].record_id not in found]
     t_exclude = time.perf_counter() - t0
     rows = [r for _, rs, _, _ in written for r in rs]
+    # A short record's window ends in NaN padding on every lead (coreecg.data.preprocess.PAD):
+    # counted per shard file, so training knows on the host whether a split holds any.
+    padded = [bool(np.isnan(w[0, -1])) for _, _, ws, _ in written for w in ws]
     for record, new_rows, _, out_labels in written:
         outside.update(out_labels)
         fallbacks += new_rows[0]["patient_id"] == patient_key(None, record.record_id)
@@ -201,6 +204,7 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
                           "records": len({rows[i]["record_id"] for i in idx}),
                           "patients": sorted({rows[i]["patient_id"] for i in idx}),
                           "classes": dict(Counter(c for i in idx for c in rows[i]["labels"])),
+                          "padded": int(sum(padded[i] for i in idx)),
                           "sha256": write_parquet(part, out / rel)})
     marker = {"shard": shard, "key": key, "files": files, "quarantine": quarantine,
               "records_in": len(refs), "records_written": len({r["record_id"] for r in rows}),
@@ -351,6 +355,9 @@ def _manifest(source: Any, input_dir: Any, cfg: DataConfig, settings: dict[str, 
     files = [f for m in markers for f in m["files"]]
     windows = {s: sum(f["rows"] for f in files if f["split"] == s) for s in SPLITS}
     records = {s: sum(f["records"] for f in files if f["split"] == s) for s in SPLITS}
+    # None: a shard written before the count existed (unknown, so treated as padded).
+    padded = {s: (None if any("padded" not in f for f in files if f["split"] == s)
+                  else sum(f["padded"] for f in files if f["split"] == s)) for s in SPLITS}
     patients = {s: len({p for f in files if f["split"] == s for p in f["patients"]}) for s in SPLITS}
     classes = {s: {c: sum(f["classes"].get(str(i), 0) for f in files if f["split"] == s)
                    for i, c in enumerate(source.class_names)} for s in SPLITS}
@@ -382,7 +389,8 @@ def _manifest(source: Any, input_dir: Any, cfg: DataConfig, settings: dict[str, 
                    "records_quarantined": len(quarantine),
                    "patient_id_fallbacks": fallbacks,
                    "quarantine_reasons": dict(reasons),
-                   "windows": windows, "records": records, "patients": patients, "classes": classes,
+                   "windows": windows, "padded_windows": padded, "records": records, "patients": patients,
+                   "classes": classes,
                    "windows_total": sum(windows.values())},
         "labels_outside_class_names": dict(outside), "notes": dict(notes),
         "unrecognised_codes": dict(unrecognised.most_common()),

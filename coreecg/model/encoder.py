@@ -10,7 +10,7 @@ from coreecg.config import ModelConfig
 from coreecg.devices import to_device
 from coreecg.model.embed import LeadTimeEmbedding, PatchEmbedding
 from coreecg.model.layers import Transformer, init_weights
-from coreecg.model.padding import fill, padding_mask
+from coreecg.model.padding import assumed_unpadded, fill, padding_mask
 from coreecg.model.pretrained import PretrainedMixin
 
 
@@ -81,24 +81,27 @@ class Encoder(nn.Module, PretrainedMixin, pipeline_tag="feature-extraction"):
         attended to and are marked invalid in the output, also when `visible` names them; NaN
         is replaced by 0 first (its gradient is 0). All on the device: no sync.
         """
-        pad = padding_mask(x, self.patch_size)
+        # Inside padding.unpadded() the caller knows on the host that x holds no padding: no mask
+        # then, unless visible sets differ in size (flash attention takes no mask).
+        pad = None if assumed_unpadded() else padding_mask(x, self.patch_size)
         t = self.tokens(fill(x), lead_idx)
         B, C, N, D = t.shape
         flat = t.reshape(B, C * N, D)
-        real = ~pad.reshape(B, C * N)
+        real = None if pad is None else ~pad.reshape(B, C * N)
         if visible is None:
             index = torch.arange(C * N, device=x.device).expand(B, -1)
-            return Encoded(self.transformer(flat, _with_a_key(real)), index, real, (C, N), ~real)
+            return Encoded(self.transformer(flat, _with_a_key(real)), index, real, (C, N), _not(real))
         counts = visible.reshape(B, C * N).sum(1)
         longest, shortest = torch.stack([counts.max(), counts.min()]).tolist()   # a device sync unless on host
         # Stable sort puts each sample's visible positions first, in grid order.
         index = torch.argsort((~visible.reshape(B, C * N)).to(torch.int8), dim=1, stable=True)[:, :longest]
         index = to_device(index, x.device)
-        valid = torch.gather(real, 1, index)
+        valid = None if real is None else torch.gather(real, 1, index)
         if shortest < longest:
-            valid = valid & to_device(torch.arange(longest, device=counts.device)[None, :] < counts[:, None], x.device)
+            shorter = to_device(torch.arange(longest, device=counts.device)[None, :] < counts[:, None], x.device)
+            valid = shorter if valid is None else valid & shorter
         gathered = torch.gather(flat, 1, index[..., None].expand(-1, -1, D))
-        return Encoded(self.transformer(gathered, _with_a_key(valid)), index, valid, (C, N), ~real)
+        return Encoded(self.transformer(gathered, _with_a_key(valid)), index, valid, (C, N), _not(real))
 
     def pooled(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
         """Mean of the token encodings of the real (not padded) patches: (B, C, T) -> (B, D).
@@ -116,9 +119,15 @@ def masked_mean(tokens: torch.Tensor, valid: torch.Tensor | None) -> torch.Tenso
     return ((tokens * w).sum(dim=1).float() / count).to(tokens.dtype)
 
 
-def _with_a_key(valid: torch.Tensor) -> torch.Tensor:
-    """Attention keys: `valid`, plus the first position of a sample with no valid token at all
-    (all keys masked would make SDPA's softmax NaN, and NaN poisons the backward even where
+def _not(real: torch.Tensor | None) -> torch.Tensor | None:
+    return None if real is None else ~real
+
+
+def _with_a_key(valid: torch.Tensor | None) -> torch.Tensor | None:
+    """Attention keys (None: every position): `valid`, plus the first position of a sample with
+    no valid token at all (all keys masked would make SDPA's softmax NaN, and NaN poisons the backward even where
     its output is discarded). Such a sample's outputs stay marked invalid."""
+    if valid is None:
+        return None
     first = torch.arange(valid.shape[1], device=valid.device) == 0
     return valid | (first[None, :] & ~valid.any(dim=1, keepdim=True))

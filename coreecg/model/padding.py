@@ -10,10 +10,39 @@ padding from it and replaces it by 0 before any arithmetic:
 - `fill` sets NaN to 0 with `torch.where`, so the gradient of a padded input is exactly 0 and
   NaN never reaches a loss or a gradient.
 Both are elementwise kernels on the tensor's device: no host sync, also on an all-valid batch.
+
+`unpadded()`: a caller that knows on the host that its batches hold no padding (a training split
+whose manifest counts no padded window: `coreecg.data.corpus.unpadded_split`) says so, and the
+encoder then passes no key-padding mask to attention where no other padding exists (exact STDM:
+every sample has as many visible tokens; the teacher's full sequence). Without a mask, PyTorch's
+flash-attention kernel can run on CUDA (docs/performance.md, "GPU figures"); with one it cannot.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import torch
+
+_UNPADDED: contextvars.ContextVar[bool] = contextvars.ContextVar("coreecg_unpadded", default=False)
+
+
+@contextlib.contextmanager
+def unpadded(active: bool = True) -> Iterator[None]:
+    """Within: the caller guarantees its inputs hold no padding (no NaN). A NaN that comes anyway
+    is still set to 0 (`fill`), but its patches are attended to: the guarantee must come from the
+    data (a manifest's count), never from a guess."""
+    token = _UNPADDED.set(active)
+    try:
+        yield
+    finally:
+        _UNPADDED.reset(token)
+
+
+def assumed_unpadded() -> bool:
+    """True inside `unpadded()`."""
+    return _UNPADDED.get()
 
 
 def padding_mask(x: torch.Tensor, patch_size: int) -> torch.Tensor:

@@ -29,7 +29,7 @@ import torch
 from coreecg.augment import ecg_randaugment
 from coreecg.checkpoints import BEST_FILE, CheckpointError, load_checkpoint, save_checkpoint
 from coreecg.config import Config, FinetuneConfig, ModelConfig, PreprocessConfig
-from coreecg.data.corpus import load_manifest
+from coreecg.data.corpus import load_manifest, unpadded_split
 from coreecg.data.leads import LEAD_SETS, LeadSetError, parse_lead_set
 from coreecg.data.reading import META_COLUMNS, read_split
 from coreecg.files import write_json
@@ -156,7 +156,9 @@ class FinetuneTask:
         if self.cached:          # draws no random numbers: the encoder is frozen, in eval mode
             self._cache_features(model, ctx)
         schedule = Schedule(ctx.steps_per_epoch, f.epochs, f.warmup_epochs)
-        return model, FinetuneStep(ctx.wrap(model), cfg, schedule, core=model)
+        step = FinetuneStep(ctx.wrap(model), cfg, schedule, core=model)
+        step.unpadded = unpadded_split(self.corpus, "train")     # no key-padding mask when none is needed
+        return model, step
 
     def _cache_features(self, model, ctx: WorkerContext) -> None:
         """The frozen encoder's features of val, test (and, with probe_crops=eval, train) under

@@ -28,13 +28,16 @@ class PretrainTask:
     """probe: coreecg.eval.probe.ProbeData (rank 0; None: no probe); figure_windows: (W, C, crop)
     fixed validation windows for the reconstruction figure (rank 0; None: no figure);
     patient_of: (N,) int64 patient index of every train uid, for methods that need patient ids
-    (None: every window is its own patient, e.g. in-memory windows)."""
+    (None: every window is its own patient, e.g. in-memory windows); unpadded: every training
+    corpus's manifest counts no padded window in its train split (`coreecg.data.corpus.unpadded_split`:
+    attention runs without a key-padding mask where it can)."""
 
     name = "pretrain"
 
     def __init__(self, config: Config, probe: Any = None, figure_windows: torch.Tensor | None = None,
-                 patient_of: torch.Tensor | None = None, mixture: Any = None):
+                 patient_of: torch.Tensor | None = None, mixture: Any = None, unpadded: bool = False):
         self.config, self.probe, self.figure_windows = config, probe, figure_windows
+        self.unpadded = unpadded
         self.epochs, self.global_batch = config.optim.epochs, config.optim.batch_size
         self.patient_of = patient_of
         self.needs_patient_ids = False
@@ -52,7 +55,9 @@ class PretrainTask:
         if self.patient_of is not None:
             self.patient_of = self.patient_of.to(ctx.device)
         schedule = Schedule(ctx.steps_per_epoch, cfg.optim.epochs, cfg.optim.warmup_epochs)
-        return core, PretrainStep(ctx.wrap(core), cfg, schedule, core=core)
+        step = PretrainStep(ctx.wrap(core), cfg, schedule, core=core)
+        step.unpadded = self.unpadded
+        return core, step
 
     def inputs(self, signal: torch.Tensor, uid: torch.Tensor, epoch: int,
                generator: torch.Generator) -> tuple[tuple, dict]:
@@ -173,6 +178,7 @@ def figure_windows(corpus: Path, crop: int, n: int = 2) -> torch.Tensor:
 def task_from_plan(plan: RunPlan, rank: int) -> PretrainTask:
     """The task a worker runs: the probe's data and the figure's windows on rank 0 only; patient
     ids of the train split for methods that need them (CMSC)."""
+    from coreecg.data.corpus import unpadded_split
     from coreecg.data.reading import patient_index
     from coreecg.eval.probe import load_probe_data
     from coreecg.methods import method_class
@@ -190,7 +196,9 @@ def task_from_plan(plan: RunPlan, rank: int) -> PretrainTask:
             parts.append(index + base)
             base += int(index.max()) + 1 if len(index) else 0
         patient_of = torch.from_numpy(np.concatenate(parts))
-    return PretrainTask(cfg, probe, figures, patient_of, mixture=plan.mixture)
+    corpora = plan.mixture.corpora if plan.mixture is not None else [plan.corpus]
+    return PretrainTask(cfg, probe, figures, patient_of, mixture=plan.mixture,
+                        unpadded=all(unpadded_split(c, "train") for c in corpora))
 
 
 def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | None = None,

@@ -8,6 +8,7 @@ from torch import nn
 
 from coreecg.config import Config
 from coreecg.devices import autocast
+from coreecg.model.padding import unpadded
 from coreecg.train.optim import adamw, build_optimizer, cosine_lr, ema_momentum, param_groups
 from coreecg.train.speed import apply_speed_options
 
@@ -45,6 +46,9 @@ class TrainStep:
         self.core = core if core is not None else model
         self.lr, self.min_lr, self.grad_clip, self.precision, self.ema = lr, min_lr, grad_clip, precision, ema
         self.step = 0
+        # True when the training split is known to hold no short-record padding (its manifest's
+        # count): attention then runs without a key-padding mask where it can (coreecg.model.padding).
+        self.unpadded = False
 
     def __call__(self, *inputs: torch.Tensor, **kwargs) -> dict[str, torch.Tensor]:
         """inputs: the model's (e.g. x (B, C, T) on the model's device). Returns the model's
@@ -55,7 +59,7 @@ class TrainStep:
             group["lr"] = lr * group.get("lr_scale", 1.0)     # layer-wise decay: a factor per group
         self.model.train()
         x = inputs[0]
-        with autocast(self.precision, x.device):
+        with autocast(self.precision, x.device), unpadded(self.unpadded):
             out = self.model(*inputs, **kwargs)
         self.optimizer.zero_grad(set_to_none=True)
         out["loss"].backward()

@@ -229,6 +229,22 @@ def run_variant(args) -> dict:
     return result
 
 
+def in_process(p: argparse.ArgumentParser, cmd: list[str]) -> dict:
+    """One variant in this process (--in-process: no interpreter and CUDA start-up per variant, a
+    few seconds each on a lent GPU). Peak memory stays per variant: the previous variant's tensors
+    are freed and the allocator's peak is reset before each (run_variant); compiled graphs too."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    torch._dynamo.reset()       # each variant compiles afresh (and within the recompile limit)
+    try:
+        return run_variant(p.parse_args(cmd))
+    except Exception as e:      # as a child's failure: recorded, the other variants still run
+        raise RuntimeError(f"{type(e).__name__}: {e}") from e
+
+
 def summarise(results: list[dict]) -> dict:
     """The issue's figures from the variants that ran: ratios, so that machine noise cancels."""
     ok = [r for r in results if "error" not in r]
@@ -280,6 +296,8 @@ def main() -> None:
     p.add_argument("--variants", default="core,core_ckpt,mae")
     p.add_argument("--sdpa", default="auto", help=f"attention backends, comma-separated, of {','.join(SDPA_BACKENDS)}")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="profile N steps after the timed ones")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the variants in this process, one after another (GPU: no start-up per variant)")
     p.add_argument("--padded", action="store_true",
                    help="keep the key-padding mask (as on a corpus with short records): no flash attention")
     config_args(p)
@@ -313,7 +331,7 @@ def main() -> None:
                            *(["--config", args.config] if args.config else []), *(["--quick"] if args.quick else []),
                            *sets(args.set)]
                     try:
-                        results.append(child("pretrain_step", cmd))
+                        results.append(in_process(p, cmd) if args.in_process else child("pretrain_step", cmd))
                     except RuntimeError as e:
                         results.append({"variant": variant, "precision": precision, "stdm_mode": mode,
                                         "sdpa": backend, "error": str(e)[-1500:]})

@@ -57,7 +57,8 @@ from bench.common import (REPO, TINY, child, config_args, emit, ingest_pass, job
 from coreecg.config import load_config
 
 
-def bare_step_rate(cfg, windows: np.ndarray, steps: int, warmup: int, threads: int, device: str = "cpu") -> float:
+def bare_step_rate(cfg, windows: np.ndarray, steps: int, warmup: int, threads: int, device: str = "cpu",
+                   unpadded: bool = False) -> float:
     """Samples/s of PretrainStep alone on in-memory crops on `device` (no Ray, no data loading)."""
     from coreecg.methods import build_method
     from coreecg.train.ingest import memory_epoch_batches, to_model_input
@@ -67,23 +68,28 @@ def bare_step_rate(cfg, windows: np.ndarray, steps: int, warmup: int, threads: i
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     step = PretrainStep(build_method(cfg).to(dev), cfg, Schedule(1000, 1, 0))
+    step.unpadded = unpadded                    # as the Ray path decides it, from the manifest
     gen = torch.Generator().manual_seed(0)      # on the host, as in the training loop
     data = torch.from_numpy(windows)
     per_epoch = len(data) // cfg.optim.batch_size
     if per_epoch == 0:
         raise SystemExit(f"{len(data)} windows: not one batch of {cfg.optim.batch_size}")
-    times = []
-    for i in range(warmup + steps):
-        if i % per_epoch == 0:
-            batches = memory_epoch_batches(data, cfg.optim.batch_size, i // per_epoch, 0, dev)
-        signal, uid = next(batches)
-        x = to_model_input(signal, uid, 0, 0, cfg.data.crop_samples)
-        sync(dev)
-        t = time.perf_counter()
-        step(x, generator=gen)
-        sync(dev)
-        times.append(time.perf_counter() - t)
-    return cfg.optim.batch_size / float(np.median(times[warmup:]))
+
+    def run(first: int, n: int) -> None:
+        batches = None
+        for i in range(first, first + n):
+            if batches is None or i % per_epoch == 0:
+                batches = memory_epoch_batches(data, cfg.optim.batch_size, i // per_epoch, 0, dev)
+            signal, uid = next(batches)
+            step(to_model_input(signal, uid, 0, 0, cfg.data.crop_samples), generator=gen)
+
+    run(0, warmup)
+    sync(dev)
+    # One clock around all timed steps, as the loop runs them: no device sync between steps.
+    t = time.perf_counter()
+    run(warmup, steps)
+    sync(dev)
+    return cfg.optim.batch_size * steps / (time.perf_counter() - t)
 
 
 def ray_path(cfg) -> dict:
@@ -159,6 +165,7 @@ def main() -> None:
     p.add_argument("--steps-total", type=int, metavar="N",
                    help="optim.epochs (>= 2) so that the Ray path runs at least N steps; overrides --epochs")
     p.add_argument("--steps", type=int, default=5, help="bare-step timed steps")
+    p.add_argument("--no-first-step", action="store_true", help="skip the time-to-first-step job")
     p.add_argument("--bare-only", metavar="CORPUS", help=argparse.SUPPRESS)   # child process
     p.add_argument("--threads", type=int, help=argparse.SUPPRESS)              # child process
     args = p.parse_args()
@@ -179,7 +186,10 @@ def main() -> None:
         # float16 as stored, as training batches arrive; at most 4 batches, spread over the split
         windows = read_split(args.bare_only, "train", columns=["signal"], max_windows=4 * args.batch,
                              as_stored=True)["signal"]
-        rate = bare_step_rate(cfg, windows, args.steps, 1 if not cuda else 3, threads, args.device)
+        from coreecg.data.corpus import unpadded_split
+
+        rate = bare_step_rate(cfg, windows, args.steps, 1 if not cuda else 3, threads, args.device,
+                              unpadded=unpadded_split(args.bare_only, "train"))
         emit({"bare_step_samples_per_s": rate}, one_line=True)
         return
 
@@ -234,9 +244,11 @@ def main() -> None:
     except RuntimeError as e:
         bare_rate, errors["bare_step"] = None, str(e)[-3000:]
         progress({"bare_step_error": errors["bare_step"]})
+    first_step = None
     try:
-        first_step = time_to_first_step([*common, "optim.epochs=1", f"data.cache_dir={cfg.data.cache_dir}",
-                                         *(workers if cuda else [])], storage)
+        if not args.no_first_step:
+            first_step = time_to_first_step([*common, "optim.epochs=1", f"data.cache_dir={cfg.data.cache_dir}",
+                                             *(workers if cuda else [])], storage)
     except (RuntimeError, TimeoutError) as e:
         first_step, errors["first_step"] = None, str(e)[-3000:]
         progress({"first_step_error": errors["first_step"]})

@@ -43,7 +43,8 @@ part step_attention python -m bench.pretrain_step "${common[@]}" --variants core
 part step_padded python -m bench.pretrain_step "${common[@]}" --variants core --modes bernoulli,exact --padded "$@"
 part step_compiled python -m bench.pretrain_step "${common[@]}" --variants core --modes bernoulli,exact \
     --profile 3 --set train.compile=true "$@"
-part tests python -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_unpadded.py tests/test_step_numerics.py
+part tests python -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_unpadded.py tests/test_step_numerics.py \
+    tests/test_distributed_loss.py
 tail -n 3 "$OUT_DIR/tests.log" >&2
 for f in "$OUT_DIR"/step_*.json; do
     python -c "import json, sys; d = json.load(open(sys.argv[1])); [print(r) for r in d['summary']['runs']]

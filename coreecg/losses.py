@@ -27,10 +27,15 @@ def masked_mse(pred: torch.Tensor, target: torch.Tensor, masked: torch.Tensor) -
 def _gather_with_grad(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     """All ranks' rows, concatenated in rank order, with gradients flowing back to each rank."""
     import torch.distributed as dist
-    from torch.distributed._functional_collectives import all_gather_single_autograd, wait_tensor
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return t, 0
+    try:
+        from torch.distributed._functional_collectives import all_gather_single_autograd, wait_tensor
+    except ImportError:     # older torch (2.11 lacks it): the autograd-aware all_gather it replaces
+        from torch.distributed.nn.functional import all_gather
+
+        return torch.cat(all_gather(t.contiguous())), dist.get_rank() * t.shape[0]
     # Functional collective (torch.distributed.nn's all_gather is deprecated and warned every
     # step): the backward is a reduce-scatter, so each rank's rows get every rank's gradient.
     gathered = wait_tensor(all_gather_single_autograd(t.contiguous(), 0, dist.group.WORLD))
@@ -110,8 +115,10 @@ def cmsc_contrastive(a: torch.Tensor, b: torch.Tensor, tau: float, patient: torc
     own = rows + offset                                                  # (B,) own pair's column
     patient = own if patient is None else patient
     all_patient = _gather_no_grad(patient)[0] if gather else patient
-    same = patient[:, None] == all_patient[None, :]                      # (B, B * world)
-    same[rows, own] = False                                              # the own pair: its own term
+    # (B, B * world): same patient, less the own pair (its own term). Built elementwise: an
+    # in-place `same[rows, own] = False` copies the scalar to the GPU and syncs every step.
+    columns = torch.arange(all_patient.shape[0], device=a.device)
+    same = (patient[:, None] == all_patient[None, :]) & (columns[None, :] != own[:, None])
     # The same-patient mean divides by the pairs of the whole pool (every rank's, counted from the
     # gathered ids), so the ranks' shares sum to the global mean; no sync, no extra collective.
     pairs = (all_patient[:, None] == all_patient[None, :]).sum().float() - all_patient.shape[0]

@@ -15,7 +15,8 @@
 #                   runs flash wherever no mask is passed: exact STDM, MoCo v3, CMSC)
 #   step_padded     CoRe-ECG keeping the key-padding mask everywhere (a corpus with short records)
 #   step_compiled   CoRe-ECG with train.compile=true; profiled
-#   tests           tests/test_cuda.py (every CUDA path), tests/test_unpadded.py, tests/test_step_numerics.py
+#   tests           (first) tests/test_cuda.py (every CUDA path), test_unpadded, test_step_numerics,
+#                   test_distributed_loss (the gather fallback on an older torch)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device: nothing to measure')" || exit 1
@@ -35,6 +36,10 @@ part() {     # part NAME COMMAND...: stdout to OUT_DIR/NAME.json (or .log), prog
     echo "== $name: $((SECONDS - t0)) s" >&2
 }
 
+# Correctness first, each failure's reason in the log's summary (-rfE), no test longer than 5 min.
+part tests python -m pytest -q -p no:cacheprovider -rfE --tb=short --timeout 300 tests/test_cuda.py \
+    tests/test_unpadded.py tests/test_step_numerics.py tests/test_distributed_loss.py
+grep -E "^(FAILED|ERROR)|passed|failed" "$OUT_DIR/tests.log" | tail -n 20 >&2
 part step_eager python -m bench.pretrain_step "${common[@]}" --variants core,mae,moco_v3,cmsc \
     --modes bernoulli,exact --profile 3 "$@"
 part step_memory python -m bench.pretrain_step "${common[@]}" --variants core,core_ckpt --modes bernoulli "$@"
@@ -43,9 +48,6 @@ part step_attention python -m bench.pretrain_step "${common[@]}" --variants core
 part step_padded python -m bench.pretrain_step "${common[@]}" --variants core --modes bernoulli,exact --padded "$@"
 part step_compiled python -m bench.pretrain_step "${common[@]}" --variants core --modes bernoulli,exact \
     --profile 3 --set train.compile=true "$@"
-part tests python -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_unpadded.py tests/test_step_numerics.py \
-    tests/test_distributed_loss.py
-tail -n 3 "$OUT_DIR/tests.log" >&2
 for f in "$OUT_DIR"/step_*.json; do
     python -c "import json, sys; d = json.load(open(sys.argv[1])); [print(r) for r in d['summary']['runs']]
 [print('error:', r['variant'], r['stdm_mode'], r['sdpa'], r['error'][-300:]) for r in d['results'] if 'error' in r]" "$f"

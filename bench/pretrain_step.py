@@ -62,7 +62,8 @@ SDPA_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
 # Kernel (CUDA) or operator (CPU) names -> the kind of work, first match wins. The order matters:
 # an attention kernel's name can contain "gemm", a fused optimizer's "elementwise".
 KINDS = [
-    ("optimizer", r"adam|multi_tensor|foreach|_fused_"),
+    ("optimizer", r"adam|multi_tensor|foreach"),
+    ("compiled", r"^triton_"),          # inductor's fused kernels (train.compile): norms, GELU, casts
     ("attention", r"flash|fmha|attention|attn|sdpa|scaled_dot"),
     ("matmul", r"gemm|gemv|cutlass|xmma|nvjet|cublas|wgmma|matmul|aten::mm|aten::bmm|addmm|aten::linear"),
     ("norm", r"layer_norm|layernorm|native_layer_norm|rms_norm"),

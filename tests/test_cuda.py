@@ -48,27 +48,38 @@ def test_cuda_checkpointing_lowers_peak_memory():
 
 
 def _cpu_and_cuda_steps(*overrides: str) -> tuple[dict, dict]:
-    """One fp32 step of the same seeded tiny model and masks on the CPU and on CUDA."""
+    """One fp32 step of the same seeded tiny model and host-drawn masks on the CPU and on CUDA,
+    without TF32 (CUDA's default for convolutions). loss.beta=0: the FDA view's noise is drawn on
+    the batch's device (a CUDA generator seeded from the host one: other numbers than the CPU's),
+    so only the reconstruction term is the same function on both devices."""
     out = {}
     x = torch.randn(8, 12, 2250, generator=torch.Generator().manual_seed(1))
-    for device in ("cpu", "cuda"):
-        cfg = tiny_config("train.precision=fp32", *overrides)
-        torch.manual_seed(0)
-        model = CoReECG(cfg).to(device)
-        step = PretrainStep(model, cfg, Schedule(10, 2, 0))
-        res = step(x.to(device), generator=torch.Generator().manual_seed(0))
-        out[device] = {"loss": float(res["loss"]), "params": [p.detach().cpu() for p in model.parameters()]}
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        for device in ("cpu", "cuda"):
+            cfg = tiny_config("train.precision=fp32", "loss.beta=0", *overrides)
+            torch.manual_seed(0)
+            model = CoReECG(cfg).to(device)
+            step = PretrainStep(model, cfg, Schedule(10, 2, 0))
+            res = step(x.to(device), generator=torch.Generator().manual_seed(0))
+            out[device] = {"loss": float(res["loss"]), "grads": {n: p.grad.detach().cpu() for n, p in model.named_parameters()
+                                                                   if p.grad is not None}}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     return out["cpu"], out["cuda"]
 
 
 @pytest.mark.parametrize("mode", ["bernoulli", "exact"])
 def test_cuda_fp32_step_matches_the_cpu_step(mode):
-    """The same seed and host-drawn masks give the same loss and update on either device: the
-    device moves no randomness and changes no arithmetic beyond float rounding."""
+    """The same seed and host-drawn masks give the same loss and gradients on either device: the
+    device moves no masking randomness and changes no arithmetic beyond float rounding."""
     cpu, cuda = _cpu_and_cuda_steps(f"masking.mode={mode}")
-    assert abs(cpu["loss"] - cuda["loss"]) <= 1e-3 * abs(cpu["loss"]), (cpu["loss"], cuda["loss"])
-    worst = max(float((a - b).abs().max() / (a.abs().max() + 1e-6)) for a, b in zip(cpu["params"], cuda["params"]))
-    assert worst < 1e-2, worst
+    assert abs(cpu["loss"] - cuda["loss"]) <= 1e-4 * abs(cpu["loss"]), (cpu["loss"], cuda["loss"])
+    assert set(cpu["grads"]) == set(cuda["grads"]) and cpu["grads"]
+    for name, g in cpu["grads"].items():
+        err = float((g - cuda["grads"][name]).norm())
+        assert err <= 1e-3 * float(g.norm()) + 1e-7, (name, err, float(g.norm()))
 
 
 def test_cuda_bf16_autocast_tracks_fp32():
@@ -130,8 +141,10 @@ def test_baseline_methods_step_on_cuda_without_host_sync(method):
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
 
 
-def test_embeddings_on_cuda_equal_the_cpu_ones(tmp_path):
-    """coreecg.embed with device='cuda' (fp32 inference) gives the CPU's embedding."""
+def test_embeddings_on_cuda_agree_with_the_cpu_ones(tmp_path):
+    """coreecg.embed with device='cuda' runs the export's precision ('auto': bf16 autocast on
+    CUDA, fp32 on the CPU): the same embedding up to bf16 rounding (seen on an H200: 1.7e-3 of the
+    largest component)."""
     import numpy as np
 
     import coreecg
@@ -142,31 +155,52 @@ def test_embeddings_on_cuda_equal_the_cpu_ones(tmp_path):
     signal = np.random.default_rng(0).standard_normal((12, 5000)).astype(np.float32)
     cpu = coreecg.embed(signal, 500, STANDARD_LEADS, models["encoder"], device="cpu")
     cuda = coreecg.embed(signal, 500, STANDARD_LEADS, models["encoder"], device="cuda")
-    assert cpu.shape == cuda.shape and np.allclose(cpu, cuda, atol=1e-3 * np.abs(cpu).max()), np.abs(cpu - cuda).max()
+    assert cpu.shape == cuda.shape and np.isfinite(cuda).all()
+    cos = float(cpu @ cuda / (np.linalg.norm(cpu) * np.linalg.norm(cuda)))
+    assert cos > 0.9999 and np.abs(cpu - cuda).max() <= 2e-2 * np.abs(cpu).max(), (cos, np.abs(cpu - cuda).max())
 
 
-def test_pretrain_and_finetune_on_the_gpu_through_ray_train(ray_session, tmp_path):
-    """jobs/pretrain.py's and jobs/finetune.py's path (fit: TorchTrainer, Ray Data) with
-    train.use_gpu=true: the weights come back finite and load on a CPU-only machine."""
-    import math
-
-    from coreecg.checkpoints import load_checkpoint
+@pytest.fixture(scope="module")
+def gpu_pretraining(ray_session, tmp_path_factory):
+    """jobs/pretrain.py's path (fit: TorchTrainer, Ray Data) with train.use_gpu=true, one worker."""
     from coreecg.config import load_config
-    from coreecg.data.locate import synthetic_corpus
     from coreecg.train.fit import fit, plan_run
     from tests.helpers import TINY
 
+    tmp = tmp_path_factory.mktemp("gpu-runs")
     common = [*TINY, "train.use_gpu=true", "train.num_workers=1", "train.cpus_per_worker=1",
-              f"train.storage_path={tmp_path}", "train.eval_every_epochs=0", "data.synthetic_records=256"]
+              f"train.storage_path={tmp}", "train.eval_every_epochs=0", "data.synthetic_records=256"]
     cfg = load_config(overrides=[*common, "optim.batch_size=8", "optim.epochs=2", "optim.warmup_epochs=0",
                                  "train.name=gpu-pre"])
-    pre = fit(plan_run(cfg, "pretrain"))
+    return common, cfg, fit(plan_run(cfg, "pretrain"))
+
+
+def test_pretraining_on_the_gpu_through_ray_train(gpu_pretraining):
+    """The weights come back finite, the run's steps ran on CUDA, and they load on a CPU-only machine."""
+    import json
+    import math
+
+    from coreecg.checkpoints import load_checkpoint
+
+    _, cfg, pre = gpu_pretraining
     assert math.isfinite(pre.metrics["loss"])
     payload, _ = load_checkpoint(pre.checkpoint, map_location="cpu")
     assert all(torch.isfinite(v).all() for v in payload["model"].values() if v.is_floating_point())
+    lines = [json.loads(x) for x in (pre.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in lines if x.get("kind") == "epoch"] == [1, 2]
+
+
+def test_finetuning_on_the_gpu_through_ray_train(gpu_pretraining):
+    import math
+
+    from coreecg.config import load_config
+    from coreecg.data.locate import synthetic_corpus
+    from coreecg.train.fit import fit, plan_run
+
+    common, cfg, pre = gpu_pretraining
     ft_cfg = load_config(overrides=[*common, f"data.corpus={synthetic_corpus(cfg)}", f"finetune.encoder={pre.model}",
                                     "finetune.epochs=1", "finetune.batch_size=8", "finetune.bootstrap_resamples=20",
                                     "train.name=gpu-ft"])
     ft = fit(plan_run(ft_cfg, "finetune"))
-    numbers = [v for v in ft.metrics.values() if isinstance(v, float)]
+    numbers = [v for split in ("val", "test") for v in ft.metrics[split].values() if isinstance(v, float)]
     assert numbers and all(math.isfinite(v) for v in numbers), ft.metrics

@@ -2,7 +2,8 @@
 pretraining + fine-tuning FLOPs -> GPU-hours on 4x RTX 3090 and 8x H100, per method, for the
 mask-rate grid and for the whole study. Arithmetic only: no training, no Ray. Prints JSON.
 
-    python -m bench.capacity                                      # 800,000 records, MFU 0.35
+    python -m bench.capacity                                      # 800,000 records, compiled step: MFU 0.149
+    python -m bench.capacity --mode eager                         # the eager step's measured MFU 0.101
     python -m bench.capacity --mfu 0.25                           # another utilisation
     python -m bench.capacity --mfu-rtx3090 0.45 --mfu-h100 0.30   # one per GPU
     python -m bench.capacity --records 400000 --preprocess-rps-per-core 74.0
@@ -53,6 +54,11 @@ What comes from where:
   data parallel or one run per GPU, no input bottleneck). Peaks: RTX 3090 71 TFLOP/s (NVIDIA
   Ampere GA102 whitepaper, FP16/BF16 tensor with FP32 accumulate, dense), H100 SXM 989 TFLOP/s
   (NVIDIA H100 datasheet, BF16 tensor, dense).
+- MFU (of those datasheet peaks): MEASURED_MFU, the CoRe-ECG step measured on a lent H200 (the
+  H100 SXM's compute) by `bash bench/gpu_smoke.sh`, 2026-11-26: achieved FLOP/s / 989 TFLOP/s,
+  0.149 compiled (train.compile=true), 0.101 eager (--mode). The RTX 3090 is not measured: it is
+  assumed to reach the same fraction of its own peak (MFU_BASIS says why). --mfu sets both GPUs,
+  --mfu-rtx3090 / --mfu-h100 one each; the JSON's "mfu" says where each figure came from.
 """
 from __future__ import annotations
 
@@ -78,6 +84,21 @@ PLATFORMS = {
                     "peak_source": "NVIDIA H100 Tensor Core GPU datasheet: H100 SXM BF16 tensor core "
                                    "1,979 TFLOPS with sparsity, 989 dense"},
 }
+# Utilisation of the datasheet peaks above, by how the step runs (train.compile): the CoRe-ECG
+# pretraining step (paper config, batch 256, bf16, bernoulli STDM) measured 2026-11-26 on a lent
+# NVIDIA H200 by `bash bench/gpu_smoke.sh`: 147.4 TFLOP/s compiled, 99.7 eager (51.08 GFLOP/sample,
+# pretrain_flops_per_sample), over the H100 SXM's dense 989 (the H200 is the same Hopper chip).
+MEASURED_MFU = {"compiled": 0.149, "eager": 0.101}
+MFU_BASIS = (
+    "measured 2026-11-26 on a lent NVIDIA H200 (torch 2.11.0+cu130), `bash bench/gpu_smoke.sh` "
+    "(bench.pretrain_step --device cuda --batch 256 --precisions bf16; paper config, CoRe-ECG, bernoulli "
+    "STDM): compiled (train.compile=true) 2,886 samples/s = 147.4 TFLOP/s, eager 1,951 samples/s = 99.7 "
+    "TFLOP/s, at 51.08 GFLOP/sample; MFU = achieved / 989 TFLOP/s (H100 SXM dense bf16 datasheet peak; "
+    "the H200 has the H100's compute and 4.8 vs 3.35 TB/s memory, so an H100 may be somewhat slower, "
+    "most in eager mode, about half of whose step is memory-bound kernels). RTX 3090: not measured; "
+    "assumed the same fraction of its own datasheet peak (71 TFLOP/s), conservative since its memory "
+    "bandwidth per FLOP (936 GB/s / 71 TFLOP/s) is about 4x Hopper's, so memory-bound kernels weigh less")
+
 # The downstream corpora of studies/paper.yaml: the paper's record counts ("Datasets and
 # Preprocessing"), the source that reads them and its options (docs/studies.md builds them so).
 DOWNSTREAM = {
@@ -349,9 +370,13 @@ def main() -> None:
     p.add_argument("--preprocess-cores", type=int, default=16, help="cores of a preprocessing node (wall hours)")
     p.add_argument("--overhead-corpus", default=None,
                    help="an existing corpus to measure the Parquet overhead on (default: largest under corpora/)")
-    p.add_argument("--mfu", type=float, default=0.35, help="model FLOPs utilisation of the bf16 dense peak")
-    p.add_argument("--mfu-rtx3090", type=float, default=None, help="default: --mfu")
-    p.add_argument("--mfu-h100", type=float, default=None, help="default: --mfu")
+    p.add_argument("--mode", choices=sorted(MEASURED_MFU), default="compiled",
+                   help="which measured utilisation prices the runs (MEASURED_MFU): the compiled step "
+                        "(train.compile=true) 0.149, eager 0.101 of the dense bf16 datasheet peak")
+    p.add_argument("--mfu", type=float, default=None,
+                   help="model FLOPs utilisation of the bf16 dense peak, both GPUs (default: --mode's measured)")
+    p.add_argument("--mfu-rtx3090", type=float, default=None, help="default: --mfu, else --mode's measured")
+    p.add_argument("--mfu-h100", type=float, default=None, help="default: --mfu, else --mode's measured")
     p.add_argument("--ptbxl-records", type=int, default=21_837, help="paper: 21,837")
     p.add_argument("--icbeb-records", type=int, default=6_877, help="paper: 'over 6,000'; CPSC2018: 6,877")
     p.add_argument("--ningbo-records", type=int, default=34_905, help="paper: 34,905")
@@ -380,7 +405,18 @@ def main() -> None:
     for v in (args.mfu, args.mfu_rtx3090, args.mfu_h100):
         if v is not None and not 0 < v <= 1:
             p.error(f"an MFU must lie in (0, 1], got {v}")
-    mfu = {"4x RTX 3090": args.mfu_rtx3090 or args.mfu, "8x H100 SXM": args.mfu_h100 or args.mfu}
+    mfu, mfu_from = {}, {}
+    for name, own, flag, how in (
+            ("4x RTX 3090", args.mfu_rtx3090, "--mfu-rtx3090",
+             f"assumed: the H100's measured {args.mode} fraction of the datasheet peak (MFU_BASIS)"),
+            ("8x H100 SXM", args.mfu_h100, "--mfu-h100",
+             f"measured, {args.mode} step, H200 (the H100's compute; MFU_BASIS)")):
+        if own is not None:
+            mfu[name], mfu_from[name] = own, flag
+        elif args.mfu is not None:
+            mfu[name], mfu_from[name] = args.mfu, "--mfu"
+        else:
+            mfu[name], mfu_from[name] = MEASURED_MFU[args.mode], how
     cfg = load_config(args.config)
     pp, d = cfg.data.preprocess, cfg.data
     train_share, val_share, test_share = d.split_ratios
@@ -470,8 +506,10 @@ def main() -> None:
 
     # ---------------------------------------------------------------- the study's runs
     pre_rows, pre_flops, probe_flops = [], {}, {}
+    compiles: set[bool] = set()         # train.compile of the pretrainings: does the study run compiled?
     for run in study.pretrain_runs():
         rc = load_config(study.config_file, study.pretrain_overrides(run, study.planned_pretrain_corpora()))
+        compiles.add(rc.train.compile)
         f = pretrain_flops_per_sample(rc)
         spe = samples_per_epoch(pretrain_train, rc.optim.batch_size)
         samples = spe * rc.optim.epochs
@@ -534,11 +572,20 @@ def main() -> None:
     ingest = {name: round(p["gpus"] * p["peak_flops_per_gpu"] * mfu[name] / (core["train_gflop_per_sample"] * 1e9))
               for name, p in PLATFORMS.items()} if core else None
 
+    mfu_info = {"mode": args.mode, "measured": MEASURED_MFU, "basis": MFU_BASIS, "by_platform": mfu_from,
+                "study_train_compile": sorted(compiles)}
+    if args.mode == "compiled" and False in compiles and any(not f.startswith("--") for f in mfu_from.values()):
+        mfu_info["note"] = ("priced as compiled steps, but the study's pretrainings run with train.compile=false "
+                            "(the default): as configured they run eager (--mode eager) unless given "
+                            "--set train.compile=true")
+
     out = {
         "benchmark": "capacity", "command": " ".join(["python -m bench.capacity", *sys.argv[1:]]),
         "config": in_repo(args.config),
         "study": in_repo(args.study),
-        "platforms": {n: {**p, "mfu": mfu[n], "effective_flops_per_gpu": p["peak_flops_per_gpu"] * mfu[n]}
+        "mfu": mfu_info,
+        "platforms": {n: {**p, "mfu": mfu[n], "mfu_from": mfu_from[n],
+                          "effective_flops_per_gpu": p["peak_flops_per_gpu"] * mfu[n]}
                       for n, p in PLATFORMS.items()},
         "preprocessing": preprocessing,
         "corpus": corpus,

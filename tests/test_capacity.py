@@ -88,3 +88,25 @@ def test_a_cached_linear_probe_costs_one_embedding_pass():
     assert abs(sum(capacity.finetune_cost(small, ds)) - (c_train + c_eval)) < 0.01 * embed
     # uncached, every step embeds its batch's eval_crops crops: per epoch about the train embedding
     assert u_train > 0.9 * cached.finetune.epochs * ds["train"] * cached.finetune.eval_crops * fwd
+
+
+def test_the_gpu_hours_use_the_measured_utilisation_unless_overridden(monkeypatch, capsys):
+    rtx, h100 = "4x RTX 3090", "8x H100 SXM"
+    compiled = price(monkeypatch, capsys, "--quick")
+    eager = price(monkeypatch, capsys, "--quick", "--mode", "eager")
+    given = price(monkeypatch, capsys, "--quick", "--mfu", "0.2", "--mfu-h100", "0.3")
+    # defaults: the measured fractions, the RTX 3090 assumed at the H100's; the JSON says where from
+    assert {n: p["mfu"] for n, p in compiled["platforms"].items()} == {rtx: 0.149, h100: 0.149}
+    assert {n: p["mfu"] for n, p in eager["platforms"].items()} == {rtx: 0.101, h100: 0.101}
+    assert compiled["mfu"]["measured"] == capacity.MEASURED_MFU and "H200" in compiled["mfu"]["basis"]
+    assert compiled["mfu"]["by_platform"][rtx].startswith("assumed")
+    assert compiled["mfu"]["by_platform"][h100].startswith("measured")
+    # studies/tiny.yaml runs eager (train.compile=false): pricing it compiled says so
+    assert compiled["mfu"]["study_train_compile"] == [False] and "note" in compiled["mfu"]
+    assert "note" not in eager["mfu"]
+    # overrides: --mfu for both, --mfu-h100 for one
+    assert {n: p["mfu"] for n, p in given["platforms"].items()} == {rtx: 0.2, h100: 0.3}
+    assert given["mfu"]["by_platform"] == {rtx: "--mfu", h100: "--mfu-h100"}
+    # GPU-hours scale as 1 / MFU
+    ratio = eager["totals"]["study"][h100]["gpu_hours"] / compiled["totals"]["study"][h100]["gpu_hours"]
+    assert abs(ratio - 0.149 / 0.101) < 0.01

@@ -307,6 +307,9 @@ def main() -> None:
     p.add_argument("--variant", default="core", help=argparse.SUPPRESS)
     p.add_argument("--sdpa-backend", default="auto", choices=SDPA_BACKENDS, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.in_process and not args.device.startswith("cuda"):
+        # the CPU's memory figure is the process's lifetime peak RSS: per variant only in a fresh process
+        p.error("--in-process is for CUDA (per-variant peak memory there is the allocator's, reset per variant)")
     unknown = set(args.sdpa.split(",")) - set(SDPA_BACKENDS)
     if unknown:
         p.error(f"--sdpa: unknown backend(s) {sorted(unknown)}; choose from {list(SDPA_BACKENDS)}")

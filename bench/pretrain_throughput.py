@@ -167,6 +167,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5, help="bare-step timed steps")
     p.add_argument("--no-first-step", action="store_true", help="skip the time-to-first-step job")
     p.add_argument("--bare-only", metavar="CORPUS", help=argparse.SUPPRESS)   # child process
+    p.add_argument("--unpadded", action="store_true", help=argparse.SUPPRESS)  # child: as the Ray path decided
     p.add_argument("--threads", type=int, help=argparse.SUPPRESS)              # child process
     args = p.parse_args()
     cpus = os.cpu_count() or 1
@@ -186,10 +187,8 @@ def main() -> None:
         # float16 as stored, as training batches arrive; at most 4 batches, spread over the split
         windows = read_split(args.bare_only, "train", columns=["signal"], max_windows=4 * args.batch,
                              as_stored=True)["signal"]
-        from coreecg.data.corpus import unpadded_split
-
         rate = bare_step_rate(cfg, windows, args.steps, 1 if not cuda else 3, threads, args.device,
-                              unpadded=unpadded_split(args.bare_only, "train"))
+                              unpadded=args.unpadded)
         emit({"bare_step_samples_per_s": rate}, one_line=True)
         return
 
@@ -234,10 +233,16 @@ def main() -> None:
         ingest, errors["ingest"] = None, f"{type(e).__name__}: {e}"[-3000:]
         progress({"ingest_error": errors["ingest"]})
     ray.shutdown()
+    # The Ray path drops attention masks only when every training corpus counts no padded window
+    # (coreecg.train.pretraining.task_from_plan); the bare step, fed from the first corpus, does the same.
+    from coreecg.data.corpus import unpadded_split
+
+    unpadded = all(unpadded_split(c, "train") for c in (corpora or [corpus]))
     # Ray sets OMP_NUM_THREADS to a worker's CPUs; without it the same step measured 18 % slower.
     try:
         bare_rate = child("pretrain_throughput", [
-            "--bare-only", str(corpus), "--batch", str(args.batch), "--steps", str(args.steps), "--device",
+            "--bare-only", str(corpus), *(["--unpadded"] if unpadded else []),
+            "--batch", str(args.batch), "--steps", str(args.steps), "--device",
             args.device, "--threads", str(threads), *(["--config", args.config] if args.config else []),
             *sets(args.set)], env={"OMP_NUM_THREADS": str(threads)})["bare_step_samples_per_s"]
         progress({"bare_step_samples_per_s": bare_rate})

@@ -206,6 +206,34 @@ def shared_address() -> tuple[str, str] | None:
     return recorded, where
 
 
+_PRIVATE = False     # this process started its own local cluster (init_ray): no node can join it
+_WARNED: set[str] = set()
+
+
+def check_gpus(needed: float, what: str) -> None:
+    """A run asking for GPUs the cluster lacks would wait for them forever (Ray Train and Tune
+    queue the request silently). On this process's private local cluster, which no node can join,
+    that is a ClusterError at once naming the setting; on a cluster it joined (one that may add
+    GPU nodes, `cluster.yaml`'s autoscaler) a warning, and the run waits as Ray does."""
+    import math
+
+    import ray
+
+    if needed <= 0:
+        return
+    have = ray.cluster_resources().get("GPU", 0.0)
+    if have >= needed:
+        return
+    msg = f"{what} asks for {math.ceil(needed)} GPU(s) and the Ray cluster has {have:g}"
+    if _PRIVATE:
+        raise ClusterError(f"{msg}: this machine's own local cluster can gain none; set train.use_gpu=false "
+                           "to train on the CPU, or submit to a cluster with GPUs (docs/cluster.md)")
+    if msg not in _WARNED:                  # planning and fitting both ask: one warning
+        _WARNED.add(msg)
+        log.warning("%s: the run waits until the cluster has them (an autoscaling cluster adds GPU nodes; "
+                    "otherwise stop it and set train.use_gpu=false)", msg)
+
+
 def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
     """Idempotent. worker_cpus: CPUs the Train workers will hold (num_workers * cpus_per_worker)."""
     from coreecg.extras import require_ray_extra
@@ -243,6 +271,8 @@ def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
     os.environ.setdefault(TRAIN_POLL_ENV, str(TRAIN_POLL_S))
     # "local": a new cluster even where Ray's address file names one (a stale one, ignored above).
     # Ray Data logs two INFO lines per execution (every epoch) from its coordinator actors.
+    global _PRIVATE
+    _PRIVATE = True
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, worker_cpus + reserve_for_data),
              include_dashboard=True, dashboard_host="127.0.0.1", **console,
              runtime_env={"env_vars": {"RAY_DATA_LOG_LEVEL": os.environ.get("RAY_DATA_LOG_LEVEL", "WARNING"),

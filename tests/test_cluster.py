@@ -257,3 +257,45 @@ TorchTrainer(loop, scaling_config=ray.train.ScalingConfig(num_workers=1),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "seen").read_text() == "0.1"
+
+
+def test_gpus_the_cluster_lacks_are_an_error_on_a_private_cluster_and_a_warning_on_a_joined_one(
+        monkeypatch, caplog):
+    """Ray Train and Tune queue a GPU request the cluster can't meet and wait forever. A private
+    local cluster can never gain a GPU: error at once naming the setting. A joined cluster may
+    autoscale: warn, and let Ray wait."""
+    import logging
+
+    import ray
+
+    import coreecg.cluster as cluster
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 4.0, "GPU": 1.0})
+    monkeypatch.setattr(cluster, "_PRIVATE", True)
+    cluster.check_gpus(1, "train.use_gpu=true")           # enough: nothing happens
+    cluster.check_gpus(0, "train.use_gpu=false")
+    with pytest.raises(cluster.ClusterError, match=r"train.use_gpu=true .* asks for 4 GPU\(s\) and the Ray "
+                                                   r"cluster has 1: .*set train.use_gpu=false"):
+        cluster.check_gpus(4, "train.use_gpu=true with train.num_workers=4")
+    monkeypatch.setattr(cluster, "_PRIVATE", False)
+    monkeypatch.setattr(cluster, "_WARNED", set())
+    with caplog.at_level(logging.WARNING, logger="coreecg.cluster"):
+        cluster.check_gpus(4, "train.use_gpu=true with train.num_workers=4")
+    assert "asks for 4 GPU(s) and the Ray cluster has 1: the run waits" in caplog.text
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_use_gpu_on_a_machine_without_one_exits_2_instead_of_waiting_forever(tmp_path):
+    """Was: `jobs/pretrain.py --set train.use_gpu=true` on a CPU machine hung (Ray Train waited
+    for a GPU its private cluster can never have). Now: exit 2 naming the setting, no run folder."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}      # its own private cluster
+    done = subprocess.run([sys.executable, "jobs/pretrain.py", "--set", "train.use_gpu=true", "--set",
+                           "data.synthetic_records=64", "--set", f"train.storage_path={tmp_path}"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "train.use_gpu=true with train.num_workers=2 asks for 2 GPU(s) and the Ray cluster has 0" in done.stderr
+    assert not (tmp_path / "quickstart" / "metrics.jsonl").exists()

@@ -62,12 +62,22 @@ def start_ray(config: Config) -> None:
     quiet_data()
 
 
+def check_run_gpus(config: Config) -> None:
+    """coreecg.cluster.check_gpus for a run's Train workers (one GPU each with train.use_gpu)."""
+    t = config.train
+    if t.use_gpu:
+        from coreecg.cluster import check_gpus
+
+        check_gpus(t.num_workers, f"train.use_gpu=true with train.num_workers={t.num_workers}")
+
+
 def plan_run(config: Config, task: str) -> RunPlan:
     """Ray first (a first build of the embedded synthetic corpus runs on it), the run folder
     pulled from its mirror where it is missing here, then the task's planner."""
     from coreecg.train.mirror import pull_if_missing
 
     start_ray(config)
+    check_run_gpus(config)                  # before a corpus is built for a run that cannot start
     pull_if_missing(config.train.run_dir, config.train.mirror_uri)
     return PLANNERS[task](config)
 
@@ -88,6 +98,8 @@ def fit(plan: RunPlan, *, callbacks: list | None = None, report_fn=None) -> RunR
 
     if not ray.is_initialized():            # plan_run (or the Tune trial) started it: once
         start_ray(plan.config)
+    if report_fn is None:                   # a Train worker group would wait for absent GPUs forever
+        check_run_gpus(plan.config)
     for line in plan.describe():
         (log.warning if line.startswith("warning:") else log.info)("%s", line)
     write_run_folder(plan)

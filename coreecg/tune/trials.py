@@ -150,7 +150,15 @@ def run_trials(param_space: dict[str, Any], *, storage: Path, name: str, config:
     from ray import tune
     from ray.tune.search import ConcurrencyLimiter
 
-    trainable = tune.with_resources(run_trial, trial_resources(config, gpus_per_trial))
+    from coreecg.cluster import check_gpus
+
+    resources = trial_resources(config, gpus_per_trial)
+    # One trial's GPUs at least (its own, or its Train workers'), else Tune queues them forever.
+    t = config.train
+    check_gpus(resources["gpu"] if t.num_workers == 1 else (t.num_workers if t.use_gpu else 0),
+               f"each trial (train.use_gpu={str(t.use_gpu).lower()}, train.num_workers={t.num_workers}"
+               f"{f', gpus_per_trial={gpus_per_trial:g}' if gpus_per_trial else ''})")
+    trainable = tune.with_resources(run_trial, resources)
     callbacks = [_Progress.make(label, total, metric)]
     if restore:
         return tune.Tuner.restore(str(storage / name), trainable=trainable, resume_unfinished=True,

@@ -194,7 +194,7 @@ def main() -> None:
 
     import ray
 
-    from coreecg.cluster import init_ray
+    from coreecg.cluster import check_gpus, init_ray
     from coreecg.data.locate import synthetic_corpus
 
     if cuda and not torch.cuda.is_available():
@@ -208,9 +208,7 @@ def main() -> None:
     # on CPU the first-step job keeps its config's workers (as before); on a GPU one worker holds the one GPU
     workers = ["train.num_workers=1", f"train.cpus_per_worker={threads}", *(["train.use_gpu=true"] if cuda else [])]
     init_ray(threads)     # before the synthetic corpus, whose first build is a Ray Data job
-    if cuda and ray.cluster_resources().get("GPU", 0) < 1:
-        # Ray Train would wait for a GPU forever
-        raise SystemExit(f"--device cuda: the Ray cluster has no GPU ({ray.cluster_resources()})")
+    check_gpus(1 if cuda else 0, "--device cuda", "use --device cpu")     # before a corpus is built
     corpus = corpora[0] if corpora else synthetic_corpus(load_config(args.config, common))
     epochs = args.epochs
     if args.steps_total:

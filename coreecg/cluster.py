@@ -210,11 +210,13 @@ _PRIVATE = False     # this process started its own local cluster (init_ray): no
 _WARNED: set[str] = set()
 
 
-def check_gpus(needed: float, what: str) -> None:
-    """A run asking for GPUs the cluster lacks would wait for them forever (Ray Train and Tune
-    queue the request silently). On this process's private local cluster, which no node can join,
-    that is a ClusterError at once naming the setting; on a cluster it joined (one that may add
-    GPU nodes, `cluster.yaml`'s autoscaler) a warning, and the run waits as Ray does."""
+def check_gpus(needed: float, what: str, fix: str = "set train.use_gpu=false to train on the CPU",
+               *, joined_may_wait: bool = True) -> None:
+    """A request for GPUs the cluster lacks would wait for them forever (Ray Train, Tune and Ray
+    Data's actor pools queue it silently). On this process's private local cluster, which no node
+    can join, that is a ClusterError at once naming `what` and `fix`. On a cluster it joined (one
+    that may add GPU nodes, `cluster.yaml`'s autoscaler) a warning, and the run waits as Ray
+    does; with joined_may_wait=False (inference: `--workers` is cheap to lower) an error there too."""
     import math
 
     import ray
@@ -226,12 +228,14 @@ def check_gpus(needed: float, what: str) -> None:
         return
     msg = f"{what} asks for {math.ceil(needed)} GPU(s) and the Ray cluster has {have:g}"
     if _PRIVATE:
-        raise ClusterError(f"{msg}: this machine's own local cluster can gain none; set train.use_gpu=false "
-                           "to train on the CPU, or submit to a cluster with GPUs (docs/cluster.md)")
+        raise ClusterError(f"{msg}: this machine's own local cluster can gain none; {fix}, "
+                           "or submit to a cluster with GPUs (docs/cluster.md)")
+    if not joined_may_wait:
+        raise ClusterError(f"{msg}: {fix}")
     if msg not in _WARNED:                  # planning and fitting both ask: one warning
         _WARNED.add(msg)
         log.warning("%s: the run waits until the cluster has them (an autoscaling cluster adds GPU nodes; "
-                    "otherwise stop it and set train.use_gpu=false)", msg)
+                    "otherwise stop it and %s)", msg, fix)
 
 
 def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:

@@ -16,7 +16,8 @@ On a GPU cuBLAS may choose kernels by more than the shape: equal there to float3
 
 A record that fails in an actor is a Failure row as in one process, never a crash of the job;
 failures come back listing failures first, then records in listing order. With device "cuda"
-the cluster must have a GPU per actor (`check_gpus`: an InferenceError, not a pool that waits).
+the cluster must have a GPU per actor (`coreecg.cluster.check_gpus`: a ClusterError, not a pool
+that waits).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from coreecg.inference import (
-    FORWARD_WINDOWS, CorpusShard, Failure, InferenceError, InferenceResult, Progress, input_spec, run_inference,
+    FORWARD_WINDOWS, CorpusShard, Failure, InferenceResult, Progress, input_spec, run_inference,
 )
 
 # Raw records per actor call, at least: few enough to balance N actors, enough that the last
@@ -93,7 +94,7 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
     import ray
     import ray.data
 
-    from coreecg.cluster import quiet_data
+    from coreecg.cluster import check_gpus, quiet_data
 
     if workers < 1:
         raise ValueError(f"workers={workers}: must be >= 1")
@@ -113,7 +114,8 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
     actors = min(workers, tasks)                                # no idle actor holding a model
     gpu = str(device).startswith("cuda")
     if gpu:
-        check_gpus(actors, ray.cluster_resources())
+        check_gpus(actors, f"--device cuda with {actors} workers (one GPU each)",
+                   "lower --workers to the cluster's GPUs, or use --device cpu", joined_may_wait=False)
     ds = ray.data.from_items(rows, override_num_blocks=tasks)
     scored = ds.map_batches(
         _Scorer, batch_size=per_task, batch_format="numpy",
@@ -132,14 +134,6 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
     result = _gather(parts, spec, embeddings, failures)
     result.seconds = time.perf_counter() - t0
     return result
-
-
-def check_gpus(actors: int, resources: dict[str, float]) -> None:
-    """InferenceError unless the cluster (`ray.cluster_resources()`) has a GPU per actor: an actor
-    pool larger than the GPUs would wait for them forever instead of failing."""
-    have = int(resources.get("GPU", 0))
-    if have < actors:
-        raise InferenceError(f"device cuda: {actors} workers need {actors} GPUs (one each), the cluster has {have}")
 
 
 def _gather(parts: list[dict[str, np.ndarray]], spec: Any, embeddings: bool, failures: Sequence[Failure]

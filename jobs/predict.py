@@ -133,9 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     from coreecg.cluster import ClusterError
     try:
         result = score(loaded, items, failures, args, embeddings, device)
-    except InferenceError as e:                 # it names the model's file, or the GPUs --workers lacks
+    except InferenceError as e:                 # it names the model's file
         return fail(str(e))
-    except ClusterError as e:                   # --workers: RAY_ADDRESS names no cluster that answers
+    except ClusterError as e:                   # --workers: no cluster answers, or too few GPUs
         return fail(str(e))
 
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -176,7 +176,8 @@ def gpu_pretraining(ray_session, tmp_path_factory):
 
 
 def test_pretraining_on_the_gpu_through_ray_train(gpu_pretraining):
-    """The weights come back finite, the run's steps ran on CUDA, and they load on a CPU-only machine."""
+    """Both epochs ran on the GPU worker (fit holds one GPU for it, coreecg.cluster.check_gpus), the
+    weights come back finite, and they load on a CPU-only machine (map_location=cpu)."""
     import json
     import math
 

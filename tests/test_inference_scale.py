@@ -163,13 +163,32 @@ def test_the_job_with_workers_writes_what_one_process_writes(ray_session, models
     assert "not a coreecg corpus (no manifest.json)" in capsys.readouterr().err
 
 
-def test_cuda_workers_need_a_gpu_each():
-    """An actor pool larger than the cluster's GPUs would wait forever: refused, naming both counts."""
-    from coreecg.inference import InferenceError
-    from coreecg.inference_ray import check_gpus
+def test_cuda_workers_need_a_gpu_each(monkeypatch, models, raw_inputs):
+    """An actor pool larger than the cluster's GPUs would wait forever: refused before any actor
+    starts, naming both counts and the fix, on a private cluster and on a joined one alike
+    (--workers is cheap to lower)."""
+    import ray
+    import ray.data
 
-    check_gpus(2, {"CPU": 16.0, "GPU": 2.0})
-    with pytest.raises(InferenceError, match="device cuda: 4 workers need 4 GPUs \\(one each\\), the cluster has 2"):
-        check_gpus(4, {"CPU": 16.0, "GPU": 2.0})
-    with pytest.raises(InferenceError, match="the cluster has 0"):
-        check_gpus(1, {"CPU": 16.0})
+    import coreecg.cluster as cluster
+    from coreecg.hub import load_model
+    from coreecg.inference import list_inputs
+    from coreecg.inference_ray import run_inference_ray
+
+    loaded = load_model(models["classifier"])
+    items, _ = list_inputs(raw_inputs, loaded.config)
+    assert len(items) >= 4
+    monkeypatch.setattr(ray.data, "from_items", lambda *a, **k: pytest.fail("an actor pool was started"))
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 2.0})
+    for private in (True, False):
+        monkeypatch.setattr(cluster, "_PRIVATE", private)
+        with pytest.raises(cluster.ClusterError, match=r"--device cuda with 4 workers \(one GPU each\) asks for "
+                                                       r"4 GPU\(s\) and the Ray cluster has 2: .*lower --workers"):
+            run_inference_ray(loaded, items, workers=4, device="cuda", records_per_task=1)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0})
+    with pytest.raises(cluster.ClusterError, match="1 workers .* the Ray cluster has 0"):
+        run_inference_ray(loaded, items, workers=1, device="cuda")
+    # enough GPUs: no refusal, the pool is built (here: the stand-in above fails instead)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 16.0, "GPU": 4.0})
+    with pytest.raises(pytest.fail.Exception, match="an actor pool was started"):
+        run_inference_ray(loaded, items, workers=4, device="cuda", records_per_task=1)

@@ -114,18 +114,22 @@ def test_unpadded_split_reads_the_manifest_count(tmp_path):
     assert not unpadded_split(corpus("partly", {"padded_windows": {"train": None}}), "train")
 
 
-def test_the_synthetic_corpus_counts_its_padded_windows(ray_session, tmp_path):
-    """A built corpus carries the count per split (the synthetic source's windows are full)."""
-    from coreecg.data.pipeline import build_corpus
-
-    cfg = load_config(overrides=["data.synthetic_records=64", "data.shard_records=32"]).data
-    build_corpus("synthetic", None, tmp_path / "c", cfg, source_options={"seed": 0, "n_records": 64})
+@pytest.mark.parametrize("seconds", [10.0, 7.0])
+def test_a_built_corpus_counts_its_padded_windows(ray_session, tmp_path, seconds):
+    """A built corpus carries the count per split, against the windows it wrote: synthetic records
+    of 10 s fill their windows (none padded); of 7 s, each is one NaN-padded window."""
     from coreecg.data.corpus import load_manifest
+    from coreecg.data.pipeline import build_corpus
     from coreecg.data.reading import read_split
 
+    cfg = load_config(overrides=["data.synthetic_records=64", "data.shard_records=32"]).data
+    build_corpus("synthetic", None, tmp_path / "c", cfg,
+                 source_options={"seed": 0, "n_records": 64, "duration_s": seconds})
     manifest = load_manifest(tmp_path / "c")
     counts = manifest["counts"]["padded_windows"]
     assert set(counts) == {"train", "val", "test"}
     for split in (s for s, n in manifest["counts"]["windows"].items() if n):
         d = read_split(tmp_path / "c", split, ["signal"])
-        assert counts[split] == int(np.isnan(d["signal"][:, 0, -1]).sum())
+        padded = int(np.isnan(d["signal"][:, 0, -1]).sum())
+        assert counts[split] == padded == (0 if seconds == 10.0 else len(d["signal"]))
+    assert unpadded_split(tmp_path / "c", "train") == (seconds == 10.0)

@@ -355,12 +355,12 @@ def direct_corpus(corpus: Path, records: int, shard_records: int, cores: int) ->
 
 
 def leakage(corpus: Path, downstream: Path | None) -> dict:
-    """(d) The leakage guard (coreecg.train.leakage) with this corpus as the pretraining corpus:
+    """(d) The leakage guard (coreecg.train.leakage_guard) with this corpus as the pretraining corpus:
     its fingerprint pass (what a build adds; an older corpus pays it once, on first use), then the
     guard as a fine-tuning runs it (cached fingerprints: A's train split against the downstream
     corpus's val and test), against `downstream` and against the corpus's own val and test."""
     from coreecg.data.fingerprints import FINGERPRINT_FILE, write_fingerprints
-    from coreecg.train.leakage import Pretraining, check_overlap
+    from coreecg.train.leakage_guard import Pretraining, check_overlap
 
     t0 = time.perf_counter()
     write_fingerprints(corpus)

@@ -10,7 +10,7 @@ Records: real PTB-XL 500 Hz records of ../shared/ecg-data, re-written under new 
 into a temporary folder until there are --records of them (never into the repository). Model:
 --model, else a random paper-size encoder (`--set` overrides; the figures depend on its size,
 not its weights). Each worker is one Ray actor with one CPU and one torch thread that reads,
-preprocesses and scores its records (coreecg.inference_ray); the driver only lists file names.
+preprocesses and scores its records (coreecg.inference.distributed); the driver only lists file names.
 A setting's time is the job's wall-clock, starting its actors included (a few seconds: small
 beside 400 paper-size records at ~0.2-0.5 s each on one core; fewer or smaller ones understate
 the speed-up). The outputs of every setting are checked equal to the first's bit for bit
@@ -69,7 +69,7 @@ def main() -> None:
     from coreecg.cluster import init_ray
     from coreecg.hub import load_model
     from coreecg.inference import list_inputs, run_inference
-    from coreecg.inference_ray import run_inference_ray
+    from coreecg.inference.distributed import run_inference_ray
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

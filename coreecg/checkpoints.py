@@ -12,9 +12,10 @@ A run folder holds, by name:
     encoder.pt (+ .sha256)                             a pretraining's student encoder (`save_encoder`)
     best.pt (+ .sha256)                                a fine-tuning's selected classifier
 
-Every writer goes through here: the in-process loop, the Ray Train workers (which write a step
-folder into a temporary directory and hand it to Ray), fine-tuning's best epoch and pretraining's
-encoder.pt. Loading a model from any of them: `coreecg.loading`.
+Every writer goes through here: the in-process loop, the Ray Train workers (rank 0 writes its
+step folders straight into the run folder and reports no checkpoint to Ray, which keeps no copy:
+`coreecg.train.worker`), fine-tuning's best epoch and pretraining's encoder.pt. Loading a model
+from any of them: `coreecg.loading`.
 """
 from __future__ import annotations
 
@@ -128,9 +129,9 @@ def step_folder_name(step: int) -> str:
 
 def save_step(folder: str | Path, step: int, model: torch.nn.Module | dict, config: Config,
               **extra: Any) -> Path:
-    """`<folder>/checkpoint_step<step:09d>/checkpoint.pt` (`save_checkpoint`). `folder` is any
-    directory: the run folder, or a temporary one whose step folder is handed to Ray Train
-    (ray.train.Checkpoint.from_directory(path.parent)). -> the checkpoint file."""
+    """`<folder>/checkpoint_step<step:09d>/checkpoint.pt` (`save_checkpoint`). `folder` is the
+    run folder, for every writer (the in-process loop and rank 0 of a Ray Train run alike: no
+    temporary folder, nothing handed to Ray). -> the checkpoint file."""
     return save_checkpoint(Path(folder) / step_folder_name(step) / CHECKPOINT_FILE, model, config, **extra)
 
 

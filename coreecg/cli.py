@@ -20,6 +20,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from coreecg.config import Config, ConfigError, load_config
 
@@ -253,6 +254,64 @@ def flag_overrides(parser: argparse.ArgumentParser, overrides: list[str],
 def fail(message: str, code: int = 2) -> int:
     sys.stderr.write(f"error: {message}\n")
     return code
+
+
+def fit_job(config: Config, kind: str, input_errors: tuple[type[Exception], ...] = ()) -> Any | None:
+    """A training job's run, `fit(plan_run(config, kind))` -> its FitResult; None (the job exits 2)
+    after an "error: ..." line when the input is at fault: a CheckpointError, CorpusError, missing
+    file or ValueError from planning, or a CheckpointError, CorpusError or one of `input_errors`
+    that stopped a worker (the cause of Ray's TrainingFailedError, not its traceback). Any other
+    failure propagates (exit 1)."""
+    from coreecg.checkpoints import CheckpointError
+    from coreecg.data.corpus import CorpusError
+    from coreecg.train.fit import fit, plan_run
+
+    named = (CheckpointError, CorpusError, *input_errors)
+    try:
+        return fit(plan_run(config, kind))
+    except (*named, FileNotFoundError, ValueError) as e:
+        error = e
+    except Exception as e:   # ray.train.TrainingFailedError and friends: the cause, not the traceback
+        error = getattr(e, "__cause__", None) or e
+        if not isinstance(error, named):
+            raise
+    fail(str(error))
+    return None
+
+
+# ---------------------------------------------------------------------------- study jobs
+
+
+def run_study_job(study: Any, output: str | Path, *, resume: bool = False, concurrency: int = 0,
+                  gpus_per_trial: float = 0.0) -> int:
+    """What jobs/study.py and its presets do with a loaded study: run it, write its report, say
+    what finished -> the exit code (0 all runs finished, 1 some did not, 2 the folder cannot hold
+    this study or the leakage guard refused; the error on stderr)."""
+    from coreecg.data.overlap import LeakageError
+    from coreecg.eval.fairness import UnfairTableError
+    from coreecg.study.summary import write_study_report
+    from coreecg.study.runner import StudyRunError, run_study
+
+    output = Path(output).expanduser().resolve()
+    masks = len(study.mask_rate_runs())      # the mask-rate figure's fine-tunings run too
+    sys.stdout.write(f"study {study.name}: {len(study.pretrain_runs())} pretraining run(s), "
+                     f"{len(study.finetune_runs()) + masks} fine-tuning run(s)"
+                     f"{f' ({masks} for the mask-rate figure)' if masks else ''} -> {output}\n")
+    try:
+        rows = run_study(study, output, resume=resume, concurrency=concurrency, gpus_per_trial=gpus_per_trial)
+    except (StudyRunError, LeakageError) as e:
+        return fail(str(e))
+    bad = [r for r in rows if r["status"] != "done"]
+    try:
+        index = write_study_report(study, output)
+    except UnfairTableError as e:     # checked before the runs; here only if --set changed between resumes
+        return fail(f"{study.path}: {e}")
+    sys.stdout.write(f"\n{len(rows) - len(bad)} of {len(rows)} run(s) finished; runs: {output / 'runs.csv'}\n")
+    sys.stdout.flush()
+    for r in bad:
+        sys.stderr.write(f"  {r['status']}: {r['phase']} {r['run']}: {r['error']}\n")
+    sys.stdout.write(f"report: {index}\n")
+    return 1 if bad else 0
 
 
 # ---------------------------------------------------------------------------- sweep jobs

@@ -7,7 +7,7 @@ own 100 Hz files of the same records), mimic (the MIMIC-IV-ECG layout's re-writt
 aVL/aVF swapped in the file), cinc2021, cinc2021-smoke (CinC 2021: HR* are PTB-XL, A* CPSC2018)
 and cpsc (CPSC2018 as released in CinC 2020). Every window against every other: the truth is the
 record id (PTB-XL ecg_id = MIMIC study id - 40000000 = the number of CinC's HR id; CPSC's A id),
-the scores the guard's (lead by lead, lead-permuted; coreecg.data.leakage.similarity), and
+the scores the guard's (lead by lead, lead-permuted; coreecg.data.overlap.similarity), and
 whether a candidate key was shared. Prints one JSON object: per corpus pair the copies, their
 score range and how many the thresholds find; recordings a database stores twice under two ids
 (scores >= 0.999); over the other different records, how many the guard takes for copies and
@@ -61,7 +61,7 @@ def scores(paths: dict[str, Path]) -> dict:
     import pyarrow as pa
 
     from coreecg.data.fingerprints import corpus_fingerprints, decode_fingerprints
-    from coreecg.data.leakage import PERMUTED, SIMILARITY, _norms, similarity
+    from coreecg.data.overlap import PERMUTED, SIMILARITY, _norms, similarity
 
     tables = {n: corpus_fingerprints(p) for n, p in paths.items()}
     table = pa.concat_tables(tables.values())

@@ -30,7 +30,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-import coreecg.methods.core_ecg as core_ecg_mod
+import coreecg.methods.core_ecg.method as core_ecg_mod
 from coreecg.config import load_config
 from coreecg.methods import CoReECG
 from coreecg.train.step import PretrainStep, Schedule

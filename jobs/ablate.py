@@ -27,7 +27,6 @@ arguments, variants or config, or the leakage guard refused.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from coreecg.cli import (
     fail, flag_overrides, parse_args, renamed, replicate_seeds, shipped, sweep_parser, sweep_settings,
@@ -57,43 +56,24 @@ def main(argv=None) -> int:
         "finetune.allow_overlap": ("--allow-overlap", "true" if args.allow_overlap else None)})
     s = sweep_settings(parser, args)
     args.seeds = replicate_seeds(parser, args, args.seeds)
+    from coreecg.cli import run_study_job
+    from coreecg.study.presets import ablation_study, ablation_variants
     from coreecg.study.spec import StudyError, load_study, write_study_file
-    from coreecg.tune.spaces import NO_PRETRAINING, NOT_AVAILABLE, SpaceError, load_space
+    from coreecg.tune.spaces import SpaceError, load_space
 
     try:
         space = load_space(args.variants, args.config, args.overrides)
-        if not space.variants:
-            return fail(f"{args.variants}: needs a 'variants' section")
-        names = [n.strip() for n in args.only.split(",")] if args.only else list(space.variants)
-        unknown = [n for n in names if n not in space.variants]
-        if unknown:
-            return fail(f"--only: unknown variant(s) {unknown}; {args.variants} has {list(space.variants)}")
-        for n in names:
-            if space.variants[n] == NOT_AVAILABLE:
-                print(f"{n}: not available ({space.unavailable[n]})", file=sys.stderr)
-        pretrained = [n for n in names if space.variants[n] not in (*NO_PRETRAINING, NOT_AVAILABLE)]
-        tables = [t for t, methods in space.tables.items() if set(methods) & set(names)]
-        study = load_study(write_study_file(s.output, ablation_study(s.output, args, names, pretrained, tables)))
+        names, pretrained, tables, unavailable = ablation_variants(space, args.variants, args.only)
+        for name, why in unavailable.items():
+            print(f"{name}: not available ({why})", file=sys.stderr)
+        study = load_study(write_study_file(s.output, ablation_study(
+            s.output, variants=args.variants, config=args.config, overrides=args.overrides, finetune=args.finetune,
+            seeds=args.seeds, names=names, pretrained=pretrained, tables=tables)))
     except (SpaceError, StudyError, ValueError) as e:
         return fail(str(e))
-    from coreecg.jobs.study import run_study_job      # the study job's own run-and-report
-
     return run_study_job(study, s.output, resume=s.resume, concurrency=s.concurrency,
                          gpus_per_trial=s.gpus_per_trial)
 
-
-def ablation_study(output: Path, args, names: list[str], pretrained: list[str], tables: list[str]) -> dict:
-    """The ablation as a study file's data (absolute paths)."""
-    from coreecg.jobs.study import preset_study
-
-    seeds = args.seeds
-    head, corpora = preset_study(output, args.config, args.overrides, args.finetune)
-    study: dict = {**head, "variants": str(Path(args.variants).resolve()),
-                   "pretrain": {"methods": pretrained, "seeds": seeds, "set": ["train.eval_every_epochs=1"]}}
-    if corpora:
-        study["downstream"] = {"corpora": corpora, "methods": names, "modes": ["finetune"], "seeds": seeds}
-        study["report"] = {"tables": tables}
-    return study
 
 if __name__ == "__main__":
     sys.exit(main())

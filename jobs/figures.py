@@ -26,29 +26,22 @@ def reconstruction(args: argparse.Namespace) -> Path:
     from coreecg.data.reading import read_split
     from coreecg.eval.figures import reconstruction_figure, save_figure
     from coreecg.eval.probe import center_crop
+    from coreecg.checkpoints import CheckpointError
+    from coreecg.loading import load_method, open_method
     from coreecg.methods import build_method
-    from coreecg.checkpoints import CheckpointError, latest_checkpoint, load_checkpoint
 
-    source = Path(args.model)
-    if source.is_dir():
-        latest = latest_checkpoint(source)
-        if latest is None:
-            raise CheckpointError(f"{source}: no checkpoint_step*/ in this folder; the reconstruction figure needs a "
-                                  "full pretraining checkpoint (the Time Decoder), which encoder.pt, best.pt and "
-                                  "export folders leave out: pass a pretraining run folder or its checkpoint.pt")
-        source = latest
-    payload, config = load_checkpoint(source)
-    if not any(k.startswith("time_decoder.") for k in payload["model"]):
-        raise CheckpointError(f"{source}: holds no Time Decoder weights (encoder.pt keeps only the "
+    src = open_method(args.model)          # a run folder stands for its latest checkpoint
+    if not any(k.startswith("time_decoder.") for k in src.state):
+        raise CheckpointError(f"{src.weights}: holds no Time Decoder weights (encoder.pt keeps only the "
                               "encoder, and a method without one, e.g. MoCo V3 or CMSC, reconstructs "
                               "nothing); pass a CoRe-ECG run's checkpoint_step*/checkpoint.pt")
-    model = build_method(config)
-    model.load_state_dict(payload["model"])
+    loaded = load_method(src, build_method)
+    model, config, source = loaded.model, loaded.config, loaded.weights
     windows = read_split(args.corpus, args.split, ["signal"], max_windows=args.windows)["signal"]
     if len(windows) == 0:
         raise ValueError(f"corpus {args.corpus} has no {args.split!r} windows")
     x = center_crop(torch.from_numpy(windows), config.model.input_samples)
-    step = payload.get("trainer", {}).get("step", "?")
+    step = loaded.entries.get("trainer", {}).get("step", "?")
     seed = config.train.seed if args.seed is None else args.seed     # the in-loop figure's masks by default
     fig = reconstruction_figure(model, x, seed=seed,
                                 title=f"{source.parent.name} (step {step}), {args.split} windows: "

@@ -32,7 +32,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from coreecg.cli import job_parser, parse_args, resolve_config
+from coreecg.cli import fit_job, job_parser, parse_args, resolve_config
 
 
 def _fmt(m: dict, key: str) -> str:
@@ -72,10 +72,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parse_args(parser, argv)     # with --print-config, --encoder, --corpus and --output may be left out
 
-    from coreecg.data.corpus import CorpusError
-    from coreecg.checkpoints import CheckpointError
-    from coreecg.train.fit import fit, plan_run
-    from coreecg.train.finetuning import FinetuneError, parse_leads
+    from coreecg.train.finetune_plan import FinetuneError, parse_leads
 
     scratch = (args.encoder or "").lower() == "none"
     if scratch and args.mode not in (None, "scratch"):
@@ -98,17 +95,9 @@ def main(argv=None) -> int:
     except FinetuneError as e:
         parser.exit(2, f"error: {e}\n")
 
-    try:
-        result = fit(plan_run(cfg, "finetune"))
-    except (CheckpointError, CorpusError, FinetuneError, FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    result = fit_job(cfg, "finetune", input_errors=(FinetuneError,))
+    if result is None:
         return 2
-    except Exception as e:   # ray.train.TrainingFailedError and friends: the cause, not the traceback
-        cause = getattr(e, "__cause__", None) or e
-        if isinstance(cause, (CheckpointError, CorpusError, FinetuneError)):
-            print(f"error: {cause}", file=sys.stderr)
-            return 2
-        raise
     m, run = result.metrics, result.run_dir
     sel = m["selection"]
     print(f"\ndone: {m['method']} ({m['mode']}) on {m['dataset']}, leads {m['leads']}, "

@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     args = parse_args(parser, argv)
     from coreecg.data.corpus import CorpusError, load_manifest
     from coreecg.data.fingerprints import corpus_fingerprints
-    from coreecg.data.leakage import OVERLAP_CSV, compare
+    from coreecg.data.overlap import OVERLAP_CSV, compare
 
     t0 = time.perf_counter()
     try:

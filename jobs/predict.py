@@ -169,7 +169,7 @@ def score(loaded, items, failures, args, embeddings: bool, device):
         return run_inference(loaded, items, embeddings=embeddings, batch_size=args.batch_size, device=device,
                              failures=failures)
     from coreecg.cluster import init_ray
-    from coreecg.inference_ray import run_inference_ray
+    from coreecg.inference.distributed import run_inference_ray
 
     gpu = device.type == "cuda"
     init_ray(0 if gpu else args.workers, reserve_for_data=1)   # actors' CPUs + one for Ray Data's own tasks

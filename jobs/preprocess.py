@@ -6,7 +6,10 @@
 
 Every setting is a `data.*` key of the typed config (coreecg/config.py): preprocessing
 (`data.preprocess.*`), splits, shard size and the readers' options (`data.sources.*`).
-Re-running with the same arguments skips finished shards.
+Re-running with the same arguments skips finished shards. A source of your own is a module named
+in the config's `plugins` (docs/data_sources.md, "Adding a source"):
+
+    python jobs/preprocess.py --set plugins=[my_source] --source my_source --input ... --output ...
 
     python jobs/preprocess.py --source mimic-iv-ecg --input ../shared/ecg-data/mimic-iv-ecg-layout \\
         --output corpora/mimic --exclude-overlap-with corpora/ptbxl --exclude-overlap-with corpora/icbeb
@@ -32,14 +35,14 @@ from pathlib import Path
 
 from coreecg.cli import job_parser, parse_args as parse_cli, resolve_config
 from coreecg.data.pipeline import build_corpus
-from coreecg.data.sources import SOURCES, get_source
+from coreecg.data.sources import SOURCES, get_source, reader_options, source_spec
 from coreecg.run_record import ray_cluster
 
 
 def build_parser():
     p = job_parser(__doc__)
     p.add_argument("--source", required=True, metavar="SOURCE",
-                   help="the reader: " + " | ".join(SOURCES))
+                   help="the reader: " + " | ".join(SOURCES) + ", or a plugin's (--set plugins=[module])")
     p.add_argument("--input", metavar="DIR",
                    help="the source's root folder of raw records (not needed for synthetic)")
     p.add_argument("--output", required=True, help="corpus folder to write (or resume)")
@@ -60,11 +63,11 @@ def parse_args(argv: list[str] | None = None):
 def main(argv: list[str] | None = None) -> int:
     args, config = parse_args(argv)
     cfg = config.data
-    if args.source != "synthetic" and not args.input:
-        print(f"error: --input is required for --source {args.source}", file=sys.stderr)
-        return 2
-    options = cfg.sources.for_source(args.source, cfg.synthetic_records)
     try:  # unknown source, missing or empty input: fail before paying for Ray start-up
+        if getattr(source_spec(args.source).cls, "needs_input", True) and not args.input:
+            print(f"error: --input is required for --source {args.source}", file=sys.stderr)
+            return 2
+        options = reader_options(args.source, cfg)
         refs = get_source(args.source, **options).list_records(Path(args.input) if args.input else None)
         from coreecg.cluster import init_ray, quiet_data
 
@@ -81,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     c, run = result["counts"], result["run"]
     print(json.dumps({"output": str(Path(args.output).resolve()), "source": result["source"],
+                      "dataset_key": result["dataset_key"],
                       "records_listed": c["records_listed"], "records_written": c["records_written"],
                       "records_quarantined": c["records_quarantined"],
                       "quarantine_reasons": c["quarantine_reasons"], "windows": c["windows"],

@@ -30,7 +30,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from coreecg.cli import job_parser, parse_args, resolve_config, shipped
+from coreecg.cli import fit_job, job_parser, parse_args, resolve_config, shipped
 
 
 def build_parser():
@@ -50,26 +50,14 @@ def main(argv=None) -> int:
         "data.corpus": ("--corpus", Path(args.corpus).expanduser().resolve() if args.corpus else None),
         "train.storage_path": ("--output", output.parent if output else None),
         "train.name": ("--output", output.name if output else None)})
-    from coreecg.data.corpus import CorpusError
-    from coreecg.checkpoints import CheckpointError
-    from coreecg.train.fit import fit, plan_run
-
-    try:
-        result = fit(plan_run(cfg, "pretrain"))
-    except (CheckpointError, CorpusError, FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    result = fit_job(cfg, "pretrain")
+    if result is None:
         return 2
-    except Exception as e:   # ray.train.TrainingFailedError and friends: the cause, not the traceback
-        cause = getattr(e, "__cause__", None) or e
-        if isinstance(cause, (CheckpointError, CorpusError)):
-            print(f"error: {cause}", file=sys.stderr)
-            return 2
-        raise
     run = result.run_dir
     m = result.metrics
     board = _refresh_leaderboard(run.parent)
-    summary = ", ".join(f"{k} {m[k]:.4f}" for k in ("loss_rec", "loss_con", "probe_auroc", "probe_auroc_init")
-                        if isinstance(m.get(k), float))
+    shown = (*cfg.method.cls.reported_losses, "probe_auroc", "probe_auroc_init")   # the method's loss terms first
+    summary = ", ".join(f"{k} {m[k]:.4f}" for k in shown if isinstance(m.get(k), float))
     print(f"\ndone: step {m.get('step')}, {summary}")
     print(f"run folder:   {run}")
     print(f"  config:     {run / 'config.yaml'}")

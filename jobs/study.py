@@ -26,9 +26,8 @@ or the leakage guard refused.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from coreecg.cli import fail, flag_overrides, job_parser, parse_args
+from coreecg.cli import flag_overrides, job_parser, parse_args, run_study_job
 
 
 def build_parser():
@@ -70,52 +69,6 @@ def main(argv=None) -> int:
         sys.stdout.write(load_config(study.config_file, [*study.base, *study.extra]).to_yaml())
         return 0
     return run_study_job(study, args.output, resume=args.resume, concurrency=args.concurrency)
-
-
-def run_study_job(study, output: str | Path, *, resume: bool = False, concurrency: int = 0,
-                  gpus_per_trial: float = 0.0) -> int:
-    """What jobs/study.py and its presets (jobs/ablate.py) do with a loaded study: run it, write
-    its report, say what finished -> the exit code (0 all runs finished, 1 some did not, 2 the
-    folder cannot hold this study)."""
-    from coreecg.eval.fairness import UnfairTableError
-    from coreecg.study.report import write_study_report
-    from coreecg.data.leakage import LeakageError
-    from coreecg.study.runner import StudyRunError, run_study
-
-    output = Path(output).expanduser().resolve()
-    masks = len(study.mask_rate_runs())      # the mask-rate figure's fine-tunings run too
-    print(f"study {study.name}: {len(study.pretrain_runs())} pretraining run(s), "
-          f"{len(study.finetune_runs()) + masks} fine-tuning run(s)"
-          f"{f' ({masks} for the mask-rate figure)' if masks else ''} -> {output}")
-    try:
-        rows = run_study(study, output, resume=resume, concurrency=concurrency, gpus_per_trial=gpus_per_trial)
-    except (StudyRunError, LeakageError) as e:
-        return fail(str(e))
-    bad = [r for r in rows if r["status"] != "done"]
-    try:
-        index = write_study_report(study, output)
-    except UnfairTableError as e:     # checked before the runs; here only if --set changed between resumes
-        return fail(f"{study.path}: {e}")
-    print(f"\n{len(rows) - len(bad)} of {len(rows)} run(s) finished; runs: {output / 'runs.csv'}")
-    for r in bad:
-        print(f"  {r['status']}: {r['phase']} {r['run']}: {r['error']}", file=sys.stderr)
-    print(f"report: {index}")
-    return 1 if bad else 0
-
-
-
-def preset_study(output: Path, config: str | None, overrides: list[str], finetune: list[str]) -> tuple[dict, dict]:
-    """What every preset's study file starts with (its name, config and --set, paths made
-    absolute) and its downstream corpora (dataset name -> {path}) from --finetune folders."""
-    from coreecg.data.corpus import load_manifest
-    from coreecg.study.spec import absolute_overrides
-    from coreecg.train.finetuning import dataset_name
-
-    head = {"name": output.name, **({"config": str(Path(config).resolve())} if config else {}),
-            "set": absolute_overrides(overrides)}
-    corpora = {dataset_name(load_manifest(c)): {"path": str(c)}
-               for c in (Path(c).expanduser().resolve() for c in finetune)}
-    return head, corpora
 
 
 if __name__ == "__main__":

@@ -28,8 +28,9 @@ def build_parser():
                         help="the seed of Optuna's sampler (not the trials' train.seed)")
     renamed(parser, "--seed", "--search-seed (Optuna's sampler seed; the trials' training seed is "
                               "--set train.seed=N)")
-    parser.add_argument("--metric", default="probe_auroc", choices=sorted(OBJECTIVES),
-                        help="the objective, from each epoch's report (loss*: minimised, probe*: maximised)")
+    parser.add_argument("--metric", default="probe_auroc", metavar="NAME",
+                        help=f"the objective, from each epoch's report: {', '.join(OBJECTIVES)} or a loss the "
+                             "method reports (CoRe-ECG: loss_rec, loss_con); loss*: minimised, probe*: maximised")
     return parser
 
 

@@ -23,9 +23,7 @@ arguments, space or config.
 """
 from __future__ import annotations
 
-import csv
 import sys
-from pathlib import Path
 
 from coreecg.cli import fail, parse_args, replicate_seeds, shipped, sweep_parser, sweep_settings
 
@@ -46,39 +44,22 @@ def main(argv=None) -> int:
     args = parse_args(parser, argv)
     s = sweep_settings(parser, args)
     args.seeds = replicate_seeds(parser, args, args.seeds)
+    from coreecg.cli import run_study_job
+    from coreecg.study.presets import mask_rate_study, rank_correlation_lines
     from coreecg.study.spec import StudyError, load_study, write_study_file
 
     try:
-        study = load_study(write_study_file(s.output, mask_rate_study(s.output, args)))
+        study = load_study(write_study_file(s.output, mask_rate_study(
+            s.output, variants=shipped("tune_spaces/ablations.yaml"), space=args.space, variant=args.variant,
+            config=args.config, overrides=args.overrides, finetune=args.finetune, seeds=args.seeds)))
     except (StudyError, ValueError) as e:
         return fail(str(e))
-    from coreecg.jobs.study import run_study_job      # the study job's own run-and-report
-
     code = run_study_job(study, s.output, resume=s.resume, concurrency=s.concurrency,
                          gpus_per_trial=s.gpus_per_trial)
-    figures = s.output / "report" / "figures" / "mask_rates"
-    if (figures / "rank_correlation.csv").is_file():
-        for r in csv.DictReader(open(figures / "rank_correlation.csv")):
-            print(f"  {r['dataset']}: Spearman rho(probe_auroc, fine-tuned AUROC) = {float(r['rho']):.3f} "
-                  f"[{float(r['low']):.3f}, {float(r['high']):.3f}] over {r['cells']} cells"
-                  + (f" ({r['note']})" if r["note"] else ""))
+    for line in rank_correlation_lines(s.output):
+        print(line)
     return code
 
-
-def mask_rate_study(output: Path, args) -> dict:
-    """The mask-rate grid as a study file's data (absolute paths): no other pretraining, no
-    downstream grid; the cells and, with --finetune, their fine-tunings."""
-    from coreecg.jobs.study import preset_study
-
-    head, corpora = preset_study(output, args.config, args.overrides, args.finetune)
-    study: dict = {**head, "variants": str(shipped("tune_spaces/ablations.yaml").resolve()),
-                   "pretrain": {"methods": []},
-                   "mask_rates": {"space": str(Path(args.space).resolve()), "variant": args.variant,
-                                  "seeds": args.seeds},
-                   "report": {"tables": [], "figures": ["mask_rates"]}}
-    if corpora:
-        study["downstream"] = {"corpora": corpora, "grids": {}}
-    return study
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from coreecg.masking import random_token_mask
+from coreecg.methods.core_ecg.masking import random_token_mask
 from coreecg.methods import PretrainMethod, register_method
 from coreecg.model.embed import patchify
 from coreecg.model.encoder import Encoder
@@ -26,6 +26,8 @@ class PatchRegressionOptions:          # the typed config section methods.patch_
 @register_method("patch_regression", "Patch regression", options=PatchRegressionOptions,
                  structural=("methods.patch_regression.hidden_dim",))
 class PatchRegression(PretrainMethod):
+    reported_losses = ("loss_patch",)                        # the console shows "patch"; a sweep objective
+
     def __init__(self, config):
         super().__init__(config)
         m, o = config.model, config.methods.patch_regression
@@ -34,7 +36,7 @@ class PatchRegression(PretrainMethod):
             nn.Linear(m.embed_dim, o.hidden_dim), nn.GELU(), nn.Linear(o.hidden_dim, m.patch_size)))
 
     def forward(self, x, generator=None, patient=None):
-        """x: (B, C, T) -> {"loss"}: visible tokens regress their own input patches."""
+        """x: (B, C, T) -> {"loss", "loss_patch"}: visible tokens regress their own input patches."""
         B, C, _ = x.shape
         visible, _, _ = random_token_mask(B, C, self.config.model.n_patches,
                                           self.config.methods.patch_regression.ratio, generator)
@@ -42,4 +44,4 @@ class PatchRegression(PretrainMethod):
         target = patchify(x, self.config.model.patch_size).flatten(1, 2)          # (B, C * N, P)
         target = torch.gather(target, 1, enc.index[..., None].expand(-1, -1, target.shape[-1]))
         loss = (self.head(enc.tokens) - target).pow(2).mean()
-        return {"loss": loss, "loss_rec": loss.detach()}
+        return {"loss": loss, "loss_patch": loss.detach()}

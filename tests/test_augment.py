@@ -1,7 +1,7 @@
 """Frequency Dynamic Augmentation (Algorithm 1)."""
 import torch
 
-from coreecg.augment import FrequencyDynamicAugmentation, frequency_dynamic_augment
+from coreecg.methods.core_ecg.fda import FrequencyDynamicAugmentation, frequency_dynamic_augment
 
 
 def _setup(seed=0, B=3, C=4, T=250):

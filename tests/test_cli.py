@@ -32,6 +32,40 @@ def test_a_key_set_both_ways_is_an_error_naming_both(capsys):
     assert e.value.code == 2 and "--seed" in capsys.readouterr().err
 
 
+def test_fit_job_reports_bad_input_once_and_lets_training_failures_through(monkeypatch, capsys):
+    """pretrain and finetune share one fit error handling (coreecg.cli.fit_job): input at fault,
+    raised in planning or as the cause of a worker's failure, is one "error:" line (None: exit 2);
+    anything else propagates."""
+    import coreecg.train.fit as fit_module
+    from coreecg.cli import fit_job
+    from coreecg.data.corpus import CorpusError
+    from coreecg.train.finetuning import FinetuneError
+
+    def failing(error):
+        def fit(plan):
+            raise error
+        return fit
+
+    def in_worker(cause):                 # what Ray's TrainingFailedError carries
+        error = RuntimeError("Training failed (traceback ...)")
+        error.__cause__ = cause
+        return error
+
+    monkeypatch.setattr(fit_module, "plan_run", lambda config, kind: (config, kind))
+    monkeypatch.setattr(fit_module, "fit", lambda plan: ("done", plan))
+    assert fit_job("cfg", "pretrain") == ("done", ("cfg", "pretrain"))
+    monkeypatch.setattr(fit_module, "fit", failing(CorpusError("corpora/x: manifest.json missing")))
+    assert fit_job("cfg", "pretrain") is None
+    assert capsys.readouterr().err == "error: corpora/x: manifest.json missing\n"
+    monkeypatch.setattr(fit_module, "fit", failing(in_worker(FinetuneError("corpora/x: no labels"))))
+    assert fit_job("cfg", "finetune", input_errors=(FinetuneError,)) is None
+    assert capsys.readouterr().err == "error: corpora/x: no labels\n"
+    with pytest.raises(RuntimeError, match="Training failed"):      # pretraining names no FinetuneError
+        fit_job("cfg", "pretrain")
+    monkeypatch.setattr(fit_module, "fit", failing(in_worker(ValueError("nan loss"))))
+    with pytest.raises(RuntimeError, match="Training failed"):      # a worker's ValueError is a failure
+        fit_job("cfg", "finetune", input_errors=(FinetuneError,))
+
 def test_finetune_job_refuses_a_conflict_before_any_work(tmp_path):
     done = subprocess.run([sys.executable, "jobs/finetune.py", "--encoder", "none", "--corpus", str(tmp_path),
                            "--output", str(tmp_path / "run"), "--seed", "1", "--set", "train.seed=4"],

@@ -120,3 +120,23 @@ def test_a_storage_uri_is_refused_with_what_to_use_instead():
 
     with pytest.raises(ConfigError, match="s3://bucket/runs: a URI.*every node mounts"):
         load_config(overrides=["train.storage_path=s3://bucket/runs"])
+
+
+def test_the_moved_synthetic_seed_key_still_loads_at_its_new_place(tmp_path):
+    """data.sources.synthetic_seed moved to data.sources.synthetic.seed (issue 42): a file, a saved
+    config (a run folder's, as 7162f21 wrote it: no plugins key) and an override that use the old
+    key load it there, never ignore it; a file giving both keys differently is refused."""
+    f = tmp_path / "old.yaml"
+    f.write_text("data:\n  synthetic_records: 16\n  sources:\n    ptbxl: {rate: 100}\n    synthetic_seed: 7\n")
+    assert load_config(f).data.sources.synthetic.seed == 7
+    saved = Config().to_dict()
+    del saved["plugins"], saved["data"]["sources"]["synthetic"]
+    saved["data"]["sources"]["synthetic_seed"] = 5
+    back = config_from_dict(saved)
+    assert back.data.sources.synthetic.seed == 5 and back.data.sources.synthetic_seed == 5
+    assert "synthetic_seed" not in back.to_dict()["data"]["sources"] and "synthetic_seed" in saved["data"]["sources"]
+    assert load_config(overrides=["data.sources.synthetic_seed=3"]).data.sources.synthetic.seed == 3
+    f.write_text("data:\n  sources:\n    synthetic_seed: 7\n    synthetic: {seed: 8}\n")
+    with pytest.raises(ConfigError, match=rf"^{f}: data\.sources\.synthetic_seed \(moved to data\.sources\.synthetic"
+                                          r"\.seed\) and data\.sources\.synthetic\.seed are both given"):
+        load_config(f)

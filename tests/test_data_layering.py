@@ -46,17 +46,19 @@ def test_version_is_shared_and_the_top_level_api_stays_lazy():
 LAYERS = [
     ("base", {"coreecg.version", "coreecg.log", "coreecg.files", "coreecg.extras"}),
     ("typed loader", {"coreecg.typed"}),
-    ("config", {"coreecg.config"}),
+    ("config", {"coreecg.config", "coreecg.override_paths",
+                "coreecg.data.sources.registry"}),    # the config reads data.sources.<name> through it
     ("devices", {"coreecg.devices"}),
     ("checkpoint store", {"coreecg.checkpoints"}),
-    ("model", {"coreecg.model", "coreecg.masking", "coreecg.augment", "coreecg.losses"}),
+    ("weights in", {"coreecg.loading.weights"}),      # the loader's part from_pretrained (model) uses
+    ("model", {"coreecg.model"}),
     ("models in", {"coreecg.loading"}),
     ("runtime", {"coreecg.run_record", "coreecg.cluster"}),
     ("data", {"coreecg.data"}),
     ("eval", {"coreecg.eval"}),
     ("methods", {"coreecg.methods"}),
     ("train", {"coreecg.train"}),
-    ("models in and out", {"coreecg.hub", "coreecg.inference", "coreecg.inference_ray"}),
+    ("models in and out", {"coreecg.hub", "coreecg.inference"}),
     ("tune", {"coreecg.tune"}),
     ("study", {"coreecg.study"}),
     ("cli", {"coreecg.cli", "coreecg"}),
@@ -78,20 +80,43 @@ def _layer_of(module: str) -> int:
 
 def _all_imports() -> dict[str, set[tuple[str, int]]]:
     """module -> {(imported coreecg/jobs module, line)}: every import statement, lazy ones too."""
-    import ast
-
     out = {}
     for root in ("coreecg", "jobs"):
         for path in (REPO / root).rglob("*.py"):
             module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
-            found = set()
-            for node in ast.walk(ast.parse(path.read_text())):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                    [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
-                found |= {(n.replace("coreecg.jobs", "jobs", 1), node.lineno) for n in names
-                          if n.split(".")[0] in ("coreecg", "jobs")}
-            out[module] = found
+            out[module] = _imports_in(path.read_text())
     return out
+
+
+def _imports_in(source: str) -> set[tuple[str, int]]:
+    """{(imported coreecg/jobs module, line)} of one file's text (coreecg.jobs.x read as jobs.x)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+        found |= {(n.replace("coreecg.jobs", "jobs", 1), node.lineno) for n in names
+                  if n.split(".")[0] in ("coreecg", "jobs")}
+    return found
+
+
+def _jobs_importing_jobs(imports: dict[str, set[tuple[str, int]]]) -> list[str]:
+    return [f"{m} imports {d} at line {line}" for m, deps in sorted(imports.items()) if m.startswith("jobs.")
+            for d, line in sorted(deps) if d == "jobs" or d.startswith("jobs.")]
+
+
+def test_no_job_imports_another_job():
+    """Jobs are thin command lines over coreecg: what two jobs share lives in coreecg (the study
+    presets in coreecg.study.presets), never in a job that another job imports."""
+    imports = _all_imports()
+    assert sum(m.startswith("jobs.") for m in imports) >= 10        # the probe read the jobs
+    assert _jobs_importing_jobs(imports) == []
+    # the rule has teeth: either spelling of a job is caught, a coreecg module is not
+    probe = _imports_in("from coreecg.jobs.study import run_study_job\nimport jobs.sweep\n"
+                        "from coreecg.study.presets import run_study_job\n")
+    assert _jobs_importing_jobs({"jobs.ablate": probe}) == ["jobs.ablate imports jobs.study at line 1",
+                                                            "jobs.ablate imports jobs.sweep at line 2"]
 
 
 def test_no_import_climbs_a_layer_lazy_or_not():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from coreecg.augment import FrequencyDynamicAugmentation, frequency_dynamic_augment
+from coreecg.methods.core_ecg.fda import FrequencyDynamicAugmentation, frequency_dynamic_augment
 from coreecg.config import ConfigError
 from coreecg.model.decoders import TimeDecoder
 from coreecg.model.encoder import Encoded

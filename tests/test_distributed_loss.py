@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from coreecg.config import load_config
-from coreecg.losses import cmsc_contrastive, info_nce, moco_contrastive
+from coreecg.methods.cmsc import cmsc_contrastive
+from coreecg.methods.core_ecg.losses import info_nce
+from coreecg.methods.moco_v3 import moco_contrastive
 from tests.helpers import run_on_ranks
 
 
@@ -103,7 +105,7 @@ def test_every_contrastive_method_reads_the_one_pool_key(monkeypatch, method, lo
     from coreecg.methods import build_method
     from tests.helpers import tiny_config
 
-    module = importlib.import_module({"core": "coreecg.methods.core_ecg", "moco_v3": "coreecg.methods.moco_v3",
+    module = importlib.import_module({"core": "coreecg.methods.core_ecg.method", "moco_v3": "coreecg.methods.moco_v3",
                                       "cmsc": "coreecg.methods.cmsc"}[method])
     real, seen = getattr(module, loss_fn), []
 

@@ -16,11 +16,11 @@ import pytest
 from coreecg.config import load_config
 from coreecg.data.corpus import MANIFEST, QUARANTINE, load_manifest, verify_corpus
 from coreecg.data.fingerprints import FINGERPRINT_FILE, corpus_fingerprints, is_current
-from coreecg.data.leakage import GUARDED_SPLITS, LeakageError, compare
+from coreecg.data.overlap import GUARDED_SPLITS, LeakageError, compare
 from coreecg.data.exclusion import load_downstream
 from coreecg.data.pipeline import build_corpus
 from coreecg.files import sha256_file
-from coreecg.train.leakage import Pretraining, check_overlap
+from coreecg.train.leakage_guard import Pretraining, check_overlap
 from tests.helpers import build_ptbxl
 
 MIMIC = "mimic-iv-ecg"

@@ -167,3 +167,41 @@ def test_the_report_refuses_rows_trained_differently_and_footnotes_a_declared_di
     table = (tmp_path / "t2" / "comparison.md").read_text()
     assert "Protocol: MoCo V3 differs in finetune.epochs" in table and "stated in the paper" in table
     assert "stated in the paper" in (tmp_path / "t2" / "comparison.tex").read_text()
+
+
+# What defined a method before the methods declared it (7162f21's hard-coded lists): every
+# built-in method's keys must classify exactly as they did.
+_OLD_PREFIXES = ("pretrain.", "methods.", "masking.", "augment.", "model.time_decoder_", "model.latent_decoder_",
+                 "model.proj_", "optim.ema_momentum")
+_OLD_KEYS = {"loss.alpha", "loss.beta", "loss.tau", "train.variant", "finetune.method", "finetune.mode",
+             "finetune.encoder"}
+
+
+def test_defining_keys_come_from_the_registrations_and_classify_every_key_as_before():
+    from coreecg.eval.fairness import BOOKKEEPING, BOOKKEEPING_PREFIXES, flatten, is_compared
+
+    keys = {k for m in ("core", "moco_v3", "cmsc") for k in flatten(tiny_config(f"pretrain.method={m}").to_dict())}
+    old = {k: not (k in _OLD_KEYS or k in BOOKKEEPING or k.startswith(_OLD_PREFIXES + BOOKKEEPING_PREFIXES))
+           for k in keys}
+    assert {k: is_compared(k) for k in keys} == old
+    assert not is_compared("masking.p_time") and not is_compared("model.time_decoder_depth")   # CoRe-ECG's own
+    assert is_compared("model.depth") and is_compared("optim.lr")
+
+
+def test_a_registered_methods_defining_keys_join_the_union_and_a_bad_one_is_refused():
+    from coreecg.config import ConfigError, method_specs
+    from coreecg.methods import PretrainMethod, register_method
+
+    rows = [_pre("CoRe-ECG"), _pre("Decayed", "optim.weight_decay=0.5")]
+    with pytest.raises(UnfairTableError, match="optim.weight_decay"):
+        check_table("comparison", rows)
+    try:
+        register_method("decayed_test", defining=("optim.weight_decay",))(type("Decayed", (PretrainMethod,), {}))
+        assert check_table("comparison", rows) == []          # now a key that defines a method
+    finally:
+        method_specs().pop("decayed_test", None)
+    with pytest.raises(UnfairTableError, match="optim.weight_decay"):
+        check_table("comparison", rows)
+    with pytest.raises(ConfigError, match=r"'bad_test': defining key\(s\) \['optim\.wieght_decay'\] name no config"):
+        register_method("bad_test", defining=("optim.wieght_decay",))(type("Bad", (PretrainMethod,), {}))
+    assert "bad_test" not in method_specs()

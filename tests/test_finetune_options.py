@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from coreecg.augment import FINETUNE_OPS, ecg_randaugment
+from coreecg.train.augment import FINETUNE_OPS, ecg_randaugment
 from coreecg.config import FINETUNE_AUGMENT_OPS, STANDARD_LEADS, ConfigError, load_config
 from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder

@@ -1,4 +1,4 @@
-"""Inference at corpus scale (coreecg.inference_ray, jobs/predict.py --workers): Ray Data actors
+"""Inference at corpus scale (coreecg.inference.distributed, jobs/predict.py --workers): Ray Data actors
 give one process's outputs bit for bit, on raw records and on a Parquet corpus, and a record
 that fails in an actor is a failed.csv row, not a crash.
 
@@ -77,7 +77,7 @@ def test_ray_data_inference_equals_one_process(ray_session, models, raw_inputs, 
 
     from coreecg.hub import load_model
     from coreecg.inference import Failure, list_inputs, run_inference
-    from coreecg.inference_ray import run_inference_ray
+    from coreecg.inference.distributed import run_inference_ray
 
     loaded = load_model(models["classifier"])
     items, failures = list_inputs([*raw_inputs, corpus], loaded.config)    # raw records and corpus shards
@@ -173,7 +173,7 @@ def test_cuda_workers_need_a_gpu_each(monkeypatch, models, raw_inputs):
     import coreecg.cluster as cluster
     from coreecg.hub import load_model
     from coreecg.inference import list_inputs
-    from coreecg.inference_ray import run_inference_ray
+    from coreecg.inference.distributed import run_inference_ray
 
     loaded = load_model(models["classifier"])
     items, _ = list_inputs(raw_inputs, loaded.config)

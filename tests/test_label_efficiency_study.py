@@ -113,7 +113,7 @@ def test_the_tiny_pretraining_data_holds_no_downstream_val_or_test_record(ray_se
     work to do (the MIMIC layout's copies of PTB-XL's val and test records are gone)."""
     from coreecg.data.corpus import load_manifest
     from coreecg.study.runner import build_corpora, check_leakage
-    from coreecg.train.leakage import Pretraining, check_overlap
+    from coreecg.train.leakage_guard import Pretraining, check_overlap
 
     corpora = build_corpora(tiny, tmp_path)
     check_leakage(tiny, corpora)                  # every (pretraining, downstream) pair of the plan

@@ -208,7 +208,7 @@ def test_a_row_without_a_baseline_says_so(folders):
 def test_a_study_report_writes_and_indexes_it(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
-    import coreecg.study.report as study_report
+    import coreecg.study.summary as study_report
 
     rng = np.random.default_rng(5)
     folders = _cell(tmp_path, 1.0, {}, rng, n_patients=40)

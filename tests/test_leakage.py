@@ -22,7 +22,7 @@ import wfdb
 from coreecg.checkpoints import save_encoder
 from coreecg.config import STANDARD_LEADS, load_config
 from coreecg.data.fingerprints import FINGERPRINT_FILE, corpus_fingerprints, fingerprint_stamp, window_fingerprints
-from coreecg.data.leakage import LeakageError, compare
+from coreecg.data.overlap import LeakageError, compare
 from coreecg.data.reading import read_split
 from coreecg.files import sha256_file
 from tests.helpers import TINY, tiny_config
@@ -272,7 +272,7 @@ def test_an_empty_side_compares_to_no_overlap_instead_of_failing():
     import pyarrow as pa
 
     from coreecg.data.fingerprints import BLOCKS, META_COLUMNS, decode_fingerprints, fingerprint_table
-    from coreecg.data.leakage import compare
+    from coreecg.data.overlap import compare
 
     empty = fingerprint_table(pa.table({c: pa.array([], pa.string()) for c in META_COLUMNS}),
                               np.zeros((0, 12), np.uint32), np.zeros((0, 12, BLOCKS), np.int8))

@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from coreecg.losses import info_nce, masked_mse
+from coreecg.methods.core_ecg.losses import info_nce, masked_mse
 
 
 def test_masked_mse_only_masked_patches_count():

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from coreecg.config import MaskingConfig
-from coreecg.masking import lead_mask, make_masks, random_token_mask, stdm, temporal_mask
+from coreecg.methods.core_ecg.masking import lead_mask, make_masks, random_token_mask, stdm, temporal_mask
 
 B, C, N = 2000, 12, 30
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from coreecg.config import METHODS, ConfigError, config_from_dict, load_config
-from coreecg.train.checkpoint import CheckpointError, check_compatible
+from coreecg.train.resume_check import CheckpointError, check_compatible
 from tests.helpers import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,11 +69,13 @@ def test_no_core_file_names_a_method():
     tiny_config(*PLUGIN)
     assert {"core", "moco_v3", "cmsc", "patch_regression"} <= set(METHODS)
     assert not [p for p in (REPO / "coreecg").rglob("*.py") if "patch_regression" in p.read_text()]
-    core = [REPO / "coreecg" / "config.py", REPO / "coreecg" / "typed.py", *(REPO / "coreecg" / "train").glob("*.py")]
+    core = [*sorted((REPO / "coreecg" / "config").glob("*.py")), REPO / "coreecg" / "typed.py",
+            *(REPO / "coreecg" / "train").glob("*.py")]
     hits = [h for p in core for h in _method_names_in(p, set(METHODS))]
     default = 'method: str = "core"'                       # the paper's method as the default value
-    line = next(i for i, x in enumerate((REPO / "coreecg" / "config.py").read_text().splitlines(), 1) if default in x)
-    assert hits == [f"coreecg/config.py:{line}: core"]
+    line = next(i for i, x in enumerate((REPO / "coreecg" / "config" / "methods.py").read_text().splitlines(), 1)
+                if default in x)
+    assert hits == [f"coreecg/config/methods.py:{line}: core"]
 
 
 def test_the_config_reads_built_in_sections_without_importing_the_methods():
@@ -82,3 +84,46 @@ def test_the_config_reads_built_in_sections_without_importing_the_methods():
             "assert (c.methods.cmsc.dim, c.methods.moco_v3.views.crop_min) == (8, 0.9); print('ok')")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_the_plugins_own_loss_term_is_on_the_console_line_and_a_sweep_objective():
+    from coreecg.train.loop import progress_line
+    from coreecg.tune.sweep import SweepError, check_objective
+    from tests.plugin_method import PatchRegression
+
+    record = {"epoch": 1, "step": 4, "loss": 0.5, "loss_patch": 0.25, "samples_per_s": 8.0, "seconds": 1.0}
+    line = progress_line(record, 2, PatchRegression.reported_losses)
+    assert "| loss 0.5000 | patch 0.2500 |" in line and " rec " not in line
+    assert progress_line(record, 2) == line                  # the driver's follower: the record's loss_* keys
+    assert "patch" not in progress_line(record, 2, ())       # a method that reports no term shows none
+    plugin = tiny_config(*PLUGIN)
+    assert check_objective("loss_patch", plugin) == "min" and check_objective("probe_auroc", plugin) == "max"
+    with pytest.raises(SweepError, match=r"--metric loss_rec: .*patch_regression, which reports loss_patch "):
+        check_objective("loss_rec", plugin)
+    assert check_objective("loss_rec", tiny_config()) == "min"          # CoRe-ECG reports it
+    with pytest.raises(SweepError, match="which reports loss_con besides loss"):
+        check_objective("loss_rec", tiny_config("pretrain.method=moco_v3"))
+
+
+def test_a_plugin_run_reports_its_loss_term_on_the_console_summary_and_leaderboard(tmp_path, caplog):
+    import logging
+
+    from coreecg.eval.leaderboard import leaderboard_rows
+    from coreecg.train.pretraining import pretrain_local
+
+    cfg = tiny_config(*PLUGIN, "optim.batch_size=8", "optim.epochs=1", "train.eval_every_epochs=0")
+    with caplog.at_level(logging.INFO, logger="coreecg.train.loop.progress"):
+        summary = pretrain_local(cfg, np.zeros((8, 12, 2500), dtype=np.float32), tmp_path)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch 1/1")]
+    assert f"patch {summary['loss_patch']:.4f}" in line and "loss_rec" not in summary
+    (row,) = leaderboard_rows([tmp_path])
+    assert row["loss_patch"] == pytest.approx(summary["loss_patch"]) and "loss_rec" not in row
+
+
+def test_a_reported_loss_must_be_named_loss_something():
+    from coreecg.methods import PretrainMethod, register_method
+
+    bad = type("Bad", (PretrainMethod,), {"reported_losses": ("mse",)})
+    with pytest.raises(ConfigError, match=r"'bad_losses': reported_losses must be a tuple of 'loss_<label>'"):
+        register_method("bad_losses")(bad)
+    assert "bad_losses" not in METHODS

@@ -16,12 +16,12 @@ import pytest
 import torch
 
 from coreecg.config import ConfigError, config_from_dict, load_config
-from coreecg.losses import cmsc_contrastive, moco_contrastive
 from coreecg.methods import CMSC, CoReECG, MoCoV3, build_method
-from coreecg.methods.cmsc import segment_masks
+from coreecg.methods.cmsc import cmsc_contrastive, segment_masks
+from coreecg.methods.moco_v3 import moco_contrastive
 from coreecg.methods.views import random_view, resized_crop, time_mask
 from coreecg.checkpoints import CheckpointError
-from coreecg.train.checkpoint import check_compatible
+from coreecg.train.resume_check import check_compatible
 from coreecg.train.step import PretrainStep, Schedule
 from tests.helpers import TINY, run_on_ranks, tiny_config
 
@@ -329,7 +329,7 @@ def test_a_plugin_method_runs_through_the_pretrain_job_on_ray_workers(ray_sessio
     assert done.returncode == 0, done.stderr[-3000:]
     assert "method: Patch regression (pretrain.method=patch_regression)" in done.stdout
     epochs = [x for x in (tmp_path / "plug" / "metrics.jsonl").read_text().splitlines() if '"kind": "epoch"' in x]
-    assert len(epochs) == 2 and all('"loss_rec"' in e for e in epochs)
+    assert len(epochs) == 2 and all('"loss_patch"' in e for e in epochs)
     import coreecg
 
     assert coreecg.load_encoder(tmp_path / "plug" / "encoder.pt").pooled(_x(2)).shape == (2, 32)

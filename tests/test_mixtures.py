@@ -170,8 +170,8 @@ def test_a_preprocessing_mismatch_names_both_corpora_and_the_key(corpora):
 
 
 def test_the_leakage_guard_reads_every_corpus_of_a_mixture(corpora):
-    from coreecg.data.leakage import LeakageError
-    from coreecg.train.leakage import Pretraining, _of_paths, check_overlap, fingerprints_of
+    from coreecg.data.overlap import LeakageError
+    from coreecg.train.leakage_guard import Pretraining, _of_paths, check_overlap, fingerprints_of
 
     pre = _of_paths([str(corpora["a"]), str(corpora["b"])])
     assert pre.mixture == (str(corpora["a"]), str(corpora["b"])) and pre.recorded == list(pre.mixture)

@@ -19,7 +19,7 @@ from coreecg.data.pipeline import build_corpus
 from coreecg.data.record import RecordError
 from coreecg.data.sources import get_source
 from coreecg.data.splits import SPLITS
-from coreecg.train.finetuning import dataset_name
+from coreecg.data.sources import dataset_key as dataset_name
 
 TASKS = ("superdiagnostic", "subdiagnostic", "diagnostic", "form", "rhythm", "all")
 SIZES = {"superdiagnostic": 5, "subdiagnostic": 23, "diagnostic": 44, "form": 19, "rhythm": 12, "all": 71}

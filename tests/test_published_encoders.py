@@ -403,7 +403,7 @@ def test_published_weights_stay_published_once_exported(fx, tmp_path):
     compared as if coreecg had pretrained it."""
     from coreecg.hub.export import export_model
     from coreecg.loading import open_source
-    from coreecg.train.leakage import pretraining_of
+    from coreecg.train.leakage_guard import pretraining_of
 
     folder = export_model(fx.encoder, tmp_path / "export")
     src = open_source(folder, kind="encoder")

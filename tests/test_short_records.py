@@ -16,8 +16,8 @@ import wfdb
 from coreecg.config import PreprocessConfig, load_config
 from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import Record, RecordError
-from coreecg.losses import masked_mse
-from coreecg.masking import exclude_padding, make_masks
+from coreecg.methods.core_ecg.losses import masked_mse
+from coreecg.methods.core_ecg.masking import exclude_padding, make_masks
 from coreecg.methods.core_ecg import CoReECG
 from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder
@@ -136,7 +136,7 @@ def test_padding_mask_matches_the_record_and_no_padded_patch_is_visible_or_in_th
 
 def test_stdm_rescue_makes_real_signal_visible():
     """With most columns full-masked, every sample still sees one of its sure (real) columns."""
-    from coreecg.masking import stdm
+    from coreecg.methods.core_ecg.masking import stdm
     from coreecg.model.padding import sure_patches
 
     assert sure_patches(tiny_config()) == 16                  # 5 s = 1,250 samples: 16 whole patches
@@ -151,7 +151,7 @@ def test_stdm_rescue_makes_real_signal_visible():
 
 
 def test_core_ecg_never_sees_or_supervises_padding_and_nan_reaches_no_gradient(short_window, monkeypatch):
-    import coreecg.methods.core_ecg as core
+    import coreecg.methods.core_ecg.method as core
 
     torch.manual_seed(0)
     model = CoReECG(tiny_config())

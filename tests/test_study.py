@@ -96,6 +96,23 @@ def test_data_paths_expand_environment_variables_and_an_unset_one_is_named(tmp_p
         load_study(_study(tmp_path, ecg_data, downstream__corpora=corpora))
 
 
+def test_override_paths_are_made_absolute_once_for_every_caller(tmp_path, monkeypatch):
+    """coreecg.override_paths: what the study file's `set`, the command line and a sweep share."""
+    from coreecg.override_paths import PathError, absolute_overrides
+
+    monkeypatch.setenv("CORPORA", "/mnt/shared")
+    monkeypatch.chdir(tmp_path)
+    given = ["data.corpus=corpora/a", "optim.lr=1e-3", "data.cache_dir = $CORPORA/cache",
+             "data.probe_corpus=[x, /abs/y]", "data.corpus="]
+    assert absolute_overrides(given, tmp_path / "studies") == [
+        f"data.corpus={tmp_path / 'studies' / 'corpora' / 'a'}", "optim.lr=1e-3", "data.cache_dir=/mnt/shared/cache",
+        f'data.probe_corpus=["{tmp_path / "studies" / "x"}", "/abs/y"]', "data.corpus="]
+    assert absolute_overrides(["data.corpus=../b"]) == [f"data.corpus={tmp_path.parent / 'b'}"]   # from the cwd
+    monkeypatch.delenv("CORPORA")
+    with pytest.raises(PathError, match=r"'\$CORPORA/c': environment variable not set"):
+        absolute_overrides(["data.corpus=$CORPORA/c"])
+
+
 @pytest.mark.slow
 def test_a_killed_study_resumes_without_rerunning_a_finished_run(ray_session, ecg_data, tmp_path):
     path = _study(tmp_path, ecg_data)

@@ -8,7 +8,7 @@ import torch
 import coreecg.model.layers as layers
 from coreecg.config import load_config
 from coreecg.data.corpus import unpadded_split
-from coreecg.masking import stdm
+from coreecg.methods.core_ecg.masking import stdm
 from coreecg.methods import CoReECG
 from coreecg.model.encoder import Encoder
 from coreecg.model.padding import assumed_unpadded, unpadded

@@ -28,6 +28,12 @@ Arrays from `coreecg.data.reading.read_split` instead carry
     plus the other columns asked for; training reads the float16 signal through
     `coreecg.train.ingest.training_dataset` (`read_windows` below).
 
+One run opens its corpus once (`open_corpus`): an `OpenCorpus` holds the manifest, read once, its
+sha256 (of the very bytes parsed) and, computed on first use and kept, the shard lists per split
+and the digests of its other files. The plan, the fingerprint checks, the run record and the
+ingest are handed that object, not the path; it is os.PathLike and `load_manifest` of it reads
+nothing, so every reader that takes a corpus path takes it too.
+
 Layout choices, measured in docs/data_pipeline.md: float16 (windows are z-scored, so the
 11-bit mantissa costs an rms error ~2e-4 and halves the size), one fixed-size binary blob per
 window (read 2x and written 16x faster than a float16 fixed_size_list column, whose per-value
@@ -36,7 +42,9 @@ costs a third of the read speed), 128-row groups.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -93,25 +101,108 @@ def write_parquet(table: pa.Table, path: Path, compression: str = COMPRESSION,
 # ---------------------------------------------------------------------------- reading
 
 
-def load_manifest(path: str | Path) -> dict[str, Any]:
-    """The corpus manifest; CorpusError if the folder is not a finished corpus."""
+def _read_manifest(path: str | Path) -> tuple[dict[str, Any], bytes]:
+    """(the manifest, the bytes it was parsed from): the one read of a manifest file."""
     f = Path(path) / MANIFEST
     if not f.is_file():
         raise CorpusError(f"not a coreecg corpus (no {MANIFEST}): {path}")
-    manifest = json.loads(f.read_text())
+    raw = f.read_bytes()
+    manifest = json.loads(raw)
     if manifest.get("format_version") != FORMAT_VERSION:
         raise CorpusError(f"{f}: format_version {manifest.get('format_version')} != {FORMAT_VERSION}")
-    return manifest
+    return manifest, raw
 
 
-def unpadded_split(path: str | Path, split: str = "train", manifest: dict[str, Any] | None = None) -> bool:
+def load_manifest(path: str | Path | OpenCorpus) -> dict[str, Any]:
+    """The corpus manifest; CorpusError if the folder is not a finished corpus. Of an OpenCorpus:
+    the manifest it holds (nothing is read again)."""
+    if isinstance(path, OpenCorpus):
+        return path.manifest
+    return _read_manifest(path)[0]
+
+
+@dataclass(frozen=True, eq=False)
+class OpenCorpus:
+    """A corpus folder opened once (`open_corpus`): its manifest and that file's sha256, and,
+    computed on first use and kept in `memo`, the shard lists per split and other files' sha256
+    (`coreecg.data.fingerprints` keeps its fingerprint file there too). A snapshot: what one run
+    reads, from planning to ingest. os.PathLike (its folder), so path-taking readers take it."""
+
+    path: Path
+    manifest: dict[str, Any]
+    manifest_sha256: str                        # of the bytes `manifest` was parsed from
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:                   # error messages and records name the folder
+        return str(self.path)
+
+    @property
+    def signal_shape(self) -> tuple[int, ...]:
+        return tuple(self.manifest["signal"]["shape"])
+
+    @property
+    def signal_dtype(self) -> str:
+        return self.manifest["signal"]["dtype"]
+
+    def split_files(self, split: str) -> list[Path]:
+        """`split_files` of this corpus, checked once and kept."""
+        if ("files", split) not in self.memo:
+            self.memo["files", split] = split_files(self.path, split, self.manifest)
+        return list(self.memo["files", split])
+
+    def shard_rows(self, split: str) -> list[int]:
+        """Rows of each shard file of `split`, in `split_files` order (from the manifest)."""
+        return [s["rows"] for s in self.manifest["shards"] if s["split"] == split]
+
+    def sha256(self, name: str) -> str:
+        """The sha256 of the corpus's file `name` (relative to its folder), hashed once and kept."""
+        if name == MANIFEST:
+            return self.manifest_sha256
+        if ("sha256", name) not in self.memo:
+            self.memo["sha256", name] = sha256_file(self.path / name)
+        return self.memo["sha256", name]
+
+    def forget(self, name: str) -> None:
+        """Drop what is kept of file `name` (it was just rewritten)."""
+        self.memo.pop(("sha256", name), None)
+
+    def verify(self) -> list[str]:
+        """Shard files whose sha256 differs from the manifest, or that are missing (empty: intact)."""
+        return [s["path"] for s in self.manifest["shards"]
+                if not (self.path / s["path"]).is_file() or self.sha256(s["path"]) != s["sha256"]]
+
+
+def open_corpus(corpus: str | Path | OpenCorpus) -> OpenCorpus:
+    """The corpus at `corpus` opened: its manifest read once (CorpusError as `load_manifest`).
+    An OpenCorpus is returned as it is."""
+    if isinstance(corpus, OpenCorpus):
+        return corpus
+    manifest, raw = _read_manifest(corpus)
+    return OpenCorpus(Path(corpus), manifest, hashlib.sha256(raw).hexdigest())
+
+
+def open_corpora(corpora: Iterable[str | Path | OpenCorpus]) -> list[OpenCorpus]:
+    """Each of `corpora` opened, a folder listed twice opened once (the same object twice)."""
+    opened: dict[str, OpenCorpus] = {}
+    out = []
+    for c in corpora:
+        if str(c) not in opened:
+            opened[str(c)] = open_corpus(c)
+        out.append(opened[str(c)])
+    return out
+
+
+def unpadded_split(path: str | Path | OpenCorpus, split: str = "train", manifest: dict[str, Any] | None = None) -> bool:
     """True when the manifest counts no short-record (NaN-padded) window in `split`; False when it
     counts some, or when the corpus predates the count (then nothing is assumed)."""
     manifest = manifest or load_manifest(path)
     return manifest.get("counts", {}).get("padded_windows", {}).get(split) == 0
 
 
-def split_files(path: str | Path, split: str, manifest: dict[str, Any] | None = None) -> list[Path]:
+def split_files(path: str | Path | OpenCorpus, split: str, manifest: dict[str, Any] | None = None) -> list[Path]:
     """The shard files of one split, as listed in the manifest (CorpusError if one is missing)."""
     manifest = manifest or load_manifest(path)
     files = [Path(path) / s["path"] for s in manifest["shards"] if s["split"] == split]
@@ -124,15 +215,9 @@ def split_files(path: str | Path, split: str, manifest: dict[str, Any] | None = 
     return files
 
 
-def verify_corpus(path: str | Path) -> list[str]:
+def verify_corpus(path: str | Path | OpenCorpus) -> list[str]:
     """Files whose sha256 differs from the manifest (empty list: the corpus is intact)."""
-    manifest = load_manifest(path)
-    bad = []
-    for s in manifest["shards"]:
-        f = Path(path) / s["path"]
-        if not f.is_file() or sha256_file(f) != s["sha256"]:
-            bad.append(s["path"])
-    return bad
+    return open_corpus(path).verify()
 
 
 def signal_view(col: pa.Array | pa.ChunkedArray, shape: Iterable[int], dtype: Any = SIGNAL_DTYPE) -> np.ndarray:

@@ -11,7 +11,7 @@ instead leaves those records out while the corpus is built:
                its path + val/test records sha256 join the shard key and the manifest
     each shard `excluded_records`: the shard's windows, fingerprinted exactly as the stored float16
                windows are, are compared with each downstream's val/test by the guard's own
-               `coreecg.data.leakage.compare` (patient and signal, same thresholds); the records
+               `coreecg.data.overlap.compare` (patient and signal, same thresholds); the records
                found are never written, each gets a quarantine row naming its twin
     driver     `manifest_entry`: which downstream corpora, how many records/windows removed
 
@@ -37,9 +37,9 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 import pyarrow as pa
 
-from coreecg.data.corpus import MANIFEST, CorpusError, load_manifest, signal_view
+from coreecg.data.corpus import MANIFEST, CorpusError, open_corpus, signal_view
 from coreecg.data.fingerprints import corpus_fingerprints, fingerprint_table, window_fingerprints
-from coreecg.data.leakage import GUARDED_SPLITS, compare, only_splits
+from coreecg.data.overlap import GUARDED_SPLITS, compare, only_splits
 
 MANIFEST_KEY = "excluded_overlap_with"     # the manifest's record of the exclusion (absent: none)
 REASON_TAIL = "leakage guard; excluded from pretraining"
@@ -82,12 +82,12 @@ def load_downstream(paths: Sequence[str | Path], output_dir: str | Path) -> list
             raise ValueError(f"exclude_overlap_with {path}: that is the corpus being built; name the downstream "
                              "corpus whose val/test records it must not hold")
         try:
-            manifest = load_manifest(path)
+            corpus = open_corpus(path)              # its manifest read once, for the fingerprints too
         except CorpusError as e:
             raise ValueError(f"exclude_overlap_with {path}: not a built corpus ({e}); build it first with "
                              "jobs/preprocess.py, then exclude its val/test records") from None
-        table = only_splits(corpus_fingerprints(path), GUARDED_SPLITS)
-        found[str(path)] = Downstream(str(path), records_sha256(table), table, manifest.get("preprocess") or {})
+        table = only_splits(corpus_fingerprints(corpus), GUARDED_SPLITS)
+        found[str(path)] = Downstream(str(path), records_sha256(table), table, corpus.manifest.get("preprocess") or {})
     return [found[k] for k in sorted(found)]
 
 

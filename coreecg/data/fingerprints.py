@@ -14,6 +14,9 @@ so two copies of one recording differ only by float rounding. Per window and lea
 `fingerprints.parquet` beside the manifest holds one row per window (FINGERPRINT_COLUMNS); its
 schema metadata names the manifest's sha256 it was computed from, so a corpus built before
 fingerprints existed, or rebuilt since, gets them computed on first use (`corpus_fingerprints`).
+Every function here takes a corpus path or an opened corpus (coreecg.data.corpus.OpenCorpus): a
+run hands the one it opened, so the manifest is not read, nor a file hashed, again; the file's
+check is made once per OpenCorpus and kept on it.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from coreecg.data.corpus import MANIFEST, load_manifest, read_shard, signal_view
+from coreecg.data.corpus import MANIFEST, OpenCorpus, load_manifest, open_corpus, read_shard, signal_view
 from coreecg.files import sha256_file, write_atomic
 
 FINGERPRINT_FILE = "fingerprints.parquet"
@@ -82,7 +85,7 @@ def _binary_column(col: pa.ChunkedArray, dtype: Any) -> np.ndarray:
     return raw.view(dtype).astype(np.dtype(dtype).newbyteorder("="))
 
 
-def compute_fingerprints(corpus: str | Path, manifest: dict[str, Any] | None = None) -> pa.Table:
+def compute_fingerprints(corpus: str | Path | OpenCorpus, manifest: dict[str, Any] | None = None) -> pa.Table:
     """Every window of every split, shard by shard (one shard's signals in memory at a time)."""
     manifest = manifest or load_manifest(corpus)
     shape, dtype = tuple(manifest["signal"]["shape"]), manifest["signal"]["dtype"]
@@ -97,13 +100,12 @@ def compute_fingerprints(corpus: str | Path, manifest: dict[str, Any] | None = N
     return pa.concat_tables(parts)
 
 
-def _stamp(table: pa.Table, corpus: Path) -> pa.Table:
+def _stamp(table: pa.Table, corpus: OpenCorpus) -> pa.Table:
     """The table with its provenance: version, the manifest's sha256 and its preprocessing (two
     corpora preprocessed differently store other numbers for one recording: `preprocess_warning`)."""
-    preprocess = load_manifest(corpus).get("preprocess")
     return table.replace_schema_metadata({"fingerprint_version": str(FINGERPRINT_VERSION),
-                                          "manifest_sha256": sha256_file(corpus / MANIFEST),
-                                          "preprocess": json.dumps(preprocess, sort_keys=True)})
+                                          "manifest_sha256": corpus.manifest_sha256,
+                                          "preprocess": json.dumps(corpus.manifest.get("preprocess"), sort_keys=True)})
 
 
 def preprocess_warning(a: pa.Table, b: pa.Table) -> str | None:
@@ -123,28 +125,40 @@ def fingerprint_stamp(path: str | Path) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in meta.items()}
 
 
-def write_fingerprints(corpus: str | Path) -> Path:
+def write_fingerprints(corpus: str | Path | OpenCorpus) -> Path:
     """Compute the corpus's fingerprints and write them beside its manifest (atomically)."""
-    corpus = Path(corpus)
+    corpus = open_corpus(corpus)
     table = _stamp(compute_fingerprints(corpus), corpus)
-    return write_atomic(corpus / FINGERPRINT_FILE, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    path = write_atomic(corpus.path / FINGERPRINT_FILE, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    corpus.forget(FINGERPRINT_FILE)                        # a digest kept of the file it replaced
+    return path
 
 
-def is_current(corpus: Path) -> bool:
+def is_current(corpus: str | Path | OpenCorpus) -> bool:
     """Whether the corpus's fingerprint file was computed from its present manifest by this version."""
-    f = corpus / FINGERPRINT_FILE
+    f = Path(corpus) / FINGERPRINT_FILE
     if not f.is_file():
         return False
     stamp = fingerprint_stamp(f)
+    opened = isinstance(corpus, OpenCorpus)          # its manifest's sha256 is known: no second read
+    manifest_sha256 = corpus.manifest_sha256 if opened else sha256_file(f.parent / MANIFEST)
     return (stamp.get("fingerprint_version") == str(FINGERPRINT_VERSION)
-            and stamp.get("manifest_sha256") == sha256_file(corpus / MANIFEST))
+            and stamp.get("manifest_sha256") == manifest_sha256)
 
 
-def ensure_fingerprints(corpus: str | Path) -> Path | None:
+_ENSURED = "fingerprints"      # OpenCorpus.memo key: the checked fingerprint file (None: read-only)
+
+
+def ensure_fingerprints(corpus: str | Path | OpenCorpus) -> Path | None:
     """The corpus's current fingerprint file, computed and written now when it is missing or stale;
-    None when the corpus folder is read-only (nothing cached)."""
-    corpus = Path(corpus)
-    load_manifest(corpus)                                  # CorpusError naming the folder if it is none
+    None when the corpus folder is read-only (nothing cached). Checked once per OpenCorpus."""
+    corpus = open_corpus(corpus)                           # CorpusError naming the folder if it is none
+    if _ENSURED not in corpus.memo:
+        corpus.memo[_ENSURED] = _ensure(corpus)
+    return corpus.memo[_ENSURED]
+
+
+def _ensure(corpus: OpenCorpus) -> Path | None:
     if not is_current(corpus):
         log.info("computing signal fingerprints of %s (once; cached in %s)", corpus, FINGERPRINT_FILE)
         try:
@@ -152,25 +166,28 @@ def ensure_fingerprints(corpus: str | Path) -> Path | None:
         except OSError as e:
             log.warning("%s: cannot cache fingerprints (%s); computed in memory", corpus, e)
             return None
-    return corpus / FINGERPRINT_FILE
+    return corpus.path / FINGERPRINT_FILE
 
 
-def corpus_fingerprints(corpus: str | Path) -> pa.Table:
+def corpus_fingerprints(corpus: str | Path | OpenCorpus) -> pa.Table:
     """The corpus's fingerprints: its file when current, else computed now and cached beside the
     manifest (kept in memory only when the corpus folder is read-only)."""
+    corpus = open_corpus(corpus)
     path = ensure_fingerprints(corpus)
     if path is None:
-        return _stamp(compute_fingerprints(corpus), Path(corpus))
+        return _stamp(compute_fingerprints(corpus), corpus)
     return read_fingerprint_file(path)
 
 
-def corpus_record(corpus: str | Path) -> dict[str, Any]:
+def corpus_record(corpus: str | Path | OpenCorpus) -> dict[str, Any]:
     """What a pretraining run's record says of its corpus: where it is, its manifest's sha256, and
     its fingerprint file with that file's sha256 (None when it could not be written)."""
-    corpus = Path(corpus).resolve()
+    corpus = open_corpus(corpus)
     path = ensure_fingerprints(corpus)
-    return {"corpus": str(corpus), "manifest_sha256": sha256_file(corpus / MANIFEST),
-            "fingerprints": str(path) if path else None, "fingerprints_sha256": sha256_file(path) if path else None}
+    root = corpus.path.resolve()
+    return {"corpus": str(root), "manifest_sha256": corpus.manifest_sha256,
+            "fingerprints": str(root / FINGERPRINT_FILE) if path else None,
+            "fingerprints_sha256": corpus.sha256(FINGERPRINT_FILE) if path else None}
 
 
 def read_fingerprint_file(path: str | Path) -> pa.Table:

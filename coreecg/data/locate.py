@@ -17,10 +17,11 @@ def synthetic_corpus(config: Config) -> Path:
     """The embedded synthetic corpus as Parquet under `data.cache_dir`, built on first use
     (a re-run skips finished shards, so this is cheap once built)."""
     from coreecg.data.pipeline import build_corpus
+    from coreecg.data.sources import reader_options
 
     d = config.data
-    path = (Path(d.cache_dir) / f"synthetic-n{d.synthetic_records}-seed{d.sources.synthetic_seed}").resolve()
-    options = d.sources.for_source("synthetic", d.synthetic_records)
+    path = (Path(d.cache_dir) / f"synthetic-n{d.synthetic_records}-seed{d.sources.synthetic.seed}").resolve()
+    options = reader_options("synthetic", d)
     manifest = path / "manifest.json"
     if manifest.is_file():
         m = json.loads(manifest.read_text())

@@ -43,7 +43,7 @@ from coreecg.data.exclusion import (
 from coreecg.data.fingerprints import write_fingerprints
 from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import Record, RecordError, RecordRef
-from coreecg.data.sources import get_source
+from coreecg.data.sources import dataset_key, dataset_label, get_source
 from coreecg.data.splits import SPLITS, patient_key, record_split
 from coreecg.files import TEMP_GLOB, sha256_file, write_atomic, write_json
 from coreecg.version import __version__
@@ -268,7 +268,8 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     corpus asked again with other downstream corpora than it was built with is a ValueError.
     The manifest's "warnings" (unrecognised diagnosis codes, records without patient id) are
     logged at the end of the run unless `log_warnings=False` (the job prints them itself).
-    Needs a running Ray (`ray.init`); each shard is one Ray Data task.
+    Needs a running Ray (`ray.init`); each shard is one Ray Data task, handed the reader itself
+    (pickled by reference: a plugin's module is imported on the worker as it unpickles).
     """
     import ray
     import ray.data
@@ -303,12 +304,15 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     quarantine = dupes + [q for m in markers for q in m["quarantine"]]
     write_atomic(out / QUARANTINE, lambda tmp: _write_csv(tmp, quarantine))
     manifest = _manifest(source, input_dir, cfg, settings, markers, refs, quarantine)
+    # the source's dataset key and table label, recorded now: fine-tuning and the report read them
+    # from here, without the source's module (a plugin) importable then
+    manifest.update(dataset_key=dataset_key(manifest), dataset_label=dataset_label(manifest))
     if downstream:
         manifest[MANIFEST_KEY] = manifest_entry(downstream, markers)
         manifest["warnings"] += preprocess_warnings(downstream, settings["preprocess"])
     write_json(out / MANIFEST, manifest)
     t_fp = time.perf_counter()
-    write_fingerprints(out)           # the leakage guard's (coreecg.data.leakage), stamped with this manifest
+    write_fingerprints(out)           # the leakage guard's (coreecg.data.overlap), stamped with this manifest
     t_fp = time.perf_counter() - t_fp
     for message in manifest["warnings"] if log_warnings else ():  # after Ray Data's progress output
         log.warning(message)

@@ -5,10 +5,12 @@ everything else was the same: the encoder, the pretraining data and budget (corp
 batch, optimiser), the negatives pool, workers x per-worker batch, the fine-tuning protocol and
 the seeds. `check_table` compares the configs behind each row and
 
-- ignores what defines a method (METHOD_KEYS: the method and its options, masking, loss weights
-  and temperature, augmentation, the decoders and projection heads, the teacher's EMA) and what
-  only bookkeeps a run (BOOKKEEPING: names, paths, logging, checkpoint cadence, speed options
-  that do not change the arithmetic's result beyond float rounding);
+- ignores what defines a method (`defining_keys`: which method and its options, the variant's
+  name and the fine-tuning protocol (GENERIC_DEFINING), plus what each registered method declares
+  with `register_method(defining=...)`: CoRe-ECG's masking, loss weights and temperature,
+  augmentation, decoders, projection heads and teacher EMA) and what only bookkeeps a run
+  (BOOKKEEPING: names, paths, logging, checkpoint cadence, speed options that do not change the
+  arithmetic's result beyond float rounding);
 - turns a difference declared in the variants file (`allow:` entries: rows, keys, reason) into
   a footnote of the table;
 - raises UnfairTableError naming the table, the rows and the keys for any other difference.
@@ -31,11 +33,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-# Keys that define a method: rows are meant to differ here.
-METHOD_PREFIXES = ("pretrain.", "methods.", "masking.", "augment.", "model.time_decoder_",
-                   "model.latent_decoder_", "model.proj_", "optim.ema_momentum")
-METHOD_KEYS = frozenset({"loss.alpha", "loss.beta", "loss.tau", "train.variant", "finetune.method",
-                         "finetune.mode", "finetune.encoder"})
+# Keys that define any method: rows are meant to differ here. Each registered method adds its own
+# (MethodSpec.defining): "a.b", or a prefix "a.*" / "a.b_*".
+GENERIC_DEFINING = ("pretrain.*", "methods.*", "train.variant", "finetune.method", "finetune.mode",
+                    "finetune.encoder")
 # Keys that name, place, log or speed up a run without changing what it computes.
 BOOKKEEPING_PREFIXES = ("report.", "data.probe_", "train.tracking")
 BOOKKEEPING = frozenset({
@@ -133,9 +134,22 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def is_compared(key: str) -> bool:
-    """Whether rows must agree on `key` (it neither defines a method nor only bookkeeps)."""
-    return not (key in METHOD_KEYS or key in BOOKKEEPING or key.startswith(METHOD_PREFIXES)
+def defining_keys() -> tuple[frozenset[str], tuple[str, ...]]:
+    """(exact keys, prefixes) that define a method: GENERIC_DEFINING and the union of every
+    registered method's `defining` (read through the config's registry: plugins included once
+    imported)."""
+    from coreecg.config import method_specs
+
+    entries = {*GENERIC_DEFINING, *(e for spec in method_specs().values() for e in spec.defining)}
+    return (frozenset(e for e in entries if not e.endswith("*")),
+            tuple(sorted(e[:-1] for e in entries if e.endswith("*"))))
+
+
+def is_compared(key: str, defining: tuple[frozenset[str], tuple[str, ...]] | None = None) -> bool:
+    """Whether rows must agree on `key` (it neither defines a method nor only bookkeeps);
+    `defining`: `defining_keys()`, when the caller asks for many keys."""
+    exact, prefixes = defining or defining_keys()
+    return not (key in exact or key in BOOKKEEPING or key.startswith(prefixes)
                 or key.startswith(BOOKKEEPING_PREFIXES))
 
 
@@ -170,7 +184,8 @@ def _differences(rows: Mapping[str, list[dict[str, Any]]], where: str, allow: Se
     """key -> {method: value} for every compared key on which the rows disagree. Every run of a
     row is compared, not only its first: runs of one row that disagree among themselves are judged
     here (a note when declared for that row, else an error line) and compared by their first."""
-    keys = sorted({k for cs in rows.values() for c in cs for k in c if is_compared(k)})
+    defining = defining_keys()
+    keys = sorted({k for cs in rows.values() for c in cs for k in c if is_compared(k, defining)})
     out = {}
     for key in keys:
         for method, cs in rows.items():

@@ -5,7 +5,8 @@ fine-tuning runs into the paper's tables, this turns pretraining runs into one t
     write_leaderboard(rows, Path("runs"))        # runs/leaderboard.csv, runs/leaderboard.md
 
 One row per run: method (train.variant or the method's label), run name, status, the last
-epoch's losses, the last probe_auroc beside its value at init (and the difference), steps, epochs
+epoch's loss and the loss terms its method reports (`reported_losses`: a column each, n/a for a
+method that does not report it), the last probe_auroc beside its value at init (and the difference), steps, epochs
 done of planned, wall time (run.json's finished sessions; else the epochs' own seconds) and the
 run folder. Rows are sorted by probe_auroc, best first (runs without a probe last, by loss).
 """
@@ -17,8 +18,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ("rank", "method", "run", "status", "loss", "loss_rec", "loss_con", "probe_auroc", "probe_auroc_init",
-           "probe_gain", "steps", "epochs", "wall_s", "run_dir")
+# The columns; the loss terms the rows' methods report sit between the two (`leaderboard_rows`).
+COLUMNS = ("rank", "method", "run", "status", "loss")
+AFTER_LOSSES = ("probe_auroc", "probe_auroc_init", "probe_gain", "steps", "epochs", "wall_s", "run_dir")
 
 
 def is_pretraining_run(folder: Path) -> bool:
@@ -45,7 +47,7 @@ def _records(folder: Path) -> list[dict[str, Any]]:
 
 
 def run_row(folder: Path) -> dict[str, Any]:
-    from coreecg.config import METHODS, load_config
+    from coreecg.config import load_config
     from coreecg.run_record import wall_seconds
 
     folder = Path(folder).resolve()
@@ -60,10 +62,11 @@ def run_row(folder: Path) -> dict[str, Any]:
     if wall is None:
         wall = sum(float(r.get("seconds", 0.0)) for r in epochs) or math.nan
     done = (folder / "encoder.pt").is_file() and len(epochs) > 0 and int(last.get("epoch", 0)) >= cfg.optim.epochs
-    return {"method": cfg.train.variant or METHODS[cfg.pretrain.method].label, "run": folder.name,
+    losses = getattr(cfg.method.cls, "reported_losses", ())
+    return {"method": cfg.method_label, "run": folder.name,
             "status": "completed" if done else ("running or stopped" if epochs else "not started"),
-            "loss": last.get("loss", math.nan), "loss_rec": last.get("loss_rec", math.nan),
-            "loss_con": last.get("loss_con", math.nan), "probe_auroc": probe, "probe_auroc_init": init,
+            "loss": last.get("loss", math.nan), **{k: last.get(k, math.nan) for k in losses},
+            "probe_auroc": probe, "probe_auroc_init": init,
             "probe_gain": probe - init, "steps": int(last.get("step", 0)),
             "epochs": f"{int(last.get('epoch', 0))}/{cfg.optim.epochs}", "wall_s": wall, "run_dir": str(folder)}
 
@@ -78,7 +81,8 @@ def leaderboard_rows(folders: list[Path]) -> list[dict[str, Any]]:
     rows.sort(key=key)
     for i, r in enumerate(rows, 1):
         r["rank"] = i
-    return [{c: r[c] for c in COLUMNS} for r in rows]
+    losses = list(dict.fromkeys(k for r in rows for k in r if k.startswith("loss_")))   # the methods' terms
+    return [{c: r.get(c, math.nan) for c in (*COLUMNS, *losses, *AFTER_LOSSES)} for r in rows]
 
 
 def _cell(value: Any) -> str:
@@ -92,11 +96,11 @@ def write_leaderboard(rows: list[dict[str, Any]], output: Path) -> list[Path]:
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = output / "leaderboard.csv", output / "leaderboard.md"
+    shown = list(rows[0]) if rows else [*COLUMNS, *AFTER_LOSSES]      # leaderboard_rows' columns
     with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS)
+        w = csv.DictWriter(f, shown)
         w.writeheader()
         w.writerows(rows)
-    shown = list(COLUMNS)
     lines = ["# Pretraining leaderboard", "",
              "probe_auroc: the in-loop few-label linear probe (docs/decisions.md), last evaluation; "
              "probe_gain = probe_auroc - probe_auroc_init (the randomly initialised encoder). "

@@ -23,7 +23,7 @@ from coreecg.hub.onnx_export import ONNX_FILE, onnx_entry
 from coreecg.hub.provenance import provenance
 from coreecg.loading import CONFIG_FILE, WEIGHTS_FILE, ModelSource, build_model, open_source
 from coreecg.model.pretrained import hub_config, write_weights
-from coreecg.train.leakage import PRETRAINING_FINGERPRINTS, fingerprints_of, pretraining_of
+from coreecg.train.leakage_guard import PRETRAINING_FINGERPRINTS, fingerprints_of, pretraining_of
 
 
 def export_model(source: str | Path, output: str | Path, *, onnx: bool = False) -> Path:
@@ -58,7 +58,7 @@ def export_model(source: str | Path, output: str | Path, *, onnx: bool = False) 
 def _carry_fingerprints(src: ModelSource, meta: dict[str, Any], out: Path) -> None:
     """Copy the pretraining corpus's fingerprint file into the export and name it (with its
     sha256) in the provenance, so the leakage guard works from the export wherever the corpus is
-    (coreecg.train.leakage). Without a pretraining corpus, or with none found here, the
+    (coreecg.train.leakage_guard). Without a pretraining corpus, or with none found here, the
     provenance says so and nothing is copied."""
     corpus = (meta["provenance"].get("pretraining") or {}).get("corpus")
     pre = pretraining_of(src)

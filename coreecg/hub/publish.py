@@ -15,8 +15,7 @@ from typing import Any
 from coreecg.checkpoints import CheckpointError
 from coreecg.hub.card import CARD_FILE
 from coreecg.hub.onnx_export import ONNX_FILE
-from coreecg.loading import CONFIG_FILE
-from coreecg.model.pretrained import read_folder
+from coreecg.loading.weights import CONFIG_FILE, read_folder
 
 
 def push_export(folder: str | Path, repo_id: str, *, token: str | None = None, private: bool | None = None,

@@ -22,9 +22,14 @@ class PretrainMethod(nn.Module):
       the same patient (the loop looks it up from the corpus, where a recording without a patient
       id is its own patient; in-memory data: one per window).
     - `reconstruct(x, generator)`: draws the reconstruction figure at eval epochs.
+    - `reported_losses`: the loss terms `forward` returns besides `loss`, each named
+      "loss_<label>" (the console shows "<label> value"): the epoch's console line, the run's
+      summary, the leaderboard and the sweep objectives read them (a term an ablation leaves out
+      of its dict is simply not shown).
     """
 
     needs_patient_ids: bool = False
+    reported_losses: tuple[str, ...] = ()
     # Targets run in eval mode (no dropout). MoCo v3 keeps its key encoder in train mode so that
     # the BatchNorm in its projector normalises with batch statistics, as the query's does.
     targets_in_eval_mode: bool = True

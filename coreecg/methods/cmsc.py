@@ -3,7 +3,7 @@ one encoder: each training window is cut into `segments` adjacent, non-overlappi
 4.5 s halves of the 9 s crop by default); each segment goes through the encoder alone, at its
 own time positions, and a linear head; segments of the same window are positives, and so are
 segments of the same patient's other windows (CLOCS's patient-specific positives); other
-patients' segments of the global batch are negatives (`coreecg.losses.cmsc_contrastive`). No
+patients' segments of the global batch are negatives (`cmsc_contrastive`). No
 augmentation. Why halves of a window and not adjacent windows of a longer record:
 docs/baselines.md."""
 from __future__ import annotations
@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from coreecg.config import Config, ConfigError
-from coreecg.losses import cmsc_contrastive
-from coreecg.methods.registry import register_method
 from coreecg.methods.base import PretrainMethod
+from coreecg.methods.contrastive import gather_no_grad, gather_with_grad
+from coreecg.methods.registry import register_method
 from coreecg.model.encoder import Encoder, masked_mean, default_lead_idx
 
 
@@ -28,6 +28,50 @@ def segment_masks(segments: int, batch: int, n_leads: int, n_patches: int) -> to
     column_segment = torch.arange(n_patches) // (n_patches // segments)                 # (N,)
     mask = column_segment[None, :] == torch.arange(segments)[:, None]                  # (S, N)
     return mask[:, None, None, :].expand(segments, batch, n_leads, n_patches).reshape(-1, n_leads, n_patches)
+
+
+def cmsc_contrastive(a: torch.Tensor, b: torch.Tensor, tau: float, patient: torch.Tensor | None = None,
+                     gather: bool = True) -> torch.Tensor:
+    """CLOCS's CMSC loss for one pair of segment views (Kiyasseh et al., ICML 2021, and
+    `obtain_contrastive_loss` in its code; docs/baselines.md). a[i] and b[i] are adjacent segments
+    of window i; the candidates of a[i] are b of the whole (global) batch, or of the rank's batch
+    without `gather`, and the other way round (cosine similarity / tau, both views with
+    gradient). Positives: the own pair, and every pair of windows of one patient (`patient`
+    equal: other recordings and other windows of the same recording); everything else is a
+    negative. As in CLOCS every candidate stays in the softmax, and the loss per direction is the
+    mean of two terms, the own pairs' mean -log p and the same-patient pairs' mean -log p (the
+    latter only when the pool has such pairs); unlike CLOCS (one triangle per direction) both
+    directions take every same-patient pair.
+
+    a, b: (B, E); patient: (B,) int64 or None (every window its own patient) -> scalar. With
+    `gather` the same-patient mean is over the pairs of every rank, so the mean over ranks of
+    this loss (what DDP's gradient averaging optimises) is the one-rank loss of the global batch.
+    """
+    a, b = F.normalize(a.float(), dim=-1), F.normalize(b.float(), dim=-1)
+    all_a, all_b, offset, world = a, b, 0, 1
+    if gather:
+        all_a, offset = gather_with_grad(a)
+        all_b, _ = gather_with_grad(b)
+        world = all_a.shape[0] // a.shape[0]
+    rows = torch.arange(a.shape[0], device=a.device)
+    own = rows + offset                                                  # (B,) own pair's column
+    patient = own if patient is None else patient
+    all_patient = gather_no_grad(patient)[0] if gather else patient
+    # (B, B * world): same patient, less the own pair (its own term). Built elementwise: an
+    # in-place `same[rows, own] = False` copies the scalar to the GPU and syncs every step.
+    columns = torch.arange(all_patient.shape[0], device=a.device)
+    same = (patient[:, None] == all_patient[None, :]) & (columns[None, :] != own[:, None])
+    # The same-patient mean divides by the pairs of the whole pool (every rank's, counted from the
+    # gathered ids), so the ranks' shares sum to the global mean; no sync, no extra collective.
+    pairs = (all_patient[:, None] == all_patient[None, :]).sum().float() - all_patient.shape[0]
+    has_pairs = (pairs > 0).float()
+    loss = a.new_zeros(())
+    for logits in (a @ all_b.T / tau, b @ all_a.T / tau):               # (B, B * world) each
+        log_p = logits.log_softmax(dim=-1)
+        own_term = -log_p[rows, own].mean()
+        patient_term = -torch.where(same, log_p, 0.0).sum() * world / pairs.clamp_min(1.0)
+        loss = loss + (own_term + has_pairs * patient_term) / (1.0 + has_pairs)
+    return loss / 2
 
 
 @dataclass
@@ -57,6 +101,7 @@ class CMSC(PretrainMethod):
     """Encoder -> mean over the segment's tokens -> Linear(embed_dim, dim): CLOCS's embedding."""
 
     needs_patient_ids = True
+    reported_losses = ("loss_con",)    # the mean CMSC loss over segment pairs (= loss)
 
     def __init__(self, config: Config):
         super().__init__(config)

@@ -2,8 +2,8 @@
 ICCV 2021) for ECG, on the one encoder: two random views of each window; the query path is
 encoder -> projector -> predictor, the key path a momentum (EMA) copy of encoder and projector;
 the loss is the symmetric ctr(q1, k2) + ctr(q2, k1) with the keys of the global batch
-(`coreecg.losses.moco_contrastive`; the pool is `loss.gather_negatives`, as for every contrastive
-method). Departures from the image recipe: docs/baselines.md."""
+(`moco_contrastive`; the pool is `loss.gather_negatives`, as for every contrastive method:
+coreecg.methods.contrastive). Departures from the image recipe: docs/baselines.md."""
 from __future__ import annotations
 
 import copy
@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from coreecg.config import Config, ConfigError
-from coreecg.losses import moco_contrastive
-from coreecg.methods.registry import register_method
 from coreecg.methods.base import PretrainMethod
+from coreecg.methods.contrastive import gather_no_grad
+from coreecg.methods.registry import register_method
 from coreecg.methods.views import ViewsConfig, random_view
 from coreecg.model.encoder import Encoder, default_lead_idx
 from coreecg.model.padding import fill
@@ -60,6 +60,23 @@ def mlp(layers: int, in_dim: int, hidden: int, out_dim: int, last_bn: bool) -> n
     return nn.Sequential(*mods)
 
 
+def moco_contrastive(query: torch.Tensor, key: torch.Tensor, tau: float, gather: bool = True) -> torch.Tensor:
+    """MoCo v3's ctr(q, k): each query against the keys of the whole (global) batch (the rank's
+    batch without `gather`), its own key the positive; keys carry no gradient. Scaled by 2 tau,
+    as the MoCo v3 code does.
+
+    query, key: (B, D) -> scalar, the mean over the local queries.
+    """
+    q = F.normalize(query.float(), dim=-1)
+    k = F.normalize(key.detach().float(), dim=-1)
+    offset = 0
+    if gather:
+        k, offset = gather_no_grad(k)
+    logits = q @ k.T / tau                                              # (B, B * world)
+    labels = torch.arange(q.shape[0], device=q.device) + offset
+    return F.cross_entropy(logits, labels) * (2 * tau)
+
+
 # A checkpoint cannot resume across these: they change the heads or which parameters train.
 @register_method("moco_v3", "MoCo V3", options=MoCoV3Options,
                  structural=tuple(f"methods.moco_v3.{k}" for k in ("dim", "hidden_dim", "proj_layers", "pred_layers",
@@ -70,6 +87,7 @@ class MoCoV3(PretrainMethod):
     as downstream uses them (our encoder has no [CLS] token)."""
 
     targets_in_eval_mode = False
+    reported_losses = ("loss_con",)    # the symmetric contrastive loss (= loss)
 
     def __init__(self, config: Config):
         super().__init__(config)

@@ -14,15 +14,15 @@ format_version, kind, weights (file, sha256, ...), the full coreecg config (the 
 from it), and where known the input contract and provenance (docs/export.md). An export folder
 (coreecg.hub.export_model) is this plus the input contract and coreecg's model card.
 
-Reading such a folder (`read_folder`: format, version, the weights' sha256) and loading weights
-(`load_weights`) are here too: `coreecg.loading` uses them, and reads every other source (run
-folders, .pt files, published families' weights) itself.
+Loading goes through the one loader: `from_pretrained` reads the folder (`read_folder`: format,
+version, the weights' sha256) and restores the weights into its class's model (`restore`) with
+`coreecg.loading.weights`, the format's home; `coreecg.loading` reads every other source (run
+folders, .pt files, published families' weights). Those names stay importable from here.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,16 +33,14 @@ from huggingface_hub import ModelHubMixin
 from torch import nn
 
 from coreecg.checkpoints import CheckpointError
-from coreecg.config import Config, ConfigError, ModelConfig, config_from_dict
+from coreecg.config import Config, ModelConfig
 from coreecg.files import sha256_file, write_atomic, write_json
+# the export folder's format and reading: the loader's (re-exported here, where they were)
+from coreecg.loading.weights import (  # noqa: F401
+    CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, SavedFolder, kept_sections, load_weights, read_folder, restore,
+)
 from coreecg.version import __version__
 
-FORMAT = "coreecg-model"
-# 2: Hugging Face keys at the top level (model_type, architectures, constructor arguments,
-# id2label); 1: coreecg's sections only. The reader takes both.
-FORMAT_VERSION = 2
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
 CARD_FILE = "README.md"
 MODEL_TYPE = "coreecg"
 HUB_TAGS = ("ecg", "electrocardiogram", "time-series", "self-supervised", "coreecg")
@@ -165,27 +163,13 @@ class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)
         if f.kind == "classifier" and cls.pretrained_kind == "encoder":     # a classifier's encoder
             state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
             info = PretrainedInfo(f.config)
-        with torch.random.fork_rng(devices=[]):       # the init is overwritten: draw nothing
-            model = cls._build_for(f.config, f.class_names, f.multilabel)
-        load_weights(model, state, f.weights, info)
+        model = restore(lambda: cls._build_for(f.config, f.class_names, f.multilabel), state, f.weights, info)
         return model.to(map_location)
 
     @classmethod
     def _build_for(cls, config: Config, class_names: list[str] | None, multilabel: bool | None) -> nn.Module:
         """The randomly initialised model `config` (and a classifier's task) describes."""
         raise NotImplementedError
-
-
-def load_weights(model: nn.Module, state: dict[str, torch.Tensor], weights: Path, info: PretrainedInfo) -> nn.Module:
-    """Load `state` strictly (CheckpointError naming `weights` on a mismatch), attach `info`
-    (what a later save_pretrained records); -> the model in eval mode."""
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as e:
-        raise CheckpointError(f"{weights}: {getattr(model, 'pretrained_kind', 'encoder')} weights do not match "
-                              f"its own config: {e}") from e
-    model.pretrained_info = info
-    return model.eval()
 
 
 def check_describes(model: nn.Module, info: PretrainedInfo) -> None:
@@ -262,11 +246,6 @@ def carry_source_files(info: PretrainedInfo, sha256: str, folder: Path) -> dict[
     return sections
 
 
-def kept_sections(meta: dict[str, Any]) -> dict[str, Any]:
-    """The sections of a folder's config.json a later save writes again (contract, provenance)."""
-    return {k: v for k, v in meta.items() if k in ("architecture", "input", "provenance")}
-
-
 # ---------------------------------------------------------------------------- writing
 
 
@@ -313,91 +292,3 @@ def _default_info(model: nn.Module) -> PretrainedInfo:
     cfg = Config()
     cfg = dataclasses.replace(cfg, model=m, data=dataclasses.replace(cfg.data, crop_samples=m.input_samples))
     return PretrainedInfo(cfg.validate())
-
-
-# ---------------------------------------------------------------------------- reading
-
-
-@dataclass
-class SavedFolder:
-    """A verified folder: its config.json (`meta`), the weights file and state, the coreecg
-    Config, the kind and a classifier's class_names and multilabel."""
-
-    meta: dict[str, Any]
-    weights: Path
-    state: dict[str, torch.Tensor]
-    config: Config
-    kind: str
-    class_names: list[str] | None
-    multilabel: bool | None
-
-
-def read_folder(folder: Path) -> SavedFolder:
-    """config.json (format and version checked) and the weights it names (sha256 checked).
-    CheckpointError naming the file for anything missing, corrupted or foreign."""
-    meta_path = Path(folder) / CONFIG_FILE
-    meta = _folder_meta(meta_path)
-    weights = _folder_weights(Path(folder), meta, meta_path)
-    state = _read_safetensors(weights)
-    try:
-        config = config_from_dict(meta["config"])
-    except (ConfigError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{meta_path}: its stored config is not valid here: {e}") from e
-    kind = meta.get("kind")
-    if kind not in ("encoder", "classifier"):
-        raise CheckpointError(f"{meta_path}: unknown kind {kind!r} (encoder | classifier)")
-    contract = meta.get("input") if isinstance(meta.get("input"), dict) else {}
-    names, multilabel = contract.get("class_names"), contract.get("multilabel")
-    if kind == "classifier" and names is None and isinstance(meta.get("id2label"), dict):
-        # a bare save_pretrained (no input contract): the Hugging Face keys carry the task
-        names = [meta["id2label"].get(str(i)) for i in range(len(meta["id2label"]))]
-        multilabel = meta.get("multilabel")
-    if kind == "classifier" and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)
-                                 or not isinstance(multilabel, bool)):
-        raise CheckpointError(f"{meta_path}: a classifier export without class_names and multilabel (in its "
-                              "input contract or id2label and multilabel)")
-    return SavedFolder(meta, weights, state, config, kind, names, multilabel)
-
-
-def _folder_meta(meta_path: Path) -> dict[str, Any]:
-    """config.json of a folder, its format and version checked."""
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{meta_path}: unreadable export config: {e}") from e
-    found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-    if found != FORMAT:
-        raise CheckpointError(f"{meta_path}: not a coreecg export (format {found!r}, expected {FORMAT!r})")
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise CheckpointError(f"{meta_path}: export format version {version!r} is not one this coreecg "
-                              f"({__version__}) reads (1..{FORMAT_VERSION}); upgrade coreecg")
-    return meta
-
-
-def _folder_weights(folder: Path, meta: dict[str, Any], meta_path: Path) -> Path:
-    """The weights file config.json names, checked against the sha256 it records."""
-    recorded = meta.get("weights") if isinstance(meta.get("weights"), dict) else {}
-    name = str(recorded.get("file", WEIGHTS_FILE))
-    if Path(name).name != name:           # a plain file name: an export never points outside itself
-        raise CheckpointError(f"{meta_path}: weights file {name!r} is not a file name in the export folder")
-    weights = folder / name
-    if not weights.is_file():
-        raise CheckpointError(f"{weights}: weights file not found (named in {meta_path})")
-    expected = recorded.get("sha256")
-    if not expected:
-        raise CheckpointError(f"{meta_path}: records no sha256 for {weights.name}; the export is incomplete")
-    if sha256_file(weights) != expected:
-        raise CheckpointError(f"{weights}: corrupted weights (sha256 differs from the one in {meta_path.name}); "
-                              "export it again from its run")
-    return weights
-
-
-def _read_safetensors(weights: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(str(weights), device="cpu")
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"{weights}: unreadable safetensors file: {e}") from e

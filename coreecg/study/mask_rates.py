@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from coreecg.study.spec import slug
+from coreecg.study.plan import slug
 
 METRICS = ("f1", "auroc")
 

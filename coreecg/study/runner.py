@@ -9,7 +9,7 @@ Layout of a study folder (`--output`):
     tune/<phase>-<attempt>/     Ray Tune's experiment of each phase and attempt
     mlruns/                     train.tracking=mlflow with no tracking_uri: every run's MLflow run
     runs.csv                    one row per run: phase, run, method, seed, status, error, seconds, run folder
-    report/                     tables, figures and their index (coreecg.study.report)
+    report/                     tables, figures and their index (coreecg.study.summary)
 
 Every run is a trial of `coreecg.tune.trials`, finished when its done.json exists. `--resume`
 re-plans the same study and starts only unfinished runs, each from the latest checkpoint in its
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from coreecg.config import load_config
-from coreecg.study.spec import ExternalEncoder, FinetuneRun, PretrainRun, RandomEncoder, Study
+from coreecg.study.plan import ExternalEncoder, FinetuneRun, PretrainRun, RandomEncoder, Study
 from coreecg.train.tracking import track_trials
 from coreecg.tune.trials import TrialSpec, concurrency_for, error_text, is_done, read_done, run_trials
 
@@ -106,16 +106,16 @@ def build_corpora(study: Study, output: Path) -> dict[str, Path]:
 
 
 def check_leakage(study: Study, corpora: dict[str, Path]) -> None:
-    """The leakage guard (coreecg.train.leakage) of every (pretraining corpus, downstream corpus)
+    """The leakage guard (coreecg.train.leakage_guard) of every (pretraining corpus, downstream corpus)
     pair the study fine-tunes, before any training: LeakageError naming the records unless
     finetune.allow_overlap (then each fine-tuning records its overlap itself)."""
-    from coreecg.train.leakage import Pretraining, check_overlap
+    from coreecg.train.leakage_guard import Pretraining, check_overlap
 
     pairs = set()
     for r in [*study.finetune_runs(), *study.mask_rate_runs()]:
         # each run's own config decides (downstream.set may allow what the study's set does not)
         # an external encoder's pretraining data is whatever its own record names: its run's guard
-        # (coreecg.train.leakage) checks that, or records that it cannot
+        # (coreecg.train.leakage_guard) checks that, or records that it cannot
         if isinstance(r.encoder, PretrainRun) and not load_config(study.config_file,
                                                      study.finetune_overrides(r)).finetune.allow_overlap:
             pretrained = load_config(study.config_file, study.pretrain_overrides(r.encoder, corpora)).data.corpora
@@ -170,44 +170,20 @@ def write_runs_csv(rows: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def run_study(study: Study, output: str | Path, *, resume: bool = False, concurrency: int = 0,
-              gpus_per_trial: float = 0.0) -> list[dict]:
-    """Corpora, pretraining, fine-tuning; -> one row per run (runs.csv). Finished runs are kept.
-    concurrency: trials at once (0: what the cluster's CPUs allow); gpus_per_trial: what each
-    single-worker trial reserves (0: one GPU when train.use_gpu, else none)."""
-    from coreecg.cluster import init_ray
+def _finished(output: Path, phase: str, name: str) -> dict[str, Any]:
+    """The runs.csv row of a run finished before (kept, not run again)."""
+    return {"phase": phase, "run": name, "status": "done", "error": "", "seconds": "",
+            "run_dir": str(run_dir(output, phase, name))}
 
-    output = Path(output).resolve()
-    prepare_folder(study, output, resume)
-    cfg = load_config(study.config_file, [*study.base, *study.extra])
-    init_ray(cfg.train.num_workers * cfg.train.cpus_per_worker)
-    corpora = build_corpora(study, output)
-    check_leakage(study, corpora)
-    from coreecg.data.locate import training_corpora
 
-    for r in study.pretrain_runs():     # the embedded synthetic corpus is built here once, not per trial
-        training_corpora(load_config(study.config_file, study.pretrain_overrides(r, corpora)))
-    rows = []
-
-    def finished(phase: str, name: str) -> dict[str, Any]:
-        return {"phase": phase, "run": name, "status": "done", "error": "", "seconds": "",
-                "run_dir": str(run_dir(output, phase, name))}
-
-    pending = []
-    for r in study.pretrain_runs():
-        if is_done(run_dir(output, "pretrain", r.name)):
-            rows.append(finished("pretrain", r.name))
-        else:
-            pending.append((r.name, study.pretrain_overrides(r, corpora)))
-    log.info("pretraining: %d run(s), %d finished before", len(study.pretrain_runs()), len(study.pretrain_runs()) - len(pending))
-    rows += run_phase(output, "pretrain", study.config_file, pending, concurrency, gpus_per_trial=gpus_per_trial,
-                      group=study.name)
-
-    pending = []
-    finetunes = [*study.finetune_runs(), *study.mask_rate_runs()]
-    for r in finetunes:
+def _pending_finetunes(study: Study, output: Path, corpora: dict[str, Path]
+                       ) -> tuple[list[dict[str, Any]], list[tuple[str, list[str]]]]:
+    """The fine-tunings (the mask-rate figure's too) -> (rows of those finished before or skipped
+    because their encoder's pretraining did not finish, (name, overrides) of those to run)."""
+    rows, pending = [], []
+    for r in [*study.finetune_runs(), *study.mask_rate_runs()]:
         if is_done(run_dir(output, "finetune", r.name)):
-            rows.append(finished("finetune", r.name))
+            rows.append(_finished(output, "finetune", r.name))
             continue
         extra = [f"data.corpus={corpora[r.corpus]}"]
         if isinstance(r.encoder, ExternalEncoder):
@@ -217,16 +193,46 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
         elif r.encoder is not None:
             encoder = run_dir(output, "pretrain", r.encoder.name) / "encoder.pt"
             if not is_done(run_dir(output, "pretrain", r.encoder.name)) or not encoder.is_file():
-                rows.append({**finished("finetune", r.name), "status": "skipped",
+                rows.append({**_finished(output, "finetune", r.name), "status": "skipped",
                              "error": f"its encoder's pretraining ({r.encoder.name}) did not finish"})
                 continue
             extra.append(f"finetune.encoder={encoder}")
         pending.append((r.name, study.finetune_overrides(r, extra)))
-    log.info("fine-tuning: %d run(s), %d to run", len(finetunes), len(pending))
-    rows += run_phase(output, "finetune", study.config_file, pending, concurrency, gpus_per_trial=gpus_per_trial,
+    return rows, pending
+
+
+def run_study(study: Study, output: str | Path, *, resume: bool = False, concurrency: int = 0,
+              gpus_per_trial: float = 0.0) -> list[dict]:
+    """Corpora, pretraining, fine-tuning; -> one row per run (runs.csv). Finished runs are kept.
+    concurrency: trials at once (0: what the cluster's CPUs allow); gpus_per_trial: what each
+    single-worker trial reserves (0: one GPU when train.use_gpu, else none)."""
+    from coreecg.cluster import init_ray
+    from coreecg.data.locate import training_corpora
+
+    output = Path(output).resolve()
+    prepare_folder(study, output, resume)
+    cfg = load_config(study.config_file, [*study.base, *study.extra])
+    init_ray(cfg.train.num_workers * cfg.train.cpus_per_worker)
+    corpora = build_corpora(study, output)
+    check_leakage(study, corpora)
+    for r in study.pretrain_runs():     # the embedded synthetic corpus is built here once, not per trial
+        training_corpora(load_config(study.config_file, study.pretrain_overrides(r, corpora)))
+
+    rows, pending = [], []
+    for r in study.pretrain_runs():
+        if is_done(run_dir(output, "pretrain", r.name)):
+            rows.append(_finished(output, "pretrain", r.name))
+        else:
+            pending.append((r.name, study.pretrain_overrides(r, corpora)))
+    log.info("pretraining: %d run(s), %d finished before", len(study.pretrain_runs()), len(study.pretrain_runs()) - len(pending))
+    rows += run_phase(output, "pretrain", study.config_file, pending, concurrency, gpus_per_trial=gpus_per_trial,
                       group=study.name)
+    finished, pending = _pending_finetunes(study, output, corpora)
+    log.info("fine-tuning: %d run(s), %d to run", len(finished) + len(pending), len(pending))
+    rows += finished + run_phase(output, "finetune", study.config_file, pending, concurrency,
+                                 gpus_per_trial=gpus_per_trial, group=study.name)
     labels = {("pretrain", r.name): (r.variant, r.seed) for r in study.pretrain_runs()}
-    labels.update({("finetune", r.name): (r.method, r.seed) for r in finetunes})
+    labels.update({("finetune", r.name): (r.method, r.seed) for r in [*study.finetune_runs(), *study.mask_rate_runs()]})
     rows = [{**row, "method": labels[row["phase"], row["run"]][0], "seed": labels[row["phase"], row["run"]][1]}
             for row in rows]
     write_runs_csv(rows, output / "runs.csv")

@@ -7,8 +7,10 @@ fine-tuning alike.
 `plan_run` starts (or joins) Ray once, pulls a mirrored run folder back where it is missing and
 plans the run (`coreecg.train.plan`); `fit` trains the plan with a TorchTrainer whose workers run
 `coreecg.train.loop.train_worker` (on `coreecg.train.worker.worker_context`), and returns where
-everything went. From a job to the loss:
-main -> fit -> (Ray) _train_loop -> train_worker -> TrainStep -> method.forward -> loss.
+everything went. The corpora the planner opened (`RunPlan.open`) feed the run record and the
+ingest: one pretraining reads each manifest once. From a job to the loss:
+main -> plan_run -> fit -> (Ray) _train_loop, or _fit_here in this process -> train_worker ->
+train_epoch (coreecg.train.loop) -> TrainStep -> method.forward -> loss.
 
 Outputs go to `<train.storage_path>/<train.name>/`: `checkpoint_step<N>/checkpoint.pt` (rank 0
 writes them, the last `train.keep_checkpoints` kept), `config.yaml`, `run.json`,
@@ -108,10 +110,10 @@ def fit(plan: RunPlan, *, callbacks: list | None = None, report_fn=None) -> RunR
     if plan.mixture is not None:            # several corpora: always streamed (coreecg.train.mixture)
         from coreecg.train.mixture import mixture_files
 
-        dataset = mixture_files(plan.mixture)
+        dataset = mixture_files(plan.mixture, [plan.open(c) for c in plan.mixture.corpora])
     else:
-        dataset = training_dataset(plan.corpus, plan.config.train.seed, plan.config.data.cache_in_memory_gb,
-                                   keep=plan.keep)
+        dataset = training_dataset(plan.open(plan.corpus), plan.config.train.seed,
+                                   plan.config.data.cache_in_memory_gb, keep=plan.keep)
     with _mirrored(plan) as mirror, _failed_session(run_dir):
         if report_fn is not None:
             last = _fit_here(plan, dataset, report_fn, mirror)

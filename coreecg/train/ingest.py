@@ -34,7 +34,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from coreecg.data.corpus import CorpusError, load_manifest, read_shard, read_windows, signal_view, split_files
+from coreecg.data.corpus import CorpusError, OpenCorpus, open_corpus, read_shard, read_windows, signal_view
 from coreecg.devices import to_device
 from coreecg.model.padding import valid_samples
 
@@ -251,7 +251,7 @@ def _to(a: np.ndarray, device: torch.device) -> torch.Tensor:
 # ---------------------------------------------------------------------------- the dataset
 
 
-def training_dataset(corpus: str | Path, seed: int, cache_in_memory_gb: float = 2.0, split: str = "train",
+def training_dataset(corpus: str | Path | OpenCorpus, seed: int, cache_in_memory_gb: float = 2.0, split: str = "train",
                      keep: np.ndarray | None = None):
     """The split's windows ({"signal": (C, T) float16, "uid": int64}, uids numbered as
     `coreecg.data.reading.read_split` numbers them) for training, in one of two forms:
@@ -263,10 +263,11 @@ def training_dataset(corpus: str | Path, seed: int, cache_in_memory_gb: float = 
       Data's streaming pipeline was measured at 0.11x of plain pyarrow's rate on this path,
       docs/performance.md).
     keep: (N,) bool over the split's uids (e.g. a label-efficiency subset); None keeps all.
+    corpus: a path, or the run's opened corpus (its manifest and shard list are not read again).
     """
-    manifest = load_manifest(corpus)
-    files = split_files(corpus, split, manifest)
-    rows = [s["rows"] for s in manifest["shards"] if s["split"] == split]
+    corpus = open_corpus(corpus)
+    files = corpus.split_files(split)
+    rows = corpus.shard_rows(split)
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(int)
     kept_rows = list(rows)
     if keep is not None:
@@ -274,7 +275,7 @@ def training_dataset(corpus: str | Path, seed: int, cache_in_memory_gb: float = 
         if keep.shape != (sum(rows),):
             raise ValueError(f"{corpus}: keep mask of shape {keep.shape} for {sum(rows)} {split} windows")
         kept_rows = [int(keep[u:u + r].sum()) for u, r in zip(starts, rows)]
-    shape, dtype = tuple(manifest["signal"]["shape"]), manifest["signal"]["dtype"]
+    shape, dtype = corpus.signal_shape, corpus.signal_dtype
     nbytes = sum(kept_rows) * int(np.prod(shape)) * np.dtype(dtype).itemsize
     if nbytes >= cache_in_memory_gb * 2**30:
         return ShardFiles(tuple(str(f) for f in files), tuple(int(u) for u in starts), tuple(rows),

@@ -31,7 +31,7 @@ import torch
 from coreecg.checkpoints import CheckpointError, load_latest, prune_checkpoints, save_step
 from coreecg.config import Config
 from coreecg.devices import resolve_device
-from coreecg.train.checkpoint import check_compatible
+from coreecg.train.resume_check import check_compatible
 from coreecg.train.ingest import memory_epoch_batches, seed_for
 from coreecg.train.plan import RunPlan
 from coreecg.train.speed import release_freed_memory
@@ -147,13 +147,13 @@ class Task(Protocol):
 
     name: the checkpoint payload's "task" and the TensorBoard prefix of step scalars.
     epochs, global_batch: the run's length and its batch over all ranks.
-    build(ctx) -> (core, step): the bare model on ctx.device and its TrainStep (which holds the
+    build(ctx) -> (bare, step): the bare model on ctx.device and its TrainStep (which holds the
         wrapped model); called after seeding, so every rank builds identical weights.
     inputs(signal, uid, epoch, generator) -> (args, kwargs) of one step, from a stored batch.
-    start(core, ctx, writer) -> state entries of a fresh run (rank 0; e.g. the probe at init).
+    start(bare, ctx, writer) -> state entries of a fresh run (rank 0; e.g. the probe at init).
     should_evaluate(epoch) -> whether rank 0 evaluates after this epoch.
-    evaluate(core, ctx, writer, epoch, step, state) -> epoch metrics (rank 0; may update state).
-    finish(core, ctx, writer, summary, state): rank 0, once the last epoch is done.
+    evaluate(bare, ctx, writer, epoch, step, state) -> epoch metrics (rank 0; may update state).
+    finish(bare, ctx, writer, summary, state): rank 0, once the last epoch is done.
     """
 
     name: str
@@ -163,11 +163,11 @@ class Task(Protocol):
     def build(self, ctx: "WorkerContext") -> tuple[torch.nn.Module, TrainStep]: ...
     def inputs(self, signal: torch.Tensor, uid: torch.Tensor, epoch: int,
                generator: torch.Generator) -> tuple[tuple, dict]: ...
-    def start(self, core: torch.nn.Module, ctx: "WorkerContext", writer: "RunWriter") -> dict[str, Any]: ...
-    def should_evaluate(self, number: int) -> bool: ...     # number: the epoch, from 1
-    def evaluate(self, core: torch.nn.Module, ctx: "WorkerContext", writer: "RunWriter", epoch: int, step: int,
+    def start(self, bare: torch.nn.Module, ctx: "WorkerContext", writer: "RunWriter") -> dict[str, Any]: ...
+    def should_evaluate(self, epoch_number: int) -> bool: ...     # the epoch, from 1
+    def evaluate(self, bare: torch.nn.Module, ctx: "WorkerContext", writer: "RunWriter", epoch: int, step: int,
                  state: dict[str, Any]) -> dict[str, float]: ...
-    def finish(self, core: torch.nn.Module, ctx: "WorkerContext", writer: "RunWriter", summary: dict[str, float],
+    def finish(self, bare: torch.nn.Module, ctx: "WorkerContext", writer: "RunWriter", summary: dict[str, float],
                state: dict[str, Any]) -> None: ...
 
 
@@ -177,8 +177,8 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
     Returns the last epoch's metrics (rank 0's view; evaluation metrics only on rank 0).
     """
     torch.manual_seed(seed_for("init", config.train.seed))        # identical init on every rank
-    core, step = task.build(ctx)
-    run = _Run(task, config, ctx, core, step, RunWriter(ctx.run_dir, ctx.is_main, config, task.name))
+    bare, step = task.build(ctx)
+    run = _Run(task, config, ctx, bare, step, RunWriter(ctx.run_dir, ctx.is_main, config, task.name))
     done_in_epoch = run.resume_or_start()
     summary: dict[str, float] = {}
     while run.epoch < task.epochs:
@@ -189,7 +189,7 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
     if ctx.is_main:
         from coreecg.run_record import end_session
 
-        task.finish(core, ctx, run.writer, summary, run.state)
+        task.finish(bare, ctx, run.writer, summary, run.state)
         end_session(ctx.run_dir, "completed")
     run.writer.close()
     return summary
@@ -199,32 +199,32 @@ class _Run:
     """One worker's training state between the loop's parts: the task, its model and step, the
     epoch (counted from 0), the task's state and rank 0's writer."""
 
-    def __init__(self, task: Task, config: Config, ctx: WorkerContext, core: torch.nn.Module, step: TrainStep,
+    def __init__(self, task: Task, config: Config, ctx: WorkerContext, bare: torch.nn.Module, step: TrainStep,
                  writer: RunWriter):
-        self.task, self.cfg, self.ctx, self.core, self.step, self.writer = task, config, ctx, core, step, writer
+        self.task, self.cfg, self.ctx, self.bare, self.step, self.writer = task, config, ctx, bare, step, writer
         self.step_gen = torch.Generator()   # on the host: masks need no device sync (CoReECG._masks)
         self.epoch, self.state, self.first_step = 0, {}, True
 
     def resume_or_start(self) -> int:
         """Load the newest checkpoint (-> batches of its epoch already done), or start fresh (-> 0)."""
-        ctx, task, spe = self.ctx, self.task, self.ctx.steps_per_epoch
+        ctx, task, epoch_steps = self.ctx, self.task, self.ctx.steps_per_epoch
         resumed = ctx.latest()
         if resumed is None:
             torch.manual_seed(seed_for("torch", self.cfg.train.seed, ctx.rank))
             if ctx.is_main:
-                self.state.update(task.start(self.core, ctx, self.writer))
+                self.state.update(task.start(self.bare, ctx, self.writer))
             return 0
         payload, saved, path = resumed
         if payload.get("task", "pretrain") != task.name:
             raise CheckpointError(f"{path}: a {payload.get('task', 'pretrain')} checkpoint, not {task.name}; "
                                   "use another run folder")
         check_compatible(path, saved, self.cfg)
-        self.core.load_state_dict(payload["model"])
+        self.bare.load_state_dict(payload["model"])
         self.step.load_state_dict(payload["trainer"])
         self.epoch, done, self.state = int(payload["epoch"]), int(payload["batches_done"]), dict(payload["state"])
         if ctx.is_main and "torch_rng" in payload:
             torch.set_rng_state(payload["torch_rng"])
-        if done >= spe:
+        if done >= epoch_steps:
             self.epoch, done = self.epoch + 1, 0
         self.writer.line({"event": "resume", "step": self.step.step, "epoch": self.epoch + 1, "batches_done": done,
                           "checkpoint": str(path)})
@@ -237,25 +237,25 @@ class _Run:
         """The checkpoint of this moment (rank 0; None elsewhere)."""
         if not self.ctx.is_main:
             return None
-        return {"model": self.core.state_dict(), "trainer": self.step.state_dict(), "task": self.task.name,
+        return {"model": self.bare.state_dict(), "trainer": self.step.state_dict(), "task": self.task.name,
                 "epoch": self.epoch, "batches_done": batches_done, "state": self.state, "metrics": metrics,
                 "torch_rng": torch.get_rng_state()}
 
     def train_epoch(self, done_in_epoch: int) -> tuple[dict[str, torch.Tensor], int, float]:
         """The epoch's steps (skipping the `done_in_epoch` a resumed checkpoint had done), with
         step logs, progress lines and mid-epoch checkpoints -> (metric sums, steps, seconds)."""
-        cfg, ctx, task, step, spe = self.cfg, self.ctx, self.task, self.step, self.ctx.steps_per_epoch
-        number, every_s = self.epoch + 1, cfg.train.progress_every_s     # the epoch as people count it
+        cfg, ctx, task, step, epoch_steps = self.cfg, self.ctx, self.task, self.step, self.ctx.steps_per_epoch
+        epoch_number, every_s = self.epoch + 1, cfg.train.progress_every_s     # the epoch as people count it
         t_epoch = t_log = t_progress = time.perf_counter()
         t_first, first_i = None, 0          # speed is timed from the epoch's first step (start-up apart)
         sums: dict[str, torch.Tensor] = {}
         count, log_steps = 0, 0
         batches = iter(ctx.epoch_batches(self.epoch))
-        for i in range(spe):
+        for i in range(epoch_steps):
             try:
                 signal, uid = next(batches)
             except StopIteration:
-                raise RuntimeError(f"rank {ctx.rank}: epoch {self.epoch} ended after {i} of {spe} batches; "
+                raise RuntimeError(f"rank {ctx.rank}: epoch {self.epoch} ended after {i} of {epoch_steps} batches; "
                                    "every rank must get the same number of full batches") from None
             if i < done_in_epoch:   # resumed mid-epoch: this epoch's first batches are done
                 continue
@@ -266,59 +266,60 @@ class _Run:
                 sums[k] = sums.get(k, 0) + v.detach().float()
             count, log_steps = count + 1, log_steps + 1
             if self.first_step and ctx.is_main:      # start-up cost of this session: see bench/study.py
-                self.writer.line({"event": "first_step", "step": step.step, "epoch": number})
+                self.writer.line({"event": "first_step", "step": step.step, "epoch": epoch_number})
                 self.first_step = False
             if t_first is None:
                 t_first, first_i = time.perf_counter(), i
-            elif every_s and ctx.is_main and time.perf_counter() - t_progress >= every_s and i + 1 < spe:
+            elif every_s and ctx.is_main and time.perf_counter() - t_progress >= every_s and i + 1 < epoch_steps:
                 t_progress = time.perf_counter()
-                record = progress_record(number, task.epochs, i + 1, spe, step.step, task.global_batch,
+                record = progress_record(epoch_number, task.epochs, i + 1, epoch_steps, step.step, task.global_batch,
                                          (t_progress - t_first) / (i - first_i))
                 self.writer.line(record)
                 progress_log.info("%s", progress_text(record))
             if step.step % cfg.train.log_every == 0 and ctx.is_main:
                 now = time.perf_counter()
-                self._log_step(metrics, log_steps * task.global_batch / (now - t_log), number)
+                self._log_step(metrics, log_steps * task.global_batch / (now - t_log), epoch_number)
                 t_log, log_steps = now, 0
             every = cfg.train.checkpoint_every_steps
-            if every and step.step % every == 0 and i + 1 < spe:
-                ctx.report({"step": step.step, "epoch": number, **_floats(metrics)}, self.payload(i + 1, {}))
+            if every and step.step % every == 0 and i + 1 < epoch_steps:
+                ctx.report({"step": step.step, "epoch": epoch_number, **_floats(metrics)}, self.payload(i + 1, {}))
         return sums, count, time.perf_counter() - t_epoch
 
-    def _log_step(self, metrics: dict[str, torch.Tensor], samples_per_s: float, number: int) -> None:
+    def _log_step(self, metrics: dict[str, torch.Tensor], samples_per_s: float, epoch_number: int) -> None:
         values = {**_floats(metrics), "samples_per_s": samples_per_s}
         self.writer.scalars(self.task.name, values, self.step.step)
-        self.writer.line({"kind": "step", "step": self.step.step, "epoch": number, **values})
+        self.writer.line({"kind": "step", "step": self.step.step, "epoch": epoch_number, **values})
 
     def end_epoch(self, sums: dict[str, torch.Tensor], count: int, seconds: float) -> dict[str, float]:
         """Epoch means over every rank, rank 0's evaluation, the epoch line and the report with
         its checkpoint (a barrier under Ray) -> the epoch's summary."""
-        ctx, task, number = self.ctx, self.task, self.epoch + 1
+        ctx, task, epoch_number = self.ctx, self.task, self.epoch + 1
         release_freed_memory()
         summary = _mean_over_ranks(sums, count, ctx.world_size, ctx.device) if sums else {}
-        summary.update(epoch=number, step=self.step.step, seconds=seconds,
+        summary.update(epoch=epoch_number, step=self.step.step, seconds=seconds,
                        samples_per_s=count * task.global_batch / seconds if count else 0.0)
-        if ctx.is_main and task.should_evaluate(number):
-            summary.update(task.evaluate(self.core, ctx, self.writer, number, self.step.step, self.state))
+        if ctx.is_main and task.should_evaluate(epoch_number):
+            summary.update(task.evaluate(self.bare, ctx, self.writer, epoch_number, self.step.step, self.state))
         summary.update({k: v for k, v in self.state.items() if isinstance(v, float)})
         extra = task.epoch_record(ctx) if hasattr(task, "epoch_record") else {}   # every rank (collective)
         self.writer.line({"kind": "epoch", **summary, **extra})
         self.writer.scalars("epoch", {k: v for k, v in summary.items() if k not in ("epoch", "step")}, self.step.step)
         if ctx.is_main:
-            progress_log.info("%s", progress_line(summary, task.epochs))
+            progress_log.info("%s", progress_line(summary, task.epochs, getattr(self.bare, "reported_losses", ())))
         ctx.report(summary, self.payload(ctx.steps_per_epoch, summary))
         return summary
 
 
-def progress_record(number: int, epochs: int, batch: int, steps_per_epoch: int, step: int, global_batch: int,
+def progress_record(epoch_number: int, epochs: int, batch: int, steps_per_epoch: int, step: int, global_batch: int,
                     seconds_per_step: float) -> dict[str, Any]:
     """A mid-epoch progress record (metrics.jsonl `"kind": "progress"`): where the run is, its
     speed over this epoch's steps so far, and the time left in the epoch and in the run
     (steps only: evaluations come on top)."""
     left_epoch = (steps_per_epoch - batch) * seconds_per_step
-    return {"kind": "progress", "epoch": number, "epochs": epochs, "batch": batch, "batches": steps_per_epoch,
+    return {"kind": "progress", "epoch": epoch_number, "epochs": epochs, "batch": batch, "batches": steps_per_epoch,
             "step": step, "samples_per_s": global_batch / seconds_per_step,
-            "eta_epoch_s": left_epoch, "eta_run_s": left_epoch + (epochs - number) * steps_per_epoch * seconds_per_step}
+            "eta_epoch_s": left_epoch,
+            "eta_run_s": left_epoch + (epochs - epoch_number) * steps_per_epoch * seconds_per_step}
 
 
 def _duration(seconds: float) -> str:
@@ -332,11 +333,15 @@ def progress_text(r: dict[str, Any]) -> str:
             f"run {_duration(r['eta_run_s'])}")
 
 
-def progress_line(s: dict[str, float], epochs: int) -> str:
+def progress_line(s: dict[str, float], epochs: int, losses: Iterable[str] | None = None) -> str:
+    """An epoch record as one console line. losses: the loss terms the method reports
+    (`PretrainMethod.reported_losses`, each "loss_<label>", shown as "<label> value"); None: every
+    "loss_*" key of the record (the driver's follower reads records, not the method)."""
     parts = [f"epoch {int(s['epoch'])}/{epochs}", f"step {int(s['step'])}"]
-    for key, label in (("loss", "loss"), ("loss_rec", "rec"), ("loss_con", "con"), ("probe_auroc", "probe_auroc"),
-                       ("probe_auroc_init", "at init"), ("val_auroc", "val_auroc"), ("val_acc", "val_acc"),
-                       ("best_val_auroc", "best")):
+    losses = [k for k in s if k.startswith("loss_")] if losses is None else list(losses)
+    for key, label in (("loss", "loss"), *((k, k.removeprefix("loss_")) for k in losses),
+                       ("probe_auroc", "probe_auroc"), ("probe_auroc_init", "at init"), ("val_auroc", "val_auroc"),
+                       ("val_acc", "val_acc"), ("best_val_auroc", "best")):
         if isinstance(s.get(key), float) and not math.isnan(s[key]):
             parts.append(f"{label} {s[key]:.4f}")
     parts.append(f"{s['samples_per_s']:.1f} samples/s")

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from coreecg.data.corpus import load_manifest, split_files
+from coreecg.data.corpus import OpenCorpus, open_corpora
 from coreecg.train.ingest import ShardFiles, seed_for
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def quotas(sizes: Sequence[int], weights: Sequence[float]) -> list[int]:
 # ---------------------------------------------------------------------------- resolving
 
 
-def check_preprocessing(corpora: Sequence[str | Path], manifests: Sequence[dict[str, Any]]) -> None:
+def check_preprocessing(corpora: Sequence[str | Path | OpenCorpus], manifests: Sequence[dict[str, Any]]) -> None:
     """MixtureError naming both corpora and the key when a corpus is preprocessed (or stored)
     other than the first of the list."""
     def described(m: dict[str, Any]) -> dict[str, Any]:
@@ -162,14 +162,16 @@ def check_preprocessing(corpora: Sequence[str | Path], manifests: Sequence[dict[
                     "with the other's data.preprocess)")
 
 
-def duplicate_windows(corpora: Sequence[Path], stored: Sequence[int]) -> tuple[list[np.ndarray | None], list[dict]]:
+def duplicate_windows(corpora: Sequence[Path | OpenCorpus],
+                      stored: Sequence[int]) -> tuple[list[np.ndarray | None], list[dict]]:
     """Per corpus: the keep mask over its train uids (None: all kept) and what was dropped.
 
     Corpus j loses every train window of a recording with a window whose fingerprint matches a
-    kept train window of corpora 0..j-1 (coreecg.data.leakage.signal_windows: the leakage
-    guard's match). The same folder listed again loses all of its windows."""
+    kept train window of corpora 0..j-1 (coreecg.data.overlap.signal_windows: the leakage
+    guard's match). The same folder listed again loses all of its windows. corpora: paths, or the
+    plan's opened corpora (their fingerprint files are then checked once)."""
     from coreecg.data.fingerprints import corpus_fingerprints
-    from coreecg.data.leakage import only_splits, signal_windows
+    from coreecg.data.overlap import only_splits, signal_windows
 
     import pyarrow as pa
 
@@ -178,7 +180,7 @@ def duplicate_windows(corpora: Sequence[Path], stored: Sequence[int]) -> tuple[l
     tables: list[pa.Table | None] = []   # each earlier corpus's kept train fingerprints
     n_records: list[int] = []            # train recordings of each corpus
     for j, corpus in enumerate(corpora):
-        first = [i for i in range(j) if corpora[i] == corpus]
+        first = [i for i in range(j) if str(corpora[i]) == str(corpus)]
         if first:
             keeps.append(np.zeros(stored[j], bool))
             notes.append({"dropped_windows": int(stored[j]), "dropped_records": n_records[first[0]],
@@ -213,26 +215,24 @@ def duplicate_windows(corpora: Sequence[Path], stored: Sequence[int]) -> tuple[l
     return keeps, notes
 
 
-def resolve_mixture(corpora: Sequence[str | Path], weights: Sequence[float] = ()) -> Mixture:
-    """The mixture of `corpora` (paths) at `weights` (empty: proportional to train windows)."""
-    from coreecg.data.reading import split_rows
-
-    paths = [Path(c).expanduser().resolve() for c in corpora]
-    manifests = [load_manifest(p) for p in paths]
-    check_preprocessing(paths, manifests)
-    for p, m in zip(paths, manifests):
-        split_files(p, "train", m)                          # CorpusError naming a corpus without train windows
-    stored = [split_rows(p, "train", m) for p, m in zip(paths, manifests)]
-    keeps, notes = duplicate_windows(paths, stored)
+def resolve_mixture(corpora: Sequence[str | Path | OpenCorpus], weights: Sequence[float] = ()) -> Mixture:
+    """The mixture of `corpora` (paths, or the planner's opened corpora: nothing is read again) at
+    `weights` (empty: proportional to train windows)."""
+    opened = open_corpora(c if isinstance(c, OpenCorpus) else Path(c).expanduser().resolve() for c in corpora)
+    check_preprocessing(opened, [c.manifest for c in opened])
+    for c in opened:
+        c.split_files("train")                              # CorpusError naming a corpus without train windows
+    stored = [sum(c.shard_rows("train")) for c in opened]
+    keeps, notes = duplicate_windows(opened, stored)
     sizes = [s if k is None else int(k.sum()) for s, k in zip(stored, keeps)]
     given = bool(weights)
     w = np.asarray(weights if given else sizes, float)
     if given and any(n == 0 and x > 0 for n, x in zip(sizes, w)):
-        empty = [str(p) for p, n, x in zip(paths, sizes, w) if n == 0 and x > 0]
+        empty = [str(c) for c, n, x in zip(opened, sizes, w) if n == 0 and x > 0]
         raise MixtureError(f"data.corpus_weights gives weight to {empty}, which have no train window left "
                            "(all duplicates of an earlier corpus)")
     w = w / w.sum()
-    return Mixture(tuple(str(p) for p in paths), tuple(stored), tuple(sizes), tuple(float(x) for x in w),
+    return Mixture(tuple(str(c.path) for c in opened), tuple(stored), tuple(sizes), tuple(float(x) for x in w),
                    tuple(quotas(sizes, w)), tuple(notes), given, tuple(keeps))
 
 
@@ -275,16 +275,16 @@ class MixtureFiles(ShardFiles):
                                                                shuffle_buffer, device)
 
 
-def mixture_files(mixture: Mixture) -> MixtureFiles:
+def mixture_files(mixture: Mixture, corpora: Sequence[OpenCorpus] | None = None) -> MixtureFiles:
     """The mixture's train split to stream (always streamed: a per-epoch draw of rows cannot be a
-    materialised Ray Dataset, whose epochs repeat one execution)."""
+    materialised Ray Dataset, whose epochs repeat one execution). corpora: the mixture's corpora
+    as the planner opened them (None: opened here)."""
     paths, first, rows = [], [], []
     shape = dtype = None
-    for c, lo in zip(mixture.corpora, mixture.offsets[:-1]):
-        manifest = load_manifest(c)
-        shape, dtype = tuple(manifest["signal"]["shape"]), manifest["signal"]["dtype"]
-        n = [s["rows"] for s in manifest["shards"] if s["split"] == "train"]
-        paths += [str(f) for f in split_files(c, "train", manifest)]
+    for c, lo in zip(open_corpora(corpora or mixture.corpora), mixture.offsets[:-1]):
+        shape, dtype = c.signal_shape, c.signal_dtype
+        n = c.shard_rows("train")
+        paths += [str(f) for f in c.split_files("train")]
         first += [int(lo + u) for u in np.concatenate([[0], np.cumsum(n)[:-1]])]
         rows += n
     return MixtureFiles(tuple(paths), tuple(first), tuple(rows), tuple(rows), shape, dtype, None, mixture)

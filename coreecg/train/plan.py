@@ -1,17 +1,20 @@
 """A run plan: one typed, validated description of a training run, decided before any worker
 starts. Every way of starting a run builds one and hands it to the one loop:
 
-    jobs, studies      -> plan_pretrain / plan_finetune -> distributed.build_trainer(plan).fit() (Ray Train)
-    Tune trials        -> the same planners             -> the same, or distributed.run_task in the trial's process
+    jobs, studies      -> plan_run (plan_pretrain / plan_finetune) -> fit(plan) (Ray Train; coreecg.train.fit)
+    Tune trials        -> the same planners             -> the same, or fit(plan, report_fn=...) in the trial's process
     no-Ray reference   -> plan_local                    -> coreecg.train.loop.run_local
 
 The planners (`coreecg.train.pretraining.plan_pretrain`, `coreecg.train.finetuning.plan_finetune`,
 `plan_local` here) resolve the corpus, count batches, check the run folder and, for
 fine-tuning, fix the label subset and the metrics.json fields; they start no training. One
 exception writes: the embedded synthetic corpus is built (a Ray Data job) on first use, so
-callers start Ray first (distributed.pretrain / finetune, the study runner).
+callers start Ray first (`coreecg.train.fit.plan_run`, the study runner).
 A worker receives `plan.to_dict()` (plain data: a plugin method's options re-import on the
 worker) and rebuilds it with `RunPlan.from_dict`.
+A planner opens each corpus once (`coreecg.data.corpus.open_corpus`: the manifest read, its
+sha256 taken) and the plan keeps the opened corpora on the driver (`RunPlan.opened`); the
+fingerprint checks, the run record and the ingest get them through `RunPlan.open`.
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ import numpy as np
 
 from coreecg.checkpoints import CHECKPOINT_FILE, CheckpointError, checkpoint_dirs, load_checkpoint, verify_checkpoint
 from coreecg.config import Config, ConfigError, config_from_dict, load_config
-from coreecg.train.checkpoint import changed_keys, check_compatible
+from coreecg.data.corpus import OpenCorpus, open_corpus
+from coreecg.train.resume_check import changed_keys, check_compatible
 
 
 TASKS = ("pretrain", "finetune")
@@ -67,8 +71,12 @@ class RunPlan:
     # pretraining on several corpora: coreecg.train.mixture.Mixture (`corpus` is then its first);
     # its keep masks stay on the driver like `keep`
     mixture: Any = field(default=None, compare=False, repr=False)
+    # the corpora the planner opened, by path (given as a sequence of OpenCorpus); on the driver
+    # like `keep`: a worker's plan opens its own, once each (`open`)
+    opened: dict[str, OpenCorpus] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        self._keep_opened()
         if self.task not in TASKS:
             raise PlanError(f"task {self.task!r}: expected one of {TASKS}")
         if (self.task == "finetune") != (self.finetune is not None):
@@ -80,9 +88,28 @@ class RunPlan:
             raise PlanError(f"{self.corpus}: the train subset holds {int(np.count_nonzero(self.keep))} windows, "
                             f"the plan {self.train_windows}")
 
+    def _keep_opened(self) -> None:
+        """`opened` as a dict by path; `corpus` and `probe_corpus` given opened: their paths kept
+        in the plan, the objects in `opened`."""
+        given = self.opened.values() if isinstance(self.opened, dict) else self.opened
+        opened = {str(c.path): c for c in given}
+        for name in ("corpus", "probe_corpus"):
+            value = getattr(self, name)
+            if isinstance(value, OpenCorpus):
+                opened.setdefault(str(value.path), value)
+                object.__setattr__(self, name, value.path)      # frozen: set once, here
+        object.__setattr__(self, "opened", opened)
+
     @property
     def run_dir(self) -> Path:
         return self.config.train.run_dir
+
+    def open(self, corpus: str | Path) -> OpenCorpus:
+        """The corpus at `corpus` as this plan opened it: the planner's, else opened now and kept."""
+        key = str(corpus)
+        if key not in self.opened:
+            self.opened[key] = open_corpus(corpus)
+        return self.opened[key]
 
     @property
     def epochs(self) -> int:
@@ -257,10 +284,11 @@ def plan_local(config: Config, n_windows: int, run_dir: str | Path | None = None
 
 def write_run_folder(plan: RunPlan) -> Path:
     """Create the run folder with its config.yaml, a new session in run.json
-    (coreecg.run_record; a pretraining's names its corpus and fingerprint file) and a
-    fine-tuning's train_subset.csv (and overlap.csv when the leakage guard was overruled)."""
+    (coreecg.run_record; a pretraining's names its corpus and fingerprint file, of the corpora
+    the plan opened) and a fine-tuning's train_subset.csv (and overlap.csv when the leakage guard
+    was overruled)."""
     from coreecg.data.fingerprints import corpus_record
-    from coreecg.data.leakage import OVERLAP_CSV
+    from coreecg.data.overlap import OVERLAP_CSV
     from coreecg.run_record import start_session
 
     run_dir = plan.run_dir
@@ -269,9 +297,9 @@ def write_run_folder(plan: RunPlan) -> Path:
     data = None
     if plan.task == "pretrain" and plan.mixture is not None:
         mix = plan.mixture.record()
-        data = {**mix, "corpora": [{**corpus_record(c["corpus"]), **c} for c in mix["corpora"]]}
+        data = {**mix, "corpora": [{**corpus_record(plan.open(c["corpus"])), **c} for c in mix["corpora"]]}
     elif plan.task == "pretrain" and plan.corpus:
-        data = corpus_record(plan.corpus)
+        data = corpus_record(plan.open(plan.corpus))
     start_session(run_dir, data)
     if plan.finetune is not None:
         (run_dir / "train_subset.csv").write_text(

@@ -47,17 +47,17 @@ class PretrainTask:
 
     def build(self, ctx: WorkerContext) -> tuple[PretrainMethod, PretrainStep]:
         cfg = self.config
-        core = build_method(cfg).to(ctx.device)
+        bare = build_method(cfg).to(ctx.device)
         if ctx.world_size > 1 and ctx.device.type == "cuda":
             # BatchNorm heads (MoCo v3) normalise over the global batch, as MoCo v3 does.
-            core = torch.nn.SyncBatchNorm.convert_sync_batchnorm(core)
-        self.needs_patient_ids = core.needs_patient_ids
+            bare = torch.nn.SyncBatchNorm.convert_sync_batchnorm(bare)
+        self.needs_patient_ids = bare.needs_patient_ids
         if self.patient_of is not None:
             self.patient_of = self.patient_of.to(ctx.device)
         schedule = Schedule(ctx.steps_per_epoch, cfg.optim.epochs, cfg.optim.warmup_epochs)
-        step = PretrainStep(ctx.wrap(core), cfg, schedule, core=core)
+        step = PretrainStep(ctx.wrap(bare), cfg, schedule, bare=bare)
         step.unpadded = self.unpadded
-        return core, step
+        return bare, step
 
     def inputs(self, signal: torch.Tensor, uid: torch.Tensor, epoch: int,
                generator: torch.Generator) -> tuple[tuple, dict]:
@@ -72,12 +72,12 @@ class PretrainTask:
             kwargs["patient"] = self.patient_of[uid] if self.patient_of is not None else uid
         return (x,), kwargs
 
-    def start(self, core: PretrainMethod, ctx: WorkerContext, writer: RunWriter) -> dict[str, Any]:
+    def start(self, bare: PretrainMethod, ctx: WorkerContext, writer: RunWriter) -> dict[str, Any]:
         if self.mixture is not None:
             writer.line({"event": "mixture", "step": 0, "epoch": 0, **self.mixture.record()})
         if self.probe is None or not self.config.train.eval_every_epochs:
             return {}
-        auroc = self._probe(core, ctx)["probe_auroc"]
+        auroc = self._probe(bare, ctx)["probe_auroc"]
         writer.line({"event": "probe_init", "step": 0, "epoch": 0, "probe_auroc": auroc})
         log.info("probe_auroc of the randomly initialised encoder: %.4f", auroc)
         return {"probe_auroc_init": auroc}
@@ -97,42 +97,42 @@ class PretrainTask:
         return {"mixture": [{"corpus": c, "drawn": int(q), "trained": int(t)}
                             for c, q, t in zip(self.mixture.names(), self.mixture.quotas, trained.tolist())]}
 
-    def should_evaluate(self, number: int) -> bool:
+    def should_evaluate(self, epoch_number: int) -> bool:
         every = self.config.train.eval_every_epochs
-        return bool(every) and (number % every == 0 or number == self.epochs)
+        return bool(every) and (epoch_number % every == 0 or epoch_number == self.epochs)
 
-    def _probe(self, core: PretrainMethod, ctx: WorkerContext) -> dict[str, float]:
+    def _probe(self, bare: PretrainMethod, ctx: WorkerContext) -> dict[str, float]:
         from coreecg.eval.probe import run_probe
 
         d = self.config.data
-        return run_probe(core.encoder, self.probe, d.crop_samples, ctx.device, d.probe_labels_per_class,
+        return run_probe(bare.encoder, self.probe, d.crop_samples, ctx.device, d.probe_labels_per_class,
                          d.probe_subsets)
 
-    def evaluate(self, core: PretrainMethod, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int,
+    def evaluate(self, bare: PretrainMethod, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int,
                  state: dict[str, Any]) -> dict[str, float]:
         """The representation probe and the reconstruction figure."""
         out: dict[str, float] = {}
         if self.probe is not None:
             t0 = time.perf_counter()
-            out.update(self._probe(core, ctx))
+            out.update(self._probe(bare, ctx))
             out["probe_seconds"] = time.perf_counter() - t0
-        if self.figure_windows is not None and core.can_reconstruct:
+        if self.figure_windows is not None and bare.can_reconstruct:
             from coreecg.eval.figures import reconstruction_figure
 
-            fig = reconstruction_figure(core, self.figure_windows, seed=self.config.train.seed,
+            fig = reconstruction_figure(bare, self.figure_windows, seed=self.config.train.seed,
                                         title=f"epoch {epoch}, step {step}: original (blue), reconstruction of "
                                               "masked patches (red); grey: masked, hatched: dropped")
             writer.figure(fig, "reconstruction", epoch, step)
         return out
 
-    def finish(self, core: PretrainMethod, ctx: WorkerContext, writer: RunWriter, summary: dict[str, float],
+    def finish(self, bare: PretrainMethod, ctx: WorkerContext, writer: RunWriter, summary: dict[str, float],
                state: dict[str, Any]) -> None:
         from coreecg.run_record import hparams
 
-        path = save_encoder(ctx.run_dir / ENCODER_FILE, core, self.config,
+        path = save_encoder(ctx.run_dir / ENCODER_FILE, bare, self.config,
                             step=int(summary.get("step", 0)), metrics=summary)
         log.info("encoder exported: %s", path)
-        final = {k: summary[k] for k in ("loss", "loss_rec", "loss_con", "probe_auroc", "probe_auroc_full",
+        final = {k: summary[k] for k in ("loss", *bare.reported_losses, "probe_auroc", "probe_auroc_full",
                                          "probe_auroc_init") if k in summary}
         writer.hparams(hparams(self.config), final, int(summary.get("step", 0)))
 
@@ -140,7 +140,8 @@ class PretrainTask:
 def plan_pretrain(config: Config) -> RunPlan:
     """A pretraining's plan: its corpus (data.corpus or the embedded synthetic one), batches per
     epoch over train.num_workers, the probe's corpus, and the run folder's checks (`preflight`)."""
-    from coreecg.data.locate import probe_corpus, training_corpora, training_corpus
+    from coreecg.data.corpus import open_corpora
+    from coreecg.data.locate import probe_corpus, training_corpora
     from coreecg.data.reading import split_rows
 
     t = config.train
@@ -148,20 +149,20 @@ def plan_pretrain(config: Config) -> RunPlan:
         raise PlanError(f"model.arch={config.model.arch}: a published encoder's adapter is for fine-tuning, "
                         "predict and export; pretraining methods train coreecg's own encoder (model.arch=coreecg)")
     mixture = None
+    corpora = open_corpora(training_corpora(config))   # each manifest read once; the plan keeps them
     if config.data.is_mixture:                # several corpora: coreecg.train.mixture, docs/mixtures.md
         from coreecg.train.mixture import resolve_mixture
 
-        corpora = training_corpora(config)
         mixture = resolve_mixture(corpora, config.data.corpus_weights)
         corpus, n, probe = corpora[0], mixture.epoch_windows, probe_corpus(config, corpora)
     else:
-        corpus = training_corpus(config)
+        corpus = corpora[0]
         n, probe = split_rows(corpus, "train"), probe_corpus(config, corpus)
-    spe = steps_per_epoch(corpus if mixture is None else "data.corpus (mixture)", n, config.optim.batch_size,
+    epoch_steps = steps_per_epoch(corpus if mixture is None else "data.corpus (mixture)", n, config.optim.batch_size,
                           t.num_workers, "optim.batch_size")
     notes = preflight(t.run_dir, config)
-    return RunPlan("pretrain", config, corpus, n, spe, probe_corpus=probe, resume_notes=tuple(notes),
-                   mixture=mixture)
+    return RunPlan("pretrain", config, corpus, n, epoch_steps, probe_corpus=probe, resume_notes=tuple(notes),
+                   mixture=mixture, opened=corpora)
 
 
 def figure_windows(corpus: Path, crop: int, n: int = 2) -> torch.Tensor:
@@ -186,19 +187,19 @@ def task_from_plan(plan: RunPlan, rank: int) -> PretrainTask:
     cfg = plan.config
     probe = figures = None
     if rank == 0:
-        probe = load_probe_data(plan.probe_corpus, cfg.data.probe_max_windows) if plan.probe_corpus else None
-        figures = figure_windows(plan.corpus, cfg.data.crop_samples) if cfg.train.figures else None
+        probe = load_probe_data(plan.open(plan.probe_corpus), cfg.data.probe_max_windows) if plan.probe_corpus else None
+        figures = figure_windows(plan.open(plan.corpus), cfg.data.crop_samples) if cfg.train.figures else None
     patient_of = None
     if method_class(cfg.pretrain.method).needs_patient_ids:
         parts, base = [], 0
         for corpus in (plan.mixture.corpora if plan.mixture is not None else [plan.corpus]):
-            index = patient_index(corpus, "train")       # a mixture's corpora: patients kept apart
+            index = patient_index(plan.open(corpus), "train")       # a mixture's corpora: patients kept apart
             parts.append(index + base)
             base += int(index.max()) + 1 if len(index) else 0
         patient_of = torch.from_numpy(np.concatenate(parts))
     corpora = plan.mixture.corpora if plan.mixture is not None else [plan.corpus]
     return PretrainTask(cfg, probe, figures, patient_of, mixture=plan.mixture,
-                        unpadded=all(unpadded_split(c, "train") for c in corpora))
+                        unpadded=all(unpadded_split(plan.open(c), "train") for c in corpora))
 
 
 def pretrain_local(config: Config, windows: np.ndarray, run_dir: str | Path | None = None,

@@ -35,15 +35,15 @@ class TrainStep:
     cosine lr (and, for pretraining, the EMA momentum schedule). Pretraining and fine-tuning
     share it; the model's forward returns a dict with "loss" (plus anything to log).
 
-    `model` may be wrapped (e.g. DistributedDataParallel); `core` is the bare module whose
+    `model` may be wrapped (e.g. DistributedDataParallel); `bare` is the unwrapped module whose
     teacher (if `ema` is given) gets the EMA update.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Schedule, *, lr: float,
                  min_lr: float, grad_clip: float, precision: str, ema: tuple[float, float] | None = None,
-                 core: nn.Module | None = None):
+                 bare: nn.Module | None = None):
         self.model, self.optimizer, self.schedule = model, optimizer, schedule
-        self.core = core if core is not None else model
+        self.bare = bare if bare is not None else model
         self.lr, self.min_lr, self.grad_clip, self.precision, self.ema = lr, min_lr, grad_clip, precision, ema
         self.step = 0
         # True when the training split is known to hold no short-record padding (its manifest's
@@ -74,7 +74,7 @@ class TrainStep:
         out.update(lr=torch.tensor(lr), grad_norm=grad_norm.detach())
         if self.ema is not None:
             m = ema_momentum(self.step, s.total_steps, *self.ema)
-            self.core.update_teacher(m)
+            self.bare.update_teacher(m)
             out["ema_momentum"] = torch.tensor(m)
         self.step += 1
         return out
@@ -93,12 +93,12 @@ class PretrainStep(TrainStep):
     """The pretraining step of any method (coreecg.methods): AdamW over what requires grad (optim
     section), then the EMA update of the method's momentum targets, if it has any."""
 
-    def __init__(self, model: nn.Module, config: Config, schedule: Schedule, core: nn.Module | None = None):
-        core = apply_speed_options(core if core is not None else model, config.train)
+    def __init__(self, model: nn.Module, config: Config, schedule: Schedule, bare: nn.Module | None = None):
+        bare = apply_speed_options(bare if bare is not None else model, config.train)
         o = config.optim
-        super().__init__(model, build_optimizer(core, o), schedule, lr=o.lr, min_lr=o.min_lr,
+        super().__init__(model, build_optimizer(bare, o), schedule, lr=o.lr, min_lr=o.min_lr,
                          grad_clip=o.grad_clip, precision=config.train.precision,
-                         ema=core.ema_schedule(), core=core)
+                         ema=bare.ema_schedule(), bare=bare)
         self.config = config
 
 
@@ -107,10 +107,10 @@ class FinetuneStep(TrainStep):
     layer-wise lr decay; optim betas, min_lr, clip) over whatever requires grad (the head alone in
     linear mode), no EMA."""
 
-    def __init__(self, model: nn.Module, config: Config, schedule: Schedule, core: nn.Module | None = None):
-        core = apply_speed_options(core if core is not None else model, config.train)
+    def __init__(self, model: nn.Module, config: Config, schedule: Schedule, bare: nn.Module | None = None):
+        bare = apply_speed_options(bare if bare is not None else model, config.train)
         f, o = config.finetune, config.optim
-        optimizer = adamw(param_groups(core, f.weight_decay, f.layer_decay), f.step_lr, o.betas)
+        optimizer = adamw(param_groups(bare, f.weight_decay, f.layer_decay), f.step_lr, o.betas)
         super().__init__(model, optimizer, schedule, lr=f.step_lr, min_lr=o.min_lr, grad_clip=o.grad_clip,
-                         precision=config.train.precision, core=core)
+                         precision=config.train.precision, bare=bare)
         self.config = config

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coreecg.config import load_config
+from coreecg.config import Config, load_config
 from coreecg.train.tracking import track_trials
 from coreecg.tune.trials import TrialSpec, concurrency_for, cpus_per_trial, error_text, run_trials
 
@@ -29,8 +29,9 @@ EXPERIMENT = "tune"
 # Every report is an epoch end with probe_auroc, so ASHA can compare and stop trials at every epoch.
 FORCED = ("train.eval_every_epochs=1", "train.checkpoint_every_steps=0")
 METRIC = "probe_auroc"
-# What a sweep may optimise (every one is in each epoch's report) and in which direction.
-OBJECTIVES = {"probe_auroc": "max", "probe_auroc_full": "max", "loss_rec": "min", "loss_con": "min", "loss": "min"}
+# What every sweep may optimise (each is in every epoch's report) and in which direction; the loss
+# terms the method reports (`PretrainMethod.reported_losses`, `objectives`) join them, minimised.
+OBJECTIVES = {"probe_auroc": "max", "probe_auroc_full": "max", "loss": "min"}
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,33 @@ class SweepSettings:
     concurrency: int = 0                     # 0: as many as the cluster's CPUs allow (at least 1)
     gpus_per_trial: float = 0.0              # single-worker trials: a fraction of a GPU is fine
     resume: bool = False
-    metric: str = METRIC                     # the objective (OBJECTIVES); its direction follows
+    metric: str = METRIC                     # the objective (`objectives`); its direction follows
 
     @property
     def mode(self) -> str:
-        if self.metric not in OBJECTIVES:
-            raise SweepError(f"--metric {self.metric}: not one of {', '.join(OBJECTIVES)}")
-        return OBJECTIVES[self.metric]
+        """The objective's direction: OBJECTIVES', else a method's loss term (minimised; whether the
+        method reports it, `check_objective` decides before any trial starts)."""
+        return OBJECTIVES.get(self.metric, "min")
+
+
+def reported_losses(config: Config) -> tuple[str, ...]:
+    """The loss terms `config`'s method reports besides `loss` (its `reported_losses`)."""
+    return tuple(getattr(config.method.cls, "reported_losses", ()))
+
+
+def objectives(config: Config) -> dict[str, str]:
+    """What a sweep of `config`'s method may optimise -> "max" or "min"."""
+    return {**OBJECTIVES, **{k: "min" for k in reported_losses(config)}}
+
+
+def check_objective(metric: str, config: Config) -> str:
+    """`metric`'s direction; SweepError naming what the method reports when it is not an objective."""
+    allowed = objectives(config)
+    if metric not in allowed:
+        raise SweepError(f"--metric {metric}: not an objective of pretrain.method={config.pretrain.method}, which "
+                         f"reports {', '.join(reported_losses(config)) or 'no loss term'} besides loss; "
+                         f"objectives: {', '.join(allowed)}")
+    return allowed[metric]
 
 
 def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_alg=None, scheduler=None,
@@ -63,6 +84,7 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
 
     out = settings.output.resolve()
     cfg = load_config(settings.config_file, settings.base)
+    check_objective(settings.metric, cfg)
     concurrency = concurrency_for(cfg, settings.concurrency)
     init_ray(concurrency * cpus_per_trial(cfg), reserve_for_data=concurrency + 1)
     common = dict(storage=out, name=EXPERIMENT, config=cfg, concurrency=concurrency,
@@ -94,12 +116,12 @@ def absolute_data_paths(settings: SweepSettings) -> list[str]:
     (and, on a cluster, on other nodes: the corpora must be on shared storage). The embedded
     synthetic corpus is built here once, not once per trial."""
     from coreecg.data.locate import training_corpus
+    from coreecg.override_paths import absolute_overrides
 
     cfg = load_config(settings.config_file, settings.base)
-    fixed = [f"data.corpus={training_corpus(cfg)}", f"data.cache_dir={Path(cfg.data.cache_dir).resolve()}"]
-    if cfg.data.probe_corpus:
-        fixed.append(f"data.probe_corpus={Path(cfg.data.probe_corpus).resolve()}")
-    return [*settings.base, *fixed]
+    fixed = [f"data.corpus={training_corpus(cfg)}", f"data.cache_dir={cfg.data.cache_dir}",
+             *([f"data.probe_corpus={cfg.data.probe_corpus}"] if cfg.data.probe_corpus else [])]
+    return [*settings.base, *absolute_overrides(fixed)]
 
 
 # ---------------------------------------------------------------------------- results
@@ -129,7 +151,7 @@ def result_rows(grid, params: list[str], settings: SweepSettings) -> list[dict[s
             "seed": conf.get("train.seed", cfg.train.seed),
             "probe_auroc": m.get(METRIC, math.nan), "probe_auroc_best": best,
             "probe_auroc_init": m.get("probe_auroc_init", math.nan),
-            **{k: m.get(k, math.nan) for k in ("loss", "loss_rec", "loss_con")},
+            **{k: m.get(k, math.nan) for k in ("loss", *reported_losses(cfg))},
             **_objective_columns(settings, history),
             "steps": m.get("step"), "epochs": int(m.get("epoch", 0)),
             "wall_s": m.get("wall_s", m.get("time_total_s")),     # a re-reported finished trial: its own

@@ -19,8 +19,9 @@ column (AHA codes are kept in meta; no AHA->SNOMED table is shipped here).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from coreecg.data.sources.base import (
 )
 from coreecg.data.sources._cinc2021_dx_table import DX_ROWS
 from coreecg.data.sources.cinc2021_labels import ClassMap, build_class_map
+from coreecg.data.sources.registry import register_source
 from coreecg.data.sources.wfdb_io import header_fields, patient_from_comments, read_wfdb
 
 # Record-id prefix -> database, as released in the challenge (SPH before S).
@@ -62,6 +64,34 @@ def subset_of(record_id: str) -> str:
     return "unknown"
 
 
+@dataclass
+class CinC2021Options:
+    """The config section data.sources.cinc2021."""
+
+    # auto: ningbo25 when subsets is exactly [Ningbo] (the paper's Ningbo task has 25 classes: AF
+    # never occurs there, and a never-positive output would inflate micro ACC), else scored26
+    class_map: Literal["auto", "scored26", "ningbo25", "frequent", "none"] = "auto"
+    min_count: int = 1                # class_map=frequent: codes seen at least this often ...
+    count_column: str = "Total"       # ... in this column of the challenge tables
+    subsets: tuple[str, ...] = ()     # e.g. [Ningbo]; empty = every database found
+
+    def reader_options(self, data: Any) -> dict[str, Any]:
+        """Constructor options: subsets as a list (None: all), class_map "auto" resolved."""
+        subsets = list(self.subsets) or None
+        class_map = self.class_map
+        if class_map == "auto":
+            class_map = "ningbo25" if subsets == ["Ningbo"] else "scored26"
+        return {"class_map": class_map, "min_count": self.min_count, "count_column": self.count_column,
+                "subsets": subsets}
+
+
+def dataset_key(manifest: dict[str, Any]) -> str:
+    """One database of the challenge is a dataset of its own: subsets [Ningbo] -> ningbo."""
+    subsets = (manifest.get("source_options") or {}).get("subsets") or []
+    return str(subsets[0]).lower() if len(subsets) == 1 else "cinc2021"
+
+
+@register_source("cinc2021", options=CinC2021Options, dataset_key=dataset_key, dataset_label={"ningbo": "Ningbo"})
 class CinC2021Source:
     """CinC 2021 reader.
 

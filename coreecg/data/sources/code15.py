@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -38,6 +40,7 @@ from coreecg.data.record import STANDARD_LEADS, Record, RecordError, RecordRef
 from coreecg.data.sources.base import (
     _LISTING_ERROR, as_age, no_records, raise_listing_error, require_root, require_task_label,
 )
+from coreecg.data.sources.registry import register_source
 
 CLASS_NAMES: tuple[str, ...] = ("1dAVb", "RBBB", "LBBB", "SB", "ST", "AF", "normal_ecg")
 LABEL_VIEWS = ("multi", "none")
@@ -48,6 +51,15 @@ _REQUIRED = {"exam_id", "patient_id", "trace_file", *CLASS_NAMES}
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Code15Options:
+    """The config section data.sources.code15."""
+
+    # multi: the six abnormalities + normal_ecg, 7 classes; none: unlabelled (pretraining)
+    label_view: Literal["multi", "none"] = "multi"
+
+
+@register_source("code15", options=Code15Options)
 class Code15Source:
     """CODE-15% reader. Option: label_view ("multi" | "none")."""
 

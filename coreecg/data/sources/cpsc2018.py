@@ -28,7 +28,9 @@ No patient ids exist in CPSC2018: patient_id is None unless a header comment nam
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -37,6 +39,7 @@ from coreecg.data.sources.base import (
     DATA_SUFFIXES, as_age, no_header_ref, no_records, orphan_data_files, raise_listing_error, require_root,
     require_task_label, split_codes, walk,
 )
+from coreecg.data.sources.registry import IndexFile, register_source
 from coreecg.data.sources.wfdb_io import header_fields, patient_from_comments, read_wfdb
 
 CLASS_NAMES: tuple[str, ...] = ("Normal", "AF", "I-AVB", "LBBB", "RBBB", "PAC", "PVC", "STD", "STE")
@@ -66,6 +69,19 @@ FS_ORIGINAL = 500.0
 _MAX_MEDIAN_P2P_MV = 50.0
 
 
+@dataclass
+class CPSC2018Options:
+    """The config section data.sources.cpsc2018."""
+
+    # first: REFERENCE.csv's First_label, the challenge's primary label (the paper's 9-class
+    # single-label task); single: records with one label only; multi: all labels; none: unlabelled
+    label_view: Literal["first", "single", "multi", "none"] = "first"
+
+
+# The paper calls the dataset ICBEB2018: runs of a cpsc2018 corpus are filed under icbeb2018.
+@register_source("cpsc2018", options=CPSC2018Options, label_free={"label_view": "none"},
+                 index_file=IndexFile("REFERENCE.csv", ("First_label",), "its labels would be lost"),
+                 dataset_label={"icbeb2018": "ICBEB2018"}, dataset_aliases={"cpsc2018": "icbeb2018"})
 class CPSC2018Source:
     """Reader for both CPSC2018 forms; labels are names from CLASS_NAMES, primary first."""
 

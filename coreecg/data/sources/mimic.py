@@ -12,9 +12,12 @@ from pathlib import Path
 
 from coreecg.data.record import Record, RecordRef
 from coreecg.data.sources.base import no_records, require_root
+from coreecg.data.sources.registry import IndexFile, register_source
 from coreecg.data.sources.wfdb_io import read_wfdb
 
 
+@register_source("mimic-iv-ecg", label_free={}, index_file=IndexFile(
+    "record_list.csv", ("subject_id", "study_id"), "subject ids (patients) would be lost"))
 class MimicIVECGSource:
     """Reader for a MIMIC-IV-ECG root holding record_list.csv and files/."""
 

@@ -32,10 +32,13 @@ benchmark's strat_fold: 1-8 train, 9 val, 10 test; `read` puts it in the record'
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources.base import as_age, no_records, require_root
+from coreecg.data.sources.registry import IndexFile, register_source
 from coreecg.data.sources.wfdb_io import read_wfdb
 from coreecg.data.splits import fold_split
 
@@ -64,6 +67,32 @@ SPLIT_RULES = ("patients", "folds")
 _FILE_COLUMN = {500: "filename_hr", 100: "filename_lr"}
 
 
+@dataclass
+class PTBXLOptions:
+    """The config section data.sources.ptbxl."""
+
+    label_view: Literal["single", "multi", "none"] = "single"   # single: the paper's 5-class task
+    rate: Literal[500, 100] = 500                                # records500/ or records100/
+    min_likelihood: float = 0.0                                  # SCP-code likelihood threshold
+    # the benchmark's tasks (docs/data_sources.md); superdiagnostic + single = the paper's 5 classes
+    task: Literal["superdiagnostic", "diagnostic", "subdiagnostic", "form", "rhythm", "all"] = "superdiagnostic"
+    # patients: the patient hash at data.split_ratios; folds: strat_fold 1-8 / 9 / 10 = train / val / test
+    split: Literal["patients", "folds"] = "patients"
+
+
+def dataset_key(manifest: dict[str, Any]) -> str:
+    """PTB-XL with another task or the fold split is a benchmark of its own, so that its runs never
+    share a table cell with the paper's task: ptbxl, ptbxl-rhythm, ptbxl-folds, ptbxl-form-folds."""
+    options = manifest.get("source_options") or {}
+    task, split = options.get("task", "superdiagnostic"), manifest.get("split_rule", "patients")
+    return "-".join(["ptbxl"] + [task] * (task != "superdiagnostic") + [split] * (split == "folds"))
+
+
+@register_source(
+    "ptbxl", options=PTBXLOptions, dataset_key=dataset_key, dataset_label="PTB-XL",
+    index_file=IndexFile("ptbxl_database.csv", lost="records100/ and records500/ would be two records of each "
+                                                    "ECG, and labels and patient ids would be lost"),
+    label_free=lambda options: {"label_view": "none", "rate": options.rate})
 class PTBXLSource:
     """PTB-XL reader. Options: label_view ("single"|"multi"|"none"), rate (500|100),
     min_likelihood (0.0 = the benchmark: all codes), task (see TASK_CLASSES),

@@ -25,11 +25,14 @@ Record i of seed s depends only on (s, i), so any subset is reproducible on its 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from coreecg.data.record import STANDARD_LEADS, Record, RecordError, RecordRef
+from coreecg.data.sources.registry import register_source
 
 CLASS_NAMES: tuple[str, ...] = (
     "normal_sinus", "sinus_bradycardia", "sinus_tachycardia",
@@ -139,6 +142,18 @@ def synthesize(n_records: int, seed: int, fs: float = 500.0, duration_s: float =
     return [synthesize_record(seed, i, fs, duration_s) for i in range(n_records)]
 
 
+@dataclass
+class SyntheticOptions:
+    """The config section data.sources.synthetic (was data.sources.synthetic_seed)."""
+
+    seed: int = 0
+
+    def reader_options(self, data: Any) -> dict[str, Any]:
+        """The embedded corpus's size is data.synthetic_records."""
+        return {"n_records": data.synthetic_records, "seed": self.seed}
+
+
+@register_source("synthetic", options=SyntheticOptions)
 class SyntheticSource:
     """The Source interface over the generator; needs no files.
 
@@ -149,6 +164,7 @@ class SyntheticSource:
     name = "synthetic"
     class_names = CLASS_NAMES
     multilabel = False
+    needs_input = False               # jobs/preprocess.py asks no --input of it
 
     def __init__(self, n_records: int = 512, seed: int = 0, fs: float = 500.0, duration_s: float = 10.0):
         if n_records < 1:

@@ -8,10 +8,10 @@ header comments (`wfdb_io.PATIENT_FIELDS`: "# Patient ID: ...", "#Patient:", "#S
 else None (the pipeline then uses `record:<id>` and counts it).
 
 A data file (`.dat`/`.mat`) that no header names is listed too, and `read` raises
-"no header" for it. A folder of a database with its own reader (PTB-XL, MIMIC-IV-ECG, the
-CPSC2018 release) is refused at listing, naming that reader: read generically it would
-lose labels or patients, and PTB-XL's records100/ and records500/ would become two
-records of each ECG.
+"no header" for it. A folder of a database with its own reader (an index file registered with
+`register_source(index_file=...)`: PTB-XL, MIMIC-IV-ECG, the CPSC2018 release, and plugins') is
+refused at listing, naming that reader: read generically it would lose labels or patients, and
+PTB-XL's records100/ and records500/ would become two records of each ECG.
 """
 from __future__ import annotations
 
@@ -21,33 +21,16 @@ from coreecg.data.record import Record, RecordRef
 from coreecg.data.sources.base import (
     DATA_SUFFIXES, no_header_ref, no_records, orphan_data_files, raise_listing_error, require_root, walk,
 )
+from coreecg.data.sources.registry import layout_source, register_source, source_spec
 from coreecg.data.sources.wfdb_io import patient_from_comments, read_wfdb
-
-# Index files that identify a database with a reader of its own -> (source, what is lost).
-KNOWN_LAYOUTS: dict[str, tuple[str, str]] = {
-    "ptbxl_database.csv": ("ptbxl", "records100/ and records500/ would be two records of each ECG, "
-                                    "and labels and patient ids would be lost"),
-    "record_list.csv": ("mimic-iv-ecg", "subject ids (patients) would be lost"),
-    "REFERENCE.csv": ("cpsc2018", "its labels would be lost"),
-}
 
 
 def known_layout(path: Path) -> str | None:
-    """The source whose index file `path` is, or None (checks the csv header where the name is generic)."""
-    if path.name not in KNOWN_LAYOUTS:
-        return None
-    source = KNOWN_LAYOUTS[path.name][0]
-    if source == "ptbxl":
-        return source
-    try:
-        with open(path, errors="replace") as f:
-            first = f.readline()
-    except OSError:
-        return None
-    wanted = {"mimic-iv-ecg": ("subject_id", "study_id"), "cpsc2018": ("First_label",)}[source]
-    return source if all(w in first for w in wanted) else None
+    """The source whose index file `path` is (registered with `register_source(index_file=...)`), or None."""
+    return layout_source(path)
 
 
+@register_source("wfdb")
 class WfdbFolderSource:
     """Generic WFDB reader: refs for every header below the root, no labels."""
 
@@ -60,11 +43,11 @@ class WfdbFolderSource:
         refs = []
         for folder, files in walk(root):
             for f in files:
-                source = known_layout(folder / f)
+                source = layout_source(folder / f)
                 if source is not None:
                     raise ValueError(
                         f"wfdb: {folder / f} marks a {source} folder: read it with --source {source} "
-                        f"(get_source({source!r})); with the generic reader {KNOWN_LAYOUTS[f][1]}")
+                        f"(get_source({source!r})); with the generic reader {source_spec(source).index_file.lost}")
             refs += [RecordRef(self.name, str((folder / f[:-4]).relative_to(root)), str(folder / f[:-4]), {})
                      for f in files if f.endswith(".hea")]
             # A headerless data file's id keeps its suffix: no clash with a record of that stem.

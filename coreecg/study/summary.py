@@ -1,9 +1,9 @@
-"""A study's report: its tables (coreecg.eval.report: Markdown, CSV, booktabs LaTeX, differences
-to the reference method over training runs) and figures, and `report/README.md`, an index naming
-each table and figure with the runs behind it."""
+"""A study's summary, its report folder: the tables (report.tables, each built and written as its
+registration says: coreecg.eval.tables, coreecg.eval.report.write_tables), the figures, and
+`report/README.md`, an index naming each table and figure with the runs behind it. Nothing here
+names a table. (coreecg.eval.report writes tables from run folders; this module writes a study's.)"""
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -11,11 +11,12 @@ import numpy as np
 
 from coreecg.config import load_config
 from coreecg.data.corpus import load_manifest
-from coreecg.eval.label_efficiency import extra_tables
-from coreecg.eval.report import RunError, load_run, table_runs, table_specs, variant_of, write_report
+from coreecg.eval.report import write_tables
+from coreecg.eval.runs import Run, RunError, load_run
+from coreecg.eval.tables import REFERENCE, TableInputs, known_tables, table_for
+from coreecg.study.plan import Study
 from coreecg.study.runner import run_dir
 from coreecg.tune.trials import is_done
-from coreecg.study.spec import BENCHMARK_TABLE, LABEL_EFFICIENCY_TABLE, Study
 
 log = logging.getLogger(__name__)
 
@@ -23,15 +24,6 @@ log = logging.getLogger(__name__)
 def finished_runs(study: Study, output: Path, phase: str) -> dict[str, Path]:
     runs = study.pretrain_runs() if phase == "pretrain" else study.finetune_runs()
     return {r.name: run_dir(output, phase, r.name) for r in runs if is_done(run_dir(output, phase, r.name))}
-
-
-def _members(table: str, methods: list[str] | None, runs: dict[str, object]) -> list[str]:
-    """The run folders (names) a table's cells are computed from (as coreecg.eval.report picks them)."""
-    specs = table_specs(list(runs.values()))
-    spec = next((t for t in specs if t.name == table), specs[0])
-    shown = {id(r) for r in table_runs(spec, list(runs.values()))}
-    return [name for name, run in runs.items()
-            if id(run) in shown and (methods is None or run.method in methods) and variant_of(spec, run)]
 
 
 def _pair(candidates: list[str], reference: str) -> list[str]:
@@ -49,8 +41,9 @@ def reconstruction_figure(study: Study, output: Path, reference: str, seed: int)
     from coreecg.data.locate import training_corpus
     from coreecg.eval.figures import reconstruction_figure as draw
     from coreecg.eval.figures import save_figure
+    from coreecg.checkpoints import latest_checkpoint
+    from coreecg.loading import load_method
     from coreecg.methods import build_method
-    from coreecg.checkpoints import CHECKPOINT_FILE, checkpoint_dirs, load_checkpoint
     from coreecg.train.pretraining import figure_windows
 
     finished = finished_runs(study, output, "pretrain")
@@ -61,14 +54,11 @@ def reconstruction_figure(study: Study, output: Path, reference: str, seed: int)
             by_method.setdefault(r.variant, r.name)
     loaded = {}
     for method, name in by_method.items():
-        dirs = checkpoint_dirs(finished[name])
-        if not dirs:
+        if latest_checkpoint(finished[name]) is None:
             continue
-        payload, config = load_checkpoint(dirs[-1] / CHECKPOINT_FILE)
-        model = build_method(config)
-        if model.can_reconstruct:
-            model.load_state_dict(payload["model"])
-            loaded[method] = (model, config, name)
+        run = load_method(finished[name], build_method)       # its latest checkpoint
+        if run.model.can_reconstruct:
+            loaded[method] = (run.model, run.config, name)
     chosen = _pair(list(loaded), reference)
     if not chosen:
         return None
@@ -90,22 +80,17 @@ def classifier_features(run: Path) -> tuple[np.ndarray, np.ndarray, list[str], b
     import torch
 
     from coreecg.eval.downstream import load_split, predict, to_records
-    from coreecg.model.classifier import Classifier
-    from coreecg.model.published import build_encoder
-    from coreecg.checkpoints import load_checkpoint
+    from coreecg.loading import load_finetuned
 
-    metrics = json.loads((run / "metrics.json").read_text())
-    payload, config = load_checkpoint(run / "best.pt")
+    tuned = load_finetuned(run / "best.pt")          # its class names and task travel with it (or metrics.json)
+    model, config = tuned.model, tuned.config
     f = config.finetune
-    model = Classifier.for_mode(build_encoder(config.model), len(metrics["class_names"]), f.leads,
-                                bool(metrics["multilabel"]), f.mode, f.head)
-    model.load_state_dict(payload["model"])
     split = load_split(config.data.corpus, "test")
     stored = list(load_manifest(config.data.corpus)["signal"]["leads"])
     probs, feats = predict(model, split.signal, [stored.index(x) for x in f.leads], config.data.crop_samples,
                            f.eval_crops, torch.device("cpu"), f.eval_batch_size)
     records = to_records(split, probs, feats)
-    return records.features, records.y, list(metrics["class_names"]), bool(metrics["multilabel"])
+    return records.features, records.y, list(tuned.class_names), bool(tuned.multilabel)
 
 
 def tsne_figures(study: Study, output: Path, reference: str, seed: int) -> list[tuple[Path, list[str]]]:
@@ -162,80 +147,65 @@ def mask_rate_figures(study: Study, output: Path) -> list[tuple[Path, list[str]]
     return written
 
 
-def _reference_text(study: Study, cfg) -> str:
-    """Whom the tables' differences are to: report.reference, and/or each label-efficiency row's baseline."""
-    own = "each row's baseline (Random init under the same probe, Supervised for fine-tuning)"
-    others = [t for t in study.tables if t not in (LABEL_EFFICIENCY_TABLE, BENCHMARK_TABLE)]
-    if LABEL_EFFICIENCY_TABLE not in study.tables:
-        return cfg.report.reference
-    return f"{cfg.report.reference} ({', '.join(others)}) and, in {LABEL_EFFICIENCY_TABLE}, {own}" if others else own
-
-
-def write_study_report(study: Study, output: str | Path) -> Path:
-    """Tables and figures of every finished run into output/report/; -> report/README.md."""
-    output = Path(output).resolve()
-    report_dir = output / "report"
-    report_dir.mkdir(parents=True, exist_ok=True)
-    cfg = load_config(study.config_file, study.report_overrides())
-    finetunes = finished_runs(study, output, "finetune")
+def _read_runs(folders: dict[str, Path]) -> dict[str, Run]:
+    """Each finished fine-tuning's metrics.json (coreecg.eval.runs); an unreadable one is logged
+    and left out, so the other tables still come."""
     runs = {}
-    for name, folder in finetunes.items():
+    for name, folder in folders.items():
         try:
             runs[name] = load_run(folder)
-        except RunError as e:           # recorded in the index; the other tables still come
+        except RunError as e:
             log.warning("%s", e)
-    lines = [f"# Study {study.name}", "", f"Study file: `{study.path}`; runs: `{output / 'runs.csv'}`.", "",
-             f"{len(finished_runs(study, output, 'pretrain'))} of {len(study.pretrain_runs())} pretraining and "
-             f"{len(runs)} of {len(study.finetune_runs())} fine-tuning runs finished.", ""]
-    if runs:
-        rows = study.methods
-        method_tables = {t: [m for m in study.method_tables[t] if m in rows or m in study.unavailable]
-                         for t in study.tables if t in study.method_tables}
-        for t in set(method_tables) & {"comparison"}:     # given encoders join the built-in table, last
-            method_tables[t] += [m for m in study.encoders if m in rows and m not in method_tables[t]]
-        method_tables = {t: m for t, m in method_tables.items() if m}
-        if [t for t in study.tables if t != BENCHMARK_TABLE]:
-            write_report([r.path for r in runs.values()], report_dir / "tables",
-                         method_tables, study.unavailable, report=cfg.report, allow=study.allow,
-                         extra=extra_tables(LABEL_EFFICIENCY_TABLE in study.tables))
-        lines += ["## Tables", "",
-                  f"Markdown, CSV and LaTeX (booktabs) in `tables/`; differences to {_reference_text(study, cfg)} with "
-                  f"{cfg.report.level:.0%} intervals over training runs ({cfg.report.bootstrap_resamples} resamples "
-                  f"of the test patients within), marked with >= {cfg.report.min_runs} runs per method after "
-                  f"{cfg.report.adjust} over each table; F1: {cfg.report.f1} (docs/evaluation.md).", ""]
-        if BENCHMARK_TABLE in study.tables:
-            from coreecg.eval.benchmark import benchmark_table, check_benchmark, load_published, write_benchmark
+    return runs
 
-            bench = benchmark_table(list(runs.values()), [load_published(p) for p in study.published])
-            bench.footnotes = check_benchmark(bench, study.allow)
-            write_benchmark(bench, report_dir / "tables")
-            behind = sorted(name for name, run in runs.items() if any(r is run for row in bench.cells.values()
-                                                                      for col in row.values() for r in col))
-            lines.append(f"- **{BENCHMARK_TABLE}**: [`tables/benchmark.md`](tables/benchmark.md), "
-                         f"`tables/benchmark.csv`; {len(behind)} run(s): " + ", ".join(f"`{m}`" for m in behind))
-        for table in (t for t in study.tables if t != BENCHMARK_TABLE):
-            if table == LABEL_EFFICIENCY_TABLE:
-                from coreecg.eval.label_efficiency import VERDICTS_FILE, label_efficiency_runs
 
-                kept = {id(r) for r in label_efficiency_runs(list(runs.values()))}
-                behind = sorted(name for name, run in runs.items() if id(run) in kept)
-                lines.append(f"- **{LABEL_EFFICIENCY_TABLE}**: [`tables/{LABEL_EFFICIENCY_TABLE}.md`]"
-                             f"(tables/{LABEL_EFFICIENCY_TABLE}.md), `tables/{LABEL_EFFICIENCY_TABLE}.csv`, "
-                             f"`tables/{LABEL_EFFICIENCY_TABLE}.tex`"
-                             + (f", verdicts in [`tables/{VERDICTS_FILE}`](tables/{VERDICTS_FILE})"
-                                if (report_dir / "tables" / VERDICTS_FILE).is_file() else "")
-                             + f"; {len(behind)} run(s): " + ", ".join(f"`{m}`" for m in behind))
-                continue
-            file = table if table in ("comparison", "lead_reduction", "train_fraction") else f"ablation_{table}"
-            members = _members(table if file == table else "comparison",
-                               method_tables.get(table) if table in method_tables else None, runs)
-            lines.append(f"- **{table}**: [`tables/{file}.md`](tables/{file}.md), `tables/{file}.csv`, "
-                         f"`tables/{file}.tex`; {len(members)} run(s): "
-                         + ", ".join(f"`{m}`" for m in sorted(members)))
-        lines.append("")
-    else:
-        lines += ["No fine-tuning run finished: no tables.", ""]
-    figures: list[tuple[Path, list[str]]] = []
+def _report_rows(study: Study) -> dict[str, list[str]]:
+    """The variants file's row lists of the study's tables: the study's methods and its n/a rows;
+    given encoders join a registered table's rows (not a variants file's ablation), last."""
+    rows = {}
+    for table in (t for t in study.tables if t in study.method_tables):
+        rows[table] = [m for m in study.method_tables[table] if m in study.methods or m in study.unavailable]
+        if table in known_tables():
+            rows[table] += [m for m in study.encoders if m in study.methods and m not in rows[table]]
+    return rows
+
+
+def _differences_to(study: Study, reference: str) -> str:
+    """Whom the tables' differences are to: report.reference, and/or, in a table whose rows each
+    have their own (its registration's `differences`), those."""
+    kinds = {t: table_for(t, list(study.method_tables)).differences for t in study.tables}
+    to_reference = [t for t, to in kinds.items() if to == REFERENCE]
+    own = [(t, to) for t, to in kinds.items() if to not in (None, REFERENCE)]
+    if not own:
+        return reference
+    text = "; ".join(f"in {t}, {to}" for t, to in own)
+    if to_reference:
+        return f"{reference} ({', '.join(to_reference)}) and, {text}"
+    return own[0][1] if len(own) == 1 else text
+
+
+def _tables_section(study: Study, runs: dict[str, Run], cfg, report_dir: Path) -> list[str]:
+    """report.tables built and written into report/tables/ (coreecg.eval.report.write_tables),
+    and their lines of the index: each table's own (its registration's `index`)."""
+    r = cfg.report
+    inputs = TableInputs(list(runs.values()), r, _report_rows(study), dict(study.unavailable), tuple(study.allow),
+                         tuple(study.published))
+    written = write_tables(study.tables, inputs, report_dir / "tables")
+    name_of = {run.path: name for name, run in runs.items()}
+    lines = ["## Tables", "",
+             f"Markdown, CSV and LaTeX (booktabs) in `tables/`; differences to {_differences_to(study, r.reference)} "
+             f"with {r.level:.0%} intervals over training runs ({r.bootstrap_resamples} resamples of the test "
+             f"patients within), marked with >= {r.min_runs} runs per method after {r.adjust} over each table; "
+             f"F1: {r.f1} (docs/evaluation.md).", ""]
+    for w in written:
+        files = [str(p.relative_to(report_dir)) for p in w.files]
+        lines.append(w.table.index(w.name, files, sorted(name_of[p] for p in w.runs if p in name_of)))
+    return lines + [""]
+
+
+def _figures_section(study: Study, output: Path, cfg, report_dir: Path) -> list[str]:
+    """report.figures drawn into report/figures/, and their lines of the index."""
+    lines, figures = [], []
     if "reconstruction" in study.figures:
         made = reconstruction_figure(study, output, cfg.report.reference, cfg.train.seed)
         figures += [made] if made else []
@@ -251,6 +221,21 @@ def write_study_report(study: Study, output: str | Path) -> Path:
             rel = path.relative_to(report_dir)
             lines.append(f"- [`{rel}`]({rel}): " + ", ".join(f"`{r}`" for r in runs_behind))
         lines.append("")
+    return lines
+
+
+def write_study_report(study: Study, output: str | Path) -> Path:
+    """Tables and figures of every finished run into output/report/; -> report/README.md."""
+    output = Path(output).resolve()
+    report_dir = output / "report"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    cfg = load_config(study.config_file, study.report_overrides())
+    runs = _read_runs(finished_runs(study, output, "finetune"))
+    lines = [f"# Study {study.name}", "", f"Study file: `{study.path}`; runs: `{output / 'runs.csv'}`.", "",
+             f"{len(finished_runs(study, output, 'pretrain'))} of {len(study.pretrain_runs())} pretraining and "
+             f"{len(runs)} of {len(study.finetune_runs())} fine-tuning runs finished.", ""]
+    lines += _tables_section(study, runs, cfg, report_dir) if runs else ["No fine-tuning run finished: no tables.", ""]
+    lines += _figures_section(study, output, cfg, report_dir)
     index = report_dir / "README.md"
     index.write_text("\n".join(lines) + "\n")
     return index

@@ -1,12 +1,12 @@
 """Inference over a Ray cluster: `coreecg.inference`'s per-record work, spread over N actors.
 
-    from coreecg.inference_ray import run_inference_ray
+    from coreecg.inference.distributed import run_inference_ray
     result = run_inference_ray(loaded, items, workers=8, failures=failures)   # as run_inference
 
 The driver only lists (file names, a corpus's shard names); reading, preprocessing and scoring
 happen in a Ray Data `map_batches` over an actor pool of `workers` actors, each holding the
 model once (one CPU and one torch thread each, or one GPU). An actor scores its batch of items
-with `coreecg.inference.run_inference` itself, so nothing here repeats a step; the driver puts
+with `coreecg.inference.engine.run_inference` itself, so nothing here repeats a step; the driver puts
 the records back in listing order.
 
 Equal to one process, bit for bit on the CPU: a record's windows go through the same steps, and
@@ -28,12 +28,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from coreecg.inference import (
-    FORWARD_WINDOWS, CorpusShard, Failure, InferenceResult, Progress, input_spec, run_inference,
-)
+from coreecg.inference.engine import FORWARD_WINDOWS, Progress, run_inference
+from coreecg.inference.items import CorpusShard, Failure, InferenceResult
+from coreecg.inference.model_input import input_spec
 
 # Raw records per actor call, at least: few enough to balance N actors, enough that the last
-# forward pass's fill (< batch_size windows, coreecg.inference.run_inference) costs little.
+# forward pass's fill (< batch_size windows, coreecg.inference.engine.run_inference) costs little.
 RECORDS_PER_TASK = 16
 
 
@@ -60,7 +60,7 @@ class _Scorer:
         failed = [i for i in range(len(items)) if i not in given]
         if len(failed) != len(r.failures):
             raise RuntimeError(f"{len(failed)} items gave no record but {len(r.failures)} failures came back: "
-                               "coreecg.inference._prepared broke its one-failure-per-item rule")
+                               "coreecg.inference.reading.prepared_records broke its one-failure-per-item rule")
         n, k = len(r.record_id), len(failed)
         pos = np.zeros(n, np.int64)
         if n:                                 # position of a record within its item: 0, 1, ... per run

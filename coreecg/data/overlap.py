@@ -1,5 +1,5 @@
-"""The leakage guard: which records of one corpus (B, downstream) share a patient or a recording
-with another (A, pretraining), docs/leakage.md.
+"""Corpus overlap, what the leakage guard checks: which records of one corpus (B, downstream)
+share a patient or a recording with another (A, pretraining), docs/leakage.md.
 
     patient   the same (dataset, patient id) on both sides: records of one patient within one
               database (a record without a patient id is its own patient, `record:<id>`)

@@ -1,5 +1,5 @@
 """The leakage guard before a fine-tuning (and a study): the encoder's pretraining corpus against
-the downstream corpus's val and test splits (`coreecg.data.leakage`, docs/leakage.md).
+the downstream corpus's val and test splits (`coreecg.data.overlap`, docs/leakage.md).
 
 Where the pretraining corpus's fingerprints come from, first found wins:
 
@@ -21,9 +21,9 @@ from typing import Any
 import pyarrow as pa
 
 from coreecg.checkpoints import CheckpointError
-from coreecg.data.corpus import MANIFEST
+from coreecg.data.corpus import MANIFEST, OpenCorpus
 from coreecg.data.fingerprints import FINGERPRINT_FILE, corpus_fingerprints, read_fingerprint_file
-from coreecg.data.leakage import (
+from coreecg.data.overlap import (
     EXAMPLES, GUARDED_SPLITS, OVERLAP_CSV, PRETRAINED_SPLITS, LeakageError, Overlap, compare,
 )
 from coreecg.files import sha256_file
@@ -113,10 +113,12 @@ def fingerprints_of(pre: Pretraining) -> tuple[pa.Table, str]:
     return corpus_fingerprints(path), str(path / FINGERPRINT_FILE)
 
 
-def check_overlap(pre: Pretraining, downstream: Path, allow: bool) -> tuple[dict[str, Any], Overlap | None]:
+def check_overlap(pre: Pretraining, downstream: Path | OpenCorpus,
+                  allow: bool) -> tuple[dict[str, Any], Overlap | None]:
     """-> (metrics.json's "leakage" entry, the overlap when there is one). LeakageError naming the
     records when the pretraining corpus shares records or patients with the downstream val/test
-    splits, or cannot be checked, unless `allow`."""
+    splits, or cannot be checked, unless `allow`. downstream: a path, or the planner's opened
+    corpus (its manifest is then not read again)."""
     if pre.corpus is None and pre.carried is None:
         return {"checked": False, "allowed": allow, "overlap": False, "reason": pre.note}, None
     t0 = time.perf_counter()

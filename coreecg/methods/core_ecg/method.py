@@ -1,4 +1,5 @@
-"""CoRe-ECG: the student/teacher pretraining model (paper, Sec. Method)."""
+"""CoRe-ECG: the student/teacher pretraining model (paper, Sec. Method), on its masking (STDM,
+masking.py), its teacher's view (FDA, fda.py) and its objectives (losses.py)."""
 from __future__ import annotations
 
 import copy
@@ -7,21 +8,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coreecg.augment import FrequencyDynamicAugmentation
 from coreecg.config import Config
-from coreecg.losses import info_nce, masked_mse
-from coreecg.masking import exclude_padding, make_masks
-from coreecg.methods.registry import register_method
 from coreecg.methods.base import PretrainMethod
+from coreecg.methods.core_ecg.fda import FrequencyDynamicAugmentation
+from coreecg.methods.core_ecg.losses import info_nce, masked_mse
+from coreecg.methods.core_ecg.masking import exclude_padding, make_masks
+from coreecg.methods.registry import register_method
 from coreecg.model.decoders import LatentDecoder, Projection, TimeDecoder
 from coreecg.model.embed import patchify
 from coreecg.model.encoder import Encoder, default_lead_idx
 from coreecg.model.padding import fill, padding_mask, sure_patches
 
 
-# Its hyperparameters are the paper's sections (masking, augment, loss); these decide which
-# branches exist (see the class docstring), so a checkpoint cannot resume across them.
-@register_method("core", "CoRe-ECG", structural=("loss.alpha>0", "loss.beta>0", "augment.fda", "augment.learnable"))
+# Its hyperparameters are the paper's sections (masking, augment, loss), its decoders and heads,
+# and the teacher's EMA: what rows of a table may differ in (`defining`). The structural keys
+# decide which branches exist (see the class docstring), so a checkpoint cannot resume across them.
+@register_method("core", "CoRe-ECG", structural=("loss.alpha>0", "loss.beta>0", "augment.fda", "augment.learnable"),
+                 defining=("masking.*", "augment.*", "loss.alpha", "loss.beta", "loss.tau", "model.time_decoder_*",
+                           "model.latent_decoder_*", "model.proj_*", "optim.ema_momentum*"))
 class CoReECG(PretrainMethod):
     """Student encoder on STDM-visible tokens; Time Decoder -> masked MSE; Latent Decoder +
     Projection -> InfoNCE against an EMA teacher (encoder + projection) on the FDA view.
@@ -30,6 +34,9 @@ class CoReECG(PretrainMethod):
     Decoder, loss.beta = 0 no Latent Decoder, projection, teacher or FDA (so data-parallel
     training has no unused parameters).
     """
+
+    # An ablation reports only the terms it trains (loss.alpha = 0: no loss_rec; beta = 0: no loss_con).
+    reported_losses = ("loss_rec", "loss_con")
 
     def __init__(self, config: Config):
         super().__init__(config)

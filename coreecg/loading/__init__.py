@@ -1,8 +1,11 @@
-"""Models in: any coreecg model source -> a ready `Encoder` or `Classifier`, the same way for all.
+"""Models in: any coreecg model source -> a ready `Encoder`, `Classifier` or pretraining method, the
+same way for all.
 
     from coreecg.loading import load_classifier, load_encoder
     encoder = load_encoder("runs/pretrain")            # or encoder.pt, a checkpoint, best.pt, an export
     classifier = load_classifier("runs/ft-ptbxl")      # or best.pt, a classifier export
+    tuned = load_finetuned("runs/ft-ptbxl")            # the classifier + its config, class names, multilabel
+    method = load_method("runs/pretrain", build_method)   # the full pretraining method + its config
 
 A source is one of:
 
@@ -17,10 +20,21 @@ A source is one of:
                           recognised by its keys (`coreecg.model.published`), its architecture read
                           from the weights and its input contract (data.preprocess) the family's
 
+A full pretraining method (encoder, decoders, projections, teachers) is only in a pretraining
+run's step checkpoints (checkpoint_step*/checkpoint.pt; a run folder stands for its latest).
+`load_method` builds it with the builder it is given, `coreecg.methods.build_method`: the methods
+sit a layer above the loader (tests/test_data_layering.py), so the caller passes their builder in.
+
+This package is the one place a path becomes a model (tests/test_single_loader.py), in two parts:
+this module, and `coreecg.loading.weights` below the model layer (the export folder's format and
+reading, and `restore`), through which `Encoder.from_pretrained` loads with its own class as the
+builder. The model package imports that module while it loads, so this one imports the model
+classes inside its functions. The .pt bytes are read by the checkpoint store (`coreecg.checkpoints`).
+
 Loading never draws from the caller's random generators: building a model initialises weights
-that are then overwritten, so it happens under a forked RNG. Fine-tuning from a run folder, its
-encoder.pt or an export of the same weights therefore starts from the same RNG state and draws
-the same classifier head. Every error is a `CheckpointError` (a ValueError) naming the file.
+that are then overwritten, so it happens under a forked RNG (`restore`). Fine-tuning from a run
+folder, its encoder.pt or an export of the same weights therefore starts from the same RNG state
+and draws the same classifier head. Every error is a `CheckpointError` (a ValueError) naming the file.
 """
 from __future__ import annotations
 
@@ -28,26 +42,29 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import torch
 from torch import nn
 
 from coreecg.checkpoints import (
-    BEST_FILE, ENCODER_FILE, STEP_PREFIX, CheckpointError, checkpoint_config, is_coreecg_payload, read_payload,
+    BEST_FILE, ENCODER_FILE, STEP_PREFIX, CheckpointError, checkpoint_config, is_coreecg_payload, latest_checkpoint,
+    read_payload,
 )
 from coreecg.config import Config, ConfigError, DataConfig, PreprocessConfig, TrainConfig, config_from_dict
-from coreecg.model.classifier import Classifier
-from coreecg.model.encoder import Encoder
 # The export folder's format (the writers: coreecg.model.pretrained and coreecg.hub.export).
-from coreecg.model.pretrained import (
-    CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, PretrainedInfo, kept_sections, load_weights, read_folder,
+from coreecg.loading.weights import (
+    CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, kept_sections, read_folder, restore,
 )
+
+if TYPE_CHECKING:       # the model classes are imported where used (module docstring)
+    from coreecg.model.classifier import Classifier
+    from coreecg.model.encoder import Encoder
 
 METRICS_FILE = "metrics.json"        # a fine-tuning run's (coreecg.eval.report's contract)
 MANIFEST_FILE = "manifest.json"      # a preprocessed corpus's
 
-Kind = Literal["encoder", "classifier"]
+Kind = Literal["encoder", "classifier", "method"]
 
 
 @dataclass
@@ -55,9 +72,11 @@ class ModelSource:
     """A resolved, verified model source, before any model is built.
 
     path: what was asked for (a folder or a file); weights: the file the weights came from.
-    state: the model's state dict (an Encoder's, or a Classifier's: encoder.* and head.*).
-    config: the full Config, data.preprocess as the weights' corpus was built (`manifest`).
-    class_names, multilabel: a classifier's task (None for an encoder).
+    state: the model's state dict (an Encoder's, a Classifier's: encoder.* and head.*, or a
+    pretraining method's: `open_method`).
+    config: the full Config, data.preprocess as the weights' corpus was built (`manifest`); a
+    method's: its checkpoint's own, as the run trained it.
+    class_names, multilabel: a classifier's task (None otherwise).
     export: an export's config.json (None for a checkpoint); entries: a checkpoint's own
     entries besides config and model (epoch, step, ...); metrics: its run's metrics.json;
     manifest: its corpus's manifest.json (None when not on this machine).
@@ -100,18 +119,24 @@ def open_source(path: str | Path, kind: Kind | None = None) -> ModelSource:
 
 def build_model(src: ModelSource) -> Encoder | Classifier:
     """The source's model with its weights, on the CPU, in eval mode; the caller's RNG untouched."""
-    cfg = src.config
+    from coreecg.model.classifier import Classifier
+    from coreecg.model.pretrained import PretrainedInfo
     from coreecg.model.published import build_encoder
 
-    with torch.random.fork_rng(devices=[]):       # the init below is overwritten: draw nothing
+    cfg = src.config
+    if src.kind == "method":
+        raise CheckpointError(f"{src.weights}: a pretraining method's checkpoint: load it with load_method")
+
+    def build() -> nn.Module:
+        encoder = build_encoder(cfg.model)
         if src.kind == "encoder":
-            model: nn.Module = build_encoder(cfg.model)
-        else:
-            model = Classifier.for_mode(build_encoder(cfg.model), len(src.class_names), cfg.finetune.leads,
-                                        bool(src.multilabel), cfg.finetune.mode, cfg.finetune.head)
+            return encoder
+        return Classifier.for_mode(encoder, len(src.class_names), cfg.finetune.leads, bool(src.multilabel),
+                                   cfg.finetune.mode, cfg.finetune.head)
+
     # what save_pretrained records again: the config and task, an export's contract and provenance
     kept = kept_sections(src.export) if src.export and src.export.get("kind") == src.kind else {}
-    load_weights(model, src.state, src.weights, PretrainedInfo(cfg, src.class_names, kept))
+    model = restore(build, src.state, src.weights, PretrainedInfo(cfg, src.class_names, kept))
     encoder = model if src.kind == "encoder" else model.encoder
     if hasattr(encoder, "source"):                # a published encoder names its file in its errors
         encoder.source = str(src.weights)
@@ -127,11 +152,80 @@ def load_encoder(path: str | Path, map_location: str | torch.device = "cpu") -> 
 def load_classifier(path: str | Path, map_location: str | torch.device = "cpu") -> Classifier:
     """A fine-tuned `Classifier` (eval mode) from a classifier export folder, a best.pt or a
     fine-tuning run folder. CheckpointError when the source holds only an encoder."""
+    return build_model(_classifier_source(path)).to(map_location)
+
+
+@dataclass
+class Loaded:
+    """A model and what its source says of it (`load_finetuned`, `load_method`).
+
+    model: in eval mode on the device asked for; config: the Config it was built from; weights:
+    the file its weights came from; class_names, multilabel: a classifier's task (None for a
+    method); entries: a checkpoint's own entries besides config and model (epoch, trainer, ...).
+    """
+
+    model: nn.Module
+    config: Config
+    weights: Path
+    class_names: list[str] | None = None
+    multilabel: bool | None = None
+    entries: dict[str, Any] = field(default_factory=dict)
+
+
+def load_finetuned(path: str | Path, map_location: str | torch.device = "cpu") -> Loaded:
+    """`load_classifier`'s classifier with its config and task (class names in logit order,
+    multi-label or not), from the same sources."""
+    src = _classifier_source(path)
+    return Loaded(build_model(src).to(map_location), src.config, src.weights, src.class_names, src.multilabel,
+                  src.entries)
+
+
+def _classifier_source(path: str | Path) -> ModelSource:
     src = open_source(path)
     if src.kind != "classifier":
         raise CheckpointError(f"{src.weights}: holds an encoder, not a fine-tuned classifier "
                               "(use load_encoder, or export a fine-tuning run's best.pt)")
-    return build_model(src).to(map_location)
+    return src
+
+
+# ---------------------------------------------------------------------------- a pretraining method
+
+
+def open_method(path: str | Path) -> ModelSource:
+    """A pretraining method's checkpoint, resolved and verified, before any model is built
+    (`load_method` builds it): a step checkpoint (checkpoint_step*/checkpoint.pt) or a pretraining
+    run folder (its latest). Its config is the checkpoint's own, as the run trained it.
+    CheckpointError naming the file or folder when it is missing, corrupted or not coreecg's."""
+    path = Path(path).expanduser()
+    file = latest_checkpoint(path) if path.is_dir() else path
+    if file is None:
+        raise CheckpointError(f"{path}: no {STEP_PREFIX}*/ in this folder; a full pretraining method (its "
+                              "decoders too, e.g. the Time Decoder) is only in a pretraining run's step checkpoints, "
+                              "which encoder.pt, best.pt and export folders leave out: pass a pretraining run "
+                              "folder or its checkpoint.pt")
+    payload, config = checkpoint_config(file, read_payload(file))
+    entries = {k: v for k, v in payload.items() if k not in ("config", "model")}
+    return ModelSource(path, file, "method", config, payload["model"], entries=entries)
+
+
+def load_method(path: str | Path | ModelSource, build: Callable[[Config], nn.Module],
+                map_location: str | torch.device = "cpu") -> Loaded:
+    """The full pretraining method of a step checkpoint or run folder (`open_method`, or a source
+    it opened), built by `build(config)` (coreecg.methods.build_method) with its weights, in eval
+    mode on `map_location`; the caller's RNG untouched. CheckpointError naming the file when it
+    holds an encoder alone (encoder.pt), a classifier, or weights of another method or size."""
+    src = path if isinstance(path, ModelSource) else open_method(path)
+    if src.kind != "method":
+        raise CheckpointError(f"{src.weights}: opened as a model of kind {src.kind!r}, not as a pretraining "
+                              "method (open_method)")
+    if src.entries.get("task", "pretrain") != "pretrain":
+        raise CheckpointError(f"{src.weights}: a {src.entries['task']} checkpoint, not a pretraining method's "
+                              "(a classifier: load_finetuned)")
+    if "trainer" not in src.entries and all(k.startswith("encoder.") for k in src.state):
+        raise CheckpointError(f"{src.weights}: holds the encoder alone (encoder.pt), not a full pretraining "
+                              f"method: pass its run's {STEP_PREFIX}*/checkpoint.pt or the run folder")
+    model = restore(lambda: build(src.config), src.state, src.weights, what="pretraining method")
+    return Loaded(model.to(map_location), src.config, src.weights, entries=src.entries)
 
 
 # ---------------------------------------------------------------------------- resolving a path
@@ -290,5 +384,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
-__all__ = ["ModelSource", "open_source", "build_model", "load_encoder", "load_classifier", "corpus_manifest",
-           "read_json", "FORMAT", "FORMAT_VERSION", "WEIGHTS_FILE", "CONFIG_FILE", "Kind"]
+__all__ = ["ModelSource", "open_source", "build_model", "load_encoder", "load_classifier", "Loaded", "load_finetuned",
+           "open_method", "load_method", "corpus_manifest", "read_json", "FORMAT", "FORMAT_VERSION", "WEIGHTS_FILE",
+           "CONFIG_FILE", "Kind"]

@@ -1,4 +1,5 @@
-"""Token masks over the (lead, time-patch) grid.
+"""CoRe-ECG's token masks over the (lead, time-patch) grid: STDM (the paper) and the ablation
+masks, chosen by the `masking` section (masking.strategy).
 
 Every function returns three boolean tensors `(visible, masked, dropped)` of shape
 (B, C, N) that partition the grid: each position is in exactly one of them.

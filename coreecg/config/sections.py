@@ -1,0 +1,169 @@
+"""The model, pretraining-method and training sections: encoder and decoder sizes, masking, FDA,
+losses, optimisation and where a run trains."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from coreecg.config.base import ConfigError
+
+
+@dataclass
+class ModelConfig:
+    """Encoder, decoders and projection heads (paper: Implementation Details)."""
+
+    # Which encoder module: coreecg's own Encoder, or a published family's adapter (its name in
+    # coreecg.model.published, e.g. st_mem), whose sizes below are read from its weights.
+    arch: str = "coreecg"
+    n_leads: int = 12
+    input_samples: int = 2250
+    patch_size: int = 75
+    embed_dim: int = 256
+    depth: int = 10
+    num_heads: int = 4
+    mlp_ratio: float = 4.0
+    time_decoder_dim: int = 256
+    time_decoder_depth: int = 10
+    time_decoder_heads: int = 4
+    latent_decoder_dim: int = 256
+    latent_decoder_depth: int = 8
+    latent_decoder_heads: int = 4
+    proj_hidden_dim: int = 1024       # not in the paper: 2-layer MLP head, see docs/decisions.md
+    proj_dim: int = 256
+    dropout: float = 0.0
+    # Decoder attention layout (the paper is silent): "joint" attends over all C * N tokens,
+    # "lead" runs one sequence per lead with shared weights (ST-MEM's decoder). Measured in
+    # docs/decisions.md.
+    time_decoder_layout: Literal["joint", "lead", "axial"] = "axial"
+    latent_decoder_layout: Literal["joint", "lead", "axial"] = "joint"
+
+    @property
+    def n_patches(self) -> int:
+        return self.input_samples // self.patch_size
+
+
+@dataclass
+class MaskingConfig:
+    """Which tokens the student sees.
+
+    strategy: stdm (the paper), random (ST-MEM-style per-token masking at `ratio`),
+    temporal (whole time columns at `ratio`, MTAE-like), lead (whole leads at `ratio`,
+    MLAE-like). Only stdm drops tokens; the others split into visible and masked.
+    """
+
+    strategy: Literal["stdm", "random", "temporal", "lead"] = "stdm"
+    p_time: float = 0.5
+    p_lead: float = 0.2
+    k: int = 4
+    mode: Literal["bernoulli", "exact"] = "bernoulli"
+    ratio: float = 0.75
+
+
+@dataclass
+class AugmentConfig:
+    """Frequency Dynamic Augmentation of the teacher's view."""
+
+    fda: bool = True                  # False: the teacher sees the raw view (ablation)
+    learnable: bool = True            # False: W stays at its initial value
+    eps: float = 1e-3
+    init_std: float = 0.1             # W ~ N(0, init_std): breaks the A = 0.5 tie at step 0
+    # W's starting map (paper: silent). random: N(0, init_std) alone, so the perturbed half of
+    # each lead's bins is a random half, ECG band included; band: +1 inside the preprocessing
+    # pass-band (data.preprocess.highpass_hz..lowpass_hz), -1 outside, plus the same noise:
+    # the paper's premise that the 0.65-40 Hz band carries the ECG. See docs/decisions.md.
+    init: Literal["random", "band"] = "band"
+
+
+@dataclass
+class LossConfig:
+    alpha: float = 1.0                # reconstruction weight; 0 = contrastive-only ablation
+    beta: float = 1.0                 # contrastive weight; 0 = reconstructive-only ablation
+    tau: float = 0.2
+    # Every contrastive method's negatives pool (one key, so compared methods share it): true,
+    # the global batch (every rank's rows; the paper's batch of 256); false, each rank's own batch.
+    gather_negatives: bool = True
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1.5e-4
+    min_lr: float = 0.0
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_epochs: float = 5.0
+    epochs: int = 80
+    batch_size: int = 256
+    grad_clip: float = 0.0            # 0 disables clipping
+    ema_momentum: float = 0.996       # teacher EMA at step 0 ...
+    ema_momentum_end: float = 1.0     # ... cosine-increased to this at the last step (BYOL)
+
+
+@dataclass
+class TrainConfig:
+    """Where and how a run trains. Ray Train: `num_workers` data-parallel workers (DDP),
+    each with `cpus_per_worker` CPUs and one GPU when `use_gpu`; outputs go to
+    `<storage_path>/<name>/`, and re-running with the same storage_path and name resumes."""
+
+    seed: int = 0
+    device: str = "auto"              # plain (no-Ray) loop and benchmarks only: auto | cpu | cuda
+    precision: Literal["auto", "fp32", "bf16"] = "auto"   # auto: bf16 autocast on CUDA, fp32 on CPU
+    log_every: int = 10               # steps between logged step metrics
+    progress_every_s: float = 30.0    # a progress line within an epoch (step, samples/s, ETA); 0: none
+    num_workers: int = 2
+    use_gpu: bool = False
+    cpus_per_worker: int = 1
+    checkpoint_every_steps: int = 500  # 0: only at epoch ends
+    keep_checkpoints: int = 3
+    max_failures: int = 3             # worker-group restarts from the last checkpoint
+    eval_every_epochs: int = 1        # probe + reconstruction figure; 0 disables
+    figures: bool = True              # the reconstruction figure at eval epochs (1.5-2 s each at tiny
+                                      # scale: sweeps turn it off, configs/sweep.yaml)
+    # Speed and memory (coreecg/train/speed.py, docs/performance.md); none changes the numbers.
+    host_memory_cache: bool = True    # CPU: keep freed activation memory instead of re-faulting it
+    activation_checkpointing: bool = False   # recompute transformer blocks in backward: less memory
+    compile: bool = False             # torch.compile each transformer block (inductor)
+    storage_path: str = "runs"        # on a multi-node cluster: a shared filesystem path
+    # Object storage: the run folder mirrored to <mirror_uri>/<name>/ through pyarrow filesystems
+    # after every epoch and at the end, and pulled back to resume where the folder has no
+    # checkpoint (s3://, gs://, hdfs://, abfs://, file://; coreecg/train/mirror.py). "": none.
+    mirror_uri: str = ""
+    name: str = "pretrain"
+    # The method name under which downstream tables list encoders from this run; "" = the
+    # pretraining method's registered label. Ablation variants set their own.
+    variant: str = ""
+    # Experiment tracking beside the run folder: "mlflow" or "wandb" logs the config as params and
+    # every epoch's metrics through Ray's integrations (pip install coreecg[mlflow] / [wandb]);
+    # sweeps and studies track each trial as one run (coreecg/train/tracking.py).
+    tracking: Literal["none", "mlflow", "wandb"] = "none"
+    tracking_uri: str = ""            # "": MLflow a file store at <storage_path>/mlruns, W&B offline files
+    tracking_experiment: str = "coreecg"      # the MLflow experiment, the W&B project
+    tracking_group: str = ""          # the sweep's or study's name (its trials set it); "": none
+
+    def __post_init__(self) -> None:
+        if self.progress_every_s < 0:
+            raise ConfigError(f"train.progress_every_s={self.progress_every_s} must be >= 0 (0: no progress lines)")
+        if self.num_workers < 1 or self.cpus_per_worker < 1:
+            raise ConfigError("train.num_workers and train.cpus_per_worker must be >= 1")
+        if min(self.checkpoint_every_steps, self.max_failures, self.eval_every_epochs) < 0 \
+                or self.keep_checkpoints < 1 or self.log_every < 1:
+            raise ConfigError("train.checkpoint_every_steps, max_failures, eval_every_epochs must be >= 0; "
+                              "keep_checkpoints and log_every >= 1")
+        if not self.name or "/" in self.name or self.name in (".", ".."):
+            raise ConfigError(f"train.name={self.name!r} must be a plain folder name")
+        if "://" in self.storage_path:
+            raise ConfigError(
+                f"train.storage_path={self.storage_path}: a URI; the run folder (metrics.jsonl, "
+                "checkpoints, encoder) is written with POSIX file operations, so it must be a path "
+                "every node mounts (NFS/EFS/Filestore/Lustre). For object storage keep it a path "
+                f"and set train.mirror_uri={self.storage_path} (docs/cluster.md \"Shared storage\")")
+        if self.mirror_uri and "://" not in self.mirror_uri:
+            raise ConfigError(f"train.mirror_uri={self.mirror_uri}: expected a URI such as s3://bucket/runs "
+                              "or file:///path (\"\" for no mirror)")
+        # Relative to where the command runs, fixed now: Ray Train's workers run in a working
+        # folder of their own (artifacts/<name>), where "runs" would name another folder.
+        self.storage_path = str(Path(self.storage_path).expanduser().resolve())
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.storage_path).expanduser().resolve() / self.name

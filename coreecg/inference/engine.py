@@ -1,0 +1,177 @@
+"""The scoring engine: items in, per-record probabilities or embeddings out (`run_inference`),
+through forward passes of one fixed shape (`_PassStream`) so a record scores the same whatever
+records share its passes; progress on the `coreecg.inference` logger."""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from coreecg.data.corpus import SIGNAL_DTYPE
+from coreecg.devices import resolve_device
+from coreecg.inference.items import Failure, InferenceError, InferenceResult, Item
+from coreecg.inference.listing import list_inputs
+from coreecg.inference.model_input import PooledEncoder, input_spec
+from coreecg.inference.reading import prepared_records
+
+log = logging.getLogger("coreecg.inference")
+
+# Windows per forward pass (x the crop rule's crops), always exactly this many (run_inference).
+FORWARD_WINDOWS = 8
+
+
+class Progress:
+    """A log line every `every_s` seconds: records done / total, records/s, ETA."""
+
+    def __init__(self, total: int, every_s: float):
+        self.total, self.every_s = total, every_s
+        self.t0 = self.last = time.perf_counter()
+        self.shown: tuple[int, int] | None = None     # the last line's figures: the final line is not a repeat
+
+    def update(self, done: int, failed: int, force: bool = False) -> None:
+        now = time.perf_counter()
+        if (now - self.last < self.every_s) if not force else (done, failed) == self.shown:
+            return
+        self.last, self.shown = now, (done, failed)
+        rate = done / max(now - self.t0, 1e-9)
+        eta = (self.total - done) / rate if rate > 0 else math.inf
+        log.info("predict: %d/%d inputs (%d failed), %.1f inputs/s, ETA %s", done, self.total, failed, rate,
+                 "-" if not math.isfinite(eta) else f"{eta:.0f} s")
+
+
+def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = False,
+                  batch_size: int | None = None, device: str | torch.device = "cpu",
+                  failures: Sequence[Failure] = (), progress_every_s: float = 5.0) -> InferenceResult:
+    """Score `items` with a `coreecg.hub.LoadedModel`; one record's failure never stops the rest.
+
+    A classifier gives probs (m, K) (softmax or sigmoid, as the evaluation); an encoder, or any
+    model with `embeddings`, gives embeddings (m, D): the pooled tokens, crop- and window-mean.
+    Items: listed files (InputRecord), corpus shards (their stored windows), or in-memory Records.
+    `failures` (from listing) are carried into the result.
+
+    The windows of consecutive records stream through forward passes of exactly `batch_size`
+    windows (default FORWARD_WINDOWS; x the crops), the last one filled up with zero windows
+    whose outputs are dropped. Why exactly: a matrix product's rows depend on how many rows it
+    has (the CPU's BLAS picks other kernels for a few rows: the head's, an attention pool's), not
+    on the other rows' values; with one shape for every pass, a record scores the same whatever
+    records share its passes, so Ray actors (coreecg.inference.distributed) give this process's outputs
+    bit for bit (tests/test_inference_scale.py).
+    """
+    from coreecg.eval.downstream import predict
+
+    spec = input_spec(loaded)
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    batch = int(batch_size or FORWARD_WINDOWS)
+    if batch < 1:
+        raise InferenceError(f"batch size {batch} must be >= 1")
+    model = loaded.model if spec.kind == "classifier" else PooledEncoder(loaded.model, spec.leads)
+    model = model.to(dev).eval()
+    rows = list(range(len(spec.leads)))
+
+    scored: list[tuple[int, str, str]] = []          # (item index, record_id, path) per record, in order
+    failed = list(failures)
+    stream = _PassStream(lambda x: predict(model, x, rows, spec.crop, spec.n_crops, dev, batch, spec.precision),
+                         batch, (len(rows), spec.preprocess.window_samples))
+    progress = Progress(len(items), progress_every_s)
+    t0 = time.perf_counter()
+    log.info("predict: %d inputs with %s (%s, leads %s, %d crops of %d samples per %d-sample window) on %s",
+             len(items), loaded.source, spec.kind, ",".join(spec.leads), spec.n_crops, spec.crop,
+             spec.preprocess.window_samples, dev)
+    for i, rid, path, windows, failure in prepared_records(items, spec.preprocess):
+        if failure is not None:
+            failed.append(failure)
+        else:
+            scored.append((i, rid, path))
+            stream.add(windows)
+        progress.update(i, len(failed) - len(failures))        # items begun (a shard holds many records)
+    stream.close()
+    progress.update(len(items), len(failed) - len(failures), force=True)
+
+    seconds = time.perf_counter() - t0
+    log.info("predict: %d records scored (%d windows), %d failed, in %.1f s", len(scored), stream.through,
+             len(failed), seconds)
+    return InferenceResult(
+        record_id=[rid for _, rid, _ in scored], path=[path for _, _, path in scored],
+        probs=stream.records(0, len(spec.class_names), np.float64) if spec.kind == "classifier" else None,
+        embeddings=(stream.records(1, int(model.encoder.dim), np.float32)
+                    if embeddings or spec.kind == "encoder" else None),
+        windows=stream.windows(), class_names=spec.class_names, failures=failed,
+        seconds=seconds, item=np.asarray([i for i, _, _ in scored], dtype=np.int64))
+
+
+class _PassStream:
+    """The windows of consecutive records through forward passes of exactly `batch` windows (the
+    last one filled up with zero windows, their outputs dropped); each record is averaged over
+    its windows (`aggregate_by_record`) as soon as they are all through, so memory holds a pass,
+    not the corpus.
+
+    score: (batch, C, T) windows -> (probs (batch, K), features (batch, D)); shape: (C, T)."""
+
+    def __init__(self, score, batch: int, shape: tuple[int, int]):
+        self.score, self.batch, self.shape = score, batch, shape
+        self.ends: list[int] = []                      # per record: its last window's end in the stream
+        self.queue: list[np.ndarray] = []              # windows not yet through the model
+        self.window_out: list[tuple[np.ndarray, np.ndarray]] = []  # outputs of unfinished records' windows
+        self.record_out: list[tuple[np.ndarray, np.ndarray]] = []  # (probs, features) of finished records
+        self.through = self.finished = 0               # windows through the model; records averaged
+
+    def add(self, windows: np.ndarray) -> None:
+        """One record's windows (n, C, T)."""
+        self.ends.append((self.ends[-1] if self.ends else 0) + len(windows))
+        self.queue.append(windows)
+        if self.ends[-1] - self.through >= self.batch:
+            self._flush(final=False)
+
+    def close(self) -> None:
+        self._flush(final=True)
+
+    def records(self, j: int, width: int, dtype: type) -> np.ndarray:
+        """(records, width): the probabilities (j = 0) or features (j = 1) of every record added."""
+        parts = [o[j] for o in self.record_out] or [np.zeros((0, width))]
+        return np.concatenate(parts).astype(dtype).reshape(len(self.ends), width)
+
+    def windows(self) -> np.ndarray:
+        return np.diff([0, *self.ends]).astype(np.int64)
+
+    def _flush(self, final: bool) -> None:
+        from coreecg.eval.metrics import aggregate_by_record
+
+        signal = np.concatenate(self.queue) if self.queue else np.zeros((0, *self.shape), SIGNAL_DTYPE)
+        n = len(signal) if final else len(signal) // self.batch * self.batch
+        if n == 0:
+            return
+        fill = -n % self.batch
+        x = np.concatenate([signal[:n], np.zeros((fill, *self.shape), signal.dtype)]) if fill else signal[:n]
+        p, f = self.score(x)
+        self.window_out.append((p[:n], f[:n]))
+        self.queue[:] = [signal[n:]] if n < len(signal) else []
+        self.through += n
+        first, start, last = self.finished, self.ends[self.finished - 1] if self.finished else 0, self.finished
+        while last < len(self.ends) and self.ends[last] <= self.through:
+            last += 1
+        if last == first:
+            return
+        wp, wf = (np.concatenate([o[j] for o in self.window_out]) for j in (0, 1))
+        keys = np.repeat(np.arange(first, last), np.diff([start, *self.ends[first:last]]))   # record of each window
+        self.record_out.append((aggregate_by_record(keys, wp[:len(keys)])[1],
+                                aggregate_by_record(keys, wf[:len(keys)])[1]))
+        self.window_out[:] = [(wp[len(keys):], wf[len(keys):])]
+        self.finished = last
+
+
+def predict_paths(model: str | Path, inputs: Iterable[str | Path], *, embeddings: bool = False,
+                  batch_size: int | None = None, device: str = "cpu", splits: Sequence[str] | None = None,
+                  progress_every_s: float = 5.0) -> InferenceResult:
+    """load_model + list_inputs + run_inference (InferenceError / CheckpointError for a bad model)."""
+    from coreecg.hub import load_model
+
+    loaded = load_model(model)
+    items, failures = list_inputs(inputs, loaded.config, splits=splits)
+    return run_inference(loaded, items, embeddings=embeddings, batch_size=batch_size, device=device,
+                         failures=failures, progress_every_s=progress_every_s)
+

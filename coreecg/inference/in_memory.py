@@ -1,0 +1,87 @@
+"""One recording in memory: `embed` / `predict` run a raw array through the same steps as a listed
+file (`array_record` makes it the Record a reader would give), the model loaded once per path
+and version of its files."""
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from coreecg.data.record import Record
+from coreecg.inference.engine import run_inference
+from coreecg.inference.items import InferenceError, InferenceResult
+
+
+@functools.lru_cache(maxsize=4)
+def _load_cached(path: str, signature: tuple) -> Any:
+    from coreecg.hub import load_model
+
+    return load_model(path)
+
+
+def _signature(path: Path) -> tuple[tuple[str, int, int], ...]:
+    """(name, mtime_ns, size) of a model file, or of each file in a model folder: what a
+    re-export or a new best.pt into the same path changes, so the cache never serves the old one."""
+    files = [path] if path.is_file() else sorted(f for f in path.iterdir() if f.is_file()) if path.is_dir() else []
+    return tuple((f.name, (st := f.stat()).st_mtime_ns, st.st_size) for f in files)
+
+
+def _loaded(model: Any) -> Any:
+    """A LoadedModel as given, or loaded once per path and version of its files (4 cached)."""
+    if isinstance(model, (str, Path)):
+        path = Path(model).expanduser().resolve()
+        return _load_cached(str(path), _signature(path))
+    if not all(hasattr(model, k) for k in ("model", "kind", "config", "contract")):
+        raise TypeError(f"model: a path or a coreecg.hub.LoadedModel (load_model(...)), not {type(model).__name__}")
+    return model
+
+
+def array_record(signal: Any, fs: float, leads: Sequence[str], record_id: str = "array") -> Record:
+    """A raw recording in memory -> the Record a reader would give (ValueError naming the problem).
+
+    signal: (len(leads), samples) in millivolts, rows in `leads`' order (wfdb's p_signal.T), any
+    float dtype (cast to float32, as the readers do); fs: its sampling rate in Hz; leads: a name
+    per row, any order and case ("I", "aVR", "V1", ...)."""
+    x = np.asarray(signal)
+    leads = tuple(str(x_) for x_ in leads)
+    if x.ndim != 2:
+        raise ValueError(f"signal: (leads, samples) expected, got shape {x.shape}")
+    if x.shape[0] != len(leads):
+        hint = " (transpose it: rows are leads)" if x.shape[1] == len(leads) else ""
+        raise ValueError(f"signal has {x.shape[0]} rows for {len(leads)} lead names {list(leads)}{hint}")
+    return Record("array", record_id, x.astype(np.float32), float(fs), leads, None, (), record_id)
+
+
+def _score_array(signal: Any, fs: float, leads: Sequence[str], model: Any, embeddings: bool,
+                 device: str) -> InferenceResult:
+    loaded = _loaded(model)
+    result = run_inference(loaded, [array_record(signal, fs, leads)], embeddings=embeddings, device=device,
+                           progress_every_s=math.inf)
+    if result.failures:
+        raise InferenceError(f"cannot score this recording: {result.failures[0].reason}")
+    return result
+
+
+def embed(signal: Any, fs: float, leads: Sequence[str], model: Any, *, device: str = "cpu") -> np.ndarray:
+    """One raw recording of any length, rate and lead set -> its embedding (D,) float32.
+
+    signal: (len(leads), samples) millivolts (`array_record`). model: a LoadedModel or any path
+    load_model reads (cached). The model's own input contract is applied, exactly as
+    jobs/predict.py --embeddings does for the same record (module docstring, steps 2-5):
+    band-pass, resampling, 10 s windows (a shorter record: one padded window), z-score, float16,
+    the crop rule, the mean over windows; leads are taken by name. InferenceError with the
+    preprocessing's reason for a recording it cannot use (too short, a missing lead, ...)."""
+    return _score_array(signal, fs, leads, model, True, device).embeddings[0]
+
+
+def predict(signal: Any, fs: float, leads: Sequence[str], model: Any, *, device: str = "cpu") -> np.ndarray:
+    """One raw recording -> a classifier's class probabilities (K,) float64, in the order of
+    `load_model(model).contract["class_names"]`; as `embed` otherwise (InferenceError for an
+    encoder, which has no classes)."""
+    loaded = _loaded(model)
+    if loaded.kind != "classifier":
+        raise InferenceError(f"{loaded.source} is an encoder: it has no class probabilities (use embed)")
+    return _score_array(signal, fs, leads, loaded, False, device).probs[0]

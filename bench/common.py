@@ -1,5 +1,6 @@
 """What the benchmarks share: the command line, JSON output, fresh child processes, the machine,
-model sizes, analytic FLOPs, and the two ingest passes (the training path and plain pyarrow).
+model sizes, analytic FLOPs, honest step timing (every step of the window, torch.compile's
+compilations, torch's own FLOP count), and the two ingest passes (the training path and plain pyarrow).
 
 Every benchmark is a module run from the repository root against the installed package, and
 prints its figures as one JSON object on stdout (progress lines go to stderr):
@@ -226,6 +227,119 @@ def _baseline_flops(cfg) -> dict[str, float]:
         forward = o.segments * one + o.segments * patch        # the patch conv runs on the whole crop per segment
         return {"forward_segments": forward, "forward": forward, "train_step": 3 * forward}
     raise ValueError(f"no FLOP count for pretrain.method={cfg.pretrain.method!r}")
+
+
+# ---------------------------------------------------------------------------- honest timing (issue 41)
+
+
+def middle(values: list[float]) -> float:
+    """The middle value (the upper of the two middle ones for an even count): the benchmarks'
+    `seconds_per_step_median` since issue 10, kept so that earlier figures compare."""
+    return sorted(values)[len(values) // 2]
+
+
+def step_summary(step_s: list[float], samples: int | list[int], warmup: int = 0, slow_factor: float = 2.0) -> dict:
+    """Throughput over a whole timed window, beside the median: a median hides a recompilation,
+    the whole window does not. A pure function of the step times, so that it can be tested.
+
+    step_s: the seconds of every step of the window in order, warm-up steps first (the window
+    starts at the first step's start); samples: the samples of each step (one int: every step).
+    The median is that of the steps after the `warmup` ones (all of them when there are no more);
+    slow steps are those over `slow_factor` x the median, the warm-up steps included, each with
+    its index in `step_s` (0: the first step) and its excess over the median.
+    """
+    if not step_s:
+        raise ValueError("step_summary: no step times")
+    n = len(step_s)
+    per = [samples] * n if isinstance(samples, int) else list(samples)
+    if len(per) != n:
+        raise ValueError(f"step_summary: {len(per)} sample counts for {n} steps")
+    timed = list(range(warmup, n)) if warmup < n else list(range(n))
+    median = middle([step_s[i] for i in timed])
+    median_rate = middle([per[i] / step_s[i] for i in timed]) if len(set(per)) > 1 else per[0] / median
+    slow = [{"index": i, "s": t, "x_median": t / median, "warmup": i < warmup}
+            for i, t in enumerate(step_s) if t > slow_factor * median]
+    return {
+        "window_steps": n, "warmup_steps": min(warmup, n), "window_samples": sum(per),
+        "window_s": sum(step_s),
+        "samples_per_s_median": median_rate,
+        "samples_per_s_whole": sum(per) / sum(step_s),
+        "samples_per_s_after_first": sum(per[1:]) / sum(step_s[1:]) if n > 1 else None,
+        "first_step_s": step_s[0],
+        # what the first step and the later slow steps (recompilations, ...) cost over a median step
+        "first_step_excess_s": step_s[0] - median,
+        "slow_steps_after_first_excess_s": sum(s["s"] - median for s in slow if s["index"] > 0),
+        "step_s": list(step_s),
+        "slow_steps": slow,
+    }
+
+
+def compile_snapshot() -> dict:
+    """torch.compile's own counters now (`torch._dynamo.utils.counters`: process-wide, and not
+    reset by `torch._dynamo.reset()`), to diff with `compile_diff`. graphs: FX graphs dynamo
+    produced (`counters["stats"]["unique_graphs"]`: a first compile, each recompile for a new
+    shape or a failed guard, each piece around a graph break); frames: frames dynamo compiled
+    (`counters["frames"]["total"]`); graph_breaks: `counters["graph_break"]`, summed."""
+    from torch._dynamo.utils import counters, get_compilation_metrics
+
+    return {"graphs": counters.get("stats", {}).get("unique_graphs", 0),
+            "frames": counters.get("frames", {}).get("total", 0),
+            "graph_breaks": sum(counters.get("graph_break", {}).values()),
+            "metrics": list(get_compilation_metrics())}     # the latest compiles (torch keeps 64)
+
+
+def compile_diff(before: dict, after: dict) -> dict:
+    """What was compiled between two `compile_snapshot`s: graphs, frames, graph breaks, and the
+    reasons torch gave for the recompilations among them (guard failures, from its compile
+    metrics; at most the 64 latest compiles are kept by torch)."""
+    seen = {id(m) for m in before["metrics"]}
+    reasons = [str(m.recompile_reason)[:300] for m in after["metrics"]
+               if id(m) not in seen and getattr(m, "recompile_reason", None)]
+    return {"graphs": after["graphs"] - before["graphs"], "frames": after["frames"] - before["frames"],
+            "graph_breaks": after["graph_breaks"] - before["graph_breaks"], "recompile_reasons": reasons}
+
+
+def _sdpa_shapes(q, k, v) -> tuple[int, int, int, int, int]:
+    """(batch x heads, query length, key length, q/k width, v width) of (..., L, E) shapes."""
+    *lead, sq, d = q
+    bh = 1
+    for x in lead:
+        bh *= x
+    return bh, sq, k[-2], d, v[-1]
+
+
+def _sdpa_cpu_flops(q, k, v, *args, out_shape=None, **kwargs) -> int:
+    """CPU's fused attention (`_scaled_dot_product_flash_attention_for_cpu`, masked or not):
+    QK^T and AV, as torch counts its GPU kernels (FlopCounterMode has no formula for the CPU op)."""
+    bh, sq, sk, d, dv = _sdpa_shapes(q, k, v)
+    return 2 * bh * sq * sk * d + 2 * bh * sq * sk * dv
+
+
+def _sdpa_cpu_backward_flops(grad_out, q, k, v, *args, out_shape=None, **kwargs) -> int:
+    """Its backward: dV, dP (grad_out V^T), dQ and dK, as torch counts its GPU kernels' backward."""
+    bh, sq, sk, d, dv = _sdpa_shapes(q, k, v)
+    return 2 * bh * sq * sk * dv * 2 + 2 * bh * sq * sk * d * 2
+
+
+def count_flops(fn, *args, **kwargs) -> dict:
+    """Run `fn(*args, **kwargs)` once under torch's `FlopCounterMode` -> {"total": FLOPs,
+    "by_op": {op: FLOPs}, "result": fn's return}. torch's formulas cover matmuls, convolutions
+    and the GPU attention kernels; CPU's fused attention is added here (torch 2.13 counts it as
+    nothing). Compiled code (train.compile) runs eagerly here (`torch.compiler.set_stance
+    ("force_eager")`): the same arithmetic, and no compilation for the counting mode."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    aten = torch.ops.aten
+    mapping = {}
+    for name, formula in (("_scaled_dot_product_flash_attention_for_cpu", _sdpa_cpu_flops),
+                          ("_scaled_dot_product_flash_attention_for_cpu_backward", _sdpa_cpu_backward_flops)):
+        if hasattr(aten, name):
+            mapping[getattr(aten, name)] = formula
+    with torch.compiler.set_stance("force_eager"), FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+        result = fn(*args, **kwargs)
+    by_op = {str(op): int(n) for op, n in counter.get_flop_counts().get("Global", {}).items()}
+    return {"total": int(counter.get_total_flops()), "by_op": by_op, "result": result}
 
 
 # ---------------------------------------------------------------------------- ingest

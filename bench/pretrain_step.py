@@ -28,10 +28,22 @@ unpadded batch; bernoulli STDM pads the visible sets, and its mask leaves the me
 time by kind of kernel (matmul, attention, norm, elementwise, optimizer, ...), the top kernels,
 and the share of the step the device is idle (host-bound launches and syncs).
 
-Prints one JSON object: per variant samples/s, seconds/step, peak memory (per sample), analytic
-FLOPs per sample (`bench.common.pretrain_flops_per_sample`), achieved FLOP/s and its ratio to a
-matmul peak measured in the same process; then the ratios the issue's goals are stated in
-(core/mae utilisation, bf16 over fp32 samples/s, memory per sample against the stated reference).
+Prints one JSON object: per variant samples/s, seconds/step, peak memory (per sample), FLOPs per
+sample, achieved FLOP/s and its ratio to a matmul peak measured in the same process; then the
+ratios the issue's goals are stated in (core/mae utilisation, bf16 over fp32 samples/s, memory per
+sample against the stated reference).
+
+Every step is timed, the warm-up ones too (issue 41): `samples_per_s` (= `samples_per_s_median`)
+is the middle of the steps after the warm-up, as before; `samples_per_s_whole` is every sample
+over every step's time from the first step's start (compilation and recompilations included),
+`samples_per_s_after_first` the same without the first step; `first_step_s`, `step_s` (every
+step, warm-up first) and `slow_steps` (over 2x the median: index in `step_s`, seconds) beside
+them; `compilations_total` and `compilations_after_first_step` are torch.compile's graphs
+(`torch._dynamo.utils.counters`; the goal after the first step is 0). MFU (`flops_utilisation`)
+uses torch's FLOP count of one more training step (`FlopCounterMode`, after the timed window):
+`flops_per_sample_torch`; the analytic count (`bench.common.pretrain_flops_per_sample`) stays as a
+cross-check (`flops_per_sample_analytic`, `flops_ratio_analytic_over_torch`,
+`flops_utilisation_analytic`). docs/bench.md says more.
 """
 from __future__ import annotations
 
@@ -43,8 +55,8 @@ import time
 
 import torch
 
-from bench.common import (TINY, child, config_args, default_device, emit, machine, parser, pretrain_flops_per_sample,
-                          progress, sets, sync)
+from bench.common import (TINY, child, compile_diff, compile_snapshot, config_args, count_flops, default_device, emit,
+                          machine, middle, parser, pretrain_flops_per_sample, progress, sets, step_summary, sync)
 from coreecg.config import load_config
 
 VARIANTS = {
@@ -161,6 +173,22 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, n: int | None = None, 
     return 2 * n ** 3 / best
 
 
+def flop_count(step, x, kwargs: dict, device: torch.device, batch: int) -> dict:
+    """torch's FLOP count of one more training step (forward, backward, optimiser: the real
+    PretrainStep), outside the timed window -> FLOPs per sample, overall and per operator.
+    A failure is reported, not raised: MFU then falls back to the analytic count."""
+    t = time.perf_counter()
+    try:
+        counted = count_flops(step, x, **kwargs)
+        sync(device)
+    except Exception as e:      # noqa: BLE001  reported in the JSON beside the analytic count
+        return {"flops_per_sample_torch": None, "flops_count_error": f"{type(e).__name__}: {e}"[-1000:]}
+    return {"flops_per_sample_torch": counted["total"] / batch,
+            "flops_per_sample_torch_by_op": {op: n / batch for op, n in
+                                             sorted(counted["by_op"].items(), key=lambda kv: -kv[1])},
+            "flops_count_seconds": time.perf_counter() - t}
+
+
 def run_variant(args) -> dict:
     from coreecg.methods import build_method
     from coreecg.train.step import PretrainStep, Schedule
@@ -181,41 +209,66 @@ def run_variant(args) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     kwargs = {"generator": gen, **({"patient": patient} if patient is not None else {})}
+    # Every step is timed, warm-up included: the whole window from the first step's start is what a
+    # run pays (compilation, autotuning, lazy initialisation and any recompilation); the median of
+    # the steps after the warm-up is the figure reported since issue 10.
+    step_s: list[float] = []
+    compiles = [compile_snapshot()]
     with sdpa_context(args.sdpa_backend):
-        t_first = time.perf_counter()
-        for i in range(args.warmup):
-            step(x, **kwargs)
-            if i == 0:      # compilation, cuDNN/cuBLAS autotuning and lazy initialisation land here
-                sync(device)
-                first_step_s = time.perf_counter() - t_first
-        sync(device)
-        times = []
-        usage0 = resource.getrusage(resource.RUSAGE_SELF)
-        for _ in range(args.steps):
+        for i in range(args.warmup + args.steps):
+            if i == args.warmup:
+                usage0 = resource.getrusage(resource.RUSAGE_SELF)
             t = time.perf_counter()
             out = step(x, **kwargs)
             float(out["loss"])      # the host sync a real loop pays when it logs
             sync(device)
-            times.append(time.perf_counter() - t)
+            step_s.append(time.perf_counter() - t)
+            if i == 0:
+                compiles.append(compile_snapshot())
         usage1 = resource.getrusage(resource.RUSAGE_SELF)
+        compiles.append(compile_snapshot())
         profiled = profile_steps(step, x, kwargs, device, args.profile) if args.profile else None
-    sec = sorted(times)[len(times) // 2]
-    # Memory before the matmul peak's own matrices (384-768 MiB on a GPU) are allocated.
-    if device.type == "cuda":
-        peak_bytes = torch.cuda.max_memory_allocated()
-    else:   # ru_maxrss is KiB on Linux; the growth during the steps is the step's working set
-        peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        # Memory before the FLOP-counting step and the matmul peak's own matrices (384-768 MiB on a GPU).
+        if device.type == "cuda":
+            peak_bytes = torch.cuda.max_memory_allocated()
+        else:   # ru_maxrss is KiB on Linux; the growth during the steps is the step's working set
+            peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        torch_flops = flop_count(step, x, kwargs, device, args.batch)
+    times = step_s[args.warmup:]
+    timing = step_summary(step_s, args.batch, args.warmup)
+    sec = middle(times)
     flops = pretrain_flops_per_sample(cfg)
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     peak = matmul_peak(device, dtype, 256 if args.quick else None)
-    achieved = flops["train_step"] * args.batch / sec
+    analytic = flops["train_step"]
+    per_sample = torch_flops.get("flops_per_sample_torch") or analytic   # analytic where torch's count failed
+    total, after_first = compile_diff(compiles[0], compiles[2]), compile_diff(compiles[1], compiles[2])
     result = {
         "variant": args.variant, "precision": args.precision, "stdm_mode": args.mode, "sdpa": args.sdpa_backend,
-        "key_padding_mask": args.padded, "compile": cfg.train.compile, "batch": args.batch, "first_step_seconds": first_step_s if args.warmup else None,
+        "key_padding_mask": args.padded, "compile": cfg.train.compile,
+        # whether torch.compile is on here (counted on the model, not read from the config)
+        "compiled": any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules()),
+        "batch": args.batch, "first_step_seconds": step_s[0] if args.warmup else None,
         "seconds_per_step_median": sec, "seconds_per_step_all": times,
         "samples_per_s": args.batch / sec,
-        "train_flops_per_sample": flops["train_step"], "forward_flops_per_sample": flops["forward"],
-        "achieved_flops_per_s": achieved, "matmul_peak_flops_per_s": peak, "flops_utilisation": achieved / peak,
+        # issue 41: the whole window beside the median (bench.common.step_summary)
+        **timing,
+        "compilations_total": total["graphs"], "compilations_after_first_step": after_first["graphs"],
+        "compiled_frames_total": total["frames"], "graph_breaks_total": total["graph_breaks"],
+        "recompile_reasons_after_first_step": after_first["recompile_reasons"],
+        # FLOPs of one training step: torch's count (FlopCounterMode, one extra step after the timed
+        # window) and the analytic one (bench.common.pretrain_flops_per_sample) as a cross-check
+        "train_flops_per_sample": analytic, "forward_flops_per_sample": flops["forward"],
+        **torch_flops, "flops_per_sample_analytic": analytic,
+        "flops_ratio_analytic_over_torch": analytic / torch_flops["flops_per_sample_torch"]
+        if torch_flops.get("flops_per_sample_torch") else None,
+        "flops_source": "torch" if torch_flops.get("flops_per_sample_torch") else "analytic",
+        "achieved_flops_per_s": per_sample * args.batch / sec,
+        "achieved_flops_per_s_analytic": analytic * args.batch / sec,
+        "matmul_peak_flops_per_s": peak,
+        "flops_utilisation": per_sample * args.batch / sec / peak,
+        "flops_utilisation_analytic": analytic * args.batch / sec / peak,
+        "flops_utilisation_whole": per_sample * timing["samples_per_s_whole"] / peak,
         "loss": float(out["loss"]),
         # Page faults and kernel time per timed step: what train.host_memory_cache removes.
         "minor_faults_per_step": (usage1.ru_minflt - usage0.ru_minflt) / args.steps,
@@ -246,6 +299,26 @@ def in_process(p: argparse.ArgumentParser, cmd: list[str]) -> dict:
         raise RuntimeError(f"{type(e).__name__}: {e}") from e
 
 
+def run_line(r: dict) -> str:
+    """One run in one line: the median and the whole window, the first step, slow steps and
+    compilations after the first step, MFU (torch's FLOP count, and the analytic one), memory."""
+    slow = [s for s in r.get("slow_steps", []) if s["index"] > 0]
+    slow_text = "".join(f", #{s['index']} {s['s']:.2f} s" for s in slow[:5])
+    nan = float("nan")
+    flops = (f"{r['flops_per_sample_torch'] / 1e9:.2f} GFLOP a sample "
+             f"(analytic {r['flops_per_sample_analytic'] / 1e9:.2f})" if r.get("flops_per_sample_torch")
+             else "analytic FLOPs only")
+    return (f"{r['variant']} {r['precision']} stdm={r['stdm_mode']} sdpa={r.get('sdpa', 'auto')}"
+            f"{' compiled' if r.get('compiled', r.get('compile')) else ''}{' padded' if r.get('key_padding_mask') else ''}: "
+            f"{r['samples_per_s']:.1f} samples/s median, {r.get('samples_per_s_whole', nan):.1f} whole window "
+            f"(first step {r.get('first_step_s', nan):.2f} s, "
+            f"{len(slow)} slow step{'s' if len(slow) != 1 else ''} after it"
+            f"{slow_text}), "
+            f"{r.get('compilations_after_first_step', 0)} compilations after the first step, "
+            f"MFU {r['flops_utilisation']:.3f} (analytic {r.get('flops_utilisation_analytic', nan):.3f}), {flops}, "
+            f"peak {r['peak_memory_bytes'] / 2**30:.2f} GiB")
+
+
 def summarise(results: list[dict]) -> dict:
     """The issue's figures from the variants that ran: ratios, so that machine noise cancels."""
     ok = [r for r in results if "error" not in r]
@@ -253,9 +326,9 @@ def summarise(results: list[dict]) -> dict:
     for r in ok:     # the first run of a variant (default STDM mode, torch's own attention choice)
         by.setdefault((r.get("variant"), r.get("precision")), r)
     # Every run in one line each: what the STDM mode and attention backend change.
-    out = {"runs": [f"{r['variant']} {r['precision']} stdm={r['stdm_mode']} sdpa={r.get('sdpa', 'auto')}"
-                    f"{' compiled' if r.get('compile') else ''}{' padded' if r.get('key_padding_mask') else ''}: {r['samples_per_s']:.1f} samples/s, "
-                    f"MFU {r['flops_utilisation']:.3f}, peak {r['peak_memory_bytes'] / 2**30:.2f} GiB" for r in ok]}
+    out = {"runs": [run_line(r) for r in ok]}
+    if ok:   # the goal: nothing compiled once the first step is done (a recompilation is a slow step)
+        out["compilations_after_first_step"] = sum(r.get("compilations_after_first_step", 0) for r in ok)
     for prec in ("fp32", "bf16"):
         core, mae = by.get(("core", prec)), by.get(("mae", prec))
         if core:
@@ -340,8 +413,9 @@ def main() -> None:
                         results.append({"variant": variant, "precision": precision, "stdm_mode": mode,
                                         "sdpa": backend, "error": str(e)[-1500:]})
                     progress({k: results[-1].get(k) for k in (
-                        "variant", "precision", "stdm_mode", "sdpa", "samples_per_s", "flops_utilisation",
-                        "peak_memory_bytes_per_sample", "first_step_seconds", "error")})
+                        "variant", "precision", "stdm_mode", "sdpa", "samples_per_s", "samples_per_s_whole",
+                        "first_step_s", "compilations_after_first_step", "flops_utilisation",
+                        "flops_ratio_analytic_over_torch", "peak_memory_bytes_per_sample", "error")})
     emit({"benchmark": "pretrain_step", **machine(args.device), "batch": args.batch, "overrides": args.set,
           "results": results, "summary": summarise(results)})
 

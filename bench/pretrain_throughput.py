@@ -36,6 +36,13 @@ windows from the first corpus's train split. --steps-total N: optim.epochs chose
 so that the Ray path runs at least N optimiser steps (train windows // batch per epoch, from
 the manifests); it overrides --epochs.
 Ingest alone (the training dataset against plain pyarrow) is `python -m bench.ingest`.
+
+Beside the medians, the whole window (issue 41; `bench.common.step_summary`): `training.bare_step`
+times every bare step, warm-up included (host clock on CPU, CUDA events on a GPU: no added sync),
+with `samples_per_s_whole`, `samples_per_s_after_first`, `first_step_s`, `step_s`, `slow_steps`
+and torch.compile's `compilations_total` / `compilations_after_first_step`;
+`training.ray_train_epochs` does the same with the Ray path's epochs (their training seconds, the
+first epoch included: `samples_per_s_whole`, `slow_epochs`).
 """
 from __future__ import annotations
 
@@ -52,14 +59,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.common import (REPO, TINY, child, config_args, emit, ingest_pass, job, job_env, machine, parser,
-                          progress, sets, sync, worker_source)
+from bench.common import (REPO, TINY, child, compile_diff, compile_snapshot, config_args, emit, ingest_pass, job,
+                          job_env, machine, parser, progress, sets, step_summary, sync, worker_source)
 from coreecg.config import load_config
 
 
 def bare_step_rate(cfg, windows: np.ndarray, steps: int, warmup: int, threads: int, device: str = "cpu",
-                   unpadded: bool = False) -> float:
-    """Samples/s of PretrainStep alone on in-memory crops on `device` (no Ray, no data loading)."""
+                   unpadded: bool = False) -> dict:
+    """PretrainStep alone on in-memory crops on `device` (no Ray, no data loading) -> samples/s of
+    the timed steps (`samples_per_s`, one clock around them, as before) and every step's time,
+    warm-up included (`bench.common.step_summary`: the whole window, the median, slow steps),
+    with torch.compile's compilations (in all, and after the first step)."""
     from coreecg.methods import build_method
     from coreecg.train.ingest import memory_epoch_batches, to_model_input
     from coreecg.train.step import PretrainStep, Schedule
@@ -74,22 +84,61 @@ def bare_step_rate(cfg, windows: np.ndarray, steps: int, warmup: int, threads: i
     per_epoch = len(data) // cfg.optim.batch_size
     if per_epoch == 0:
         raise SystemExit(f"{len(data)} windows: not one batch of {cfg.optim.batch_size}")
+    cuda = dev.type == "cuda"
+    compiles = [compile_snapshot()]
 
-    def run(first: int, n: int) -> None:
+    def mark():
+        """A step boundary: the host clock on CPU; on a GPU an event on the stream (no host sync,
+        as the loop runs: the steps' times are read once the window is over)."""
+        if not cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def run(first: int, n: int, marks: list) -> None:
         batches = None
         for i in range(first, first + n):
             if batches is None or i % per_epoch == 0:
                 batches = memory_epoch_batches(data, cfg.optim.batch_size, i // per_epoch, 0, dev)
             signal, uid = next(batches)
             step(to_model_input(signal, uid, 0, 0, cfg.data.crop_samples), generator=gen)
+            if i == 0:      # compilation happens on the host, within the call
+                compiles.append(compile_snapshot())
+            marks.append(mark())
 
-    run(0, warmup)
+    marks = [mark()]
+    run(0, warmup, marks)
     sync(dev)
     # One clock around all timed steps, as the loop runs them: no device sync between steps.
     t = time.perf_counter()
-    run(warmup, steps)
+    run(warmup, steps, marks)
     sync(dev)
-    return cfg.optim.batch_size * steps / (time.perf_counter() - t)
+    rate = cfg.optim.batch_size * steps / (time.perf_counter() - t)
+    compiles.append(compile_snapshot())
+    step_s = ([a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])] if cuda
+              else [b - a for a, b in zip(marks, marks[1:])])
+    total, after_first = compile_diff(compiles[0], compiles[-1]), compile_diff(compiles[1], compiles[-1])
+    return {"samples_per_s": rate, **step_summary(step_s, cfg.optim.batch_size, warmup),
+            "step_clock": "CUDA events" if cuda else "host",
+            "compilations_total": total["graphs"], "compilations_after_first_step": after_first["graphs"],
+            "recompile_reasons_after_first_step": after_first["recompile_reasons"]}
+
+
+def epoch_summary(epochs: list[dict]) -> dict | None:
+    """The Ray path's epochs as `bench.common.step_summary` steps (the first epoch as the warm-up):
+    its training seconds (metrics.jsonl's epoch `seconds`: the steps, no evaluation or checkpoint)
+    and samples (`samples_per_s` x `seconds`) -> the whole window of every epoch, the first
+    included, beside the median of the later ones; slow epochs. None without timed epochs."""
+    if not epochs or any(float(x.get("seconds", 0)) <= 0 for x in epochs):
+        return None
+    seconds = [float(x["seconds"]) for x in epochs]
+    samples = [round(float(x["samples_per_s"]) * s) for x, s in zip(epochs, seconds)]
+    out = step_summary(seconds, samples, warmup=1 if len(epochs) > 1 else 0)
+    rates = [float(x["samples_per_s"]) for x in epochs]
+    out["samples_per_s_median"] = float(np.median(rates[1:] or rates))    # ray_train_samples_per_s, as before
+    return {("epoch_s" if k == "step_s" else "slow_epochs" if k == "slow_steps" else
+             k.replace("first_step", "first_epoch").replace("steps", "epochs")): v for k, v in out.items()}
 
 
 def ray_path(cfg) -> dict:
@@ -187,9 +236,9 @@ def main() -> None:
         # float16 as stored, as training batches arrive; at most 4 batches, spread over the split
         windows = read_split(args.bare_only, "train", columns=["signal"], max_windows=4 * args.batch,
                              as_stored=True)["signal"]
-        rate = bare_step_rate(cfg, windows, args.steps, 1 if not cuda else 3, threads, args.device,
+        bare = bare_step_rate(cfg, windows, args.steps, 1 if not cuda else 3, threads, args.device,
                               unpadded=args.unpadded)
-        emit({"bare_step_samples_per_s": rate}, one_line=True)
+        emit({"bare_step_samples_per_s": bare.pop("samples_per_s"), "bare_step": bare}, one_line=True)
         return
 
     import ray
@@ -221,6 +270,7 @@ def main() -> None:
     ray_run = ray_path(cfg)
     per_epoch = [x["samples_per_s"] for x in ray_run["epochs"]]
     ray_rate = float(np.median(per_epoch[1:])) if len(per_epoch) > 1 else float(per_epoch[0])
+    ray_epochs = epoch_summary(ray_run["epochs"])
     steps_run = int(ray_run["epochs"][-1]["step"])
     progress({"ray_train_samples_per_s_per_epoch": per_epoch, "steps": steps_run, "fit_wall_s": ray_run["wall_s"]})
     errors = {}       # a failed later part keeps the figures above (a GPU run is seldom repeated)
@@ -237,13 +287,16 @@ def main() -> None:
 
     unpadded = all(unpadded_split(c, "train") for c in (corpora or [corpus]))
     # Ray sets OMP_NUM_THREADS to a worker's CPUs; without it the same step measured 18 % slower.
+    bare = None
     try:
-        bare_rate = child("pretrain_throughput", [
+        bare = child("pretrain_throughput", [
             "--bare-only", str(corpus), *(["--unpadded"] if unpadded else []),
             "--batch", str(args.batch), "--steps", str(args.steps), "--device",
             args.device, "--threads", str(threads), *(["--config", args.config] if args.config else []),
-            *sets(args.set)], env={"OMP_NUM_THREADS": str(threads)})["bare_step_samples_per_s"]
-        progress({"bare_step_samples_per_s": bare_rate})
+            *sets(args.set)], env={"OMP_NUM_THREADS": str(threads)})
+        bare_rate = bare["bare_step_samples_per_s"]
+        progress({"bare_step_samples_per_s": bare_rate, **{k: bare["bare_step"][k] for k in (
+            "samples_per_s_whole", "first_step_s", "compilations_after_first_step")}})
     except RuntimeError as e:
         bare_rate, errors["bare_step"] = None, str(e)[-3000:]
         progress({"bare_step_error": errors["bare_step"]})
@@ -266,7 +319,12 @@ def main() -> None:
           "training": {"ray_train_samples_per_s": ray_rate, "ray_train_samples_per_s_per_epoch": per_epoch,
                        "bare_step_samples_per_s": bare_rate, "ratio": ray_rate / bare_rate if bare_rate else None, "goal": 0.9,
                        "steps": steps_run, "fit_wall_s": ray_run["wall_s"],
-                       "ray_train_samples_per_s_whole_run": samples / ray_run["wall_s"]},
+                       "ray_train_samples_per_s_whole_run": samples / ray_run["wall_s"],
+                       # issue 41: the whole window beside the medians (bench.common.step_summary)
+                       "ray_train_samples_per_s_median": ray_rate,
+                       "ray_train_samples_per_s_whole": ray_epochs["samples_per_s_whole"] if ray_epochs else None,
+                       "bare_step_samples_per_s_whole": bare["bare_step"]["samples_per_s_whole"] if bare else None,
+                       "ray_train_epochs": ray_epochs, "bare_step": bare["bare_step"] if bare else None},
           "input_pipeline": {"consumed_windows_per_s": ray_rate,
                              **({"ingest_windows_per_s": ingest["windows_per_s"],
                                  "headroom": ingest["windows_per_s"] / ray_rate,

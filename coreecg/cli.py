@@ -37,6 +37,16 @@ def shipped(relative: str) -> Path:
     return installed if installed.exists() else in_checkout
 
 
+def gpus_per_trial(value: str) -> float | str:
+    """--gpus-per-trial: a number of GPUs (0.25: a quarter) or "auto" (coreecg.tune.gpu_share)."""
+    from coreecg.tune.gpu_share import parse_gpus_per_trial
+
+    try:
+        return parse_gpus_per_trial(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a number of GPUs >= 0 or 'auto'") from e
+
+
 @dataclass(frozen=True)
 class Flag:
     """One flag name's one meaning across jobs. says: words every job's help of it contains (the
@@ -73,7 +83,7 @@ VOCABULARY: dict[str, Flag] = {
                             says="finetune.allow_overlap"),
     "--resume": Flag("continue the sweep or study in --output", says="--output"),
     "--concurrency": Flag("trials at once", says="trials at once", type=int, metavar="N"),
-    "--gpus-per-trial": Flag("GPUs each trial takes", says="trial", type=float, metavar="G"),
+    "--gpus-per-trial": Flag("GPUs each trial takes, or auto", says="trial", type=gpus_per_trial, metavar="G|auto"),
     "--config": Flag("a YAML config over the paper defaults", says="YAML"),
     "--set": Flag("one config value (repeatable)", says="config value", dest="overrides", metavar="A.B=C"),
     "--print-config": Flag("print the resolved config as YAML and exit", says="config"),
@@ -283,7 +293,7 @@ def fit_job(config: Config, kind: str, input_errors: tuple[type[Exception], ...]
 
 
 def run_study_job(study: Any, output: str | Path, *, resume: bool = False, concurrency: int = 0,
-                  gpus_per_trial: float = 0.0) -> int:
+                  gpus_per_trial: float | str = 0.0) -> int:
     """What jobs/study.py and its presets do with a loaded study: run it, write its report, say
     what finished -> the exit code (0 all runs finished, 1 some did not, 2 the folder cannot hold
     this study or the leakage guard refused; the error on stderr)."""
@@ -291,6 +301,7 @@ def run_study_job(study: Any, output: str | Path, *, resume: bool = False, concu
     from coreecg.eval.fairness import UnfairTableError
     from coreecg.study.summary import write_study_report
     from coreecg.study.runner import StudyRunError, run_study
+    from coreecg.tune.gpu_share import GpuShareError
 
     output = Path(output).expanduser().resolve()
     masks = len(study.mask_rate_runs())      # the mask-rate figure's fine-tunings run too
@@ -299,7 +310,7 @@ def run_study_job(study: Any, output: str | Path, *, resume: bool = False, concu
                      f"{f' ({masks} for the mask-rate figure)' if masks else ''} -> {output}\n")
     try:
         rows = run_study(study, output, resume=resume, concurrency=concurrency, gpus_per_trial=gpus_per_trial)
-    except (StudyRunError, LeakageError) as e:
+    except (StudyRunError, LeakageError, GpuShareError) as e:
         return fail(str(e))
     bad = [r for r in rows if r["status"] != "done"]
     try:
@@ -331,8 +342,9 @@ def sweep_parser(doc: str, default_output: str, *, space: str | None = None) -> 
     p.add_argument("--resume", action="store_true", help="continue the sweep in --output (after a crash)")
     p.add_argument("--concurrency", type=int, default=0, metavar="N",
                    help="trials at once (0: what the cluster's CPUs allow)")
-    p.add_argument("--gpus-per-trial", type=float, default=0.0, metavar="G",
-                   help="GPUs each trial takes (single-worker trials): e.g. 0.25 or 1")
+    p.add_argument("--gpus-per-trial", type=gpus_per_trial, default=0.0, metavar="G|auto",
+                   help="GPUs each trial takes (single-worker trials): e.g. 0.25 or 1; auto: as many trials "
+                        "share a GPU as its memory holds, by the trial's measured memory (coreecg.tune.gpu_share)")
     return p
 
 

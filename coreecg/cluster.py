@@ -29,14 +29,25 @@ dashboard included). A worker is declared dead only after
 RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S (600 s) of unanswered polls, whatever the interval. A
 job on a shared cluster keeps Ray's default unless it exports the variable itself (Ray Train
 propagates the driver's value to the job's controller there too).
+
+The devices a run trains on are chosen here, once, before the job's own cluster starts
+(`plan_devices`: `find_devices`, then `resolve_devices`): `train.use_gpu=auto` and
+`train.num_workers=auto` (the defaults) become the GPUs with one worker per GPU where the cluster
+has them, else the CPU with 2 workers; a value the user set is kept. The GPUs are counted by torch
+(torch.cuda.device_count(), what the local cluster then declares to Ray) where the job starts its
+own cluster, and by Ray (ray.cluster_resources()) on a cluster it joined. The console's first
+lines say what was chosen and why; the run folder records the resolved values.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
 import threading
 import time
+from dataclasses import dataclass
+from typing import Any
 
 REACH_TIMEOUT_S = 5.0
 # Ray Train's controller poll on a private cluster (module docstring); Ray's default is 2.0 s.
@@ -199,9 +210,11 @@ def shared_address() -> tuple[str, str] | None:
     try:
         check_reachable(recorded)
     except ClusterError:
-        log.warning(
-            "%s names %s, where no Ray cluster answers (a `ray start` cluster gone without "
-            "`ray stop`): starting a private local cluster", where, recorded)
+        msg = (f"{where} names {recorded}, where no Ray cluster answers (a `ray start` cluster gone without "
+               "`ray stop`): starting a private local cluster")
+        if msg not in _WARNED:              # asked by the device planning, then by init_ray: one warning
+            _WARNED.add(msg)
+            log.warning("%s", msg)
         return None
     return recorded, where
 
@@ -238,8 +251,10 @@ def check_gpus(needed: float, what: str, fix: str = "set train.use_gpu=false to 
                     "otherwise stop it and %s)", msg, fix)
 
 
-def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
-    """Idempotent. worker_cpus: CPUs the Train workers will hold (num_workers * cpus_per_worker)."""
+def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2, gpus: int | None = None) -> None:
+    """Idempotent. worker_cpus: CPUs the Train workers will hold (num_workers * cpus_per_worker).
+    gpus: the GPUs a private local cluster declares (`find_devices`'s count, so that Ray holds
+    the GPUs the run was planned on); None: Ray's own detection. A joined cluster has its own."""
     from coreecg.extras import require_ray_extra
 
     require_ray_extra("this job (Ray: training, sweeps, studies, corpus builds)")   # the light install has no Ray
@@ -278,7 +293,173 @@ def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2) -> None:
     global _PRIVATE
     _PRIVATE = True
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, worker_cpus + reserve_for_data),
+             **({"num_gpus": gpus} if gpus is not None else {}),
              include_dashboard=True, dashboard_host="127.0.0.1", **console,
              runtime_env={"env_vars": {"RAY_DATA_LOG_LEVEL": os.environ.get("RAY_DATA_LOG_LEVEL", "WARNING"),
                                       **_passed_env()}})
     _watch_cluster()
+
+
+# ---------------------------------------------------------------------------- devices
+
+
+@dataclass(frozen=True)
+class Devices:
+    """The GPUs a job may use, found once (`find_devices`). where: how the console names the
+    place ("this machine", "the Ray cluster at 10.0.0.1:6379"); joined: a cluster this job joined
+    (it may autoscale), not its own local one. Plain data (`to_dict`): a sweep's or study's
+    trials resolve their configs with the driver's facts, so every trial is planned alike."""
+
+    gpus: int
+    names: tuple[str, ...] = ()
+    where: str = "this machine"
+    joined: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpus": self.gpus, "names": list(self.names), "where": self.where, "joined": self.joined}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Devices":
+        return cls(int(d["gpus"]), tuple(d.get("names") or ()), str(d.get("where") or "this machine"),
+                   bool(d.get("joined")))
+
+    def describe(self) -> str:
+        """"1 GPU (NVIDIA H200) on this machine", "no GPU on the Ray cluster at ..."."""
+        if not self.gpus:
+            return f"no GPU on {self.where}"
+        kinds = ", ".join(dict.fromkeys(self.names))         # one name per kind, in order
+        return f"{self.gpus} GPU{'s' * (self.gpus != 1)}{f' ({kinds})' if kinds else ''} on {self.where}"
+
+
+def find_devices(join: bool = True) -> Devices:
+    """The GPUs of the cluster this job runs on, before its own local cluster starts.
+
+    A cluster this process is connected to: Ray's count (ray.cluster_resources()). Else, with
+    `join`, a shared cluster to join (RAY_ADDRESS, a `ray start` address file: `shared_address`)
+    is joined now (init_ray) and counted by Ray. Else the job will start its own local cluster on
+    this machine: torch's count (torch.cuda.device_count(), the GPUs this process may use, which
+    the local cluster then declares: init_ray(gpus=...)). join=False never starts nor joins Ray."""
+    try:
+        import ray
+
+        connected = ray.is_initialized()
+    except ImportError:                       # the light install: no Ray, this machine's GPUs
+        return _local_devices()
+    if not connected and join and shared_address() is not None:
+        init_ray()
+        connected = True
+    if connected:
+        try:
+            return _cluster_devices()
+        except Exception as e:               # noqa: BLE001 - a client that lost its cluster: this machine's
+            log.debug("the Ray cluster's resources could not be read (%s): counting this machine's GPUs", e)
+    return _local_devices()
+
+
+def _local_devices() -> Devices:
+    import torch
+
+    n = torch.cuda.device_count()
+    return Devices(n, tuple(torch.cuda.get_device_name(i) for i in range(n)), "this machine", joined=False)
+
+
+def _cluster_devices() -> Devices:
+    import ray
+
+    resources = ray.cluster_resources()
+    names = tuple(sorted(k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:")))
+    if _PRIVATE:                              # this job's own local cluster, started earlier in this process
+        return Devices(int(resources.get("GPU", 0)), names, "this machine", joined=False)
+    try:
+        where = f"the Ray cluster at {ray.get_runtime_context().gcs_address}"
+    except Exception:                         # noqa: BLE001 - Ray Client drivers have no GCS address
+        where = "the Ray cluster"
+    return Devices(int(resources.get("GPU", 0)), names, where, joined=True)
+
+
+def resolve_devices(config, devices: Devices):
+    """`config` with train.use_gpu and train.num_workers concrete, and the console's lines saying
+    what was chosen and why -> (config, lines). Pure: `devices` are the facts.
+
+    use_gpu=auto: true where the cluster has a GPU for every worker (num_workers=auto: one per
+    GPU), else false; never an error for lack of GPUs. num_workers=auto: one per GPU when the run
+    trains on GPUs, else CPU_WORKERS (2). A set value is kept, true without GPUs included (the
+    GPU check, coreecg.cluster.check_gpus, then names it). The resolved config is validated again:
+    the global batches must divide over the workers auto chose (a ConfigError saying so)."""
+    from coreecg.config.base import ConfigError
+    from coreecg.config.sections import AUTO, CPU_WORKERS
+
+    t, g = config.train, devices.gpus
+    gpu_auto, workers_auto = t.use_gpu == AUTO, t.num_workers == AUTO
+    too_few = None                                     # auto chose the CPU: the set workers outnumber the GPUs
+    if not gpu_auto:
+        use_gpu = bool(t.use_gpu)
+    elif g and not workers_auto and t.num_workers > g:
+        use_gpu, too_few = False, t.num_workers
+    else:
+        use_gpu = g > 0
+    workers = t.num_workers if not workers_auto else (g if use_gpu and g else CPU_WORKERS)
+
+    how = "auto" if gpu_auto else "set"
+    if use_gpu:
+        gpu_text = f"train.use_gpu=true ({how})"
+    elif too_few:
+        gpu_text = (f"CPU: train.use_gpu=false (auto: train.num_workers={too_few} is set and needs a GPU per "
+                    f"worker)")
+    else:
+        gpu_text = f"CPU: train.use_gpu=false ({how})"
+    why_workers = ("one per GPU, auto" if use_gpu and g else "auto") if workers_auto else "set"
+    lines = [f"device: {devices.describe()} -> {gpu_text}, train.num_workers={workers} ({why_workers})"]
+    if too_few:
+        lines.append(f"  to train on the GPU{'s' * (g != 1)}: train.num_workers={g} or fewer (or auto)")
+    elif gpu_auto and not g and devices.joined:
+        lines.append("  an autoscaling cluster adds GPU nodes only for a run that asks for them: set "
+                     "train.use_gpu=true and train.num_workers to train on them")
+
+    if (use_gpu, workers) == (t.use_gpu, t.num_workers):
+        return config, lines
+    resolved = dataclasses.replace(config, train=dataclasses.replace(t, use_gpu=use_gpu, num_workers=workers))
+    try:
+        resolved.validate()
+    except ConfigError as e:
+        if not workers_auto:
+            raise
+        raise ConfigError(f"{e} (train.num_workers=auto chose {workers}, {why_workers.removesuffix(', auto')} "
+                          f"on {devices.describe()}); set train.num_workers, or a batch size it divides") from None
+    return resolved, lines
+
+
+def plan_devices(config) -> tuple[Any, list[str]]:
+    """The one place a job's devices are chosen: `resolve_devices(config, find_devices())` ->
+    (config with concrete train.use_gpu and train.num_workers, the console's lines). Call it
+    before init_ray (the local cluster's CPUs depend on the workers); it joins a shared cluster
+    itself to count its GPUs."""
+    return resolve_devices(config, find_devices())
+
+
+def with_devices(config):
+    """`config` as it is when train.use_gpu and train.num_workers are concrete (a job or a trial
+    resolved them: the usual case); else resolved here, its lines logged, without starting or
+    joining Ray (a planner called straight from library code with a loaded config)."""
+    if config.train.devices_resolved:
+        return config
+    config, lines = resolve_devices(config, find_devices(join=False))
+    for line in lines:
+        log.info("%s", line)
+    return config
+
+
+def plan_actors(device: str, workers: int, devices: Devices) -> tuple[str, list[str]]:
+    """Inference actors (`jobs/predict.py --workers N --device D`) on `devices` -> (the actors'
+    device, "cpu" or "cuda"; the console's lines). auto: cuda where the cluster has a GPU per
+    actor, else cpu; cpu and cuda are kept (cuda without the GPUs: check_gpus refuses it)."""
+    if device != "auto":
+        return device, [f"device: {devices.describe()} -> --device {device} (set), {workers} "
+                        f"{'GPU' if device == 'cuda' else 'CPU'} actor(s)"]
+    if devices.gpus and workers <= devices.gpus:
+        return "cuda", [f"device: {devices.describe()} -> --device cuda (auto), {workers} actor(s), one GPU each"]
+    if devices.gpus:
+        return "cpu", [f"device: {devices.describe()} -> --device cpu (auto: --workers {workers} needs a GPU per "
+                       f"actor), {workers} CPU actor(s)",
+                       f"  to score on the GPU{'s' * (devices.gpus != 1)}: --workers {devices.gpus} or fewer"]
+    return "cpu", [f"device: {devices.describe()} -> --device cpu (auto), {workers} CPU actor(s)"]

@@ -52,10 +52,13 @@ def generator_on(generator: torch.Generator | None, device: torch.device) -> tor
     return torch.Generator(device).manual_seed(seed)
 
 
-def trial_device(use_gpu: bool) -> torch.device:
+def trial_device(use_gpu: bool | str) -> torch.device:
     """The device of a run in a Tune trial's own process: CUDA when the config asks for a GPU
     (Ray then gave the trial one), else CPU. A GPU asked for and absent is an error, never a
-    silent run on the CPU."""
+    silent run on the CPU. "auto" (a config no job resolved: coreecg.cluster.plan_devices
+    resolves it before any run): CUDA when this process sees one, else CPU."""
+    if use_gpu == "auto":
+        return resolve_device("auto")
     if not use_gpu:
         return torch.device("cpu")
     if not torch.cuda.is_available():

@@ -15,6 +15,9 @@ Settings come from the `finetune` config section (paper: 80 epochs, lr 8e-5, bat
 warm-up); `--config configs/quickstart.yaml` (its finetune section) is a small setting for this
 machine. The model architecture comes from the encoder checkpoint (--encoder random: a seeded,
 randomly initialised encoder of the config's `model` section, in any mode but scratch).
+Devices as jobs/pretrain.py: train.use_gpu and train.num_workers default to auto (the cluster's
+GPUs with one worker each, else the CPU with 2 workers; a set value is kept), said on the
+console's first line and recorded in the run folder.
 Merge order: defaults < --config < --set < this job's flags. The flags are config keys:
 --encoder finetune.encoder (none: finetune.mode=scratch), --corpus data.corpus, --mode
 finetune.mode, --leads finetune.leads, --train-fraction finetune.train_fraction, --seed

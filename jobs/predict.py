@@ -18,7 +18,10 @@ every split or those of --split (a corpus folder given to --input is read the sa
 
 --workers N spreads reading, preprocessing and scoring over N Ray actors (one CPU each, or one
 GPU with --device cuda) on the cluster coreecg.cluster joins or starts; the outputs are those of
-one process (--workers 0, the default, without Ray), bit for bit on the CPU. Records go to the
+one process (--workers 0, the default, without Ray), bit for bit on the CPU. With --device auto
+(the default) the cluster decides: GPU actors where it has a GPU per worker (this machine's GPUs
+for its own local cluster, Ray's count on a joined one), else CPU actors; the console's first
+line says which and why. Records go to the
 actors in tasks of --records-per-task records (a corpus shard is a task of its own); --workers
 needs Ray (`pip install 'coreecg[ray]'`), and with --device cuda a GPU per worker.
 
@@ -60,7 +63,8 @@ parser.add_argument("--batch-size", type=int, default=None, metavar="N",
                     help="windows per forward pass, always exactly N (each as the crop rule's crops), so a "
                          "record scores the same whatever shares its pass (docs/inference.md); default 8")
 parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
-                    help="where the model runs (auto: cuda when available)")
+                    help="where the model runs (auto: cuda when available; with --workers, GPU actors where the "
+                         "cluster has a GPU per worker)")
 parser.add_argument("--workers", type=int, default=0, metavar="N",
                     help="Ray actors that read, preprocess and score (one CPU or GPU each); 0: one process, "
                          "no Ray")
@@ -111,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     not_corpus = [c for c in args.corpus if not (Path(c).expanduser() / "manifest.json").is_file()]
     if not_corpus:
         return fail(f"--corpus {not_corpus[0]}: not a coreecg corpus (no manifest.json)")
-    try:
-        device = resolve_device(args.device)
+    try:                                        # --workers with auto: the cluster's GPUs decide (score)
+        device = None if args.workers and args.device == "auto" else resolve_device(args.device)
     except DeviceError as e:
         return fail(str(e))
     try:
@@ -168,13 +172,20 @@ def score(loaded, items, failures, args, embeddings: bool, device):
     if args.workers == 0:
         return run_inference(loaded, items, embeddings=embeddings, batch_size=args.batch_size, device=device,
                              failures=failures)
-    from coreecg.cluster import init_ray
+    import logging
+
+    from coreecg.cluster import find_devices, init_ray, plan_actors
     from coreecg.inference.distributed import run_inference_ray
 
-    gpu = device.type == "cuda"
-    init_ray(0 if gpu else args.workers, reserve_for_data=1)   # actors' CPUs + one for Ray Data's own tasks
+    # device None: --device auto, chosen from the GPUs of the cluster the actors run on
+    devices = find_devices()                    # joins a shared cluster; else before this job's own starts
+    actor_device, lines = plan_actors("auto" if device is None else device.type, args.workers, devices)
+    for line in lines:
+        logging.getLogger("coreecg.inference").info("%s", line)
+    gpu = actor_device == "cuda"
+    init_ray(0 if gpu else args.workers, reserve_for_data=1, gpus=devices.gpus)   # actors' CPUs + one for Ray Data
     return run_inference_ray(loaded, items, workers=args.workers, embeddings=embeddings,
-                             batch_size=args.batch_size, device=str(device), failures=failures,
+                             batch_size=args.batch_size, device=actor_device, failures=failures,
                              records_per_task=args.records_per_task)
 
 

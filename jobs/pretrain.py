@@ -1,10 +1,10 @@
 """Pretrain an ECG encoder (CoRe-ECG by default, or a baseline) on Ray Train: TorchTrainer
 workers fed by Ray Data, checkpoints every epoch, resumable.
 
-    python jobs/pretrain.py                                   # quickstart: synthetic corpus, 2 CPU workers
+    python jobs/pretrain.py                                   # quickstart: synthetic corpus, this machine's devices
     python jobs/pretrain.py --corpus corpora/ptbxl --output runs/ptbxl-core
-    python jobs/pretrain.py --config configs/paper.yaml --corpus corpora/mimic \\
-        --set train.num_workers=4 --set train.use_gpu=true    # the paper's run on a GPU node
+    python jobs/pretrain.py --config configs/paper.yaml --corpus corpora/mimic   # a GPU node: one worker per GPU
+    python jobs/pretrain.py --set train.use_gpu=false --set train.num_workers=4  # the CPU, 4 workers, whatever the node
     python jobs/pretrain.py --set pretrain.method=moco_v3 --output runs/moco   # a baseline
     python jobs/pretrain.py --print-config                    # the resolved config, nothing run
     ray job submit --working-dir . -- python jobs/pretrain.py --output $PWD/runs/x ...   # on a cluster
@@ -13,6 +13,12 @@ Without --config the quickstart config (configs/quickstart.yaml: a small model o
 synthetic corpus, about 5 minutes on 2 cores) applies; configs/paper.yaml is the paper's setting.
 Reads the train split of --corpus (data.corpus), or the embedded synthetic corpus (written as
 Parquet under data.cache_dir on first use) when none is given.
+
+Devices: train.use_gpu and train.num_workers default to auto, chosen once before Ray starts from
+the GPUs of the cluster the job runs on (this machine's, for the job's own local cluster; Ray's
+count on a joined one): the GPUs with one worker each, else the CPU with 2 workers. A value set
+(--config, --set) is kept. The console's first line says what was chosen and why; config.yaml
+and run.json record the chosen values (a resumed auto run compares equal to itself).
 
 Merge order: defaults < --config < --set < this job's flags. --corpus is data.corpus, --output
 is train.storage_path + train.name; a key given both ways is an error (exit 2).
@@ -31,6 +37,7 @@ import sys
 from pathlib import Path
 
 from coreecg.cli import fit_job, job_parser, parse_args, resolve_config, shipped
+from coreecg.train.run_speed import command_started, run_speed, speed_line
 
 
 def build_parser():
@@ -59,6 +66,7 @@ def main(argv=None) -> int:
     shown = (*cfg.method.cls.reported_losses, "probe_auroc", "probe_auroc_init")   # the method's loss terms first
     summary = ", ".join(f"{k} {m[k]:.4f}" for k in shown if isinstance(m.get(k), float))
     print(f"\ndone: step {m.get('step')}, {summary}")
+    print(speed_line(run_speed(run, command_started())))
     print(f"run folder:   {run}")
     print(f"  config:     {run / 'config.yaml'}")
     print(f"  run record: {run / 'run.json'}")

@@ -205,3 +205,37 @@ def test_finetuning_on_the_gpu_through_ray_train(gpu_pretraining):
     ft = fit(plan_run(ft_cfg, "finetune"))
     numbers = [v for split in ("val", "test") for v in ft.metrics[split].values() if isinstance(v, float)]
     assert numbers and all(math.isfinite(v) for v in numbers), ft.metrics
+
+
+def test_plan_devices_picks_cuda_and_one_worker_per_device():
+    """train.use_gpu / train.num_workers auto (issue 41) where torch sees CUDA: the GPUs, one
+    worker each, named on the console line; Ray counts the same GPUs on the cluster it starts."""
+    from coreecg import cluster
+    from coreecg.config import load_config
+
+    n = torch.cuda.device_count()
+    local = cluster._local_devices()
+    assert (local.gpus, local.names[0]) == (n, torch.cuda.get_device_name(0))
+    cfg, lines = cluster.plan_devices(load_config())
+    assert (cfg.train.use_gpu, cfg.train.num_workers) == (True, n)
+    assert lines[0].startswith(f"device: {n} GPU")
+    assert lines[0].endswith(f"-> train.use_gpu=true (auto), train.num_workers={n} (one per GPU, auto)")
+
+
+def test_an_auto_run_trains_on_the_gpus_and_records_the_chosen_values(ray_session, tmp_path):
+    """jobs/pretrain.py's path with the defaults: the run folder's config holds use_gpu true and one
+    worker per GPU, and the same config planned again finds nothing changed (a resume)."""
+    from coreecg.config import load_config
+    from coreecg.train.fit import fit, plan_run
+    from coreecg.train.resume_check import changed_keys
+    from tests.helpers import TINY
+
+    n = torch.cuda.device_count()
+    sets = [*TINY, f"train.storage_path={tmp_path}", "train.name=auto", "train.eval_every_epochs=0",
+            "data.synthetic_records=256", "optim.batch_size=8", "finetune.batch_size=8", "optim.epochs=1",
+            "optim.warmup_epochs=0"]
+    result = fit(plan_run(load_config(overrides=sets), "pretrain"))
+    saved = load_config(result.run_dir / "config.yaml")
+    assert (saved.train.use_gpu, saved.train.num_workers) == (True, n)
+    again = plan_run(load_config(overrides=sets), "pretrain")
+    assert changed_keys(saved, again.config) == [] and not again.resume_notes

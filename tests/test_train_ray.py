@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,7 +37,7 @@ def _lines(run_dir: Path) -> list[dict]:
 
 def _config(tmp: Path, name: str, *extra: str):
     return load_config(overrides=[*TINY, "optim.batch_size=8", "optim.warmup_epochs=1", "optim.lr=1e-3",
-                                  "train.num_workers=2", f"train.storage_path={tmp}", f"train.name={name}",
+                                  "train.num_workers=2", "train.use_gpu=false", f"train.storage_path={tmp}", f"train.name={name}",
                                   "train.log_every=1", *extra])
 
 
@@ -235,6 +236,9 @@ def test_the_quickstart_job_prints_progress_and_no_warning(fresh_ray, tmp_path):
     assert [sum(x.startswith(f"epoch {e}/2 |") for x in lines) for e in (1, 2)] == [1, 1], console
     assert any(x.startswith("  epoch ") and "ETA epoch" in x for x in lines), console
     assert "done: step" in done.stdout and "leaderboard:" in done.stdout
+    # issue 41: the whole run's speed, the first epoch apart, and the command's time to its first step
+    assert re.search(r"^speed: [0-9.]+ samples/s over 2 epoch\(s\) of this command, [0-9.]+ after the first, "
+                     r"first step [0-9.]+ s after the command$", done.stdout, re.M), done.stdout
     run = json.loads((tmp_path / "runs" / "quick" / "run.json").read_text())["sessions"][-1]
     assert run["status"] == "completed" and "jobs/pretrain.py" in run["command"]
 

@@ -105,7 +105,8 @@ class Config:
             raise ConfigError(f"data.preprocess.min_duration_s={pre.min_duration_s} keeps records shorter than "
                               f"one patch (model.patch_size={m.patch_size} samples at {pre.sampling_rate} Hz)")
         for what, batch in (("finetune", self.finetune.batch_size), ("optim", self.optim.batch_size)):
-            if batch % self.train.num_workers:
+            # train.num_workers=auto: checked on the resolved config (coreecg.cluster.resolve_devices)
+            if isinstance(self.train.num_workers, int) and batch % self.train.num_workers:
                 raise ConfigError(f"{what}.batch_size={batch} (the global batch) is not divisible "
                                   f"by train.num_workers={self.train.num_workers}")
         check = getattr(self.method_options, "check", None)

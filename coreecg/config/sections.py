@@ -8,6 +8,9 @@ from typing import Literal
 
 from coreecg.config.base import ConfigError
 
+AUTO = "auto"          # train.use_gpu and train.num_workers: chosen from the cluster's GPUs (TrainConfig)
+CPU_WORKERS = 2        # train.num_workers=auto where the run trains on the CPU
+
 
 @dataclass
 class ModelConfig:
@@ -103,15 +106,21 @@ class OptimConfig:
 class TrainConfig:
     """Where and how a run trains. Ray Train: `num_workers` data-parallel workers (DDP),
     each with `cpus_per_worker` CPUs and one GPU when `use_gpu`; outputs go to
-    `<storage_path>/<name>/`, and re-running with the same storage_path and name resumes."""
+    `<storage_path>/<name>/`, and re-running with the same storage_path and name resumes.
+
+    `use_gpu` and `num_workers` default to "auto": `coreecg.cluster.plan_devices` resolves them
+    once, before the run starts, from the GPUs of the cluster it runs on (the GPUs when there are
+    some, one worker per GPU; else the CPU and 2 workers). A value set anywhere (a config file,
+    --set, a study's or sweep's overrides, a saved config) is kept as it is. The run folder's
+    config.yaml and run.json hold the resolved values."""
 
     seed: int = 0
     device: str = "auto"              # plain (no-Ray) loop and benchmarks only: auto | cpu | cuda
     precision: Literal["auto", "fp32", "bf16"] = "auto"   # auto: bf16 autocast on CUDA, fp32 on CPU
     log_every: int = 10               # steps between logged step metrics
     progress_every_s: float = 30.0    # a progress line within an epoch (step, samples/s, ETA); 0: none
-    num_workers: int = 2
-    use_gpu: bool = False
+    num_workers: int | Literal["auto"] = "auto"     # auto: one per GPU, or CPU_WORKERS on the CPU
+    use_gpu: bool | Literal["auto"] = "auto"        # auto: true where the cluster has a GPU per worker
     cpus_per_worker: int = 1
     checkpoint_every_steps: int = 500  # 0: only at epoch ends
     keep_checkpoints: int = 3
@@ -122,7 +131,12 @@ class TrainConfig:
     # Speed and memory (coreecg/train/speed.py, docs/performance.md); none changes the numbers.
     host_memory_cache: bool = True    # CPU: keep freed activation memory instead of re-faulting it
     activation_checkpointing: bool = False   # recompute transformer blocks in backward: less memory
-    compile: bool = False             # torch.compile each transformer block (inductor)
+    # torch.compile each transformer block (inductor). Every graph compiles in the first step
+    # (tests/test_compile_once.py); off by default: not faster than eager on an H200 (docs/decisions.md
+    # "Compiled step"), and its first step costs 13-27 s there.
+    compile: bool = False
+    # torch.compile's mode: "reduce-overhead" adds CUDA graphs where shapes are fixed.
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
     storage_path: str = "runs"        # on a multi-node cluster: a shared filesystem path
     # Object storage: the run folder mirrored to <mirror_uri>/<name>/ through pyarrow filesystems
     # after every epoch and at the end, and pulled back to resume where the folder has no
@@ -143,7 +157,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.progress_every_s < 0:
             raise ConfigError(f"train.progress_every_s={self.progress_every_s} must be >= 0 (0: no progress lines)")
-        if self.num_workers < 1 or self.cpus_per_worker < 1:
+        if (self.num_workers != AUTO and self.num_workers < 1) or self.cpus_per_worker < 1:
             raise ConfigError("train.num_workers and train.cpus_per_worker must be >= 1")
         if min(self.checkpoint_every_steps, self.max_failures, self.eval_every_epochs) < 0 \
                 or self.keep_checkpoints < 1 or self.log_every < 1:
@@ -167,3 +181,9 @@ class TrainConfig:
     @property
     def run_dir(self) -> Path:
         return Path(self.storage_path).expanduser().resolve() / self.name
+
+    @property
+    def devices_resolved(self) -> bool:
+        """Whether use_gpu and num_workers are concrete (set, or resolved by
+        coreecg.cluster.plan_devices): what the planners, Ray Train and Tune need."""
+        return AUTO not in (self.use_gpu, self.num_workers)

@@ -17,7 +17,8 @@ On a GPU cuBLAS may choose kernels by more than the shape: equal there to float3
 A record that fails in an actor is a Failure row as in one process, never a crash of the job;
 failures come back listing failures first, then records in listing order. With device "cuda"
 the cluster must have a GPU per actor (`coreecg.cluster.check_gpus`: a ClusterError, not a pool
-that waits).
+that waits); with "auto" the actors take a GPU each where the cluster has one per actor, else a
+CPU (`coreecg.cluster.plan_actors`, its line on the `coreecg.inference` logger).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from coreecg.inference.engine import FORWARD_WINDOWS, Progress, run_inference
+from coreecg.inference.engine import FORWARD_WINDOWS, Progress, log, run_inference
 from coreecg.inference.items import CorpusShard, Failure, InferenceResult
 from coreecg.inference.model_input import input_spec
 
@@ -87,17 +88,22 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
     """`coreecg.inference.run_inference` on a Ray cluster (joined or started by the caller:
     coreecg.cluster.init_ray), with `workers` actors; the same InferenceResult.
 
-    device: "cpu" (an actor takes one CPU) or "cuda" (one GPU). records_per_task: raw records per
+    device: "cpu" (an actor takes one CPU), "cuda" (one GPU) or "auto" (GPUs where the cluster
+    has one per worker, else CPUs: coreecg.cluster.plan_actors). records_per_task: raw records per
     actor call (default RECORDS_PER_TASK or 2 forward passes' windows, the larger; a corpus
     shard is a task of its own). Progress: the `coreecg.inference` logger, as tasks come back.
     """
     import ray
     import ray.data
 
-    from coreecg.cluster import check_gpus, quiet_data
+    from coreecg.cluster import check_gpus, find_devices, plan_actors, quiet_data
 
     if workers < 1:
         raise ValueError(f"workers={workers}: must be >= 1")
+    if device == "auto":                        # the GPUs of the cluster the caller joined or started
+        device, lines = plan_actors("auto", workers, find_devices(join=False))
+        for line in lines:
+            log.info("%s", line)
     if records_per_task is not None and records_per_task < 1:
         raise ValueError(f"records_per_task={records_per_task}: must be >= 1")
     spec = input_spec(loaded)                                  # a bad model fails here, before any actor

@@ -29,6 +29,9 @@ class Encoded(NamedTuple):
     pad: torch.Tensor | None = None     # (B, C * N) bool over the grid: a short record's padding
 
 
+ALIGN = 8      # SDPA's attention-mask alignment (aten preprocess_mask; torch._inductor's sdpa constraint)
+
+
 def default_lead_idx(n_leads: int, device: torch.device, total: int = 12) -> torch.Tensor:
     """Leads fed in the standard order starting at lead I: 12 -> all, 6 -> limb leads, 1 -> lead I."""
     if n_leads > total:
@@ -69,9 +72,12 @@ class Encoder(nn.Module, PretrainedMixin, pipeline_tag="feature-extraction"):
         return t + self.embed(lead_idx, t.shape[2]).to(t.dtype)
 
     def forward(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None,
-                visible: torch.Tensor | None = None) -> Encoded:
+                visible: torch.Tensor | None = None, varying: bool = False) -> Encoded:
         """x: (B, C, T), NaN on a short record's padding; visible: (B, C, N) bool or None (= every
-        token), on x's device or on the host.
+        token), on x's device or on the host. varying: the visible count may differ between the
+        samples of a batch and between batches (bernoulli STDM), so the padding mask is always
+        built and the length is dynamic: a compiled step keeps one graph (no recompilation when a
+        batch happens to have equal counts, or a new length).
 
         With `visible`, only visible tokens enter the transformer. Samples with fewer visible
         tokens than the batch maximum are padded at the end and the padding is masked out
@@ -93,15 +99,20 @@ class Encoder(nn.Module, PretrainedMixin, pipeline_tag="feature-extraction"):
             return Encoded(self.transformer(flat, _with_a_key(real)), index, real, (C, N), _not(real))
         counts = visible.reshape(B, C * N).sum(1)
         longest, shortest = torch.stack([counts.max(), counts.min()]).tolist()   # a device sync unless on host
+        if varying:
+            # A multiple of ALIGN (the extra tokens are masked keys, their outputs invalid): CUDA's
+            # attention kernels want the mask's rows aligned, and inductor guards on that
+            # alignment, so a length that flipped it recompiled the blocks mid-run (H200, step 3).
+            longest = min(C * N, -(-longest // ALIGN) * ALIGN)
         # Stable sort puts each sample's visible positions first, in grid order.
         index = torch.argsort((~visible.reshape(B, C * N)).to(torch.int8), dim=1, stable=True)[:, :longest]
         index = to_device(index, x.device)
         valid = None if real is None else torch.gather(real, 1, index)
-        if shortest < longest:
+        if shortest < longest or varying:
             shorter = to_device(torch.arange(longest, device=counts.device)[None, :] < counts[:, None], x.device)
             valid = shorter if valid is None else valid & shorter
         gathered = torch.gather(flat, 1, index[..., None].expand(-1, -1, D))
-        return Encoded(self.transformer(gathered, _with_a_key(valid)), index, valid, (C, N), _not(real))
+        return Encoded(self.transformer(gathered, _with_a_key(valid), varying), index, valid, (C, N), _not(real))
 
     def pooled(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
         """Mean of the token encodings of the real (not padded) patches: (B, C, T) -> (B, D).

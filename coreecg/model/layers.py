@@ -60,9 +60,18 @@ class Transformer(nn.Module):
             return checkpoint(self.blocks[i], x, attn_mask, use_reentrant=False)
         return self.blocks[i](x, attn_mask)
 
-    def forward(self, x: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-        """x: (B, L, D); valid: (B, L) bool, False marks padding keys. Returns (B, L, D)."""
+    def forward(self, x: torch.Tensor, valid: torch.Tensor | None = None, varying: bool = False) -> torch.Tensor:
+        """x: (B, L, D); valid: (B, L) bool, False marks padding keys. Returns (B, L, D).
+
+        varying: L changes from batch to batch (bernoulli STDM's visible sets). A compiled block
+        (train.compile) then compiles one graph for every L at its first call, instead of one for
+        the first L and a dynamic one when a second L comes (a recompilation of seconds, mid-run).
+        """
         attn_mask = None if valid is None else valid[:, None, None, :]
+        if varying:
+            torch._dynamo.maybe_mark_dynamic(x, 1)
+            if attn_mask is not None:
+                torch._dynamo.maybe_mark_dynamic(attn_mask, 3)
         for i in range(len(self.blocks)):
             x = self.run_block(i, x, attn_mask)
         return self.norm(x)

@@ -27,7 +27,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from coreecg.config import load_config
+from coreecg.cluster import Devices
+from coreecg.config import ConfigError, load_config
 from coreecg.study.plan import ExternalEncoder, FinetuneRun, PretrainRun, RandomEncoder, Study
 from coreecg.train.tracking import track_trials
 from coreecg.tune.trials import TrialSpec, concurrency_for, error_text, is_done, read_done, run_trials
@@ -128,23 +129,28 @@ def check_leakage(study: Study, corpora: dict[str, Path]) -> None:
 
 
 def run_phase(output: Path, phase: str, config_file: str | None, runs: list[tuple[str, list[str]]],
-              concurrency: int = 0, tune_dir: Path | None = None, gpus_per_trial: float = 0.0,
-              group: str = "") -> list[dict[str, Any]]:
+              concurrency: int = 0, tune_dir: Path | None = None, gpus_per_trial: float | str = 0.0,
+              group: str = "", devices: Devices | None = None) -> list[dict[str, Any]]:
     """Run (name, overrides) pairs of one phase (pretrain | finetune) as Tune trials
     (`coreecg.tune.trials`), each in `output/runs/<phase>/<name>/`, Tune's experiment in
     `tune_dir/<phase>-<attempt>` (default output/tune) -> one row per run. Resources per trial
     come from the first run's config; with train.tracking each run is one tracked run in
-    `group` (default: the output folder's name)."""
+    `group` (default: the output folder's name). devices: what every run's train.use_gpu and
+    train.num_workers "auto" resolve with (coreecg.cluster.Devices; default: found now)."""
     from ray import tune
+
+    from coreecg.cluster import find_devices, resolve_devices
 
     if not runs:
         return []
-    first = load_config(config_file, runs[0][1])
+    devices = devices or find_devices()
+    first = resolve_devices(load_config(config_file, runs[0][1]), devices)[0]
     tune_dir = tune_dir or output / "tune"
     attempt = 1 + sum(1 for p in tune_dir.glob(f"{phase}-*")) if tune_dir.is_dir() else 1
     tracking = track_trials(first, output, group or output.name)
     specs = [TrialSpec(task=phase, config_file=config_file, overrides=(*overrides, *tracking), name=name,
-                       run_dir=str(run_dir(output, phase, name))).to_dict() for name, overrides in runs]
+                       run_dir=str(run_dir(output, phase, name)), devices=devices.to_dict()).to_dict()
+             for name, overrides in runs]
     t0 = time.perf_counter()
     grid = run_trials({"run": tune.grid_search(specs)}, storage=tune_dir, name=f"{phase}-{attempt}", config=first,
                       concurrency=concurrency_for(first, concurrency), gpus_per_trial=gpus_per_trial,
@@ -202,17 +208,25 @@ def _pending_finetunes(study: Study, output: Path, corpora: dict[str, Path]
 
 
 def run_study(study: Study, output: str | Path, *, resume: bool = False, concurrency: int = 0,
-              gpus_per_trial: float = 0.0) -> list[dict]:
+              gpus_per_trial: float | str = 0.0) -> list[dict]:
     """Corpora, pretraining, fine-tuning; -> one row per run (runs.csv). Finished runs are kept.
     concurrency: trials at once (0: what the cluster's CPUs allow); gpus_per_trial: what each
-    single-worker trial reserves (0: one GPU when train.use_gpu, else none)."""
-    from coreecg.cluster import init_ray
+    single-worker trial reserves (0: one GPU when train.use_gpu, else none). The devices are
+    chosen once, before Ray starts (coreecg.cluster; the console's lines name them for the study's
+    base config), and every run resolves train.use_gpu / train.num_workers "auto" with them."""
+    from coreecg.cluster import find_devices, init_ray, resolve_devices
     from coreecg.data.locate import training_corpora
 
     output = Path(output).resolve()
     prepare_folder(study, output, resume)
-    cfg = load_config(study.config_file, [*study.base, *study.extra])
-    init_ray(cfg.train.num_workers * cfg.train.cpus_per_worker)
+    devices = find_devices()            # joins a shared cluster; else before this job's own starts
+    try:
+        cfg, lines = resolve_devices(load_config(study.config_file, [*study.base, *study.extra]), devices)
+    except ConfigError as e:            # auto's worker count does not divide a batch: named, exit 2
+        raise StudyRunError(f"{study.path}: {e}") from None
+    for line in lines:
+        log.info("%s", line)
+    init_ray(cfg.train.num_workers * cfg.train.cpus_per_worker, gpus=devices.gpus)
     corpora = build_corpora(study, output)
     check_leakage(study, corpora)
     for r in study.pretrain_runs():     # the embedded synthetic corpus is built here once, not per trial
@@ -226,11 +240,11 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
             pending.append((r.name, study.pretrain_overrides(r, corpora)))
     log.info("pretraining: %d run(s), %d finished before", len(study.pretrain_runs()), len(study.pretrain_runs()) - len(pending))
     rows += run_phase(output, "pretrain", study.config_file, pending, concurrency, gpus_per_trial=gpus_per_trial,
-                      group=study.name)
+                      group=study.name, devices=devices)
     finished, pending = _pending_finetunes(study, output, corpora)
     log.info("fine-tuning: %d run(s), %d to run", len(finished) + len(pending), len(pending))
     rows += finished + run_phase(output, "finetune", study.config_file, pending, concurrency,
-                                 gpus_per_trial=gpus_per_trial, group=study.name)
+                                 gpus_per_trial=gpus_per_trial, group=study.name, devices=devices)
     labels = {("pretrain", r.name): (r.variant, r.seed) for r in study.pretrain_runs()}
     labels.update({("finetune", r.name): (r.method, r.seed) for r in [*study.finetune_runs(), *study.mask_rate_runs()]})
     rows = [{**row, "method": labels[row["phase"], row["run"]][0], "seed": labels[row["phase"], row["run"]][1]}

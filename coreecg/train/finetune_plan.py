@@ -72,9 +72,11 @@ def plan_finetune(config: Config) -> RunPlan:
     a run folder that holds another run; LeakageError when the encoder's pretraining corpus shares
     records or patients with the val/test splits (unless finetune.allow_overlap; docs/leakage.md).
     """
+    from coreecg.cluster import with_devices
     from coreecg.data.locate import training_corpus
     from coreecg.data.subsets import subset_summary
 
+    config = with_devices(config)       # train.use_gpu/num_workers=auto not resolved by a job (plan_run): here
     corpus = training_corpus(config)
     manifest = load_manifest(corpus)
     names = list(manifest["class_names"])

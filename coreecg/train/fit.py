@@ -4,8 +4,10 @@ fine-tuning alike.
     from coreecg.train.fit import fit, plan_run
     result = fit(plan_run(load_config("configs/quickstart.yaml"), "pretrain"))
 
-`plan_run` starts (or joins) Ray once, pulls a mirrored run folder back where it is missing and
-plans the run (`coreecg.train.plan`); `fit` trains the plan with a TorchTrainer whose workers run
+`plan_run` chooses the run's devices (`coreecg.cluster.plan_devices`: train.use_gpu and
+train.num_workers, "auto" by default, made concrete and said on the console), starts (or joins)
+Ray once, pulls a mirrored run folder back where it is missing and plans the run
+(`coreecg.train.plan`); `fit` trains the plan with a TorchTrainer whose workers run
 `coreecg.train.loop.train_worker` (on `coreecg.train.worker.worker_context`), and returns where
 everything went. The corpora the planner opened (`RunPlan.open`) feed the run record and the
 ingest: one pretraining reads each manifest once. From a job to the loss:
@@ -54,13 +56,14 @@ class RunResult:
     model: Path
 
 
-def start_ray(config: Config) -> None:
-    """Connect to (or start) the cluster with CPUs for the workers plus Ray Data's own, and quiet
-    Ray Data's per-epoch progress output."""
+def start_ray(config: Config, gpus: int | None = None) -> None:
+    """Connect to (or start) the cluster with CPUs for the workers plus Ray Data's own (and, on
+    this job's own local cluster, `gpus`: the GPUs the devices were planned on), and quiet Ray
+    Data's per-epoch progress output. `config`: its devices resolved (plan_devices)."""
     from coreecg.cluster import init_ray, quiet_data
 
     t = config.train
-    init_ray(t.num_workers * t.cpus_per_worker)
+    init_ray(t.num_workers * t.cpus_per_worker, gpus=gpus)
     quiet_data()
 
 
@@ -74,11 +77,17 @@ def check_run_gpus(config: Config) -> None:
 
 
 def plan_run(config: Config, task: str) -> RunPlan:
-    """Ray first (a first build of the embedded synthetic corpus runs on it), the run folder
-    pulled from its mirror where it is missing here, then the task's planner."""
+    """The devices (the console's first lines; what the run folder records), then Ray (a first
+    build of the embedded synthetic corpus runs on it), the run folder pulled from its mirror
+    where it is missing here, then the task's planner."""
+    from coreecg.cluster import find_devices, resolve_devices
     from coreecg.train.mirror import pull_if_missing
 
-    start_ray(config)
+    devices = find_devices()                # joins a shared cluster; else before this job's own starts
+    config, lines = resolve_devices(config, devices)
+    for line in lines:
+        log.info("%s", line)
+    start_ray(config, gpus=devices.gpus)
     check_run_gpus(config)                  # before a corpus is built for a run that cannot start
     pull_if_missing(config.train.run_dir, config.train.mirror_uri)
     return PLANNERS[task](config)

@@ -140,10 +140,12 @@ class PretrainTask:
 def plan_pretrain(config: Config) -> RunPlan:
     """A pretraining's plan: its corpus (data.corpus or the embedded synthetic one), batches per
     epoch over train.num_workers, the probe's corpus, and the run folder's checks (`preflight`)."""
+    from coreecg.cluster import with_devices
     from coreecg.data.corpus import open_corpora
     from coreecg.data.locate import probe_corpus, training_corpora
     from coreecg.data.reading import split_rows
 
+    config = with_devices(config)       # train.use_gpu/num_workers=auto not resolved by a job (plan_run): here
     t = config.train
     if config.model.arch != "coreecg":
         raise PlanError(f"model.arch={config.model.arch}: a published encoder's adapter is for fine-tuning, "

@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import functools
 
+import torch
 from torch import nn
 
 from coreecg.config import TrainConfig
@@ -63,15 +64,28 @@ def apply_speed_options(model: nn.Module, train: TrainConfig) -> nn.Module:
     - train.activation_checkpointing: every Transformer recomputes its blocks in backward
       instead of keeping their activations (about a block's input per token kept instead of
       ~16 widths; one more forward of each block).
-    - train.compile: each transformer Block compiled with torch.compile (regional: every Block
-      shares one graph, so compile time does not grow with depth).
+    - train.compile: each transformer Block compiled with torch.compile in
+      train.compile_mode (regional: every Block of a width shares one graph, so compile time does
+      not grow with depth). Every graph is built in the first step: a varying sequence length
+      (bernoulli STDM) is marked dynamic where it arises (model.layers.Transformer), so nothing
+      recompiles later (tests/test_compile_once.py). "reduce-overhead" replays CUDA graphs where
+      shapes are fixed (the decoders, the teacher, exact STDM); a dynamic-length graph runs
+      without them rather than recording one graph per length.
     """
-    on_cpu = any(p.device.type == "cpu" for p in model.parameters())
-    if train.host_memory_cache and on_cpu:
+    params = list(model.parameters())
+    device = params[0].device if params else torch.device("cpu")
+    if train.host_memory_cache and device.type == "cpu":
         keep_freed_memory()
+    compiled = train.compile
+    if compiled:
+        # One graph per (width, grad mode, mask or not, layout): the paper's model makes ~8 in a
+        # run with its probe, torch's default limit; past it dynamo would silently run eager.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        torch._inductor.config.triton.cudagraph_skip_dynamic_graphs = True
     for m in model.modules():
         if isinstance(m, Transformer):
             m.checkpointing = train.activation_checkpointing
-        if train.compile and isinstance(m, Block):
-            m.compile(dynamic=None)
+        if compiled and isinstance(m, Block):
+            m.compile(mode=None if train.compile_mode == "default" else train.compile_mode, dynamic=None)
+    model.cuda_graphs = compiled and device.type == "cuda" and "reduce-overhead" in train.compile_mode
     return model

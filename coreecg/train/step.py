@@ -58,6 +58,8 @@ class TrainStep:
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)     # layer-wise decay: a factor per group
         self.model.train()
+        if getattr(self.bare, "cuda_graphs", False):     # this step's CUDA-graph outputs may reuse the last's memory
+            torch.compiler.cudagraph_mark_step_begin()
         x = inputs[0]
         with autocast(self.precision, x.device), unpadded(self.unpadded):
             out = self.model(*inputs, **kwargs)

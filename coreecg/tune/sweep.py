@@ -46,7 +46,7 @@ class SweepSettings:
     config_file: str | None
     base: list[str] = field(default_factory=list)
     concurrency: int = 0                     # 0: as many as the cluster's CPUs allow (at least 1)
-    gpus_per_trial: float = 0.0              # single-worker trials: a fraction of a GPU is fine
+    gpus_per_trial: float | str = 0.0        # single-worker trials: a fraction of a GPU, or auto (gpu_share)
     resume: bool = False
     metric: str = METRIC                     # the objective (`objectives`); its direction follows
 
@@ -79,14 +79,20 @@ def check_objective(metric: str, config: Config) -> str:
 
 def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_alg=None, scheduler=None,
               num_samples: int = 1):
-    """Fit (or, with settings.resume, restore and continue) the sweep -> Tune's ResultGrid."""
-    from coreecg.cluster import init_ray
+    """Fit (or, with settings.resume, restore and continue) the sweep -> Tune's ResultGrid. The
+    devices are chosen once, before Ray starts (coreecg.cluster: the console's first lines), and
+    every trial resolves train.use_gpu / train.num_workers "auto" with the same facts."""
+    from coreecg.cluster import find_devices, init_ray, resolve_devices
 
     out = settings.output.resolve()
     cfg = load_config(settings.config_file, settings.base)
     check_objective(settings.metric, cfg)
+    devices = find_devices()                 # joins a shared cluster; else before this job's own starts
+    cfg, lines = resolve_devices(cfg, devices)
+    for line in lines:
+        log.info("%s", line)
     concurrency = concurrency_for(cfg, settings.concurrency)
-    init_ray(concurrency * cpus_per_trial(cfg), reserve_for_data=concurrency + 1)
+    init_ray(concurrency * cpus_per_trial(cfg), reserve_for_data=concurrency + 1, gpus=devices.gpus)
     common = dict(storage=out, name=EXPERIMENT, config=cfg, concurrency=concurrency,
                   gpus_per_trial=settings.gpus_per_trial, label="trials", metric=settings.metric)
     if settings.resume:
@@ -100,7 +106,8 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
     config_file = str(Path(settings.config_file).expanduser().resolve()) if settings.config_file else None
     # with train.tracking, each trial is one tracked run grouped under the sweep folder's name
     spec = TrialSpec(task="pretrain", config_file=config_file, storage=str(out / "trials"), require_probe=True,
-                     overrides=(*absolute_data_paths(settings), *FORCED, *track_trials(cfg, out, out.name)))
+                     overrides=(*absolute_data_paths(settings), *FORCED, *track_trials(cfg, out, out.name)),
+                     devices=devices.to_dict())
     return run_trials({**param_space, "run": spec.to_dict()}, mode=settings.mode, search_alg=search_alg,
                       scheduler=scheduler, num_samples=num_samples, **common)
 

@@ -5,7 +5,9 @@ A trial's config is {"run": TrialSpec as a dict, **params}: the spec is what eve
 experiment shares or, for a study, grid-searched per run; params are what a searcher samples
 (dotted config keys such as "masking.p_time"). The trial:
 - builds its config: config file, the spec's overrides, its params, its run folder (the spec's
-  `run_dir`, or `<storage>/<trial id>`: a retried or restored trial finds its own folder);
+  `run_dir`, or `<storage>/<trial id>`: a retried or restored trial finds its own folder), its
+  devices resolved with the driver's facts (the spec's `devices`: `coreecg.cluster.Devices`), so
+  every trial of an experiment gets the same train.use_gpu and train.num_workers for "auto";
 - returns at once if its run folder holds `done.json` (a finished trial whose end Tune did not
   record: its last report is sent again and no step is trained);
 - plans the run (pretraining or fine-tuning) and fits it with `coreecg.train.fit.fit`: in its
@@ -29,6 +31,7 @@ from typing import Any
 
 from coreecg.config import Config, load_config
 from coreecg.files import write_json
+from coreecg.tune.gpu_share import AUTO as AUTO_GPUS, auto_gpus_per_trial
 from coreecg.tune.spaces import overrides_for
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,9 @@ class TrialSpec:
     storage: str = ""
     name: str = ""                              # the console's name of the run ("": the trial id)
     require_probe: bool = False                 # judged by probe_auroc: a corpus without labels is an error
+    # The driver's coreecg.cluster.Devices (to_dict), found once for every trial; None: the trial
+    # counts the cluster's GPUs itself (a sweep started before specs carried them)
+    devices: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,9 +66,14 @@ def read_done(run_dir: str | Path) -> dict[str, Any]:
 
 
 def build_trial_config(spec: dict[str, Any], params: dict[str, Any], run_dir: Path) -> Config:
-    """The trial's config: config file, the spec's overrides, the sampled params, its folder."""
-    return load_config(spec["config_file"], [*spec["overrides"], *overrides_for(params),
-                                             f"train.storage_path={run_dir.parent}", f"train.name={run_dir.name}"])
+    """The trial's config: config file, the spec's overrides, the sampled params, its folder, and
+    its devices (train.use_gpu, train.num_workers where "auto") resolved with the spec's facts."""
+    from coreecg.cluster import Devices, find_devices, resolve_devices
+
+    cfg = load_config(spec["config_file"], [*spec["overrides"], *overrides_for(params),
+                                            f"train.storage_path={run_dir.parent}", f"train.name={run_dir.name}"])
+    devices = Devices.from_dict(spec["devices"]) if spec.get("devices") else find_devices(join=False)
+    return resolve_devices(cfg, devices)[0]
 
 
 def run_trial(trial: dict[str, Any]) -> None:
@@ -117,7 +128,8 @@ def _numbers(metrics: dict[str, Any]) -> dict[str, Any]:
 def trial_resources(config: Config, gpus_per_trial: float = 0.0) -> dict[str, float]:
     """What Tune reserves per trial. Multi-worker trials only drive their TorchTrainer, whose
     workers hold the resources (Train's placement groups are invisible to Tune: concurrency is
-    the limit); Ray refuses an empty request, so the driver holds a tenth of a CPU."""
+    the limit); Ray refuses an empty request, so the driver holds a tenth of a CPU. `config`: its
+    devices resolved (coreecg.cluster.resolve_devices)."""
     t = config.train
     if t.num_workers == 1:
         return {"cpu": t.cpus_per_worker, "gpu": gpus_per_trial or (1.0 if t.use_gpu else 0.0)}
@@ -141,7 +153,7 @@ def concurrency_for(config: Config, requested: int = 0) -> int:
 
 
 def run_trials(param_space: dict[str, Any], *, storage: Path, name: str, config: Config, concurrency: int,
-               gpus_per_trial: float = 0.0, metric: str | None = None, mode: str | None = None,
+               gpus_per_trial: float | str = 0.0, metric: str | None = None, mode: str | None = None,
                search_alg=None, scheduler=None, num_samples: int = 1, restore: bool = False,
                label: str = "trials", total: int | None = None):
     """Run `run_trial` over `param_space` as the Tune experiment `storage/name` (restore=True:
@@ -150,14 +162,18 @@ def run_trials(param_space: dict[str, Any], *, storage: Path, name: str, config:
     from ray import tune
     from ray.tune.search import ConcurrencyLimiter
 
-    from coreecg.cluster import check_gpus
+    from coreecg.cluster import check_gpus, with_devices
 
+    config = with_devices(config)           # resolved by the caller (run_sweep, run_phase): unchanged
+    if gpus_per_trial == AUTO_GPUS:          # packed by the trial's measured memory (a GpuShareError if it fits none)
+        gpus_per_trial, why = auto_gpus_per_trial(config)
+        log.info("%s", why)
     resources = trial_resources(config, gpus_per_trial)
     # One trial's GPUs at least (its own, or its Train workers'), else Tune queues them forever.
     t = config.train
     check_gpus(resources["gpu"] if t.num_workers == 1 else (t.num_workers if t.use_gpu else 0),
                f"each trial (train.use_gpu={str(t.use_gpu).lower()}, train.num_workers={t.num_workers}"
-               f"{f', gpus_per_trial={gpus_per_trial:g}' if gpus_per_trial else ''})")
+               f"{f', gpus_per_trial={gpus_per_trial:.3g}' if gpus_per_trial else ''})")
     trainable = tune.with_resources(run_trial, resources)
     callbacks = [_Progress.make(label, total, metric)]
     if restore:

@@ -80,6 +80,12 @@ class CoReECG(PretrainMethod):
         return o.ema_momentum, o.ema_momentum_end
 
     @property
+    def varying_visible(self) -> bool:
+        """Bernoulli STDM: the visible count varies per sample and batch (the other masks fix it)."""
+        m = self.config.masking
+        return m.strategy == "stdm" and m.mode == "bernoulli"
+
+    @property
     def can_reconstruct(self) -> bool:
         return self.time_decoder is not None
 
@@ -100,7 +106,7 @@ class CoReECG(PretrainMethod):
         B, C, _ = self.check_input(x)
         lead_idx = default_lead_idx(C, x.device, cfg.model.n_leads)
         visible, masked, dropped = self._masks(B, C, generator, x.device)
-        enc = self.encoder(x, lead_idx, visible)   # gathers by the host masks: leaves padding out itself
+        enc = self.encoder(x, lead_idx, visible, self.varying_visible)   # leaves padding out itself
         pad = padding_mask(x, cfg.model.patch_size)
         visible, masked, dropped = exclude_padding((visible, masked, dropped), pad)
 
@@ -140,7 +146,7 @@ class CoReECG(PretrainMethod):
         B, C, _ = x.shape
         lead_idx = default_lead_idx(C, x.device, self.config.model.n_leads)
         visible, masked, dropped = masks if masks is not None else self._masks(B, C, generator, x.device)
-        recon = self.time_decoder(self.encoder(x, lead_idx, visible), lead_idx)
+        recon = self.time_decoder(self.encoder(x, lead_idx, visible, self.varying_visible), lead_idx)
         return recon, *exclude_padding((visible, masked, dropped), padding_mask(x, self.config.model.patch_size))
 
     def _masks(self, B: int, C: int, generator: torch.Generator | None, device: torch.device):

@@ -1,0 +1,79 @@
+"""train.compile=true compiles every graph in the first step and never again (issue 41): both
+STDM modes, with and without the key-padding mask, over 20 steps of fresh masks; and the compiled
+step computes what the eager one does.
+
+Compilations are counted with torch's own counters (torch._dynamo.utils.counters: the graphs
+dynamo captured, the frames it compiled, the forward/backward graphs AOT autograd built). A
+recompilation shows in all three: before the fix, bernoulli STDM's second visible length
+recompiled the blocks as dynamic at step 3 (7 s on CPU, 4-6 s on an H200)."""
+import pytest
+import torch
+import torch._dynamo.utils as dynamo_utils
+
+from coreecg.methods import CoReECG
+from coreecg.train.step import PretrainStep, Schedule
+from tests.helpers import tiny_config
+
+STEPS = 20
+# Inductor's CPU kernels reorder reductions and fuse what eager runs apart; Adam turns rounding
+# in near-zero gradients into ±lr updates, so 20 steps drift by ~1e-5 relative (measured 2e-6
+# .. 3e-5 here). 1e-3 is 30x that and 100x below a real change (tau 0.2 -> 0.21 moves loss_con ~1 %).
+RTOL = 1e-3
+
+
+def _compilations() -> dict[str, int]:
+    c = dynamo_utils.counters
+    return {"graphs": c["stats"]["unique_graphs"], "frames": c["frames"]["total"],
+            "aot_graphs": sum(c["aot_autograd"].values())}
+
+
+def _losses(mode: str, padded: bool, compiled: bool) -> tuple[list[float], list[dict[str, int]]]:
+    cfg = tiny_config("train.precision=fp32", f"masking.mode={mode}", f"train.compile={str(compiled).lower()}")
+    torch.manual_seed(0)
+    model = CoReECG(cfg)
+    step = PretrainStep(model, cfg, Schedule(STEPS, 1, 0))
+    step.unpadded = not padded            # no padding: exact STDM then runs with no attention mask at all
+    x = torch.randn(4, cfg.model.n_leads, cfg.model.input_samples, generator=torch.Generator().manual_seed(1))
+    if padded:
+        x[1, :, -3 * cfg.model.patch_size:] = float("nan")    # a short record: the key-padding mask is on
+    gen, losses, counts = torch.Generator(), [], []
+    for i in range(STEPS):
+        gen.manual_seed(1000 + i)         # fresh masks every step, the same for eager and compiled
+        losses.append(float(step(x, generator=gen)["loss"]))
+        counts.append(_compilations())
+    return losses, counts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,padded", [("bernoulli", False), ("bernoulli", True), ("exact", False),
+                                         ("exact", True)])
+def test_the_compiled_step_compiles_once_and_matches_eager(mode, padded):
+    torch._dynamo.reset()
+    eager, _ = _losses(mode, padded, compiled=False)
+    compiled, counts = _losses(mode, padded, compiled=True)
+    assert counts[0]["graphs"] > 0, "the first step compiled nothing: the counters do not see torch.compile"
+    assert all(c == counts[0] for c in counts[1:]), f"recompiled after the first step: {counts}"
+    assert compiled == pytest.approx(eager, rel=RTOL), (compiled, eager)
+
+
+def test_bernoulli_visible_sets_always_carry_the_padding_mask():
+    """Bernoulli STDM marks its visible length dynamic and always passes the mask, also when a
+    batch happens to draw equal counts, and pads the length to a multiple of 8: no batch may
+    switch the compiled graph (on CUDA, inductor guards on the mask's alignment: the H200 run
+    recompiled at step 3 when the length's alignment flipped)."""
+    from coreecg.model.encoder import Encoder
+    from coreecg.model.padding import unpadded
+
+    enc = Encoder(n_leads=3, n_patches=4, patch_size=5, dim=8, depth=1, num_heads=2)
+    visible = torch.zeros(2, 3, 4, dtype=torch.bool)
+    visible[:, 0, :2] = True                                    # equal counts: 2 and 2
+    x = torch.randn(2, 3, 20)
+    with unpadded():                                            # a batch known to hold no short record
+        fixed = enc(x, visible=visible)
+        out = enc(x, visible=visible, varying=True)
+    assert fixed.valid is None                                  # fixed-count masks: no mask, flash attention
+    # Padded to a multiple of 8 (CUDA's mask alignment, which inductor guards on): 2 -> 8 tokens
+    assert out.tokens.shape[1] == 8 and out.valid.tolist() == [[True] * 2 + [False] * 6] * 2
+    assert torch.allclose(out.tokens[:, :2], fixed.tokens, atol=1e-6)   # the same numbers
+    assert torch.equal(out.index[:, :2], fixed.index)
+

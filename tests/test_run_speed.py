@@ -1,0 +1,35 @@
+"""A job's closing speed (coreecg.train.run_speed): totals over this command's epochs, the first
+epoch apart, and the seconds from the command to the first step, from metrics.jsonl."""
+import json
+
+from coreecg.train.run_speed import run_speed, speed_line
+
+
+def _write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"kind": "epo')   # a line cut by a kill
+
+
+def test_totals_not_medians_with_the_first_epoch_apart(tmp_path):
+    _write(tmp_path / "metrics.jsonl", [
+        {"kind": "epoch", "epoch": 1, "seconds": 50.0, "samples_per_s": 10.0, "time": 90.0},    # an earlier command
+        {"event": "first_step", "step": 1, "time": 112.5},
+        {"kind": "epoch", "epoch": 2, "seconds": 40.0, "samples_per_s": 100.0, "time": 150.0},  # compiles: slow
+        {"kind": "step", "step": 5, "samples_per_s": 9999.0, "time": 151.0},                    # not an epoch
+        {"kind": "epoch", "epoch": 3, "seconds": 10.0, "samples_per_s": 800.0, "time": 160.0},
+        {"kind": "epoch", "epoch": 4, "seconds": 10.0, "samples_per_s": 1000.0, "time": 170.0},
+    ])
+    s = run_speed(tmp_path, since=100.0)
+    assert s["epochs"] == 3 and s["samples"] == 4000 + 8000 + 10000 and s["seconds"] == 60.0
+    assert s["samples_per_s"] == 22000 / 60                     # not the mean of the epochs' rates (633)
+    assert s["samples_per_s_after_first_epoch"] == 18000 / 20
+    assert s["first_step_s"] == 12.5
+    line = speed_line(s)
+    assert "366.7 samples/s over 3 epoch(s)" in line and "900.0 after the first" in line and "12.5 s" in line
+
+
+def test_one_epoch_or_none(tmp_path):
+    _write(tmp_path / "metrics.jsonl", [{"kind": "epoch", "seconds": 4.0, "samples_per_s": 2.0, "time": 5.0}])
+    one = run_speed(tmp_path, since=0.0)
+    assert one["samples_per_s"] == 2.0 and one["samples_per_s_after_first_epoch"] is None and one["first_step_s"] is None
+    none = run_speed(tmp_path / "missing", since=0.0)
+    assert none["epochs"] == 0 and speed_line(none) == "speed: no epoch trained in this command"

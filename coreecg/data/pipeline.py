@@ -28,6 +28,7 @@ import re
 import subprocess
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -108,6 +109,94 @@ def _marker_valid(marker_path: Path, key: str, out_dir: Path) -> dict[str, Any] 
     return marker
 
 
+@dataclass
+class _ShardRead:
+    """One shard's records, read and preprocessed: per written record (record, its rows, its
+    windows, its labels outside class_names), the quarantined ones with their reasons, and what the
+    shard's marker counts."""
+
+    written: list[tuple[Record, list[dict[str, Any]], np.ndarray, Counter]] = field(default_factory=list)
+    quarantine: list[dict[str, str]] = field(default_factory=list)
+    notes: Counter = field(default_factory=Counter)
+    unrecognised: Counter = field(default_factory=Counter)   # codes no table of the reader knows, per record read
+    t_read: float = 0.0
+    t_prep: float = 0.0
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [r for _, rs, _, _ in self.written for r in rs]
+
+
+def _read_shard(refs: list[dict[str, Any]], source: Any, cfg: PreprocessConfig, class_names: tuple[str, ...],
+                ratios: tuple[float, ...]) -> _ShardRead:
+    """Read and preprocess every record of a shard; a record that fails is quarantined with the
+    reason (a RecordError's, or "unreadable" naming the exception), never dropped silently."""
+    read = _ShardRead()
+    for r in refs:
+        ref = RecordRef(**r)
+        t0 = t1 = time.perf_counter()
+        try:
+            record = source.read(ref)
+            t1 = time.perf_counter()
+            read.unrecognised.update(record.meta.get("unrecognised_codes", ()))
+            for quirk in record.meta.get("header_quirks", ()):
+                read.notes[f"header corrected: {quirk.split(' (')[0]}"] += 1
+            check_task_label(record, class_names)
+            windows = preprocess_record(record, cfg)
+        except RecordError as e:
+            read.unrecognised.update(e.unrecognised_codes)
+            read.quarantine.append({"record_id": ref.record_id, "path": e.path or ref.path, "reason": e.reason})
+            continue
+        except Exception as e:  # a reader bug or a file format it did not foresee: still quarantined
+            read.quarantine.append({"record_id": ref.record_id, "path": ref.path,
+                                    "reason": f"unreadable ({type(e).__name__}: {e})"})
+            continue
+        read.t_read += t1 - t0
+        read.t_prep += time.perf_counter() - t1
+        for lead in record.meta.get("dropped_leads", ()):
+            read.notes[f"dropped extra lead {lead}"] += 1
+        new_rows, out_labels = record_rows(record, windows, class_names, ratios)
+        read.written.append((record, new_rows, windows, out_labels))
+    return read
+
+
+def _exclude_downstream(read: _ShardRead, table: pa.Table, cfg: PreprocessConfig, settings: dict[str, Any],
+                        exclude: Sequence[Downstream]) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """Records the leakage guard matches to a downstream val/test record: out of `table` and
+    `read.written`, into `read.quarantine` with the reason -> (the table, what was excluded)."""
+    found = excluded_records(table, (len(cfg.leads), cfg.window_samples), settings["signal_dtype"], exclude)
+    if not found:
+        return table, []
+    excluded = []
+    table = table.filter(pa.array([rid not in found for rid in table.column("record_id").to_pylist()]))
+    for record, _, windows, _ in read.written:
+        if record.record_id in found:
+            x = found[record.record_id]
+            read.quarantine.append({"record_id": record.record_id, "path": record.path, "reason": x.reason})
+            excluded.append({"record_id": record.record_id, "windows": len(windows), "downstream": list(x.downstream)})
+    read.written = [w for w in read.written if w[0].record_id not in found]
+    return table, excluded
+
+
+def _write_split_files(out: Path, shard: int, table: pa.Table, rows: list[dict[str, Any]],
+                       padded: list[bool]) -> list[dict[str, Any]]:
+    """The shard's rows as one Parquet file per split -> the marker's file entries (path, rows,
+    records, patients, classes, padded windows, sha256)."""
+    files = []
+    split_col = np.array([r["split"] for r in rows])
+    for split in SPLITS:
+        idx = np.flatnonzero(split_col == split)
+        if idx.size == 0:
+            continue
+        rel = f"{split}/shard-{shard:05d}.parquet"
+        files.append({"path": rel, "split": split, "rows": int(idx.size),
+                      "records": len({rows[i]["record_id"] for i in idx}),
+                      "patients": sorted({rows[i]["patient_id"] for i in idx}),
+                      "classes": dict(Counter(c for i in idx for c in rows[i]["labels"])),
+                      "padded": int(sum(padded[i] for i in idx)),
+                      "sha256": write_parquet(table.take(idx), out / rel)})
+    return files
+
+
 def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any],
                   out_dir: str, exclude: Sequence[Downstream] = ()) -> dict[str, Any]:
     """Ray Data map fn: item {"shard": i, "refs": json list of RecordRef dicts} -> {"marker": json}.
@@ -128,89 +217,31 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
     cfg = PreprocessConfig(**{k: tuple(v) if isinstance(v, list) else v
                               for k, v in settings["preprocess"].items()})
     class_names = tuple(settings["class_names"])
-    ratios = tuple(settings["split_ratios"])
-    # per record read: (record, its rows, its windows, its labels outside class_names)
-    written: list[tuple[Record, list[dict[str, Any]], np.ndarray, Counter]] = []
-    quarantine: list[dict[str, str]] = []
-    outside: Counter = Counter()
-    notes: Counter = Counter()
-    unrecognised: Counter = Counter()   # diagnosis codes no table of the reader knows, per record read
-    fallbacks = 0                       # written records without a patient id
-    t_read = t_prep = 0.0
-    for r in refs:
-        ref = RecordRef(**r)
-        t0 = t1 = time.perf_counter()
-        try:
-            record = source.read(ref)
-            t1 = time.perf_counter()
-            unrecognised.update(record.meta.get("unrecognised_codes", ()))
-            for quirk in record.meta.get("header_quirks", ()):
-                notes[f"header corrected: {quirk.split(' (')[0]}"] += 1
-            check_task_label(record, class_names)
-            windows = preprocess_record(record, cfg)
-        except RecordError as e:
-            unrecognised.update(e.unrecognised_codes)
-            quarantine.append({"record_id": ref.record_id, "path": e.path or ref.path, "reason": e.reason})
-            continue
-        except Exception as e:  # a reader bug or a file format it did not foresee: still quarantined
-            quarantine.append({"record_id": ref.record_id, "path": ref.path,
-                               "reason": f"unreadable ({type(e).__name__}: {e})"})
-            continue
-        t_read += t1 - t0
-        t_prep += time.perf_counter() - t1
-        for lead in record.meta.get("dropped_leads", ()):
-            notes[f"dropped extra lead {lead}"] += 1
-        new_rows, out_labels = record_rows(record, windows, class_names, ratios)
-        written.append((record, new_rows, windows, out_labels))
-
+    read = _read_shard(refs, source, cfg, class_names, tuple(settings["split_ratios"]))
     t0 = time.perf_counter()
-    table = windows_table([r for _, rs, _, _ in written for r in rs],
-                          np.concatenate([w for _, _, w, _ in written])) if written else None
+    table = windows_table(read.rows(), np.concatenate([w for _, _, w, _ in read.written])) if read.written else None
     t_table = time.perf_counter() - t0
     t0 = time.perf_counter()
     excluded: list[dict[str, Any]] = []     # records matched to a downstream val/test record: not written
     if exclude and table is not None:
-        found = excluded_records(table, (len(cfg.leads), cfg.window_samples), settings["signal_dtype"], exclude)
-        if found:
-            keep = [rid not in found for rid in table.column("record_id").to_pylist()]
-            table = table.filter(pa.array(keep))
-            for record, _, windows, _ in written:
-                if record.record_id in found:
-                    x = found[record.record_id]
-                    quarantine.append({"record_id": record.record_id, "path": record.path, "reason": x.reason})
-                    excluded.append({"record_id": record.record_id, "windows": len(windows),
-                                     "downstream": list(x.downstream)})
-            written = [w for w in written if w[0].record_id not in found]
+        table, excluded = _exclude_downstream(read, table, cfg, settings, exclude)
     t_exclude = time.perf_counter() - t0
-    rows = [r for _, rs, _, _ in written for r in rs]
+    rows = read.rows()
     # A short record's window ends in NaN padding on every lead (coreecg.data.preprocess.PAD):
     # counted per shard file, so training knows on the host whether a split holds any.
-    padded = [bool(np.isnan(w[0, -1])) for _, _, ws, _ in written for w in ws]
-    for record, new_rows, _, out_labels in written:
+    padded = [bool(np.isnan(w[0, -1])) for _, _, ws, _ in read.written for w in ws]
+    outside: Counter = Counter()
+    fallbacks = 0                       # written records without a patient id
+    for record, new_rows, _, out_labels in read.written:
         outside.update(out_labels)
         fallbacks += new_rows[0]["patient_id"] == patient_key(None, record.record_id)
-
     t0 = time.perf_counter()
-    files = []
-    if rows:
-        split_col = np.array([r["split"] for r in rows])
-        for split in SPLITS:
-            idx = np.flatnonzero(split_col == split)
-            if idx.size == 0:
-                continue
-            rel = f"{split}/shard-{shard:05d}.parquet"
-            part = table.take(idx)
-            files.append({"path": rel, "split": split, "rows": int(idx.size),
-                          "records": len({rows[i]["record_id"] for i in idx}),
-                          "patients": sorted({rows[i]["patient_id"] for i in idx}),
-                          "classes": dict(Counter(c for i in idx for c in rows[i]["labels"])),
-                          "padded": int(sum(padded[i] for i in idx)),
-                          "sha256": write_parquet(part, out / rel)})
-    marker = {"shard": shard, "key": key, "files": files, "quarantine": quarantine,
+    files = _write_split_files(out, shard, table, rows, padded) if rows else []
+    marker = {"shard": shard, "key": key, "files": files, "quarantine": read.quarantine,
               "records_in": len(refs), "records_written": len({r["record_id"] for r in rows}),
-              "labels_outside_class_names": dict(outside), "notes": dict(notes),
-              "unrecognised_codes": dict(unrecognised), "patient_id_fallbacks": fallbacks,
-              "seconds": {"read": t_read, "preprocess": t_prep, "write": t_table + time.perf_counter() - t0}}
+              "labels_outside_class_names": dict(outside), "notes": dict(read.notes),
+              "unrecognised_codes": dict(read.unrecognised), "patient_id_fallbacks": fallbacks,
+              "seconds": {"read": read.t_read, "preprocess": read.t_prep, "write": t_table + time.perf_counter() - t0}}
     if exclude:
         marker["excluded"] = excluded
         marker["seconds"]["exclude"] = t_exclude

@@ -135,3 +135,18 @@ def test_an_opened_corpus_reads_as_its_path(corpora, tmp_path, monkeypatch):
     shard = load_manifest(copy)["shards"][0]["path"]
     (copy / shard).write_bytes((copy / shard).read_bytes() + b"x")
     assert verify_corpus(copy) == [shard] and isinstance(open_corpus(copy), OpenCorpus)
+
+
+def test_a_fine_tuning_plan_reads_its_corpus_manifest_once(tmp_path, monkeypatch):
+    """plan_finetune opens its corpus once (it read the manifest 4 times at 60eda33: the planner,
+    the split reader of train, val and test) and hands the opened corpus to the run plan."""
+    from coreecg.train.finetune_plan import plan_finetune
+
+    corpus = build_synthetic(tmp_path / "labelled", 96, 1)
+    cfg = tiny_config(f"data.corpus={corpus}", "finetune.mode=scratch", "finetune.batch_size=4",
+                      "train.num_workers=1", "train.use_gpu=false", f"train.storage_path={tmp_path / 'runs'}")
+    reads = Reads(monkeypatch)
+    plan = plan_finetune(cfg)
+    monkeypatch.undo()
+    assert dict(reads.manifests) == {(corpus / MANIFEST).resolve(): 1}
+    assert plan.corpus == corpus and plan.open(corpus).path == corpus     # the opened one, kept by the plan

@@ -16,7 +16,7 @@ import numpy as np
 
 from coreecg.checkpoints import CheckpointError
 from coreecg.config import Config, FinetuneConfig, ModelConfig, PreprocessConfig
-from coreecg.data.corpus import load_manifest
+from coreecg.data.corpus import open_corpus
 from coreecg.data.sources import dataset_key
 from coreecg.data.leads import LEAD_SETS, LeadSetError, parse_lead_set
 from coreecg.data.reading import META_COLUMNS, read_split
@@ -77,8 +77,8 @@ def plan_finetune(config: Config) -> RunPlan:
     from coreecg.data.subsets import subset_summary
 
     config = with_devices(config)       # train.use_gpu/num_workers=auto not resolved by a job (plan_run): here
-    corpus = training_corpus(config)
-    manifest = load_manifest(corpus)
+    corpus = open_corpus(training_corpus(config))      # its manifest read once, from here to the ingest
+    manifest = corpus.manifest
     names = list(manifest["class_names"])
     if not names:
         raise FinetuneError(f"{corpus}: the corpus has no labels (class_names is empty); fine-tuning needs a "

@@ -352,7 +352,8 @@ def find_devices(join: bool = True) -> Devices:
         try:
             return _cluster_devices()
         except Exception as e:               # noqa: BLE001 - a client that lost its cluster: this machine's
-            log.debug("the Ray cluster's resources could not be read (%s): counting this machine's GPUs", e)
+            log.warning("the Ray cluster's resources could not be read (%s: %s): counting this machine's GPUs "
+                        "instead", type(e).__name__, e)
     return _local_devices()
 
 

@@ -124,3 +124,19 @@ def tiny_models(root, classes=("NORM", "MI", "STTC"), multilabel: bool = False) 
     save_checkpoint(root / "ft" / "best.pt", clf.state_dict(), fcfg, task="finetune", epoch=0, step=1,
                     class_names=list(classes), multilabel=multilabel)
     return {"encoder": root / "pre", "classifier": root / "ft" / "best.pt"}
+
+
+def build_synthetic(out, records: int, seed: int, *extra: str):
+    """A synthetic corpus of `records` records at `out` (16 records a shard), built in this process
+    (no Ray cluster: the shards run here, one by one) -> out."""
+    import pytest
+    import ray.data
+
+    from coreecg.data.pipeline import build_corpus
+
+    cfg = load_config(overrides=["data.shard_records=16", f"data.sources.synthetic.seed={seed}", *extra]).data
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ray.data, "from_items", lambda items, **_: InProcessDataset(items))
+        build_corpus("synthetic", None, out, cfg, source_options=cfg.sources.for_source("synthetic", records),
+                     log_warnings=False)
+    return out

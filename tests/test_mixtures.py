@@ -16,20 +16,7 @@ import pytest
 
 from coreecg.config import ConfigError, load_config
 from coreecg.train.mixture import MixtureError, corpus_counts, mixture_files, quotas, resolve_mixture
-from tests.helpers import InProcessDataset, tiny_config
-
-
-def build_synthetic(out: Path, records: int, seed: int, *extra: str) -> Path:
-    import ray.data
-
-    from coreecg.data.pipeline import build_corpus
-
-    cfg = load_config(overrides=["data.shard_records=16", f"data.sources.synthetic_seed={seed}", *extra]).data
-    with pytest.MonkeyPatch.context() as mp:          # no cluster: the shards run here, one by one
-        mp.setattr(ray.data, "from_items", lambda items, **_: InProcessDataset(items))
-        build_corpus("synthetic", None, out, cfg, source_options=cfg.sources.for_source("synthetic", records),
-                     log_warnings=False)
-    return out
+from tests.helpers import build_synthetic, tiny_config
 
 
 @pytest.fixture(scope="module")

@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("COREECG_SHARED_DATA", REPO.parent / "shared" / "ecg-data"))
 # tests/helpers.TINY: the model of the fast tests, for --quick runs (tests/ is not a package here).
 TINY = ["model.embed_dim=32", "model.depth=2", "model.num_heads=2",
-        "model.time_decoder_dim=32", "model.time_decoder_depth=2", "model.time_decoder_heads=2",
-        "model.latent_decoder_dim=32", "model.latent_decoder_depth=1", "model.latent_decoder_heads=2",
-        "model.proj_hidden_dim=64", "model.proj_dim=32"]
+        "methods.core.time_decoder.dim=32", "methods.core.time_decoder.depth=2", "methods.core.time_decoder.heads=2",
+        "methods.core.latent_decoder.dim=32", "methods.core.latent_decoder.depth=1", "methods.core.latent_decoder.heads=2",
+        "methods.core.projection.hidden_dim=64", "methods.core.projection.dim=32"]
 
 
 # ---------------------------------------------------------------------------- command line and output
@@ -170,7 +170,8 @@ def pretrain_flops_per_sample(cfg) -> dict[str, float]:
     """
     if cfg.pretrain.method != "core":
         return _baseline_flops(cfg)
-    m, k = cfg.model, cfg.masking
+    m, o = cfg.model, cfg.methods.core
+    k, td, ld, pj = o.masking, o.time_decoder, o.latent_decoder, o.projection
     C, N, P = m.n_leads, m.n_patches, m.patch_size
     grid = C * N
     if k.strategy == "stdm":
@@ -183,21 +184,19 @@ def pretrain_flops_per_sample(cfg) -> dict[str, float]:
         visible = N * (C - round(k.ratio * C))
     patch = 2 * grid * P * m.embed_dim
     parts = {"student_encoder": patch + transformer_flops(visible, m.embed_dim, m.depth, m.mlp_ratio)}
-    if cfg.loss.alpha > 0:
-        parts["time_decoder"] = (2 * visible * m.embed_dim * m.time_decoder_dim
-                                 + decoder_flops(m.time_decoder_layout, C, N, m.time_decoder_dim,
-                                                 m.time_decoder_depth, m.mlp_ratio)
-                                 + 2 * grid * m.time_decoder_dim * P)
-    if cfg.loss.beta > 0:
-        proj = 2 * (m.embed_dim * m.proj_hidden_dim + m.proj_hidden_dim * m.proj_dim)
-        parts["latent_decoder"] = (2 * visible * m.embed_dim * m.latent_decoder_dim
-                                   + decoder_flops(m.latent_decoder_layout, C, N, m.latent_decoder_dim,
-                                                   m.latent_decoder_depth, m.mlp_ratio)
+    if o.loss.alpha > 0:
+        parts["time_decoder"] = (2 * visible * m.embed_dim * td.dim
+                                 + decoder_flops(td.layout, C, N, td.dim, td.depth, m.mlp_ratio)
+                                 + 2 * grid * td.dim * P)
+    if o.loss.beta > 0:
+        proj = 2 * (m.embed_dim * pj.hidden_dim + pj.hidden_dim * pj.dim)
+        parts["latent_decoder"] = (2 * visible * m.embed_dim * ld.dim
+                                   + decoder_flops(ld.layout, C, N, ld.dim, ld.depth, m.mlp_ratio)
                                    + proj)
         parts["teacher"] = patch + transformer_flops(grid, m.embed_dim, m.depth, m.mlp_ratio) + proj
     forward = sum(parts.values())
     teacher = parts.get("teacher", 0.0)
-    teacher_factor = 2 if (cfg.augment.fda and cfg.augment.learnable) else 1
+    teacher_factor = 2 if (o.fda.enabled and o.fda.learnable) else 1
     train = 3 * (forward - teacher) + teacher_factor * teacher
     return {**{f"forward_{k}": v for k, v in parts.items()}, "forward": forward, "train_step": train}
 

@@ -62,7 +62,7 @@ from coreecg.config import load_config
 VARIANTS = {
     "core": [],
     "core_ckpt": ["train.activation_checkpointing=true"],
-    "mae": ["masking.strategy=random", "masking.ratio=0.75", "loss.beta=0", "model.time_decoder_layout=joint"],
+    "mae": ["methods.core.masking.strategy=random", "methods.core.masking.ratio=0.75", "methods.core.loss.beta=0", "methods.core.time_decoder.layout=joint"],
     "moco_v3": ["pretrain.method=moco_v3"],
     "cmsc": ["pretrain.method=cmsc"],
 }
@@ -194,7 +194,7 @@ def run_variant(args) -> dict:
     from coreecg.train.step import PretrainStep, Schedule
 
     device = torch.device(args.device)
-    cfg = load_config(args.config, [f"train.precision={args.precision}", f"masking.mode={args.mode}",
+    cfg = load_config(args.config, [f"train.precision={args.precision}", f"methods.core.masking.mode={args.mode}",
                                     *VARIANTS[args.variant], *args.set])
     torch.manual_seed(0)
     model = build_method(cfg).to(device)

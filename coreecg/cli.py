@@ -128,7 +128,7 @@ def job_parser(doc: str, *, config: bool = True, default_config: str | Path | No
                        help="YAML config layered over the paper defaults (coreecg/config.py)"
                        + ("" if default_config else "; none: the paper defaults"))
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
-                       help="override one config value (repeatable), e.g. --set masking.p_time=0.6")
+                       help="override one config value (repeatable), e.g. --set methods.core.masking.p_time=0.6")
         p.add_argument("--print-config", action="store_true",
                        help="print the resolved config (defaults < --config < --set < flags) as YAML and exit; "
                             "the job's required arguments are not needed")

@@ -172,13 +172,15 @@ def flat_params(config) -> dict[str, Any]:
     return out
 
 
-# The knobs a pretraining table compares (TensorBoard's HParams view shows these columns).
-HPARAM_KEYS = ("pretrain.method", "train.variant", "masking.strategy", "masking.p_time", "masking.p_lead",
-               "masking.k", "loss.alpha", "loss.beta", "loss.tau", "augment.fda", "optim.lr", "optim.batch_size",
-               "optim.epochs", "optim.warmup_epochs", "model.embed_dim", "model.depth", "model.time_decoder_depth",
-               "model.latent_decoder_depth", "data.corpus", "train.seed", "train.num_workers")
+# The knobs a pretraining table compares (TensorBoard's HParams view shows these columns), and
+# every scalar of the training method's own section (methods.<name>.*: CoRe-ECG's masking rates,
+# loss weights, decoder depths, ...).
+HPARAM_KEYS = ("pretrain.method", "train.variant", "optim.lr", "optim.batch_size", "optim.epochs",
+               "optim.warmup_epochs", "model.embed_dim", "model.depth", "data.corpus", "train.seed",
+               "train.num_workers")
 
 
 def hparams(config) -> dict[str, Any]:
     flat = flat_params(config)
-    return {k: flat[k] for k in HPARAM_KEYS if k in flat}
+    own = f"methods.{config.pretrain.method}."
+    return {**{k: flat[k] for k in HPARAM_KEYS if k in flat}, **{k: v for k, v in flat.items() if k.startswith(own)}}

@@ -3,7 +3,7 @@
     python -m experiments.decoder_layout                    # quickstart model, both datasets, CoRe + rec-only
     python -m experiments.decoder_layout --layouts axial,lead --objectives core --data synthetic
 
-For each layout of the Time Decoder (`model.time_decoder_layout`; `--decoder latent`: the Latent
+For each layout of the Time Decoder (`methods.core.time_decoder.layout`; `--decoder latent`: the Latent
 Decoder's) and each objective, runs the
 shared training loop (`pretrain_local`, one process: the numerics of `jobs/pretrain.py`
 without Ray) on
@@ -84,7 +84,7 @@ def main() -> None:
             for layout in args.layouts.split(","):
                 cfg = load_config(args.config, ["train.num_workers=1", "train.checkpoint_every_steps=0",
                                                 f"model.{args.decoder}_decoder_layout={layout}",
-                                                *(["loss.beta=0"] if objective == "rec" else []),
+                                                *(["methods.core.loss.beta=0"] if objective == "rec" else []),
                                                 f"train.eval_every_epochs={base.optim.epochs if probe else 0}",
                                                 *args.set])
                 run = tmp / f"{data_name}-{objective}-{layout}"

@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     run = result.run_dir
     m = result.metrics
     board = _refresh_leaderboard(run.parent)
-    shown = (*cfg.method.cls.reported_losses, "probe_auroc", "probe_auroc_init")   # the method's loss terms first
+    shown = (*cfg.method.reported_losses, "probe_auroc", "probe_auroc_init")   # the method's loss terms first
     summary = ", ".join(f"{k} {m[k]:.4f}" for k in shown if isinstance(m.get(k), float))
     print(f"\ndone: step {m.get('step')}, {summary}")
     print(speed_line(run_speed(run, command_started())))

@@ -3,9 +3,9 @@ from coreecg.config import load_config
 
 TINY = [
     "model.embed_dim=32", "model.depth=2", "model.num_heads=2",
-    "model.time_decoder_dim=32", "model.time_decoder_depth=2", "model.time_decoder_heads=2",
-    "model.latent_decoder_dim=32", "model.latent_decoder_depth=1", "model.latent_decoder_heads=2",
-    "model.proj_hidden_dim=64", "model.proj_dim=32",
+    "methods.core.time_decoder.dim=32", "methods.core.time_decoder.depth=2", "methods.core.time_decoder.heads=2",
+    "methods.core.latent_decoder.dim=32", "methods.core.latent_decoder.depth=1", "methods.core.latent_decoder.heads=2",
+    "methods.core.projection.hidden_dim=64", "methods.core.projection.dim=32",
 ]
 
 

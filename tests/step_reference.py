@@ -30,11 +30,11 @@ REFERENCE = Path(__file__).parent / "data" / "step_reference.json"
 
 # name -> overrides on top of tests.helpers.TINY (fp32 throughout).
 CASES: dict[str, list[str]] = {
-    "core_bernoulli_axial": ["masking.mode=bernoulli"],
-    "core_exact_joint": ["masking.mode=exact", "model.time_decoder_layout=joint"],
-    "core_lead_layout": ["model.time_decoder_layout=lead", "model.latent_decoder_layout=lead"],
-    "mae_random": ["masking.strategy=random", "loss.beta=0", "model.time_decoder_layout=joint"],
-    "contrastive_only": ["loss.alpha=0", "optim.grad_clip=1.0"],
+    "core_bernoulli_axial": ["methods.core.masking.mode=bernoulli"],
+    "core_exact_joint": ["methods.core.masking.mode=exact", "methods.core.time_decoder.layout=joint"],
+    "core_lead_layout": ["methods.core.time_decoder.layout=lead", "methods.core.latent_decoder.layout=lead"],
+    "mae_random": ["methods.core.masking.strategy=random", "methods.core.loss.beta=0", "methods.core.time_decoder.layout=joint"],
+    "contrastive_only": ["methods.core.loss.alpha=0", "optim.grad_clip=1.0"],
 }
 
 

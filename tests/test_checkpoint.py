@@ -10,7 +10,7 @@ from tests.helpers import tiny_config
 
 
 def test_checkpoint_round_trip_and_load_encoder(tmp_path):
-    cfg = tiny_config("masking.p_time=0.4")
+    cfg = tiny_config("methods.core.masking.p_time=0.4")
     model = CoReECG(cfg).eval()
     path = save_checkpoint(tmp_path / "ckpt.pt", model, cfg, epoch=3)
     payload, back_cfg = load_checkpoint(path)

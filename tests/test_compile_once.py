@@ -28,7 +28,7 @@ def _compilations() -> dict[str, int]:
 
 
 def _losses(mode: str, padded: bool, compiled: bool) -> tuple[list[float], list[dict[str, int]]]:
-    cfg = tiny_config("train.precision=fp32", f"masking.mode={mode}", f"train.compile={str(compiled).lower()}")
+    cfg = tiny_config("train.precision=fp32", f"methods.core.masking.mode={mode}", f"train.compile={str(compiled).lower()}")
     torch.manual_seed(0)
     model = CoReECG(cfg)
     step = PretrainStep(model, cfg, Schedule(STEPS, 1, 0))

@@ -9,11 +9,13 @@ def test_defaults_are_the_papers_values():
     m = c.model
     assert (m.patch_size, m.input_samples, m.n_leads, m.n_patches) == (75, 2250, 12, 30)
     assert (m.depth, m.embed_dim, m.num_heads) == (10, 256, 4)
-    assert (m.latent_decoder_depth, m.latent_decoder_dim, m.latent_decoder_heads) == (8, 256, 4)
-    assert (m.time_decoder_depth, m.time_decoder_dim, m.time_decoder_heads) == (10, 256, 4)
-    k = c.masking
+    o = c.methods.core
+    assert (o.latent_decoder.depth, o.latent_decoder.dim, o.latent_decoder.heads) == (8, 256, 4)
+    assert (o.time_decoder.depth, o.time_decoder.dim, o.time_decoder.heads) == (10, 256, 4)
+    assert (o.ema.momentum, o.ema.momentum_end, o.fda.enabled, o.fda.learnable) == (0.996, 1.0, True, True)
+    k = o.masking
     assert (k.strategy, k.p_time, k.p_lead, k.k) == ("stdm", 0.5, 0.2, 4)
-    assert (c.loss.tau, c.loss.alpha, c.loss.beta) == (0.2, 1.0, 1.0)
+    assert (c.methods.core.loss.tau, c.methods.core.loss.alpha, c.methods.core.loss.beta) == (0.2, 1.0, 1.0)
     o = c.optim
     assert (o.lr, o.weight_decay, o.warmup_epochs, o.epochs, o.batch_size) == (1.5e-4, 0.01, 5.0, 80, 256)
     assert (c.finetune.lr, c.finetune.warmup_epochs, c.finetune.epochs) == (8e-5, 0.0, 80)
@@ -24,21 +26,21 @@ def test_defaults_are_the_papers_values():
 def test_yaml_then_overrides(tmp_path):
     f = tmp_path / "run.yaml"
     f.write_text("masking:\n  p_time: 0.6\n  mode: exact\noptim:\n  lr: 3.0e-4\n")
-    c = load_config(f, overrides=["masking.p_time=0.7", "optim.lr=1e-3", "augment.fda=false",
+    c = load_config(f, overrides=["methods.core.masking.p_time=0.7", "optim.lr=1e-3", "methods.core.fda.enabled=false",
                                   "optim.betas=[0.9, 0.99]"])
-    assert c.masking.p_time == 0.7 and c.masking.mode == "exact"
+    assert c.methods.core.masking.p_time == 0.7 and c.methods.core.masking.mode == "exact"
     assert c.optim.lr == 1e-3 and isinstance(c.optim.lr, float)
-    assert c.augment.fda is False and c.optim.betas == (0.9, 0.99)
+    assert c.methods.core.fda.enabled is False and c.optim.betas == (0.9, 0.99)
 
 
 @pytest.mark.parametrize("override, needle", [
     ("masking.p_tim=0.3", "masking.p_tim"),
     ("modle.depth=3", "modle"),
     ("model.depth=3.5", "model.depth"),
-    ("masking.strategy=checkerboard", "masking.strategy"),
-    ("augment.fda=maybe", "augment.fda"),
-    ("masking.p_time=1.5", "masking.p_time"),
-    ("masking.k=12", "masking.k"),
+    ("methods.core.masking.strategy=checkerboard", "methods.core.masking.strategy"),
+    ("methods.core.fda.enabled=maybe", "methods.core.fda.enabled"),
+    ("methods.core.masking.p_time=1.5", "methods.core.masking: p_time=1.5 must lie in"),
+    ("methods.core.masking.k=12", "methods.core.masking.k"),
     ("model", "a.b=value"),
 ])
 def test_bad_keys_and_values_are_named(override, needle):
@@ -54,7 +56,7 @@ def test_unknown_yaml_key_names_the_file_key(tmp_path):
 
 
 def test_round_trip_through_yaml(tmp_path):
-    c = load_config(overrides=["masking.p_lead=0.3", "train.precision=bf16", "data.preprocess.leads=[I, II]"])
+    c = load_config(overrides=["methods.core.masking.p_lead=0.3", "train.precision=bf16", "data.preprocess.leads=[I, II]"])
     c.to_yaml(tmp_path / "c.yaml")
     back = load_config(tmp_path / "c.yaml")
     assert back == c and isinstance(back, Config)

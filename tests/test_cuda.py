@@ -49,7 +49,7 @@ def test_cuda_checkpointing_lowers_peak_memory():
 
 def _cpu_and_cuda_steps(*overrides: str) -> tuple[dict, dict]:
     """One fp32 step of the same seeded tiny model and host-drawn masks on the CPU and on CUDA,
-    without TF32 (CUDA's default for convolutions). loss.beta=0: the FDA view's noise is drawn on
+    without TF32 (CUDA's default for convolutions). methods.core.loss.beta=0: the FDA view's noise is drawn on
     the batch's device (a CUDA generator seeded from the host one: other numbers than the CPU's),
     so only the reconstruction term is the same function on both devices."""
     out = {}
@@ -58,7 +58,7 @@ def _cpu_and_cuda_steps(*overrides: str) -> tuple[dict, dict]:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
         for device in ("cpu", "cuda"):
-            cfg = tiny_config("train.precision=fp32", "loss.beta=0", *overrides)
+            cfg = tiny_config("train.precision=fp32", "methods.core.loss.beta=0", *overrides)
             torch.manual_seed(0)
             model = CoReECG(cfg).to(device)
             step = PretrainStep(model, cfg, Schedule(10, 2, 0))
@@ -74,7 +74,7 @@ def _cpu_and_cuda_steps(*overrides: str) -> tuple[dict, dict]:
 def test_cuda_fp32_step_matches_the_cpu_step(mode):
     """The same seed and host-drawn masks give the same loss and gradients on either device: the
     device moves no masking randomness and changes no arithmetic beyond float rounding."""
-    cpu, cuda = _cpu_and_cuda_steps(f"masking.mode={mode}")
+    cpu, cuda = _cpu_and_cuda_steps(f"methods.core.masking.mode={mode}")
     assert abs(cpu["loss"] - cuda["loss"]) <= 1e-4 * abs(cpu["loss"]), (cpu["loss"], cuda["loss"])
     assert set(cpu["grads"]) == set(cuda["grads"]) and cpu["grads"]
     for name, g in cpu["grads"].items():
@@ -91,17 +91,17 @@ def test_cuda_bf16_autocast_tracks_fp32():
 
 
 def test_exact_stdm_on_an_unpadded_batch_runs_on_flash_attention():
-    """masking.mode=exact gives every sample as many visible tokens; on a batch known to hold no
+    """methods.core.masking.mode=exact gives every sample as many visible tokens; on a batch known to hold no
     padding (step.unpadded, from the corpus manifest) no attention gets a mask, so the flash kernel
     runs the whole step (bench/pretrain_step.py --sdpa flash). Bernoulli STDM's visible sets differ
     in size: their mask leaves the memory-efficient kernel, which must run it."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    step, x = _step("masking.mode=exact", "train.precision=bf16")
+    step, x = _step("methods.core.masking.mode=exact", "train.precision=bf16")
     step.unpadded = True
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         assert torch.isfinite(step(x, generator=torch.Generator().manual_seed(0))["loss"]).item()
-    step, x = _step("masking.mode=bernoulli", "train.precision=bf16")
+    step, x = _step("methods.core.masking.mode=bernoulli", "train.precision=bf16")
     step.unpadded = True
     with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
         assert torch.isfinite(step(x, generator=torch.Generator().manual_seed(0))["loss"]).item()
@@ -110,7 +110,7 @@ def test_exact_stdm_on_an_unpadded_batch_runs_on_flash_attention():
 def test_compiled_cuda_step_matches_eager():
     losses = {}
     for compiled in (False, True):
-        step, x = _step("train.precision=fp32", "masking.mode=exact", f"train.compile={str(compiled).lower()}")
+        step, x = _step("train.precision=fp32", "methods.core.masking.mode=exact", f"train.compile={str(compiled).lower()}")
         gen = torch.Generator().manual_seed(0)
         losses[compiled] = [float(step(x, generator=gen)["loss"]) for _ in range(2)]
     assert losses[True] == pytest.approx(losses[False], rel=1e-3), losses

@@ -43,8 +43,8 @@ def test_axial_single_block_is_a_lead_block():
     # with depth 1 only the within-lead block runs, which is why the config refuses it
     dec = _decoder("axial", depth=1)
     assert len(dec.transformer.blocks) == 1
-    with pytest.raises(ConfigError, match="time_decoder_depth >= 2"):
-        tiny_config("model.time_decoder_depth=1", "model.time_decoder_layout=axial")
+    with pytest.raises(ConfigError, match=r"methods\.core\.time_decoder.*needs depth >= 2"):
+        tiny_config("methods.core.time_decoder.depth=1", "methods.core.time_decoder.layout=axial")
 
 
 def test_fda_band_init_protects_the_band_and_perturbs_little():

@@ -79,7 +79,7 @@ def _pool_worker(rank, world, u_all, v_all):
 def test_one_key_gives_every_contrastive_loss_the_same_pool():
     """gather=True: each of the three losses is its one-rank loss on the global batch;
     gather=False: each rank's loss on its own batch, for all three alike."""
-    assert load_config().loss.gather_negatives is True               # the default: the global batch
+    assert load_config().optim.gather_negatives is True               # the default: the global batch
     g = torch.Generator().manual_seed(5)
     u_all, v_all = torch.randn(8, 6, generator=g), torch.randn(8, 6, generator=g)
     results = run_on_ranks(_pool_worker, u_all, v_all)
@@ -99,14 +99,14 @@ def test_one_key_gives_every_contrastive_loss_the_same_pool():
                                              ("cmsc", "cmsc_contrastive")])
 @pytest.mark.parametrize("gather", [True, False])
 def test_every_contrastive_method_reads_the_one_pool_key(monkeypatch, method, loss_fn, gather):
-    """CoRe-ECG, MoCo v3 and CMSC pass loss.gather_negatives to their loss, and nothing else."""
+    """CoRe-ECG, MoCo v3 and CMSC pass optim.gather_negatives to their loss, and nothing else."""
     import importlib
 
     from coreecg.methods import build_method
     from tests.helpers import tiny_config
 
-    module = importlib.import_module({"core": "coreecg.methods.core_ecg.method", "moco_v3": "coreecg.methods.moco_v3",
-                                      "cmsc": "coreecg.methods.cmsc"}[method])
+    module = importlib.import_module({"core": "coreecg.methods.core_ecg.method", "moco_v3": "coreecg.methods.moco_v3.method",
+                                      "cmsc": "coreecg.methods.cmsc.method"}[method])
     real, seen = getattr(module, loss_fn), []
 
     def spy(*args, **kwargs):
@@ -114,7 +114,7 @@ def test_every_contrastive_method_reads_the_one_pool_key(monkeypatch, method, lo
         return real(*args, **kwargs)
 
     monkeypatch.setattr(module, loss_fn, spy)
-    cfg = tiny_config(f"pretrain.method={method}", f"loss.gather_negatives={str(gather).lower()}",
+    cfg = tiny_config(f"pretrain.method={method}", f"optim.gather_negatives={str(gather).lower()}",
                       "methods.moco_v3.hidden_dim=64", "methods.moco_v3.dim=16", "methods.cmsc.dim=16")
     build_method(cfg)(torch.randn(4, 12, 2250), torch.Generator().manual_seed(0))
     assert seen and all(s is gather for s in seen)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coreecg.config import LossConfig
+from coreecg.config import OptimConfig
 from coreecg.eval.fairness import FINETUNING, PRETRAINING, Allowance, Entry, UnfairTableError, check_table
 from coreecg.study.spec import StudyError, load_study
 from coreecg.tune.spaces import SpaceError, load_space
@@ -25,9 +25,9 @@ def _pre(method: str, *overrides: str, seed: int = 0) -> Entry:
 
 def test_what_defines_a_method_and_what_only_bookkeeps_may_differ():
     entries = [_pre("CoRe-ECG"),
-               _pre("ST-MEM-like", "masking.strategy=random", "loss.beta=0", "train.name=other",
+               _pre("ST-MEM-like", "methods.core.masking.strategy=random", "methods.core.loss.beta=0", "train.name=other",
                     "train.storage_path=/elsewhere", "train.checkpoint_every_steps=7", "data.probe_max_windows=9"),
-               _pre("MoCo V3", "pretrain.method=moco_v3", "methods.moco_v3.dim=16", "augment.fda=false")]
+               _pre("MoCo V3", "pretrain.method=moco_v3", "methods.moco_v3.dim=16", "methods.core.fda.enabled=false")]
     assert check_table("comparison", entries) == []
 
 
@@ -35,12 +35,12 @@ def test_what_defines_a_method_and_what_only_bookkeeps_may_differ():
     ("optim.lr=0.001", "optim.lr"),                       # pretraining budget and optimiser
     ("optim.epochs=3", "optim.epochs"),
     ("model.depth=3", "model.depth"),                     # the encoder
-    (f"loss.gather_negatives={str(not LossConfig().gather_negatives).lower()}", "loss.gather_negatives"),  # negatives
+    (f"optim.gather_negatives={str(not OptimConfig().gather_negatives).lower()}", "optim.gather_negatives"),  # negatives
     ("train.num_workers=4", "train.num_workers"),         # workers x per-worker batch
     ("data.corpus=/other/corpus", "data.corpus"),         # pretraining data
 ])
 def test_an_undeclared_difference_names_the_table_rows_and_key(override, key):
-    entries = [_pre("CoRe-ECG"), _pre("ST-MEM-like", "loss.beta=0"), _pre("MoCo V3", "pretrain.method=moco_v3",
+    entries = [_pre("CoRe-ECG"), _pre("ST-MEM-like", "methods.core.loss.beta=0"), _pre("MoCo V3", "pretrain.method=moco_v3",
                                                                         override)]
     with pytest.raises(UnfairTableError) as err:
         check_table("comparison", entries)
@@ -49,7 +49,7 @@ def test_an_undeclared_difference_names_the_table_rows_and_key(override, key):
 
 
 def test_a_declared_difference_becomes_a_footnote_and_covers_only_its_rows_and_keys():
-    entries = [_pre("CoRe-ECG"), _pre("ST-MEM-like", "loss.beta=0"),
+    entries = [_pre("CoRe-ECG"), _pre("ST-MEM-like", "methods.core.loss.beta=0"),
                _pre("MoCo V3", "pretrain.method=moco_v3", "optim.lr=0.001")]
     allow = [Allowance(("MoCo V3",), ("optim.*",), "MoCo v3's own optimiser settings")]
     (note,) = check_table("comparison", entries, allow)
@@ -75,7 +75,7 @@ def test_fine_tuning_rows_are_compared_cell_by_cell_and_seed_sets_must_agree():
 
 def test_every_run_of_a_row_is_compared_not_only_its_first():
     runs = [_pre("CoRe-ECG", seed=0), _pre("CoRe-ECG", "optim.epochs=3", seed=1),
-            _pre("ST-MEM-like", "loss.beta=0", seed=0), _pre("ST-MEM-like", "loss.beta=0", seed=1)]
+            _pre("ST-MEM-like", "methods.core.loss.beta=0", seed=0), _pre("ST-MEM-like", "methods.core.loss.beta=0", seed=1)]
     with pytest.raises(UnfairTableError, match=r"CoRe-ECG's runs differ among themselves in optim.epochs"):
         check_table("comparison", runs)
     (note,) = check_table("comparison", runs, [Allowance(("CoRe-ECG",), ("optim.epochs",), "a longer rerun")])
@@ -85,8 +85,8 @@ def test_every_run_of_a_row_is_compared_not_only_its_first():
 
 
 def _variants(tmp_path: Path, moco: list[str], allow: list | None = None) -> Path:
-    data = {"variants": {"CoRe-ECG": [], "ST-MEM-like": ["masking.strategy=random", "masking.ratio=0.75",
-                                                          "loss.beta=0"],
+    data = {"variants": {"CoRe-ECG": [], "ST-MEM-like": ["methods.core.masking.strategy=random", "methods.core.masking.ratio=0.75",
+                                                          "methods.core.loss.beta=0"],
                          "MoCo V3": ["pretrain.method=moco_v3", *moco], "Supervised": "scratch"},
             "tables": {"comparison": ["Supervised", "MoCo V3", "ST-MEM-like", "CoRe-ECG"]}}
     if allow is not None:
@@ -127,7 +127,7 @@ def test_a_study_with_an_undeclared_difference_stops_before_ray_and_a_declared_o
 @pytest.mark.parametrize("entry, message", [
     ({"variants": ["MoCo v3"], "keys": ["optim.lr"], "reason": "r"}, "unknown variants"),
     ({"variants": ["MoCo V3"], "keys": ["optim.learning_rate"], "reason": "r"}, "not a config key"),
-    ({"variants": ["MoCo V3"], "keys": ["masking.ratio"], "reason": "r"}, "defines a method"),
+    ({"variants": ["MoCo V3"], "keys": ["methods.core.masking.ratio"], "reason": "r"}, "defines a method"),
     ({"variants": ["MoCo V3"], "keys": ["optim.lr"], "reason": " "}, "must give the reason"),
 ])
 def test_a_bad_allow_entry_names_the_file_and_the_entry(tmp_path, entry, message):
@@ -172,8 +172,8 @@ def test_the_report_refuses_rows_trained_differently_and_footnotes_a_declared_di
 # What defined a method before the methods declared it (7162f21's hard-coded lists): every
 # built-in method's keys must classify exactly as they did.
 _OLD_PREFIXES = ("pretrain.", "methods.", "masking.", "augment.", "model.time_decoder_", "model.latent_decoder_",
-                 "model.proj_", "optim.ema_momentum")
-_OLD_KEYS = {"loss.alpha", "loss.beta", "loss.tau", "train.variant", "finetune.method", "finetune.mode",
+                 "model.proj_", "methods.core.ema.momentum")
+_OLD_KEYS = {"methods.core.loss.alpha", "methods.core.loss.beta", "methods.core.loss.tau", "train.variant", "finetune.method", "finetune.mode",
              "finetune.encoder"}
 
 
@@ -184,7 +184,7 @@ def test_defining_keys_come_from_the_registrations_and_classify_every_key_as_bef
     old = {k: not (k in _OLD_KEYS or k in BOOKKEEPING or k.startswith(_OLD_PREFIXES + BOOKKEEPING_PREFIXES))
            for k in keys}
     assert {k: is_compared(k) for k in keys} == old
-    assert not is_compared("masking.p_time") and not is_compared("model.time_decoder_depth")   # CoRe-ECG's own
+    assert not is_compared("methods.core.masking.p_time") and not is_compared("methods.core.time_decoder.depth")   # CoRe-ECG's own
     assert is_compared("model.depth") and is_compared("optim.lr")
 
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from coreecg.config import MaskingConfig
+from coreecg.methods.core_ecg.options import MaskingOptions
 from coreecg.methods.core_ecg.masking import lead_mask, make_masks, random_token_mask, stdm, temporal_mask
 
 B, C, N = 2000, 12, 30
@@ -87,7 +87,7 @@ def test_ablation_masks():
 
 @pytest.mark.parametrize("strategy", ["stdm", "random", "temporal", "lead"])
 def test_make_masks_dispatch(strategy):
-    cfg = MaskingConfig(strategy=strategy)
+    cfg = MaskingOptions(strategy=strategy)
     v, m, d = make_masks(cfg, 16, C, N, generator=torch.Generator().manual_seed(0))
     _partition(v, m, d)
     assert d.any() == (strategy == "stdm")

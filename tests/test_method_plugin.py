@@ -79,9 +79,15 @@ def test_no_core_file_names_a_method():
 
 
 def test_the_config_reads_built_in_sections_without_importing_the_methods():
+    """The registry is a leaf the config imports plainly; the built-ins' options modules declare
+    them without torch, so a config read imports neither torch nor a method's model."""
     code = ("import sys; from coreecg.config import load_config; "
-            "c = load_config(overrides=['methods.cmsc.dim=8', 'methods.moco_v3.views.crop_min=0.9']); "
-            "assert (c.methods.cmsc.dim, c.methods.moco_v3.views.crop_min) == (8, 0.9); print('ok')")
+            "c = load_config(overrides=['methods.cmsc.dim=8', 'methods.moco_v3.views.crop_min=0.9', "
+            "'methods.core.masking.p_time=0.3']); "
+            "assert (c.methods.cmsc.dim, c.methods.moco_v3.views.crop_min) == (8, 0.9); "
+            "assert c.methods.core.masking.p_time == 0.3 and c.method.reported_losses == ('loss_rec', 'loss_con'); "
+            "leaked = [m for m in sys.modules if m.split('.')[0] == 'torch' or m.endswith('.method')]; "
+            "assert not leaked, leaked; print('ok')")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
 

@@ -63,7 +63,7 @@ def test_fda_weight_learns_and_teacher_has_no_grad():
 
 
 def test_ema_update_after_step():
-    cfg = tiny_config("optim.ema_momentum=0.9", "optim.ema_momentum_end=0.9")
+    cfg = tiny_config("methods.core.ema.momentum=0.9", "methods.core.ema.momentum_end=0.9")
     model = CoReECG(cfg)
     # make teacher differ from student first
     with torch.no_grad():
@@ -81,7 +81,7 @@ def test_tiny_model_overfits_one_batch():
     """Same batch, same masks and FDA noise every step: the total loss must halve in 60 steps."""
     torch.manual_seed(0)
     cfg = tiny_config("optim.lr=3e-3", "optim.warmup_epochs=0", "optim.weight_decay=0.0",
-                      "optim.ema_momentum=0.9", "optim.ema_momentum_end=0.9")
+                      "methods.core.ema.momentum=0.9", "methods.core.ema.momentum_end=0.9")
     model = CoReECG(cfg)
     t = torch.arange(T) / 250.0
     f = torch.linspace(0.5, 3.0, 8)[:, None, None]
@@ -93,9 +93,9 @@ def test_tiny_model_overfits_one_batch():
 
 
 @pytest.mark.parametrize("overrides, built, absent", [
-    (["loss.alpha=0"], ["latent_decoder", "teacher_encoder", "fda"], ["time_decoder"]),
-    (["loss.beta=0"], ["time_decoder"], ["latent_decoder", "teacher_encoder", "projection", "fda"]),
-    (["augment.fda=false"], ["teacher_encoder", "time_decoder"], ["fda"]),
+    (["methods.core.loss.alpha=0"], ["latent_decoder", "teacher_encoder", "fda"], ["time_decoder"]),
+    (["methods.core.loss.beta=0"], ["time_decoder"], ["latent_decoder", "teacher_encoder", "projection", "fda"]),
+    (["methods.core.fda.enabled=false"], ["teacher_encoder", "time_decoder"], ["fda"]),
 ])
 def test_ablations_are_configs(overrides, built, absent):
     model = CoReECG(tiny_config(*overrides))
@@ -105,17 +105,17 @@ def test_ablations_are_configs(overrides, built, absent):
         assert getattr(model, name) is None
     out = model(_x())
     out["loss"].backward()
-    if "loss.alpha=0" in overrides:
+    if "methods.core.loss.alpha=0" in overrides:
         assert "loss_rec" not in out and torch.equal(out["loss"], out["loss_con"])
-    if "loss.beta=0" in overrides:
+    if "methods.core.loss.beta=0" in overrides:
         assert "loss_con" not in out and torch.equal(out["loss"], out["loss_rec"])
-    if "augment.fda=false" in overrides:
+    if "methods.core.fda.enabled=false" in overrides:
         assert out["fda_rel_perturbation"] == 0
 
 
 @pytest.mark.parametrize("strategy, dropped", [("random", 0.0), ("temporal", 0.0), ("lead", 0.0)])
 def test_masking_ablations_run_through_model(strategy, dropped):
-    out = CoReECG(tiny_config(f"masking.strategy={strategy}"))(_x())
+    out = CoReECG(tiny_config(f"methods.core.masking.strategy={strategy}"))(_x())
     assert out["dropped_frac"] == dropped and abs(out["masked_frac"] - 0.75) < 0.06
 
 

@@ -182,7 +182,7 @@ def test_a_sweep_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     cluster.add_node(num_cpus=1, object_store_memory=150 * 2**20)     # back to 4 CPUs
     cluster.wait_for_nodes()
     space = tmp_path / "grid.yaml"
-    space.write_text("grid:\n  masking.p_time: [0.3, 0.5, 0.7]\n  masking.p_lead: [0.2]\n")
+    space.write_text("grid:\n  methods.core.masking.p_time: [0.3, 0.5, 0.7]\n  methods.core.masking.p_lead: [0.2]\n")
     out = tmp_path / "sweep"
     sets = [*TINY, "data.synthetic_records=96", "optim.epochs=4", "data.probe_max_windows=64",
             f"data.cache_dir={cache}", "train.max_failures=2"]
@@ -213,7 +213,7 @@ def test_a_sweep_survives_the_loss_of_a_node(cluster, cache, tmp_path):
 
     figures = out / "report" / "figures" / "mask_rates"
     rows = list(csv.DictReader(open(figures / "probe_results.csv")))
-    assert sorted(float(r["masking.p_time"]) for r in rows) == [0.3, 0.5, 0.7]
+    assert sorted(float(r["methods.core.masking.p_time"]) for r in rows) == [0.3, 0.5, 0.7]
     assert all(r["status"] == "done" and r["epochs"] == "4" for r in rows), rows
     for trial in (out / "runs" / "pretrain").iterdir():
         epochs = [x["epoch"] for x in _lines(trial / "metrics.jsonl") if x.get("kind") == "epoch"]

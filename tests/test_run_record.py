@@ -110,8 +110,8 @@ def test_tensorboard_hparams_hold_the_knobs_and_final_metrics(tracked_run):
     assert scalars["hparam/loss_rec"] == pytest.approx(summary["loss_rec"], rel=1e-5)
     assert "hparam/loss_con" in scalars
     knobs = b"".join(v.metadata.plugin_data.content for v in plugin)
-    assert b"optim.lr" in knobs and b"masking.p_time" in knobs
-    assert hparams(cfg)["optim.lr"] == cfg.optim.lr and hparams(cfg)["masking.p_time"] == cfg.masking.p_time
+    assert b"optim.lr" in knobs and b"methods.core.masking.p_time" in knobs
+    assert hparams(cfg)["optim.lr"] == cfg.optim.lr and hparams(cfg)["methods.core.masking.p_time"] == cfg.methods.core.masking.p_time
 
 
 def test_mlflow_run_holds_the_params_and_every_epoch(tracked_run):

@@ -127,7 +127,7 @@ def test_padding_mask_matches_the_record_and_no_padded_patch_is_visible_or_in_th
     pad = padding_mask(x, P)                                   # (64, 12, 30)
     expect = torch.arange(30) >= REAL // P                     # 23 whole real patches; patch 23 is part padding
     assert torch.equal(pad, expect.expand(64, 12, 30))
-    masking = tiny_config().masking
+    masking = tiny_config().methods.core.masking
     visible, masked, dropped = exclude_padding(make_masks(masking, 64, 12, 30, torch.Generator().manual_seed(1)), pad)
     assert not (visible & pad).any() and not (masked & pad).any() and (dropped | ~pad).all()
     assert torch.equal(visible.int() + masked.int() + dropped.int(), torch.ones(64, 12, 30, dtype=torch.int))

@@ -53,7 +53,7 @@ def test_seeded_step_matches_reference(case, extra):
 
 def test_reference_detects_a_change():
     """The comparison is sharp enough to see a real (small) change: tau 0.2 -> 0.21."""
-    got = fingerprint(CASES["core_bernoulli_axial"] + ["loss.tau=0.21"])
+    got = fingerprint(CASES["core_bernoulli_axial"] + ["methods.core.loss.tau=0.21"])
     want = REF["core_bernoulli_axial"]
     assert _compare("grad", got["grads"], want["grads"], RTOL_GRAD)
     assert not _close(got["outputs"]["loss_con"], want["outputs"]["loss_con"], 1.0)

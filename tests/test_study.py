@@ -21,7 +21,7 @@ def _study(tmp_path: Path, ecg_data: Path, **changes) -> Path:
     data = {
         "name": "smallest",
         "config": str(REPO / "configs" / "quickstart.yaml"),
-        "set": [*TINY, "model.time_decoder_depth=2", "data.synthetic_records=64", "train.num_workers=1",
+        "set": [*TINY, "methods.core.time_decoder.depth=2", "data.synthetic_records=64", "train.num_workers=1",
                 "train.eval_every_epochs=0", "train.figures=false", "report.bootstrap_resamples=50",
                 f"data.cache_dir={tmp_path / 'cache'}"],
         "variants": str(REPO / "tune_spaces" / "ablations.yaml"),
@@ -35,7 +35,7 @@ def _study(tmp_path: Path, ecg_data: Path, **changes) -> Path:
         "mask_rates": {"space": str(tmp_path / "grid.yaml"), "corpora": ["ptbxl"]},
         "report": {"tables": ["comparison", "lead_reduction"], "figures": ["reconstruction", "tsne", "mask_rates"]},
     }
-    (tmp_path / "grid.yaml").write_text("grid:\n  masking.p_time: [0.3, 0.7]\n  masking.p_lead: [0.2]\n")
+    (tmp_path / "grid.yaml").write_text("grid:\n  methods.core.masking.p_time: [0.3, 0.7]\n  methods.core.masking.p_lead: [0.2]\n")
     for key, value in changes.items():
         section, _, field = key.partition("__")
         if field:

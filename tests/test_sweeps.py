@@ -50,19 +50,19 @@ def _epoch_lines(run_dir: Path) -> list[dict]:
 def test_optuna_sweep_writes_results_plot_and_a_usable_best_config(env, tmp_path):
     environ, sets = env
     space = tmp_path / "space.yaml"
-    space.write_text("params:\n  masking.p_time: {type: uniform, low: 0.3, high: 0.7}\n"
-                     "  loss.tau: {type: loguniform, low: 0.1, high: 0.4}\n")
+    space.write_text("params:\n  methods.core.masking.p_time: {type: uniform, low: 0.3, high: 0.7}\n"
+                     "  methods.core.loss.tau: {type: loguniform, low: 0.1, high: 0.4}\n")
     out = tmp_path / "sweep"
     _run("sweep.py", "--space", str(space), "--num-samples", "4", "--output", str(out), *sets, env=environ)
     rows = _rows(out / "results.csv")
     assert len(rows) == 4 and {r["status"] for r in rows} <= {"completed", "stopped_early"}
-    assert all(0.0 <= float(r["probe_auroc"]) <= 1.0 and 0.3 <= float(r["masking.p_time"]) <= 0.7 for r in rows)
-    assert len({r["masking.p_time"] for r in rows}) == 4                     # sampled, not repeated
+    assert all(0.0 <= float(r["probe_auroc"]) <= 1.0 and 0.3 <= float(r["methods.core.masking.p_time"]) <= 0.7 for r in rows)
+    assert len({r["methods.core.masking.p_time"] for r in rows}) == 4                     # sampled, not repeated
     assert (out / "importance.png").read_bytes()[:4] == b"\x89PNG"
     best = max(rows, key=lambda r: float(r["probe_auroc"]))
     cfg = load_config(out / "best_config.yaml")                              # what jobs/pretrain.py --config reads
-    assert cfg.masking.p_time == pytest.approx(float(best["masking.p_time"]), rel=1e-4)
-    assert cfg.loss.tau == pytest.approx(float(best["loss.tau"]), rel=1e-4) and cfg.model.embed_dim == 32
+    assert cfg.methods.core.masking.p_time == pytest.approx(float(best["methods.core.masking.p_time"]), rel=1e-4)
+    assert cfg.methods.core.loss.tau == pytest.approx(float(best["methods.core.loss.tau"]), rel=1e-4) and cfg.model.embed_dim == 32
     for r in rows:                                                           # every trial logs to TensorBoard
         assert any((Path(r["run_dir"]) / "tensorboard").iterdir())
         assert all("probe_auroc" in e for e in _epoch_lines(Path(r["run_dir"])))
@@ -71,7 +71,7 @@ def test_optuna_sweep_writes_results_plot_and_a_usable_best_config(env, tmp_path
 def test_mask_rate_grid_records_a_failing_trial_and_goes_on(env, tmp_path):
     environ, sets = env
     space = tmp_path / "grid.yaml"
-    space.write_text("grid:\n  masking.p_time: [0.3, 0.6]\n  optim.batch_size: [32, 4096]\n")
+    space.write_text("grid:\n  methods.core.masking.p_time: [0.3, 0.6]\n  optim.batch_size: [32, 4096]\n")
     out = tmp_path / "grid"
     corpus = _synthetic(env)              # labelled: every finished cell's encoder is fine-tuned on it
     # A bad cell fails the same way on every retry (train.max_failures, for lost processes and nodes:
@@ -92,7 +92,7 @@ def test_mask_rate_grid_records_a_failing_trial_and_goes_on(env, tmp_path):
     assert (figures / "heatmap.png").stat().st_size > 5_000
     # --finetune: the finished cells' encoders fine-tuned, the paper's per-dataset F1 and AUROC heatmaps.
     ft = _rows(figures / "finetune_results.csv")
-    assert sorted(r["masking.p_time"] for r in ft if r["status"] == "done") == ["0.3", "0.6"]
+    assert sorted(r["methods.core.masking.p_time"] for r in ft if r["status"] == "done") == ["0.3", "0.6"]
     assert all(0 <= float(r["auroc"]) <= 1 and r["dataset"] == "synthetic" for r in ft if r["status"] == "done")
     for metric in ("f1", "auroc"):
         assert (figures / f"heatmap_synthetic_{metric}.png").stat().st_size > 5_000
@@ -104,7 +104,7 @@ def test_mask_rate_grid_records_a_failing_trial_and_goes_on(env, tmp_path):
 def test_a_killed_sweep_resumes_without_rerunning_finished_trials(env, tmp_path):
     environ, sets = env
     space = tmp_path / "grid.yaml"
-    space.write_text("grid:\n  masking.p_time: [0.3, 0.5, 0.7]\n  masking.p_lead: [0.2]\n")
+    space.write_text("grid:\n  methods.core.masking.p_time: [0.3, 0.5, 0.7]\n  methods.core.masking.p_lead: [0.2]\n")
     out = tmp_path / "resume"
     args = [sys.executable, "jobs/sweep_mask_rates.py", "--space", str(space), "--output", str(out),
             "--concurrency", "1", *sets]
@@ -164,7 +164,7 @@ def _synthetic(env) -> Path:
 def test_multi_worker_trials_run_train_inside_tune(env, tmp_path):
     environ, sets = env
     space = tmp_path / "grid.yaml"
-    space.write_text("grid:\n  masking.p_time: [0.5]\n  masking.p_lead: [0.2]\n")
+    space.write_text("grid:\n  methods.core.masking.p_time: [0.5]\n  methods.core.masking.p_lead: [0.2]\n")
     out = tmp_path / "ddp"
     _run("sweep_mask_rates.py", "--space", str(space), "--output", str(out), "--set", "train.num_workers=2",
          *sets, env=environ)

@@ -153,7 +153,7 @@ def test_every_trial_of_a_sweep_is_one_tracked_run_in_the_sweeps_group(ray_sessi
             "train.num_workers=1",                     # each trial trains in its own process (no Train group)
             f"train.tracking={backend}", "train.tracking_experiment=tests"]
     grid = run_sweep(SweepSettings(output=out, config_file=None, base=sets, concurrency=2),
-                     {"masking.p_time": tune.grid_search([0.4, 0.6])})
+                     {"methods.core.masking.p_time": tune.grid_search([0.4, 0.6])})
     assert not grid.errors
     trials = sorted(p for p in (out / "trials").iterdir() if (p / "done.json").is_file())
     assert len(trials) == 2
@@ -165,7 +165,7 @@ def test_every_trial_of_a_sweep_is_one_tracked_run_in_the_sweeps_group(ray_sessi
         assert sorted(r.info.run_name for r in runs) == [t.name for t in trials]
         assert {r.data.tags["coreecg.group"] for r in runs} == {"mask-sweep"}
         assert {r.data.tags["coreecg.task"] for r in runs} == {"pretrain"}
-        assert sorted(float(r.data.params["masking.p_time"]) for r in runs) == [0.4, 0.6]
+        assert sorted(float(r.data.params["methods.core.masking.p_time"]) for r in runs) == [0.4, 0.6]
         for r in runs:
             (epoch,) = _epochs(Path(r.data.tags["coreecg.run_dir"]))
             (h,) = client.get_metric_history(r.info.run_id, "probe_auroc")
@@ -179,5 +179,5 @@ def test_every_trial_of_a_sweep_is_one_tracked_run_in_the_sweeps_group(ray_sessi
             assert (run.display_name, run.run_group, run.job_type) == (trial.name, "mask-sweep", "pretrain")
             (epoch,) = _epochs(trial)
             assert _history(records, "probe_auroc") == [(epoch["step"], pytest.approx(epoch["probe_auroc"]))]
-            p_times.append(_config(records)["masking.p_time"])
+            p_times.append(_config(records)["methods.core.masking.p_time"])
         assert sorted(p_times) == [0.4, 0.6]

@@ -26,7 +26,7 @@ def _sweep(out: Path, sets: list[str]) -> None:
     from coreecg.tune.sweep import SweepSettings, run_sweep
 
     run_sweep(SweepSettings(output=out, config_file=None, base=sets, concurrency=1),
-              {"masking.p_time": tune.grid_search([0.5])})
+              {"methods.core.masking.p_time": tune.grid_search([0.5])})
 
 
 def _study(out: Path, sets: list[str]) -> None:
@@ -35,7 +35,7 @@ def _study(out: Path, sets: list[str]) -> None:
     from coreecg.study.runner import run_phase
 
     corpus = training_corpus(load_config(overrides=sets))
-    run_phase(out, "pretrain", None, [("core-ecg-s0", [*sets, f"data.corpus={corpus}", "masking.p_time=0.5",
+    run_phase(out, "pretrain", None, [("core-ecg-s0", [*sets, f"data.corpus={corpus}", "methods.core.masking.p_time=0.5",
                                                        "train.eval_every_epochs=1"])], concurrency=1)
 
 

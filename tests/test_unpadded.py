@@ -82,7 +82,7 @@ def test_a_seeded_step_is_the_same_with_or_without_the_mask(mode):
     x = torch.randn(4, 12, 2250, generator=torch.Generator().manual_seed(3))
     results = {}
     for flag in (False, True):
-        cfg = tiny_config("train.precision=fp32", f"masking.mode={mode}")
+        cfg = tiny_config("train.precision=fp32", f"methods.core.masking.mode={mode}")
         torch.manual_seed(0)
         model = CoReECG(cfg)
         step = PretrainStep(model, cfg, Schedule(10, 2, 0))

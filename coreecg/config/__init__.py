@@ -5,22 +5,23 @@ Preprocessing). Layers on top, in order: a YAML file, then `--set a.b=c` overrid
 by the typed loader (`coreecg.typed`): unknown keys and wrongly typed values are errors that
 name the file (or "overrides") and the dotted key.
 
-    cfg = load_config("run.yaml", overrides=["masking.p_time=0.6", "optim.lr=3e-4"])
+    cfg = load_config("run.yaml", overrides=["methods.core.masking.p_time=0.6", "optim.lr=3e-4"])
     cfg.to_yaml("out/config.yaml")
 
-A pretraining method's own section (`methods.<name>`), its checks and its structural keys are
-declared in its module and registered with `coreecg.methods.register_method`; this package
-holds the registry (`METHODS`) and names no method (docs/methods.md). A data source's section
+A pretraining method's own section (`methods.<name>`: CoRe-ECG's masking, FDA, losses, decoders
+and EMA among them), its checks and its structural keys are declared with the method
+(`coreecg.methods.registry`, a leaf this package reads); this package names no method
+(docs/methods.md). A data source's section
 (`data.sources.<name>`) is declared beside its reader with `coreecg.data.sources.register_source`
 and read through that registry; this package names no source (docs/data_sources.md).
 
     base        ConfigError, STANDARD_LEADS
     plugins     import_plugins: the modules `plugins` and `pretrain.plugins` name, imported first
     data        data.preprocess, the open data.sources section, data
-    sections    model, masking, augment, loss, optim, train
+    sections    model, optim, train
     downstream  finetune, report
-    methods     the method registry (MethodSpec, METHODS), pretrain, the open methods section
-    schema      Config: the sections together, checks across them, to_dict / to_yaml; register_method_spec
+    methods     pretrain, the open methods section (the registry: coreecg.methods.registry)
+    schema      Config: the sections together, checks across them, to_dict / to_yaml
     loading     load_config, apply_overrides, config_from_dict (moved keys mapped, plugins first)
 """
 from __future__ import annotations
@@ -30,18 +31,18 @@ from typing import Any
 from coreecg.config.base import STANDARD_LEADS, ConfigError
 from coreecg.config.data import DataConfig, PreprocessConfig, SourceOptions, _source_specs
 from coreecg.config.downstream import FINETUNE_AUGMENT_OPS, FinetuneConfig, ReportConfig
-from coreecg.config.loading import MOVED_KEYS, apply_overrides, config_from_dict, load_config
-from coreecg.config.methods import BUILT_IN_PACKAGE, METHODS, MethodOptions, MethodSpec, PretrainConfig, method_specs
+from coreecg.config.loading import (MOVED_KEYS, apply_overrides, config_from_dict, load_config, moved_key,
+                                    moved_override, moved_to_new_places)
+from coreecg.config.methods import METHODS, MethodOptions, MethodSpec, PretrainConfig, method_specs
 from coreecg.config.plugins import PLUGIN_KEYS, import_plugins
-from coreecg.config.schema import Config, register_method_spec
-from coreecg.config.sections import AugmentConfig, LossConfig, MaskingConfig, ModelConfig, OptimConfig, TrainConfig
+from coreecg.config.schema import Config
+from coreecg.config.sections import ModelConfig, OptimConfig, TrainConfig
 
 __all__ = [
     "STANDARD_LEADS", "ConfigError", "DataConfig", "PreprocessConfig", "SourceOptions", "FINETUNE_AUGMENT_OPS",
-    "FinetuneConfig", "ReportConfig", "MOVED_KEYS", "PLUGIN_KEYS", "apply_overrides", "config_from_dict",
-    "load_config", "BUILT_IN_PACKAGE", "METHODS", "MethodOptions", "MethodSpec", "PretrainConfig",
-    "import_plugins", "method_specs", "register_method_spec", "Config", "AugmentConfig", "LossConfig",
-    "MaskingConfig", "ModelConfig", "OptimConfig", "TrainConfig",
+    "FinetuneConfig", "ReportConfig", "MOVED_KEYS", "moved_key", "moved_override", "moved_to_new_places", "PLUGIN_KEYS", "apply_overrides", "config_from_dict",
+    "load_config", "METHODS", "MethodOptions", "MethodSpec", "PretrainConfig", "import_plugins", "method_specs",
+    "Config", "ModelConfig", "OptimConfig", "TrainConfig",
 ]
 
 

@@ -3,6 +3,7 @@ folders), with plugins imported first and moved keys mapped."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -10,6 +11,7 @@ from coreecg.typed import TypedError, load, override, read_yaml
 from coreecg.config.base import ConfigError
 from coreecg.config.plugins import import_plugins_in, import_plugins_of
 from coreecg.config.schema import Config
+from coreecg.methods.registry import moved_keys as method_moved_keys
 
 
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
@@ -19,8 +21,9 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
     import_plugins_of(overrides)
     cfg = Config()
     if path is not None:
-        data = _moved_keys(read_yaml(path, ConfigError), str(path))
-        import_plugins_in(data, str(path))
+        data = read_yaml(path, ConfigError)
+        import_plugins_in(data, str(path))         # first: a plugin method's moved keys are then known
+        data = moved_to_new_places(data, str(path))
         cfg = load(cfg, data, origin=str(path), error=ConfigError)
     return apply_overrides(cfg, overrides).validate()
 
@@ -29,27 +32,72 @@ def apply_overrides(cfg: Config, overrides: Iterable[str], origin: str = "overri
                     error: type[TypedError] = ConfigError) -> Config:
     """`cfg` with each `a.b=c` applied in order (not validated across sections: `validate()`);
     `error` "<origin>: <key>: <reason>" for an unknown key or a wrong value."""
-    overrides = [_moved_override(item) for item in overrides]
     import_plugins_of(overrides)
+    overrides = [moved_override(item, origin, error) for item in overrides]
     for item in overrides:
         cfg = load(cfg, override(Config, item, error, origin), origin=origin, error=error)
     return cfg
 
 
-# Keys that moved: old dotted key -> its place now. Files, saved configs and overrides that use the
-# old key still load, at the new place; one that gives both is an error naming them.
-MOVED_KEYS = {"data.sources.synthetic_seed": "data.sources.synthetic.seed"}
+# Keys that moved: old dotted key -> its place now, here and in each method's registry entry
+# (`MethodSpec.moved_keys`: CoRe-ECG's masking, augment and loss sections, decoder, projection and
+# EMA keys moved under methods.core). Files, saved configs and overrides that use an old key
+# still load, at the new place; one that gives both differently is an error naming them; a key
+# of a section that moved away entirely and that has no new place is an error naming where the
+# section's keys went (never silently dropped).
+MOVED_KEYS = {"data.sources.synthetic_seed": "data.sources.synthetic.seed",
+              "loss.gather_negatives": "optim.gather_negatives"}
 
 
-def _moved_override(item: str) -> str:
+def all_moved_keys() -> dict[str, str]:
+    """MOVED_KEYS and every registered method's moved keys."""
+    return {**MOVED_KEYS, **method_moved_keys()}
+
+
+def _gone_sections(moved: dict[str, str]) -> dict[str, list[str]]:
+    """Top-level sections that exist no more -> where their keys went (new parent sections)."""
+    here = {f.name for f in dataclasses.fields(Config)}
+    out: dict[str, list[str]] = {}
+    for old, new in moved.items():
+        section = old.split(".")[0]
+        if section not in here:
+            out.setdefault(section, [])
+            parent = new.rpartition(".")[0]
+            if parent not in out[section]:
+                out[section].append(parent)
+    return out
+
+
+def _gone_error(origin: str, key: str, gone: dict[str, list[str]]) -> str:
+    section = key.split(".")[0]
+    return (f"{origin}: {key}: the {section} section moved (its keys are now "
+            f"{', '.join(p + '.*' for p in gone[section])}); {key} has no place there")
+
+
+def moved_key(key: str) -> str:
+    """`key` at its place now (itself if it never moved)."""
+    return all_moved_keys().get(key, key)
+
+
+def moved_override(item: str, origin: str = "overrides", error: type[Exception] = ConfigError) -> str:
+    """An `a.b=c` override with its key at its place now; `error` for a key of a section that
+    moved away and has no new place."""
     key, sep, raw = item.partition("=")
-    new = MOVED_KEYS.get(key.strip())
-    return f"{new}={raw}" if sep and new else item
+    moved = all_moved_keys()
+    new = moved.get(key.strip())
+    if sep and new:
+        return f"{new}={raw}"
+    gone = _gone_sections(moved)
+    if sep and key.strip().split(".")[0] in gone:
+        raise error(_gone_error(origin, key.strip(), gone))
+    return item
 
 
-def _moved_keys(data: dict[str, Any], origin: str) -> dict[str, Any]:
-    """`data` (a nested mapping) with every MOVED_KEYS key at its new place (a copy, if any moved)."""
-    for old, new in MOVED_KEYS.items():
+def moved_to_new_places(data: dict[str, Any], origin: str) -> dict[str, Any]:
+    """`data` (a nested mapping: a file, a saved config) with every moved key at its new place (a
+    copy, if any moved); ConfigError for a key left in a section that moved away."""
+    moved = all_moved_keys()
+    for old, new in moved.items():
         *path, leaf = old.split(".")
         parent = _section_at(data, path)
         if parent is None or leaf not in parent:
@@ -63,6 +111,12 @@ def _moved_keys(data: dict[str, Any], origin: str) -> dict[str, Any]:
         if new_leaf in target and target[new_leaf] != value:
             raise ConfigError(f"{origin}: {old} (moved to {new}) and {new} are both given: keep {new}")
         target[new_leaf] = value
+    for section, places in _gone_sections(moved).items():
+        if section in data:
+            left = data[section]
+            if isinstance(left, dict) and left:
+                raise ConfigError(_gone_error(origin, f"{section}.{next(iter(left))}", {section: places}))
+            data = {k: v for k, v in data.items() if k != section}
     return data
 
 
@@ -80,6 +134,6 @@ def config_from_dict(data: dict[str, Any], origin: str = "config") -> Config:
     ft = data.get("finetune")
     if isinstance(ft, dict) and ft.get("mode") == "full":   # coreecg <= 0.1.0 called finetune "full"
         data = {**data, "finetune": {**ft, "mode": "finetune"}}
-    data = _moved_keys(data, origin)
     import_plugins_in(data, origin)
+    data = moved_to_new_places(data, origin)
     return load(Config, data, origin=origin, error=ConfigError).validate()

@@ -1,7 +1,6 @@
 """`Config`: every section, the checks across sections, and its plain/YAML form."""
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,12 +8,12 @@ from typing import Any
 
 import yaml
 
-from coreecg.typed import field_type, to_plain
+from coreecg.typed import to_plain
 from coreecg.config.base import ConfigError
 from coreecg.config.data import DataConfig
-from coreecg.config.sections import AugmentConfig, LossConfig, MaskingConfig, ModelConfig, OptimConfig, TrainConfig
+from coreecg.config.sections import ModelConfig, OptimConfig, TrainConfig
 from coreecg.config.downstream import FinetuneConfig, ReportConfig
-from coreecg.config.methods import METHODS, MethodOptions, MethodSpec, PretrainConfig, method_specs
+from coreecg.config.methods import MethodOptions, MethodSpec, PretrainConfig, method_specs
 from coreecg.config.plugins import import_plugins
 
 
@@ -25,9 +24,6 @@ class Config:
     plugins: tuple[str, ...] = ()
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    masking: MaskingConfig = field(default_factory=MaskingConfig)
-    augment: AugmentConfig = field(default_factory=AugmentConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -68,30 +64,15 @@ class Config:
     def validate(self) -> "Config":
         """Checks across sections (each section checks its own keys when built), then the
         training method's own cross-checks (`check(config)` of its options, if it has one)."""
-        m, k = self.model, self.masking
+        m = self.model
         # model.arch names a family of coreecg.model.published, checked where an encoder is built
         # from the config (the config layer does not import the model layer)
         if not re.fullmatch(r"[a-z][a-z0-9_]*", m.arch):
             raise ConfigError(f"model.arch={m.arch!r} is not an encoder family name (coreecg, st_mem, ...)")
         if m.input_samples % m.patch_size:
             raise ConfigError(f"model.input_samples={m.input_samples} is not a multiple of model.patch_size={m.patch_size}")
-        for name in ("embed_dim", "time_decoder_dim", "latent_decoder_dim"):
-            heads = getattr(m, name.replace("dim", "heads") if name != "embed_dim" else "num_heads")
-            if getattr(m, name) % heads:
-                raise ConfigError(f"model.{name}={getattr(m, name)} is not divisible by its head count {heads}")
-        for which in ("time", "latent"):
-            if getattr(m, f"{which}_decoder_layout") == "axial" and getattr(m, f"{which}_decoder_depth") < 2:
-                raise ConfigError(f"model.{which}_decoder_layout=axial alternates within-lead and within-column "
-                                  f"blocks: it needs model.{which}_decoder_depth >= 2")
-        for name in ("p_time", "p_lead", "ratio"):
-            if not 0.0 <= getattr(k, name) <= 1.0:
-                raise ConfigError(f"masking.{name}={getattr(k, name)} must lie in [0, 1]")
-        if k.strategy == "stdm" and not 0 < k.k < m.n_leads:
-            raise ConfigError(f"masking.k={k.k} must satisfy 0 < k < model.n_leads={m.n_leads}")
-        if self.loss.alpha < 0 or self.loss.beta < 0 or self.loss.alpha + self.loss.beta == 0:
-            raise ConfigError("loss.alpha and loss.beta must be >= 0 and not both 0")
-        if self.loss.tau <= 0:
-            raise ConfigError(f"loss.tau={self.loss.tau} must be > 0")
+        if m.embed_dim % m.num_heads:
+            raise ConfigError(f"model.embed_dim={m.embed_dim} is not divisible by its head count {m.num_heads}")
         if self.data.crop_samples != m.input_samples:
             raise ConfigError(f"data.crop_samples={self.data.crop_samples} must equal model.input_samples={m.input_samples}")
         if self.data.crop_samples > self.data.preprocess.window_samples:
@@ -113,24 +94,3 @@ class Config:
         if callable(check):
             check(self)
         return self
-
-
-# Beside Config, not in methods.py: a method's structural keys are checked against Config's fields.
-def register_method_spec(spec: MethodSpec) -> None:
-    """Add a method to the registry (`coreecg.methods.register_method` calls this)."""
-    name = spec.name
-    if not name.isidentifier():
-        raise ConfigError(f"method name {name!r} must be a Python identifier (it is a config key)")
-    if spec.options is not None and not dataclasses.is_dataclass(spec.options):
-        raise ConfigError(f"method {name!r}: options must be a dataclass, got {spec.options!r}")
-    known = METHODS.get(name)
-    if known is not None and known.cls is not None and known.cls is not spec.cls:
-        raise ConfigError(f"method {name!r} is already registered by {known.cls.__module__}")
-    METHODS[name] = spec                # first: its own section's keys resolve through the registry
-    bad = [e for e in spec.structural if field_type(Config, e.removesuffix(">0")) is None]
-    if bad:
-        if known is None:
-            del METHODS[name]
-        else:
-            METHODS[name] = known
-        raise ConfigError(f"method {name!r}: structural key(s) {bad} are not config keys")

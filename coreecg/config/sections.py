@@ -1,5 +1,5 @@
-"""The model, pretraining-method and training sections: encoder and decoder sizes, masking, FDA,
-losses, optimisation and where a run trains."""
+"""The model, optimisation and training sections: the encoder's sizes, the optimiser, and where and
+how a run trains (a method's own options: its section methods.<name>, coreecg/methods)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +14,7 @@ CPU_WORKERS = 2        # train.num_workers=auto where the run trains on the CPU
 
 @dataclass
 class ModelConfig:
-    """Encoder, decoders and projection heads (paper: Implementation Details)."""
+    """The encoder (paper: Implementation Details); a method's decoders and heads: its section."""
 
     # Which encoder module: coreecg's own Encoder, or a published family's adapter (its name in
     # coreecg.model.published, e.g. st_mem), whose sizes below are read from its weights.
@@ -26,66 +26,11 @@ class ModelConfig:
     depth: int = 10
     num_heads: int = 4
     mlp_ratio: float = 4.0
-    time_decoder_dim: int = 256
-    time_decoder_depth: int = 10
-    time_decoder_heads: int = 4
-    latent_decoder_dim: int = 256
-    latent_decoder_depth: int = 8
-    latent_decoder_heads: int = 4
-    proj_hidden_dim: int = 1024       # not in the paper: 2-layer MLP head, see docs/decisions.md
-    proj_dim: int = 256
     dropout: float = 0.0
-    # Decoder attention layout (the paper is silent): "joint" attends over all C * N tokens,
-    # "lead" runs one sequence per lead with shared weights (ST-MEM's decoder). Measured in
-    # docs/decisions.md.
-    time_decoder_layout: Literal["joint", "lead", "axial"] = "axial"
-    latent_decoder_layout: Literal["joint", "lead", "axial"] = "joint"
 
     @property
     def n_patches(self) -> int:
         return self.input_samples // self.patch_size
-
-
-@dataclass
-class MaskingConfig:
-    """Which tokens the student sees.
-
-    strategy: stdm (the paper), random (ST-MEM-style per-token masking at `ratio`),
-    temporal (whole time columns at `ratio`, MTAE-like), lead (whole leads at `ratio`,
-    MLAE-like). Only stdm drops tokens; the others split into visible and masked.
-    """
-
-    strategy: Literal["stdm", "random", "temporal", "lead"] = "stdm"
-    p_time: float = 0.5
-    p_lead: float = 0.2
-    k: int = 4
-    mode: Literal["bernoulli", "exact"] = "bernoulli"
-    ratio: float = 0.75
-
-
-@dataclass
-class AugmentConfig:
-    """Frequency Dynamic Augmentation of the teacher's view."""
-
-    fda: bool = True                  # False: the teacher sees the raw view (ablation)
-    learnable: bool = True            # False: W stays at its initial value
-    eps: float = 1e-3
-    init_std: float = 0.1             # W ~ N(0, init_std): breaks the A = 0.5 tie at step 0
-    # W's starting map (paper: silent). random: N(0, init_std) alone, so the perturbed half of
-    # each lead's bins is a random half, ECG band included; band: +1 inside the preprocessing
-    # pass-band (data.preprocess.highpass_hz..lowpass_hz), -1 outside, plus the same noise:
-    # the paper's premise that the 0.65-40 Hz band carries the ECG. See docs/decisions.md.
-    init: Literal["random", "band"] = "band"
-
-
-@dataclass
-class LossConfig:
-    alpha: float = 1.0                # reconstruction weight; 0 = contrastive-only ablation
-    beta: float = 1.0                 # contrastive weight; 0 = reconstructive-only ablation
-    tau: float = 0.2
-    # Every contrastive method's negatives pool (one key, so compared methods share it): true,
-    # the global batch (every rank's rows; the paper's batch of 256); false, each rank's own batch.
-    gather_negatives: bool = True
 
 
 @dataclass
@@ -98,8 +43,9 @@ class OptimConfig:
     epochs: int = 80
     batch_size: int = 256
     grad_clip: float = 0.0            # 0 disables clipping
-    ema_momentum: float = 0.996       # teacher EMA at step 0 ...
-    ema_momentum_end: float = 1.0     # ... cosine-increased to this at the last step (BYOL)
+    # Every contrastive method's negatives pool (one key, so compared methods share it): true,
+    # the global batch (every rank's rows; the paper's batch of 256); false, each rank's own batch.
+    gather_negatives: bool = True
 
 
 @dataclass

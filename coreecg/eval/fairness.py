@@ -7,8 +7,9 @@ the seeds. `check_table` compares the configs behind each row and
 
 - ignores what defines a method (`defining_keys`: which method and its options, the variant's
   name and the fine-tuning protocol (GENERIC_DEFINING), plus what each registered method declares
-  with `register_method(defining=...)`: CoRe-ECG's masking, loss weights and temperature,
-  augmentation, decoders, projection heads and teacher EMA) and what only bookkeeps a run
+  with `register_method(defining=...)`; a method's own section holds its defining options, e.g.
+  CoRe-ECG's masking, FDA, loss weights, decoders, projection head and teacher EMA under
+  methods.core) and what only bookkeeps a run
   (BOOKKEEPING: names, paths, logging, checkpoint cadence, speed options that do not change the
   arithmetic's result beyond float rounding);
 - turns a difference declared in the variants file (`allow:` entries: rows, keys, reason) into
@@ -92,6 +93,8 @@ def run_entries(runs: Sequence[Any]) -> dict[Path, tuple[list[Entry], list[str]]
     entry and, where it has an encoder, the pretraining config that encoder carries; notes on what
     could not be checked). Each encoder is opened once."""
     from coreecg.checkpoints import CheckpointError
+    from coreecg.config import ConfigError
+    from coreecg.config.loading import moved_to_new_places
     from coreecg.loading import open_source
 
     out, encoders = {}, {}
@@ -99,9 +102,10 @@ def run_entries(runs: Sequence[Any]) -> dict[Path, tuple[list[Entry], list[str]]
         entries, notes = [], []
         cell = finetune_cell(run.dataset, run.mode, run.leads, run.train_fraction)
         try:
-            entries.append(Entry(run.method, FINETUNING, cell,
-                                 yaml.safe_load((Path(run.path) / "config.yaml").read_text())))
-        except (OSError, yaml.YAMLError) as e:
+            saved = yaml.safe_load((Path(run.path) / "config.yaml").read_text())
+            # a run folder written before a key moved: its keys at their places now, as loading reads them
+            entries.append(Entry(run.method, FINETUNING, cell, moved_to_new_places(saved, str(run.path))))
+        except (OSError, yaml.YAMLError, ConfigError) as e:
             notes.append(f"{run.path}: no readable config.yaml ({e}); its protocol is not checked")
         encoder = run.record.get("encoder")
         if encoder == "random":      # finetune.encoder=random: no pretraining config to compare

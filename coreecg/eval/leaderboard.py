@@ -62,7 +62,7 @@ def run_row(folder: Path) -> dict[str, Any]:
     if wall is None:
         wall = sum(float(r.get("seconds", 0.0)) for r in epochs) or math.nan
     done = (folder / "encoder.pt").is_file() and len(epochs) > 0 and int(last.get("epoch", 0)) >= cfg.optim.epochs
-    losses = getattr(cfg.method.cls, "reported_losses", ())
+    losses = cfg.method.reported_losses
     return {"method": cfg.method_label, "run": folder.name,
             "status": "completed" if done else ("running or stopped" if epochs else "not started"),
             "loss": last.get("loss", math.nan), **{k: last.get(k, math.nan) for k in losses},

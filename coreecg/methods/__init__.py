@@ -3,16 +3,40 @@
     from coreecg.methods import build_method
     model = build_method(load_config(overrides=["pretrain.method=moco_v3"]))
 
-Built in: `core` (CoRe-ECG, the paper), `moco_v3` (MoCo v3), `cmsc` (CLOCS's CMSC). A method of
-your own is one module: a `PretrainMethod` subclass decorated with `@register_method(...)`,
-imported through `pretrain.plugins` (docs/methods.md); every job then runs it.
+Built in: `core` (CoRe-ECG, the paper), `moco_v3` (MoCo v3), `cmsc` (CLOCS's CMSC). Each is a
+package: `options.py` (torch-free: its config section `methods.<name>` and its registry entry)
+and `method.py` (the PretrainMethod subclass). A method of your own is one module: a
+`PretrainMethod` subclass decorated with `@register_method(...)`, imported through
+`pretrain.plugins` (docs/methods.md); every job then runs it.
+
+Importing this package declares the built-ins (their options modules, no torch); the classes
+and builders load on first use (the names below), so the config reads `methods.<name>` without
+building a model.
 """
 from __future__ import annotations
 
-from coreecg.methods.base import PretrainMethod
-from coreecg.methods.registry import build_method, method_class, register_method
-from coreecg.methods.core_ecg import CoReECG  # the built-ins register themselves
-from coreecg.methods.moco_v3 import MoCoV3
-from coreecg.methods.cmsc import CMSC
+from typing import Any
 
-__all__ = ["PretrainMethod", "register_method", "build_method", "method_class", "CoReECG", "MoCoV3", "CMSC"]
+# The built-ins declare themselves (registry order: the order listed here).
+from coreecg.methods.core_ecg import options as _core_options  # noqa: F401
+from coreecg.methods.moco_v3 import options as _moco_v3_options  # noqa: F401
+from coreecg.methods.cmsc import options as _cmsc_options  # noqa: F401
+from coreecg.methods.registry import MethodSpec, declare_method, method_specs
+
+
+def __getattr__(name: str) -> Any:
+    """The torch side, imported on first use."""
+    if name == "PretrainMethod":
+        from coreecg.methods.base import PretrainMethod
+        return PretrainMethod
+    if name == "register_method":
+        from coreecg.methods.classes import register_method
+        return register_method
+    if name in ("build_method", "method_class", "CoReECG", "MoCoV3", "CMSC"):
+        from coreecg.methods import build
+        return getattr(build, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["MethodSpec", "declare_method", "method_specs", "PretrainMethod", "register_method", "build_method",
+           "method_class", "CoReECG", "MoCoV3", "CMSC"]

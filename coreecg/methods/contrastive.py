@@ -1,5 +1,5 @@
 """The negatives pool every contrastive method draws from, chosen by the one key
-`loss.gather_negatives`: gathered (the default), the global batch, every data-parallel rank's
+`optim.gather_negatives`: gathered (the default), the global batch, every data-parallel rank's
 rows; not gathered, the rank's own batch. On one process both are the batch. CoRe-ECG's InfoNCE,
 MoCo v3's and CMSC's losses gather through these two functions, so that methods compared in one
 table see the same pool."""

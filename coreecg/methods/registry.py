@@ -1,62 +1,95 @@
-"""The method registry: `pretrain.method` name -> the method's class, label, options section,
-structural keys and defining keys (built-ins and plugins), kept in `coreecg.config.METHODS`."""
+"""The method registry: `pretrain.method` name -> `MethodSpec` (its label, options section,
+structural and defining keys, reported losses, moved keys and, once its module is imported, its
+class). A leaf: it imports nothing of coreecg but the config's error type.
+
+Who fills it: each built-in method declares itself in its torch-free `options.py`
+(`declare_method`), which `coreecg/methods/__init__.py` imports, so importing this module (which
+runs that package first) always sees the built-ins; its class binds to the declaration when its
+`method.py` is imported (`coreecg.methods.build`). A plugin's one module declares and binds at
+once (`register_method` in coreecg.methods.build). Who reads it: the config (`methods.<name>`
+sections, the moved keys), the checkpoint check (structural keys), the fairness check (defining
+keys), the console line, the sweep objectives and the leaderboard (reported losses).
+"""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
-from coreecg.config import Config, ConfigError, MethodSpec, import_plugins, method_specs, register_method_spec
-from coreecg.methods.base import PretrainMethod
-from coreecg.typed import field_type
-
-
-def register_method(name: str, label: str | None = None, options: type | None = None,
-                    structural: tuple[str, ...] = (), defining: tuple[str, ...] = ()
-                    ) -> Callable[[type[PretrainMethod]], type[PretrainMethod]]:
-    """Class decorator: `pretrain.method=<name>` builds this class; `label` names it in tables;
-    `options` (a dataclass) becomes the typed config section `methods.<name>` (its
-    `__post_init__` checks its keys, an optional `check(self, config)` the rest of the config);
-    `structural`: the config keys that decide the modules and shapes of its checkpoints
-    ("a.b" or "a.b>0"; a resume across a change of one is refused); `defining`: the config keys
-    outside `methods.<name>` that define the method, so rows of a table may differ in them
-    (coreecg/eval/fairness.py): "a.b", or a prefix "a.*" / "a.b_*" (its own section and
-    `pretrain.*` always define it)."""
-    def register(cls: type[PretrainMethod]) -> type[PretrainMethod]:
-        if not (isinstance(cls, type) and issubclass(cls, PretrainMethod)):
-            raise TypeError(f"@register_method({name!r}) needs a PretrainMethod subclass, got {cls!r}")
-        bad = [key for key in defining if not _names_config_keys(key)]
-        if bad:
-            raise ConfigError(f"method {name!r}: defining key(s) {bad} name no config key")
-        losses = cls.reported_losses
-        if isinstance(losses, str) or not all(k.startswith("loss_") and len(k) > 5 for k in losses):
-            raise ConfigError(f"method {name!r}: reported_losses must be a tuple of 'loss_<label>' names, "
-                              f"got {cls.reported_losses!r}")
-        register_method_spec(MethodSpec(name, label or cls.__name__, options, tuple(structural), cls,
-                                        tuple(defining)))
-        return cls
-    return register
+from coreecg.config.base import ConfigError
 
 
-def _names_config_keys(entry: str) -> bool:
-    """Whether "a.b" is a config key, or "a.*" / "a.b_*" the prefix of one."""
-    if not entry.endswith("*"):
-        return field_type(Config, entry) is not None
-    section, _, head = entry[:-1].rpartition(".")
-    schema = field_type(Config, section) if section else Config
-    if not head:                                   # "a.*": any section of the config
-        return schema is not None
-    return dataclasses.is_dataclass(schema) and any(f.name.startswith(head) for f in dataclasses.fields(schema))
+@dataclass(frozen=True)
+class MethodSpec:
+    """What the rest of coreecg knows of a pretraining method, without building it.
+
+    options: the dataclass of its section `methods.<name>` (None: no section). Its
+        `__post_init__` validates its own keys; an optional `check(self, config)` cross-checks
+        them against the rest of the config (called by `Config.validate` when the method trains).
+    structural: the config keys that decide which modules a checkpoint of it holds and their
+        shapes: "a.b" (its value; a section's whole value) or "a.b>0" (whether it is positive);
+        `model.*` and `pretrain.method` are structural for every method.
+    defining: keys outside `methods.<name>` that table rows may differ in ("a.b", "a.*",
+        "a.b_*"; coreecg/eval/fairness.py): its own section and `pretrain.*` always define it.
+    reported_losses: the loss terms its forward returns besides `loss`, each "loss_<label>".
+    moved_keys: old dotted key -> its place now (configs written before a key moved still load).
+    """
+
+    name: str
+    label: str                          # its name in tables
+    options: type | None = None
+    structural: tuple[str, ...] = ()
+    defining: tuple[str, ...] = ()
+    reported_losses: tuple[str, ...] = ()
+    moved_keys: Mapping[str, str] = field(default_factory=dict)
+    cls: type | None = None             # the PretrainMethod subclass (None until its module is imported)
+
+    @property
+    def built_in(self) -> bool:
+        """Declared by coreecg itself: its section is in every saved config."""
+        return self.options is not None and self.options.__module__.startswith("coreecg.methods.")
+
+    def structural_values(self, plain: dict[str, Any]) -> dict[str, Any]:
+        """{key: value} of `structural` in a config's `to_dict()` ("a.b>0": whether a.b > 0)."""
+        out = {}
+        for entry in self.structural:
+            key = entry.removesuffix(">0")
+            value = plain
+            for part in key.split("."):
+                value = value[part]
+            out[key] = value > 0 if entry.endswith(">0") else value
+        return out
 
 
-def method_class(name: str) -> type[PretrainMethod]:
-    spec = method_specs().get(name)
-    if spec is None or spec.cls is None:
-        known = sorted(n for n, s in method_specs().items() if s.cls is not None)
-        raise ConfigError(f"pretrain.method={name!r} has no registered class; known: {', '.join(known)}")
-    return spec.cls
+METHODS: dict[str, MethodSpec] = {}
 
 
-def build_method(config: Config) -> PretrainMethod:
-    """The pretraining model of `config.pretrain.method` (plugins imported first)."""
-    import_plugins(config.pretrain.plugins)
-    return method_class(config.pretrain.method)(config)
+def declare_method(spec: MethodSpec) -> MethodSpec:
+    """Add `spec` (without its class yet, or with it) to the registry; ConfigError for a name that
+    is no identifier, options that are no dataclass, badly named losses or a name taken by
+    another declaration. Keys are checked against the config where a class binds
+    (`coreecg.methods.build.register_method`)."""
+    name = spec.name
+    if not name.isidentifier():
+        raise ConfigError(f"method name {name!r} must be a Python identifier (it is a config key)")
+    if spec.options is not None and not dataclasses.is_dataclass(spec.options):
+        raise ConfigError(f"method {name!r}: options must be a dataclass, got {spec.options!r}")
+    losses = spec.reported_losses
+    if isinstance(losses, str) or not all(isinstance(k, str) and k.startswith("loss_") and len(k) > 5 for k in losses):
+        raise ConfigError(f"method {name!r}: reported_losses must be a tuple of 'loss_<label>' names, got {losses!r}")
+    known = METHODS.get(name)
+    if known is not None and known.cls is not None and known.cls is not spec.cls:
+        raise ConfigError(f"method {name!r} is already registered by {known.cls.__module__}")
+    METHODS[name] = spec
+    return spec
+
+
+def method_specs() -> dict[str, MethodSpec]:
+    """Every registered method: the built-ins (declared when coreecg.methods was imported, which
+    importing this module did) and the plugins imported so far."""
+    return METHODS
+
+
+def moved_keys() -> dict[str, str]:
+    """Every registered method's moved keys (old dotted key -> new)."""
+    return {old: new for spec in METHODS.values() for old, new in spec.moved_keys.items()}

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 
-from coreecg.config import Config, ConfigError, apply_overrides, load_config
+from coreecg.config import Config, ConfigError, apply_overrides, load_config, moved_key, moved_override
 from coreecg.eval.fairness import Allowance, flatten, is_compared
 from coreecg.typed import Check, TypedError, load, read_yaml
 
@@ -118,11 +118,13 @@ def load_space(path: str | Path, config_file: str | None = None, base: list[str]
     space = Space(path)
     choice = spec.params.get("pretrain.method")
     swept = {str(v) for v in [*spec.grid.get("pretrain.method", ()), *((choice and choice.values) or ())]}
-    for key, values in spec.grid.items():
+    # keys that moved since the file was written (CoRe-ECG's masking.* -> methods.core.masking.*, ...)
+    # are read at their places now: trials, results.csv and the plots name them so
+    for key, values in ((moved_key(k), v) for k, v in spec.grid.items()):
         for v in values:
             _checked(path, "grid", cfg, [f"{key}={_yaml(v)}"], swept)
         space.grid[key] = list(values)
-    for key, dist in spec.params.items():
+    for key, dist in ((moved_key(k), d) for k, d in spec.params.items()):
         space.params[key], ends = _distribution(path, key, dist)
         for v in ends:                          # both ends of a range make a valid config
             _checked(path, "params", cfg, [f"{key}={_yaml(v)}"], swept)
@@ -131,6 +133,8 @@ def load_space(path: str | Path, config_file: str | None = None, base: list[str]
             space.unavailable[name] = overrides.not_available.strip()
             space.variants[name] = NOT_AVAILABLE
         else:
+            if overrides not in NO_PRETRAINING:
+                overrides = [moved_override(o, f"{path}: variants.{name}", SpaceError) for o in overrides]
             space.variants[name] = overrides if overrides in NO_PRETRAINING else list(overrides)
             if overrides not in NO_PRETRAINING:
                 _checked(path, f"variants.{name}", cfg, list(overrides))
@@ -151,14 +155,14 @@ def _allowance(path: Path, i: int, entry: AllowEntry, space: Space, cfg: Config)
     if missing:
         raise SpaceError(f"{where}: variants: unknown variants {missing}")
     known = flatten(cfg.to_dict())
-    for key in entry.keys:
+    for key in map(moved_key, entry.keys):
         matches = [k for k in known if k == key or (key.endswith(".*") and k.startswith(key[:-1]))]
         if not matches:
             raise SpaceError(f"{where}: keys: {key!r} is not a config key (nor a 'section.*' prefix of one)")
         if not any(is_compared(k) for k in matches):
             raise SpaceError(f"{where}: keys: {key!r} defines a method or only bookkeeps a run: rows may "
                              "differ in it without a declaration")
-    return Allowance(tuple(entry.variants), tuple(entry.keys), entry.reason.strip())
+    return Allowance(tuple(entry.variants), tuple(moved_key(k) for k in entry.keys), entry.reason.strip())
 
 
 def _yaml(value: Any) -> str:

@@ -1,7 +1,7 @@
 """Running a sweep on Ray Tune (one cluster for all its trials) and collecting its results.
 
     results = run_sweep(SweepSettings(output=Path("sweeps/mask"), config_file="configs/sweep.yaml"),
-                        param_space={"masking.p_time": tune.grid_search([...]), ...})
+                        param_space={"methods.core.masking.p_time": tune.grid_search([...]), ...})
 
 Layout of a sweep folder (`--output`):
     tune/            Ray Tune's experiment (state, per-trial results): what --resume restores
@@ -30,7 +30,7 @@ EXPERIMENT = "tune"
 FORCED = ("train.eval_every_epochs=1", "train.checkpoint_every_steps=0")
 METRIC = "probe_auroc"
 # What every sweep may optimise (each is in every epoch's report) and in which direction; the loss
-# terms the method reports (`PretrainMethod.reported_losses`, `objectives`) join them, minimised.
+# terms the method reports (its registry entry's `reported_losses`, `objectives`) join them, minimised.
 OBJECTIVES = {"probe_auroc": "max", "probe_auroc_full": "max", "loss": "min"}
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class SweepSettings:
 
 def reported_losses(config: Config) -> tuple[str, ...]:
     """The loss terms `config`'s method reports besides `loss` (its `reported_losses`)."""
-    return tuple(getattr(config.method.cls, "reported_losses", ()))
+    return config.method.reported_losses
 
 
 def objectives(config: Config) -> dict[str, str]:

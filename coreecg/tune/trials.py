@@ -3,7 +3,7 @@ trials of `run_trial`, started by `run_trials`.
 
 A trial's config is {"run": TrialSpec as a dict, **params}: the spec is what every trial of the
 experiment shares or, for a study, grid-searched per run; params are what a searcher samples
-(dotted config keys such as "masking.p_time"). The trial:
+(dotted config keys such as "methods.core.masking.p_time"). The trial:
 - builds its config: config file, the spec's overrides, its params, its run folder (the spec's
   `run_dir`, or `<storage>/<trial id>`: a retried or restored trial finds its own folder), its
   devices resolved with the driver's facts (the spec's `devices`: `coreecg.cluster.Devices`), so

@@ -1,5 +1,5 @@
 """Frequency Dynamic Augmentation (paper, Sec. FDA and Algorithm 1): the view CoRe-ECG's teacher
-sees (options: the `augment` section).
+sees (options: `methods.core.fda`).
 
 The teacher's view is X_aug = irfft(rfft(X) * (A + lambda * Z)) with A = sigmoid(W)
 a learnable per-lead frequency-importance map, lambda an inverse-importance noise scale

@@ -1,5 +1,5 @@
 """CoRe-ECG's two objectives: the masked reconstruction MSE (Time Decoder) and the InfoNCE of the
-student projection against the teacher's (its negatives from the one pool, `loss.gather_negatives`:
+student projection against the teacher's (its negatives from the one pool, `optim.gather_negatives`:
 coreecg.methods.contrastive)."""
 from __future__ import annotations
 

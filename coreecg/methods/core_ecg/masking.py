@@ -1,5 +1,5 @@
 """CoRe-ECG's token masks over the (lead, time-patch) grid: STDM (the paper) and the ablation
-masks, chosen by the `masking` section (masking.strategy).
+masks, chosen by `methods.core.masking` (its strategy).
 
 Every function returns three boolean tensors `(visible, masked, dropped)` of shape
 (B, C, N) that partition the grid: each position is in exactly one of them.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from coreecg.config import MaskingConfig
+from coreecg.methods.core_ecg.options import MaskingOptions
 from coreecg.devices import to_device
 
 Masks = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -126,7 +126,7 @@ def lead_mask(batch_size: int, n_leads: int, n_patches: int, ratio: float,
     return _whole_axis_mask(batch_size, n_leads, n_patches, ratio, 1, generator, device)
 
 
-def make_masks(cfg: MaskingConfig, batch_size: int, n_leads: int, n_patches: int,
+def make_masks(cfg: MaskingOptions, batch_size: int, n_leads: int, n_patches: int,
                generator: torch.Generator | None = None, device=None, n_sure: int | None = None) -> Masks:
     """Dispatch on `cfg.strategy`; the ablations are configurations, not code edits.
     n_sure: columns that are real signal in every sample (STDM bernoulli's rescue, see `stdm`)."""

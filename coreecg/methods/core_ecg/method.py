@@ -13,54 +13,47 @@ from coreecg.methods.base import PretrainMethod
 from coreecg.methods.core_ecg.fda import FrequencyDynamicAugmentation
 from coreecg.methods.core_ecg.losses import info_nce, masked_mse
 from coreecg.methods.core_ecg.masking import exclude_padding, make_masks
-from coreecg.methods.registry import register_method
+from coreecg.methods.classes import register_method
 from coreecg.model.decoders import LatentDecoder, Projection, TimeDecoder
 from coreecg.model.embed import patchify
 from coreecg.model.encoder import Encoder, default_lead_idx
 from coreecg.model.padding import fill, padding_mask, sure_patches
 
 
-# Its hyperparameters are the paper's sections (masking, augment, loss), its decoders and heads,
-# and the teacher's EMA: what rows of a table may differ in (`defining`). The structural keys
-# decide which branches exist (see the class docstring), so a checkpoint cannot resume across them.
-@register_method("core", "CoRe-ECG", structural=("loss.alpha>0", "loss.beta>0", "augment.fda", "augment.learnable"),
-                 defining=("masking.*", "augment.*", "loss.alpha", "loss.beta", "loss.tau", "model.time_decoder_*",
-                           "model.latent_decoder_*", "model.proj_*", "optim.ema_momentum*"))
+@register_method("core")        # declared in options.py: methods.core, structural keys, losses
 class CoReECG(PretrainMethod):
     """Student encoder on STDM-visible tokens; Time Decoder -> masked MSE; Latent Decoder +
     Projection -> InfoNCE against an EMA teacher (encoder + projection) on the FDA view.
 
-    Only the branches a configuration uses are built: loss.alpha = 0 builds no Time
-    Decoder, loss.beta = 0 no Latent Decoder, projection, teacher or FDA (so data-parallel
+    Only the branches a configuration uses are built: methods.core.loss.alpha = 0 builds no Time
+    Decoder, methods.core.loss.beta = 0 no Latent Decoder, projection, teacher or FDA (so data-parallel
     training has no unused parameters).
     """
 
-    # An ablation reports only the terms it trains (loss.alpha = 0: no loss_rec; beta = 0: no loss_con).
-    reported_losses = ("loss_rec", "loss_con")
-
     def __init__(self, config: Config):
         super().__init__(config)
-        m = config.model
+        m, o = config.model, config.methods.core
+        self.options = o
         self.encoder = Encoder.from_config(m)
         self.time_decoder = self.latent_decoder = self.projection = None
         self.teacher_encoder = self.teacher_projection = self.fda = None
-        if config.loss.alpha > 0:
-            self.time_decoder = TimeDecoder(m.embed_dim, m.time_decoder_dim, m.time_decoder_depth,
-                                            m.time_decoder_heads, m.n_leads, m.n_patches, m.patch_size,
-                                            m.mlp_ratio, m.dropout, m.time_decoder_layout)
-        if config.loss.beta > 0:
-            if m.latent_decoder_dim != m.embed_dim:
+        if o.loss.alpha > 0:
+            t = o.time_decoder
+            self.time_decoder = TimeDecoder(m.embed_dim, t.dim, t.depth, t.heads, m.n_leads, m.n_patches,
+                                            m.patch_size, m.mlp_ratio, m.dropout, t.layout)
+        if o.loss.beta > 0:
+            d = o.latent_decoder
+            if d.dim != m.embed_dim:
                 # The teacher projection is an EMA of the student projection, so both heads
                 # must read embeddings of the same width.
-                raise ValueError("model.latent_decoder_dim must equal model.embed_dim")
-            self.latent_decoder = LatentDecoder(m.embed_dim, m.latent_decoder_dim, m.latent_decoder_depth,
-                                                m.latent_decoder_heads, m.n_leads, m.n_patches,
-                                                m.mlp_ratio, m.dropout, m.latent_decoder_layout)
-            self.projection = Projection(m.embed_dim, m.proj_hidden_dim, m.proj_dim)
+                raise ValueError("methods.core.latent_decoder.dim must equal model.embed_dim")
+            self.latent_decoder = LatentDecoder(m.embed_dim, d.dim, d.depth, d.heads, m.n_leads, m.n_patches,
+                                                m.mlp_ratio, m.dropout, d.layout)
+            self.projection = Projection(m.embed_dim, o.projection.hidden_dim, o.projection.dim)
             self.teacher_encoder = copy.deepcopy(self.encoder).requires_grad_(False)
             self.teacher_projection = copy.deepcopy(self.projection).requires_grad_(False)
-            a = config.augment
-            if a.fda:
+            a = o.fda
+            if a.enabled:
                 pre = config.data.preprocess
                 band = (pre.highpass_hz, pre.lowpass_hz) if a.init == "band" else None
                 self.fda = FrequencyDynamicAugmentation(m.n_leads, m.input_samples, a.eps, a.init_std, a.learnable,
@@ -76,13 +69,12 @@ class CoReECG(PretrainMethod):
     def ema_schedule(self) -> tuple[float, float]:
         """theta_t <- m * theta_t + (1 - m) * theta_s for encoder and projection (paper Eqs. 4, 8);
         the momentum is logged also for the teacher-less ablations (their update is a no-op)."""
-        o = self.config.optim
-        return o.ema_momentum, o.ema_momentum_end
+        return self.options.ema.momentum, self.options.ema.momentum_end
 
     @property
     def varying_visible(self) -> bool:
         """Bernoulli STDM: the visible count varies per sample and batch (the other masks fix it)."""
-        m = self.config.masking
+        m = self.options.masking
         return m.strategy == "stdm" and m.mode == "bernoulli"
 
     @property
@@ -117,14 +109,14 @@ class CoReECG(PretrainMethod):
         if self.time_decoder is not None:
             recon = self.time_decoder(enc, lead_idx)
             out["loss_rec"] = masked_mse(recon, patchify(fill(x), cfg.model.patch_size), masked)
-            loss = loss + cfg.loss.alpha * out["loss_rec"]
+            loss = loss + self.options.loss.alpha * out["loss_rec"]
         if self.latent_decoder is not None:
             h_s = self.projection(self.latent_decoder(enc, lead_idx))
             h_t, rel = self._teacher(x, generator)
-            out["loss_con"] = info_nce(h_s, h_t, cfg.loss.tau, gather=cfg.loss.gather_negatives)
+            out["loss_con"] = info_nce(h_s, h_t, self.options.loss.tau, gather=cfg.optim.gather_negatives)
             out["fda_rel_perturbation"] = rel
             out["teacher_student_cos"] = F.cosine_similarity(h_s.detach().float(), h_t.detach().float(), dim=-1).mean()
-            loss = loss + cfg.loss.beta * out["loss_con"]
+            loss = loss + self.options.loss.beta * out["loss_con"]
         out["loss"] = loss
         for key, value in out.items():
             if key != "loss":
@@ -142,7 +134,7 @@ class CoReECG(PretrainMethod):
         (B, C, N, P) and the (visible, masked, dropped) masks used.
         """
         if self.time_decoder is None:
-            raise ValueError("this model has no Time Decoder (loss.alpha = 0): nothing to reconstruct")
+            raise ValueError("this model has no Time Decoder (methods.core.loss.alpha = 0): nothing to reconstruct")
         B, C, _ = x.shape
         lead_idx = default_lead_idx(C, x.device, self.config.model.n_leads)
         visible, masked, dropped = masks if masks is not None else self._masks(B, C, generator, x.device)
@@ -154,7 +146,7 @@ class CoReECG(PretrainMethod):
         on `device`). The training loop's generator lives on the host, so on a GPU the masks
         and the encoder's padding plan are built there and copied over without a device sync."""
         where = generator.device if generator is not None else device
-        return make_masks(self.config.masking, B, C, self.config.model.n_patches, generator=generator, device=where,
+        return make_masks(self.options.masking, B, C, self.config.model.n_patches, generator=generator, device=where,
                           n_sure=sure_patches(self.config))
 
     def _teacher(self, x: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,48 +2,23 @@
 ICCV 2021) for ECG, on the one encoder: two random views of each window; the query path is
 encoder -> projector -> predictor, the key path a momentum (EMA) copy of encoder and projector;
 the loss is the symmetric ctr(q1, k2) + ctr(q2, k1) with the keys of the global batch
-(`moco_contrastive`; the pool is `loss.gather_negatives`, as for every contrastive method:
+(`moco_contrastive`; the pool is `optim.gather_negatives`, as for every contrastive method:
 coreecg.methods.contrastive). Departures from the image recipe: docs/baselines.md."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coreecg.config import Config, ConfigError
+from coreecg.config import Config
 from coreecg.methods.base import PretrainMethod
 from coreecg.methods.contrastive import gather_no_grad
-from coreecg.methods.registry import register_method
-from coreecg.methods.views import ViewsConfig, random_view
+from coreecg.methods.classes import register_method
+from coreecg.methods.views import random_view
 from coreecg.model.encoder import Encoder, default_lead_idx
 from coreecg.model.padding import fill
-
-
-@dataclass
-class MoCoV3Options:
-    """`methods.moco_v3`: MoCo v3 (Chen, Xie, He, ICCV 2021) on the one encoder: query encoder +
-    projector + predictor, momentum key encoder + projector, symmetric InfoNCE with the keys of
-    the global batch (`loss.gather_negatives`). Defaults: the paper's ViT recipe (docs/baselines.md)."""
-
-    temperature: float = 0.2
-    momentum: float = 0.99            # key encoder EMA at step 0 ...
-    momentum_end: float = 1.0         # ... cosine-increased to this at the last step
-    dim: int = 256                    # projector / predictor output
-    hidden_dim: int = 4096            # projector / predictor hidden width
-    proj_layers: int = 3
-    pred_layers: int = 2
-    # MoCo v3's stabiliser for ViTs: a frozen random patch projection.
-    freeze_patch_embed: bool = True
-    views: ViewsConfig = field(default_factory=ViewsConfig)
-
-    def __post_init__(self) -> None:     # the config prefixes its errors with methods.moco_v3
-        if self.temperature <= 0 or not 0 <= self.momentum <= self.momentum_end <= 1:
-            raise ConfigError("need temperature > 0 and 0 <= momentum <= momentum_end <= 1")
-        if min(self.dim, self.hidden_dim) < 1 or self.proj_layers < 1 or self.pred_layers < 1:
-            raise ConfigError("dim, hidden_dim, proj_layers and pred_layers must be >= 1")
 
 
 def mlp(layers: int, in_dim: int, hidden: int, out_dim: int, last_bn: bool) -> nn.Sequential:
@@ -77,17 +52,13 @@ def moco_contrastive(query: torch.Tensor, key: torch.Tensor, tau: float, gather:
     return F.cross_entropy(logits, labels) * (2 * tau)
 
 
-# A checkpoint cannot resume across these: they change the heads or which parameters train.
-@register_method("moco_v3", "MoCo V3", options=MoCoV3Options,
-                 structural=tuple(f"methods.moco_v3.{k}" for k in ("dim", "hidden_dim", "proj_layers", "pred_layers",
-                                                                   "freeze_patch_embed")))
+@register_method("moco_v3")          # declared in options.py: its section, structural keys, losses
 class MoCoV3(PretrainMethod):
     """Query: encoder + projector + predictor; key: their EMA copies (no predictor), in train mode
     (batch-statistics BN, as MoCo v3's momentum encoder). Features are the mean over all tokens,
     as downstream uses them (our encoder has no [CLS] token)."""
 
     targets_in_eval_mode = False
-    reported_losses = ("loss_con",)    # the symmetric contrastive loss (= loss)
 
     def __init__(self, config: Config):
         super().__init__(config)
@@ -125,7 +96,7 @@ class MoCoV3(PretrainMethod):
         with torch.no_grad():
             keys = self.momentum_encoder.pooled(views, lead_idx)
             k1, k2 = (self.momentum_projector(f) for f in keys.split(B))
-        tau, gather = self.options.temperature, self.config.loss.gather_negatives
+        tau, gather = self.options.temperature, self.config.optim.gather_negatives
         loss = moco_contrastive(q1, k2, tau, gather) + moco_contrastive(q2, k1, tau, gather)
         v1, v2 = fill(views.detach()).split(B)         # a short record's padding (NaN) counts as 0
         return {"loss": loss, "loss_con": loss.detach(),

@@ -9,16 +9,15 @@ docs/baselines.md."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coreecg.config import Config, ConfigError
+from coreecg.config import Config
 from coreecg.methods.base import PretrainMethod
 from coreecg.methods.contrastive import gather_no_grad, gather_with_grad
-from coreecg.methods.registry import register_method
+from coreecg.methods.classes import register_method
 from coreecg.model.encoder import Encoder, masked_mean, default_lead_idx
 
 
@@ -74,34 +73,11 @@ def cmsc_contrastive(a: torch.Tensor, b: torch.Tensor, tau: float, patient: torc
     return loss / 2
 
 
-@dataclass
-class CMSCOptions:
-    """`methods.cmsc`: CMSC (Kiyasseh, Zhu, Clifton, "CLOCS", ICML 2021): adjacent non-overlapping
-    segments of one window, and segments of one patient, are positives, other patients negatives;
-    no augmentation (docs/baselines.md)."""
-
-    temperature: float = 0.1
-    segments: int = 2                 # adjacent segments per window, each 1/segments of the crop
-    dim: int = 256                    # CLOCS's embedding size (a linear head on the pooled encoder)
-
-    def __post_init__(self) -> None:     # the config prefixes its errors with methods.cmsc
-        if self.temperature <= 0 or self.segments < 2 or self.dim < 1:
-            raise ConfigError("need temperature > 0, segments >= 2 and dim >= 1")
-
-    def check(self, config: Config) -> None:
-        """Against the rest of the config (Config.validate calls it when CMSC trains)."""
-        n = config.model.n_patches
-        if n % self.segments:
-            raise ConfigError(f"methods.cmsc.segments={self.segments} must divide the {n} patches of a "
-                              "window (model.input_samples / model.patch_size)")
-
-
-@register_method("cmsc", "CMSC", options=CMSCOptions, structural=("methods.cmsc.dim",))
+@register_method("cmsc")             # declared in options.py: its section, structural keys, losses
 class CMSC(PretrainMethod):
     """Encoder -> mean over the segment's tokens -> Linear(embed_dim, dim): CLOCS's embedding."""
 
     needs_patient_ids = True
-    reported_losses = ("loss_con",)    # the mean CMSC loss over segment pairs (= loss)
 
     def __init__(self, config: Config):
         super().__init__(config)
@@ -127,7 +103,7 @@ class CMSC(PretrainMethod):
         B, C, _ = self.check_input(x)
         z = self.embed_segments(x)
         pairs = list(itertools.combinations(range(self.options.segments), 2))
-        tau, gather = self.options.temperature, self.config.loss.gather_negatives
+        tau, gather = self.options.temperature, self.config.optim.gather_negatives
         loss = sum(cmsc_contrastive(z[i], z[j], tau, patient, gather) for i, j in pairs) / len(pairs)
         cos = torch.stack([F.cosine_similarity(z[i].detach().float(), z[j].detach().float(), dim=-1).mean()
                            for i, j in pairs]).mean()

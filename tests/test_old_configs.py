@@ -1,0 +1,132 @@
+"""What was written before CoRe-ECG's options moved under `methods.core` (issue 42) still loads:
+every config, tune space and study shipped at 7162f21 (copies in tests/data/configs-7162f21) reads
+as the same configs as today's files, and a run folder written by 7162f21's code
+(tests/data/run-7162f21: config.yaml, encoder.pt, a step checkpoint) opens, builds, resumes and
+compares. A moved key is read at its new place, or refused naming where its section went; never
+ignored."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from coreecg.config import ConfigError, config_from_dict, load_config
+from coreecg.eval.fairness import flatten
+
+REPO = Path(__file__).resolve().parents[1]
+OLD = REPO / "tests" / "data" / "configs-7162f21"
+OLD_RUN = REPO / "tests" / "data" / "run-7162f21"
+
+
+@pytest.mark.parametrize("name", ["quickstart", "sweep", "paper"])
+def test_every_shipped_config_of_7162f21_loads_as_todays(name):
+    old, new = load_config(OLD / "configs" / f"{name}.yaml"), load_config(REPO / "configs" / f"{name}.yaml")
+    assert old == new
+    text = (OLD / "configs" / f"{name}.yaml").read_text()
+    assert name == "paper" or "time_decoder_dim" in text          # the old spelling is what was read
+
+
+def test_the_quickstart_configs_moved_values_land_at_their_new_places():
+    c = load_config(OLD / "configs" / "quickstart.yaml")
+    o = c.methods.core
+    assert (o.loss.alpha, o.time_decoder.dim, o.time_decoder.depth, o.projection.hidden_dim) == (2.3, 64, 3, 256)
+    assert "masking" not in c.to_dict() and "loss" not in c.to_dict() and "time_decoder_dim" not in c.to_dict()["model"]
+
+
+@pytest.mark.parametrize("name, base", [("ablations", ()), ("core", ()), ("mask_rates", ()), ("mask_rates_tiny", ()),
+                                        ("quickstart", ()), ("moco_v3", ("pretrain.method=moco_v3",)),
+                                        ("cmsc", ("pretrain.method=cmsc",))])
+def test_every_tune_space_of_7162f21_loads_as_todays(name, base):
+    from coreecg.tune.spaces import load_space
+
+    old = load_space(OLD / "tune_spaces" / f"{name}.yaml", base=list(base))
+    new = load_space(REPO / "tune_spaces" / f"{name}.yaml", base=list(base))
+    assert (old.grid, old.params, old.variants, old.tables, old.unavailable) == \
+        (new.grid, new.params, new.variants, new.tables, new.unavailable)
+    assert [(a.variants, a.keys) for a in old.allow] == [(a.variants, a.keys) for a in new.allow]
+    assert not [k for k in [*old.grid, *old.params] if k.startswith(("masking.", "loss.", "augment."))]
+
+
+def _old_tree(tmp_path: Path) -> Path:
+    """The 7162f21 studies, configs and tune spaces laid out as in a checkout beside ../shared
+    (their paths are relative to the study file)."""
+    root = tmp_path / "repo"
+    for part in ("studies", "configs", "tune_spaces"):
+        shutil.copytree(OLD / part, root / part)
+    (tmp_path / "shared").symlink_to(REPO.parent / "shared")
+    return root
+
+
+@pytest.mark.parametrize("name", ["tiny", "paper", "label_efficiency_tiny", "benchmark_tiny"])
+def test_every_tiny_and_paper_study_of_7162f21_plans_todays_runs(tmp_path, name):
+    from coreecg.study.reader import load_study
+
+    if not (REPO.parent / "shared" / "ecg-data").is_dir():
+        pytest.skip("needs ../shared/ecg-data")
+    root = _old_tree(tmp_path)
+    old, new = load_study(root / "studies" / f"{name}.yaml"), load_study(REPO / "studies" / f"{name}.yaml")
+    assert [r.name for r in old.pretrain_runs()] == [r.name for r in new.pretrain_runs()]
+    assert [r.name for r in old.finetune_runs()] == [r.name for r in new.finetune_runs()]
+    for a, b in zip(old.pretrain_runs(), new.pretrain_runs()):
+        ca = flatten(load_config(old.config_file, old.pretrain_overrides(a)).to_dict())
+        cb = flatten(load_config(new.config_file, new.pretrain_overrides(b)).to_dict())
+        here = {k: v.replace(str(root), str(REPO)) if isinstance(v, str) else v for k, v in ca.items()}
+        assert here == cb, a.name
+
+
+def test_a_run_folder_of_7162f21_opens_builds_and_resumes():
+    from coreecg.loading import load_encoder, load_method, open_method
+    from coreecg.methods import build_method
+    from coreecg.train.resume_check import check_compatible, structural_differences
+
+    saved = yaml.safe_load((OLD_RUN / "config.yaml").read_text())
+    assert saved["masking"]["p_time"] == 0.4 and saved["loss"]["alpha"] == 1.5 and "core" not in saved["methods"]
+    config = config_from_dict(saved)
+    o = config.methods.core
+    assert (o.masking.p_time, o.loss.alpha, o.fda.init, o.ema.momentum) == (0.4, 1.5, "random", 0.99)
+    assert (o.time_decoder.dim, o.latent_decoder.depth, o.projection.dim) == (32, 1, 32)
+
+    encoder = load_encoder(OLD_RUN)
+    assert sum(p.numel() for p in encoder.parameters()) > 0
+    method = load_method(OLD_RUN, build_method)
+    assert method.model.options.masking.p_time == 0.4 and method.model.time_decoder is not None
+    state = torch.load(OLD_RUN / "checkpoint_step000000001" / "checkpoint.pt", map_location="cpu",
+                       weights_only=False)["model"]
+    assert torch.equal(method.model.state_dict()["time_decoder.head.weight"], state["time_decoder.head.weight"])
+
+    # the same run under today's spelling: nothing structural differs, a resume is allowed
+    today = load_config(overrides=[f"{k}={v}" for k, v in [
+        ("model.embed_dim", 32), ("model.depth", 2), ("model.num_heads", 2), ("methods.core.masking.p_time", 0.4),
+        ("methods.core.loss.alpha", 1.5), ("methods.core.fda.init", "random"), ("methods.core.ema.momentum", 0.99),
+        ("methods.core.time_decoder.dim", 32), ("methods.core.time_decoder.depth", 2),
+        ("methods.core.time_decoder.heads", 2), ("methods.core.latent_decoder.dim", 32),
+        ("methods.core.latent_decoder.depth", 1), ("methods.core.latent_decoder.heads", 2),
+        ("methods.core.projection.hidden_dim", 64), ("methods.core.projection.dim", 32)]])
+    assert structural_differences(config, today) == []
+    check_compatible(OLD_RUN, config, today)
+    wider = load_config(overrides=[*(f"{k}={v}" for k, v in flatten(today.to_dict()).items() if k.startswith("model.")),
+                                   "methods.core.time_decoder.dim=64", "methods.core.time_decoder.heads=2"])
+    assert "methods.core.time_decoder" in structural_differences(config, wider)
+    assert open_method(OLD_RUN).config == config
+
+
+def test_a_moved_key_is_mapped_or_refused_naming_its_new_place(tmp_path):
+    c = load_config(overrides=["masking.p_time=0.6", "augment.fda=false", "loss.gather_negatives=false",
+                               "model.latent_decoder_layout=lead", "optim.ema_momentum_end=0.999"])
+    o = c.methods.core
+    assert (o.masking.p_time, o.fda.enabled, c.optim.gather_negatives) == (0.6, False, False)
+    assert (o.latent_decoder.layout, o.ema.momentum_end) == ("lead", 0.999)
+    with pytest.raises(ConfigError, match=r"masking\.p_tyme: the masking section moved \(its keys are now "
+                                          r"methods\.core\.masking\.\*\)"):
+        load_config(overrides=["masking.p_tyme=0.6"])
+    f = tmp_path / "old.yaml"
+    f.write_text("loss:\n  alpha: 2.0\n  temprature: 0.1\n")
+    with pytest.raises(ConfigError, match=rf"{f}: loss\.temprature: the loss section moved .*methods\.core\.loss\.\*"):
+        load_config(f)
+    f.write_text("masking: {p_time: 0.6}\nmethods:\n  core:\n    masking: {p_time: 0.7}\n")
+    with pytest.raises(ConfigError, match=r"masking\.p_time \(moved to methods\.core\.masking\.p_time\) and "
+                                          r"methods\.core\.masking\.p_time are both given"):
+        load_config(f)

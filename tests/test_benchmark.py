@@ -100,6 +100,10 @@ def test_benchmark_table_places_every_encoder_per_corpus_and_mode(tmp_path):
     assert cell_text(table.cells["ST-MEM (published)"][("ptbxl-super", "finetune")]) == "90.0 ± 1.4 (2 runs)"
     assert pub.rows["ST-MEM"]["icbeb2018"] == 0.946
     md = table_markdown(table)
+    # the runs' split rule is the patient hash: the published PTB-XL numbers share the classes, not the
+    # test records; CPSC2018's share the classes (its own folds)
+    assert "| *published*: shares with the measured rows* | classes, not test records |  |  | " \
+           "classes, not test records |" in md
     assert "| ST-MEM* | 90.1 |  |  | 94.6 |" in md              # published: only under its mode's columns
     assert "Published, not run here" in md and "2.5 s crops" in md
     assert "| Supervised | 88.0 [85.0, 90.0] | n/a | n/a | – |" in md       # scratch: no frozen or linear run
@@ -113,6 +117,7 @@ def test_benchmark_table_places_every_encoder_per_corpus_and_mode(tmp_path):
     ("rows: {A: {ptbxl-super: 93.5}}", "not an AUROC"),
     ("mode: probe\nrows: {A: {x: 0.9}}", "mode 'probe'"),
     ("source: x\nnumbers: {}", "needs a mapping"),
+    ("rows: {A: {x: 0.9}}\nshares: {x: {test_split: folds, classes: some}}", r"shares\.x: needs"),
 ])
 def test_a_bad_published_file_is_named(tmp_path, text, needle):
     path = tmp_path / "pub.yaml"
@@ -120,6 +125,32 @@ def test_a_bad_published_file_is_named(tmp_path, text, needle):
     with pytest.raises(PublishedError, match=needle) as err:
         load_published(path)
     assert str(path) in str(err.value)
+
+
+def test_each_column_says_what_its_published_numbers_share_and_the_rest_is_context(tmp_path):
+    """PTB-XL runs on strat_fold 10 share the published PTB-XL numbers' test records and classes;
+    Chapman's published numbers share neither (their own folds, another label set): no column
+    holds them, a context block does."""
+    rows = []
+    (tmp_path / "runs").mkdir()
+    for name, dataset, split in [("a", "ptbxl-super", "folds"), ("b", "chapman", "patients")]:
+        run = make_run(tmp_path / "runs", name, method="CoRe-ECG", dataset=dataset, mode="finetune", seed=0, auroc=0.9,
+                       split_rule=split)
+        rows.append(load_run(run))
+    pub = load_published(REPO / "studies" / "published" / "ecg_fm_benchmark.yaml")
+    assert pub.shares["chapman"] == {"test_split": "own", "classes": "other"}
+    md = table_markdown(benchmark_table(rows, [pub]))
+    assert "| *published*: shares with the measured rows* | test records and classes |  |" in md
+    assert "| ST-MEM* | 90.1 |  |" in md                        # PTB-XL in its column, Chapman not
+    context = md.split("Context: published numbers that share neither")[1]
+    assert "fine-tuned* (shares neither): ECGFounder 96.8, ECG-CPC 96.2" in context
+    assert "ST-MEM 94.8" in context
+    # a file that does not declare a dataset: context too, and it says so
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("source: s\nprotocol: p\nrows: {X: {ptbxl-super: 0.5}}\n")
+    md = table_markdown(benchmark_table(rows, [load_published(bare)]))
+    assert "| *published*: shares with the measured rows* |  |  |" in md
+    assert "(not declared in its file): X 50.0" in md
 
 
 def test_benchmark_rows_may_differ_in_the_encoder_but_not_the_fine_tuning(tmp_path):

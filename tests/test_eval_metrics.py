@@ -24,8 +24,9 @@ def test_single_label_by_hand():
     assert m["f1_argmax"] == pytest.approx((0.8 + 0 + 1) / 3)
     # A: positives {.6, .4} vs negatives {.5, .2}: 3 of 4 pairs; B and C rank perfectly
     assert m["auroc"] == pytest.approx((0.75 + 1 + 1) / 3)
-    assert m["per_class"]["A"] == {"auroc": pytest.approx(0.75), "f1": pytest.approx(0.5), "positives": 2}
-    assert m["classes_left_out"] == {"auroc": [], "f1": []}
+    assert m["per_class"]["A"] == {"auroc": pytest.approx(0.75), "f1": pytest.approx(0.5), "positives": 2,
+                                     "positive_patients": 2}
+    assert m["classes_left_out"] == {"auroc": [], "f1": [], "rare": []}
     assert (m["n"], m["auroc_kind"], m["threshold"]) == (4, "one-vs-rest", 0.5)
 
 
@@ -54,8 +55,8 @@ def test_multi_label_by_hand_with_a_class_left_out():
     assert m["per_class"]["X"]["auroc"] == pytest.approx(0.5)  # .9 > .6, .49 < .6
     assert m["per_class"]["Y"]["auroc"] == pytest.approx(1.0)  # .7 > .5, .7 > .65
     assert m["auroc"] == pytest.approx(0.75)            # Z not averaged in as 0.5
-    assert m["per_class"]["Z"] == {"auroc": None, "f1": None, "positives": 0}
-    assert m["classes_left_out"] == {"auroc": ["Z"], "f1": ["Z"]}
+    assert m["per_class"]["Z"] == {"auroc": None, "f1": None, "positives": 0, "positive_patients": 0}
+    assert m["classes_left_out"] == {"auroc": ["Z"], "f1": ["Z"], "rare": []}
     assert "f1_argmax" not in m
 
 
@@ -70,7 +71,7 @@ def test_threshold_is_inclusive():
 def test_all_positive_class_has_f1_but_no_auroc():
     y = np.array([[1, 1], [1, 0]])
     m = classification_metrics(y, np.array([[0.8, 0.7], [0.3, 0.4]]), multilabel=True, class_names=["P", "Q"])
-    assert m["classes_left_out"] == {"auroc": ["P"], "f1": []}
+    assert m["classes_left_out"] == {"auroc": ["P"], "f1": [], "rare": []}
     assert m["per_class"]["P"]["f1"] == pytest.approx(2 / 3)
     assert m["auroc"] == pytest.approx(1.0)
 
@@ -213,3 +214,32 @@ def test_rank_correlation_of_cells_matches_ranks_and_brackets_rho():
     assert np.isnan(rank_correlation([1, 2], [2, 1])["rho"])                  # < 3 cells: undefined
     flat = rank_correlation([0.5, 0.5, 0.5], [0.1, 0.3, 0.2])                 # ties everywhere: no ranks
     assert np.isnan(flat["rho"]) and "same probe score" in flat["note"]
+
+
+def test_a_class_with_too_few_positive_patients_is_left_out_of_the_macro_means_and_named():
+    """min_positive_patients: a class whose positives come from fewer patients is out of the macro
+    F1 and AUROC (not of ACC), named in classes_left_out["rare"], its per-class values kept; two
+    records of one patient count once; the bootstrap's and the resampled metrics' class sets agree."""
+    from coreecg.eval.metrics import bootstrap_ci, kept_classes, positive_patients, resample_metrics
+
+    rng = np.random.default_rng(0)
+    n = 40
+    y = np.zeros((n, 3), dtype=int)
+    y[:, 0] = np.arange(n) < 20                      # A: 20 positive records
+    y[:, 1] = np.arange(n) >= 20
+    y[[0, 1, 2], 2] = 1                              # R: 3 positive records of 2 patients (0 and 1 are one)
+    patients = np.array([0, 0, *range(1, n - 1)])
+    probs = np.clip(y * 0.3 + rng.random((n, 3)) * 0.7, 0, 1)
+    assert list(positive_patients(y, patients)) == [19, 20, 2] and list(positive_patients(y, None)) == [20, 20, 3]
+    every = classification_metrics(y, probs, True, ["A", "B", "R"], patients, 1)
+    strict = classification_metrics(y, probs, True, ["A", "B", "R"], patients, 3)
+    assert strict["classes_left_out"]["rare"] == ["R"] and every["classes_left_out"]["rare"] == []
+    a, b = (strict["per_class"][c]["auroc"] for c in "AB")
+    assert strict["auroc"] == pytest.approx((a + b) / 2) and every["auroc"] != pytest.approx(strict["auroc"])
+    assert strict["acc"] == every["acc"] and strict["per_class"]["R"]["positive_patients"] == 2
+    assert strict["per_class"]["R"]["auroc"] == every["per_class"]["R"]["auroc"]        # still reported
+    keep = kept_classes(y, patients, 3)
+    point = resample_metrics(y, probs, True, np.ones((1, n)), keep)
+    assert point["auroc"][0] == pytest.approx(strict["auroc"]) and point["f1"][0] == pytest.approx(strict["f1"])
+    ci = bootstrap_ci(y, probs, patients, True, ["A", "B", "R"], n_resamples=200, min_positive_patients=3)
+    assert ci["auroc"]["undefined_resamples"] == 0          # R, often absent from a resample, is not needed

@@ -12,10 +12,10 @@ import pytest
 
 from coreecg.config import ReportConfig
 from coreecg.eval.calibration import _test_set, write_run
-from coreecg.eval.label_efficiency import (DETECTABLE, VERDICTS_FILE, detectable_effect, detectable_note, extra_tables,
-                                           label_efficiency_rows, label_efficiency_table, table_settings, verdicts)
+from coreecg.eval.label_efficiency import (VERDICTS_FILE, detectable_note, detectable_summary, extra_tables,
+                                           label_efficiency_rows, label_efficiency_table, verdicts)
 from coreecg.eval.report import load_run, write_report
-from coreecg.eval.significance import Difference
+from coreecg.eval.significance import Difference, holm
 
 REPORT = ReportConfig(bootstrap_resamples=200)
 
@@ -126,10 +126,15 @@ def test_marks_follow_the_run_level_rule(table):
     assert d.p_value is None and not table.marked("CoRe-ECG (linear)", small)
     assert "fewer than 3 runs" in table.unmarked_because("CoRe-ECG (linear)", small)
     assert ("CoRe-ECG (linear)", small) not in table.adjusted             # not in the family
-    # the family: every testable difference of this table, adjusted by Holm together
+    # the families: one per metric, each its metric's testable differences, adjusted by Holm together
     testable = [(m, k) for m in table.cells for k in range(len(table.columns))
                 if isinstance(x := table.difference(m, k), Difference) and x.testable]
     assert sorted(table.adjusted) == sorted(testable) and len(testable) == 3 * 4 + 3 * 3
+    assert sorted(table.families) == ["acc", "auroc", "f1"]
+    for metric, family in table.families.items():
+        assert {table.columns[k].metric for _, k in family} == {metric} and len(family) == 7
+        p = [table.difference(m, k).p_value for m, k in family]
+        assert [table.adjusted[key] for key in family] == pytest.approx(list(holm(p)))   # within its own family
 
 
 def test_verdicts_quote_the_differences(table):
@@ -146,25 +151,28 @@ def test_verdicts_quote_the_differences(table):
     assert m.group(4) == f"{table.adjusted[('CoRe-ECG (linear)', j)]:.3g}"
     assert any(v.startswith("PTB-XL, 100 %: CoRe-ECG vs Supervised under fine-tuning: -") for v in lines)
     aa = next(v for v in lines if v.startswith("PTB-XL, 100 %: ST-MEM-like vs Untrained under the linear probe"))
-    assert re.search(r"AUROC points, not marked \(adjusted p \S+ >= 0.05\)$", aa)
+    assert re.search(r"AUROC points, not marked \(adjusted p \S+ >= 0.05\): (inconclusive: the smallest detectable "
+                     r"difference here is \d+\.\d points \(power 0.8\)|equivalent within ±2 points .*)$", aa), aa
     few = next(v for v in lines if v.startswith("PTB-XL, 10 %: CoRe-ECG vs Untrained under the linear probe"))
     assert "not marked: fewer than 3 runs" in few
 
 
-def test_minimal_detectable_effect_is_stated_honestly(table):
-    assert "no difference can be marked" in detectable_effect(2, 500)
-    text = detectable_effect(4, 150)
-    assert "simulation" in text.lower() and "synthetic" in text
-    assert "3 replicates per method, 100 test patients and a Holm family of 3 tests" in text   # not above it
-    assert f"about {DETECTABLE[(3, 100, 3)]['points']:.1f} AUROC points" in text
-    # a whole table's Holm family: the figure measured for it, never the easier 3-test one
-    assert f"about {DETECTABLE[(3, 88, 36)]['points']:.1f} AUROC points" in detectable_effect(3, 88, family=36)
-    bigger = detectable_effect(3, 88, family=100)
-    assert "no documented minimal detectable effect" in bigger and "a lower bound here" in bigger
-    assert "no documented minimal detectable effect applies" in detectable_effect(3, 88, rule=("bh", 0.95))
-    assert table_settings(table) == {(4, 100): 21, (2, 100): 3}
+def test_the_detectable_difference_comes_from_each_cells_own_data(table):
+    """(t_{df, 1-alpha/2k} + t_{df, 0.8}) x SE, by hand from the Difference's SE and df, k = its
+    family's size; summarised under the table over the primary metric's family."""
+    from scipy import stats
+
+    family = table.families["auroc"]
+    for key in family:
+        d, k = table.difference(*key), len(family)
+        by_hand = (stats.t.ppf(1 - 0.05 / (2 * k), d.df) + stats.t.ppf(0.8, d.df)) * d.se
+        assert table.detectable[key] == pytest.approx(by_hand, rel=1e-9) and d.se > 0
+    summary = detectable_summary(table)
+    sizes = sorted(100 * table.detectable[key] for key in family)
+    assert (summary["family"], summary["n"], summary["untested"]) == (7, 7, 1)     # the 2-run 10 % cell
+    assert summary["low"] == pytest.approx(sizes[0]) and summary["high"] == pytest.approx(sizes[-1])
     note = detectable_note(table)
-    assert "21 difference(s) with 4 replicates" in note and "3 difference(s) with 2 replicates" in note
+    assert f"median {summary['median']:.1f} points" in note and "1 AUROC difference(s) could not be tested" in note
 
 
 def test_report_writes_it_when_random_init_runs_exist_and_keeps_other_tables(folders, tmp_path):
@@ -178,7 +186,7 @@ def test_report_writes_it_when_random_init_runs_exist_and_keeps_other_tables(fol
             assert (tmp_path / "with" / p.name).read_text() == p.read_text(), p.name
     md = (tmp_path / "with" / "label_efficiency.md").read_text()
     assert "| CoRe-ECG (linear) − Untrained (linear) |" in md and "## Verdicts" in md
-    assert "Minimal detectable effect" in (tmp_path / "with" / VERDICTS_FILE).read_text()
+    assert "Smallest detectable difference" in (tmp_path / "with" / VERDICTS_FILE).read_text()
     header = (tmp_path / "with" / "label_efficiency.csv").read_text().splitlines()[0].split(",")
     assert header[:2] == ["method", "baseline"]
     all_runs = (tmp_path / "with" / "all_runs.csv").read_text()

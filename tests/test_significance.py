@@ -365,9 +365,12 @@ def test_report_marks_significant_differences(report):
         assert not copy[column].endswith("\\*") and not core[column].endswith("\\*")
         assert not single[column].endswith("\\*")                       # sharp too, but one run
     assert not any(v.endswith("\\*") for v in table["NoPred"].values())
-    assert ("\\* the difference to CoRe-ECG has a p-value below 0.05 after Holm's correction over the 12 "
-            "comparison(s) of this table that can be marked: Welch's t over training runs (each method >= 3 runs "
-            "in the cell), test patients resampled within (200 resamples") in text
+    assert ("\\* the difference to CoRe-ECG has a p-value below 0.05 after Holm's correction within its metric's "
+            "family: AUROC (primary): 4 comparison(s); ACC, F1 (secondary, each corrected in its own family): 4, 4. "
+            "Welch's t over training runs (each method >= 3 runs in the cell), test patients resampled within "
+            "(200 resamples") in text
+    assert re.search(r"AUROC: [1-4] different, \d equivalent within ±2 points \(two one-sided tests, "
+                     r"report\.equivalence_margin\), \d inconclusive\. The smallest AUROC difference", text)
     # Single (one run) and NoPred each have 6 cells (2 datasets x 3 metrics) that cannot be marked, and say why
     assert ("6 cell(s) have fewer than 3 runs of a method: their difference interval is test-set sampling only, "
             "not a claim about the methods; never marked. 6 cell(s) have no difference: 6 with no "
@@ -400,15 +403,21 @@ def test_report_csv_holds_raw_and_adjusted_p_run_counts_and_reasons(report, tmp_
     sharp, copy, single = rows["Sharp"], rows["Copy"], rows["Single"]
     assert (copy["PTB-XL F1 diff"], copy["PTB-XL F1 p"], copy["PTB-XL F1 p adjusted"]) == ("0.00", "1", "1")
     assert copy["PTB-XL F1 unmarked because"] == "adjusted p (holm) 1 >= 0.05"
+    assert (copy["PTB-XL F1 family"], copy["PTB-XL AUROC family"]) == ("f1 (4)", "auroc (4)")
+    assert copy["PTB-XL F1 equivalence p adjusted"] == "" and copy["PTB-XL AUROC equivalence p adjusted"] != ""
+    assert sharp["PTB-XL AUROC verdict"].startswith("different (adjusted p ")
+    assert float(copy["PTB-XL AUROC detectable"]) > 0
     low, high = (float(sharp[f"Ningbo AUROC {k}"]) for k in ("diff low", "diff high"))
     assert 0 < low < float(sharp["Ningbo AUROC diff"]) < high and float(sharp["Ningbo AUROC p adjusted"]) < 0.05
     assert (sharp["PTB-XL ACC diff runs"], sharp["PTB-XL ACC diff reference runs"]) == ("3", "3")
     assert sharp["PTB-XL ACC unmarked because"] == ""                                   # marked
-    # the adjusted p-values are Holm's over the table's 12 testable cells (Copy and Sharp), by hand
-    family = [(m, c) for m in ("Copy", "Sharp") for c in ("PTB-XL ACC", "PTB-XL F1", "PTB-XL AUROC",
-                                                          "Ningbo ACC", "Ningbo F1", "Ningbo AUROC")]
-    expected = hand_holm([float(rows[m][f"{c} p"]) for m, c in family])
-    assert [float(rows[m][f"{c} p adjusted"]) for m, c in family] == pytest.approx(expected, rel=0.01)
+    # the adjusted p-values are Holm's within each metric's family of 4 testable cells (Copy and Sharp), by hand
+    family = []
+    for metric in ("ACC", "F1", "AUROC"):
+        own = [(m, f"{d} {metric}") for m in ("Copy", "Sharp") for d in ("PTB-XL", "Ningbo")]
+        expected = hand_holm([float(rows[m][f"{c} p"]) for m, c in own])
+        assert [float(rows[m][f"{c} p adjusted"]) for m, c in own] == pytest.approx(expected, rel=0.01)
+        family += own
     # one run: an interval, no p, the reason; no predictions: the reason
     assert (single["PTB-XL AUROC p"], single["PTB-XL AUROC p adjusted"]) == ("", "")
     assert float(single["PTB-XL AUROC diff low"]) > 0 and single["PTB-XL AUROC diff runs"] == "1"
@@ -425,7 +434,7 @@ def test_report_csv_holds_raw_and_adjusted_p_run_counts_and_reasons(report, tmp_
     # Benjamini-Hochberg, or no correction, on request, named in the legend
     write_report(runs, tmp_path / "bh", report=ReportConfig(bootstrap_resamples=200, adjust="bh"))
     write_report(runs, tmp_path / "none", report=ReportConfig(bootstrap_resamples=200, adjust="none"))
-    assert "after the Benjamini-Hochberg correction (false discovery rate) over the 12" in \
+    assert "after the Benjamini-Hochberg correction (false discovery rate) within its metric's family" in \
         (tmp_path / "bh" / "comparison.md").read_text()
     with open(tmp_path / "none" / "comparison.csv", newline="") as f:
         none = {r["method"]: r for r in csv.DictReader(f)}
@@ -436,11 +445,11 @@ def test_more_runs_or_patients_asked_unmark_everything(report, tmp_path):
     _, _, runs = report
     write_report(runs, tmp_path / "r", report=ReportConfig(bootstrap_resamples=50, min_runs=4))
     text = (tmp_path / "r" / "comparison.md").read_text()
-    assert "\\*" not in text.split("\n\n")[2] and "over the 0 comparison(s)" in text
+    assert "\\*" not in text.split("\n\n")[2] and "AUROC (primary): no testable comparison" in text
     assert "18 cell(s) have fewer than 4 runs of a method" in text
     write_report(runs, tmp_path / "p", report=ReportConfig(bootstrap_resamples=50, min_test_patients=50))
     text = (tmp_path / "p" / "comparison.md").read_text()
-    assert "\\*" not in text.split("\n\n")[2] and "over the 0 comparison(s)" in text
+    assert "\\*" not in text.split("\n\n")[2] and "AUROC (primary): no testable comparison" in text
     assert ("6 cell(s) have fewer than 3 runs of a method: their difference interval is test-set sampling only, "
             "not a claim about the methods; never marked. 18 cell(s) have fewer than 50 test patients: not marked.") \
         in text
@@ -479,3 +488,73 @@ def test_the_bootstrap_seed_comes_from_the_config(report, tmp_path):
         write_report(runs, tmp_path / name, report=ReportConfig(bootstrap_resamples=50, seed=seed))
         diffs[name] = (tmp_path / name / "comparison.csv").read_text()
     assert diffs["a"] == diffs["b"] and diffs["a"] != diffs["c"]     # same seed, same intervals
+
+
+def test_a_comparison_with_no_variance_is_not_testable_and_not_counted(tmp_path):
+    """Constant outputs in every run of both methods: d is one number on every run and resample, so
+    there is nothing to test it against; it is named "not testable", has no p and joins no family."""
+    task = make_task(False)
+    flat = np.full((N_RECORDS, 4), 0.25)
+    ref = [make_run(tmp_path, f"ref{s}", "CoRe-ECG", s, task, flat, False) for s in range(3)]
+    other = [make_run(tmp_path, f"oth{s}", "Flat", 10 + s, task, flat, False) for s in range(3)]
+    d = difference(ref, other, "auroc", False, CLASSES, n_resamples=50)
+    assert d.diff == 0.0 and d.p_value is None and not d.testable and d.se is None
+    assert d.unmarkable == significance.NOT_TESTABLE and "zero variance on both sides" in d.unmarkable
+    sharp = [make_run(tmp_path, f"sh{s}", "Sharp", 20 + s, task, make_probs(task[2], False, s, 0.1), False)
+             for s in range(3)]
+    out = cell_differences({"CoRe-ECG": ref, "Flat": other, "Sharp": sharp}, "CoRe-ECG", ["auroc"], False,
+                           CLASSES, n_resamples=50)
+    assert not out["Flat"]["auroc"].testable and out["Sharp"]["auroc"].testable       # only Sharp in the family
+
+
+def test_two_one_sided_tests_against_a_hand_computation():
+    """TOST p = max(P(T > (d + m)/SE), P(T < (d - m)/SE)); below alpha exactly when the 1 - 2 alpha
+    interval d -/+ t_{1-alpha} SE lies inside (-m, m)."""
+    from coreecg.eval.significance import equivalence_p
+
+    d, se, df, m = 0.004, 0.006, 5.0, 0.02
+    lower = 1 - stats.t.cdf((d + m) / se, df)            # H0: d <= -m
+    upper = stats.t.cdf((d - m) / se, df)                # H0: d >= +m
+    assert equivalence_p(d, se, df, m) == pytest.approx(max(lower, upper), rel=1e-12)
+    for diff, s in [(0.004, 0.006), (0.004, 0.012), (0.015, 0.003), (-0.019, 0.0005), (0.0, 0.0101)]:
+        q = stats.t.ppf(0.95, df)
+        inside = -m < diff - q * s and diff + q * s < m
+        assert (equivalence_p(diff, s, df, m) < 0.05) == inside, (diff, s)
+
+
+def test_the_detectable_difference_against_a_hand_computation():
+    from coreecg.eval.significance import detectable_difference
+
+    # df 4, Holm family of 6 at 5 %, power 0.8: t_{4, 1 - 0.05/12} = 4.8509, t_{4, 0.8} = 0.9410
+    assert detectable_difference(0.02, 4.0, 0.05, 6) == pytest.approx((4.8509 + 0.9410) * 0.02, rel=1e-3)
+    # many patients and runs: the normal quantiles 1.96 + 0.8416 for one test
+    assert detectable_difference(0.01, np.inf, 0.05, 1) == pytest.approx(0.028016, rel=1e-4)
+    assert detectable_difference(0.01, 10.0, 0.05, 3) > detectable_difference(0.01, 10.0, 0.05, 1)
+
+
+def test_a_cell_below_chance_is_flagged_in_the_table(tmp_path):
+    """Scores that rank the classes the wrong way round: every run's AUROC under 0.5, the cell's
+    interval over runs under 50, flagged ↓ in the Markdown and LaTeX with a legend naming it; the
+    sane rows are not flagged."""
+    from coreecg.eval.tables.table import BELOW, chance_interval_high
+
+    task = make_task(False)
+    y = task[2]
+    runs = []
+    for s in range(3):
+        runs.append(make_run(tmp_path / "runs", f"core{s}", "CoRe-ECG", s, task, make_probs(y, False, 10 + s), False))
+        wrong = make_probs(y, False, 20 + s)[:, ::-1].copy()         # another class's score: below chance
+        runs.append(make_run(tmp_path / "runs", f"wrong{s}", "Wrong", 10 + s, task, wrong, False))
+    aurocs = [json.loads((r / "metrics.json").read_text())["test"]["auroc"] for r in runs if "wrong" in r.name]
+    assert max(aurocs) < 0.5
+    high = chance_interval_high(aurocs, None)
+    assert high == pytest.approx(np.mean(aurocs) + stats.t.ppf(0.975, 2) * np.std(aurocs, ddof=1) / np.sqrt(3))
+    write_report(runs, tmp_path / "out", report=ReportConfig(bootstrap_resamples=0))
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    rows = md_rows(text)
+    assert rows["Wrong"]["PTB-XL AUROC"].endswith(BELOW) and not rows["CoRe-ECG"]["PTB-XL AUROC"].endswith(BELOW)
+    assert not rows["Wrong"]["PTB-XL ACC"].endswith(BELOW)                   # AUROC only
+    assert f"{BELOW} below chance: the cell's 95 % AUROC interval lies under 50" in text
+    assert f"Wrong PTB-XL AUROC (up to {100 * high:.1f})" in text
+    assert r"$\downarrow$" in (tmp_path / "out" / "comparison.tex").read_text()
+    assert chance_interval_high([0.45], 0.52) == 0.52 and chance_interval_high([], 0.4) is None   # one run: its own CI

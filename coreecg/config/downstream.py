@@ -142,8 +142,18 @@ class ReportConfig:
     min_runs: runs each method needs in a cell for its difference to be tested and marked; below
         it the cell shows an interval from test-set sampling only (>= 2: a variance over runs).
     min_test_patients: test patients a cell needs to be marked.
-    adjust: the correction over each table's testable differences: holm (family-wise error),
-        bh (Benjamini-Hochberg, false discovery rate) or none.
+    adjust: the correction within each family of a table's testable differences: holm
+        (family-wise error), bh (Benjamini-Hochberg, false discovery rate) or none.
+    primary_metric: the metric a table's claims are about (acc, f1 or auroc): its differences are one
+        family; each secondary metric's differences are a family of their own, and say so.
+    equivalence_margin: in percentage points of the primary metric: a difference not marked is
+        "equivalent within +-margin" only where two one-sided tests show it (TOST at 1 - level,
+        corrected like the family); otherwise it is "inconclusive", with the smallest difference
+        the cell could detect.
+    power: the power at which that smallest detectable difference is stated.
+    min_positive_patients: a class with fewer positive test patients is left out of a run's macro
+        metrics (named in its metrics.json and counted in the table's legend): its per-class AUROC
+        interval would be far too narrow (docs/evaluation.md, "Rare classes").
     """
 
     f1: Literal["threshold", "argmax"] = "threshold"
@@ -154,8 +164,18 @@ class ReportConfig:
     min_runs: int = 3
     min_test_patients: int = 30
     adjust: Literal["holm", "bh", "none"] = "holm"
+    primary_metric: Literal["acc", "f1", "auroc"] = "auroc"
+    equivalence_margin: float = 2.0
+    power: float = 0.8
+    min_positive_patients: int = 5
 
     def __post_init__(self) -> None:
+        if self.equivalence_margin <= 0:
+            raise ConfigError(f"report.equivalence_margin={self.equivalence_margin} must be > 0 (percentage points)")
+        if not 0 < self.power < 1:
+            raise ConfigError(f"report.power={self.power} must lie in (0, 1)")
+        if self.min_positive_patients < 1:
+            raise ConfigError(f"report.min_positive_patients={self.min_positive_patients} must be >= 1")
         if not self.reference:
             raise ConfigError("report.reference must name a method (a table row)")
         if self.bootstrap_resamples < 0 or self.bootstrap_resamples == 1:

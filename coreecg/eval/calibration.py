@@ -7,10 +7,15 @@ One simulated table is one cell (a test set of `n_patients` patients, the first 
 records; 4 single-label classes) with a reference method and one other method. Run r of a method
 of skill s scores record i, class k with the logit
 
-    y[i, k] (s + u_r) + hard[i, k] + e_r[i, k],   u_r ~ N(0, run_sd), e_r ~ N(0, noise_sd), hard ~ N(0, hard_sd)
+    y[i, k] (s + u_r) + hard_M[i, k] + e_r[i, k],   u_r ~ N(0, run_sd), e_r ~ N(0, noise_sd)
+
+    hard_M = sqrt(1 - specific) hard + sqrt(specific) hard'_M,   hard, hard'_M ~ N(0, hard_sd)
 
 and softmax probabilities: u_r is the training randomness of a run (pretraining x fine-tuning
-seed), hard a patient's difficulty that every run of the table shares, e_r a run's own errors.
+seed), hard a patient's difficulty that every run of the table shares, hard'_M the part that is
+method M's own (`specific`: 0, every method errs on the same patients; 1, each on its own; the
+test set's sampling then adds a term to a difference that more test patients shrink), e_r a
+run's own errors.
 An A/A table gives both methods one skill (the other method's runs are the same method's with
 disjoint seeds); a real difference gives the other method skill s + effect.
 """
@@ -24,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from coreecg.eval.metrics import resample_metrics
-from coreecg.eval.significance import adjust_p, cell_differences
+from coreecg.eval.significance import adjust_p, cell_differences, detectable_difference
 
 CLASSES = ("A", "B", "C", "D")
 METRICS = ("acc", "f1", "auroc")
@@ -42,6 +47,7 @@ class Scenario:
     run_sd: float = 0.15
     hard_sd: float = 1.0
     noise_sd: float = 0.5
+    specific: float = 0.0       # share of the patients' difficulty that is each method's own
 
 
 def _test_set(n_patients: int, rng: np.random.Generator):
@@ -77,10 +83,12 @@ def simulate_table(root: Path, scenario: Scenario, rng: np.random.Generator) -> 
     "other": seeds runs..2 runs-1 (disjoint)}."""
     task = _test_set(scenario.n_patients, rng)
     y = task[2]
-    hard = rng.normal(0, scenario.hard_sd, y.shape)
+    shared = rng.normal(0, scenario.hard_sd, y.shape)
     out: dict[str, list[Path]] = {}
     for i, (method, skill) in enumerate((("reference", scenario.skill), ("other", scenario.skill + scenario.effect))):
         out[method] = []
+        own = rng.normal(0, scenario.hard_sd, y.shape)
+        hard = np.sqrt(1 - scenario.specific) * shared + np.sqrt(scenario.specific) * own
         for seed in range(i * scenario.runs, (i + 1) * scenario.runs):
             logits = y * (skill + rng.normal(0, scenario.run_sd)) + hard + rng.normal(0, scenario.noise_sd, y.shape)
             out[method].append(write_run(root / f"{method}-s{seed}", method, seed, task, logits))
@@ -99,11 +107,13 @@ def table_marks(runs: dict[str, list[Path]], n_resamples: int, seed: int, adjust
     adjusted = np.full(len(p), np.nan)
     adjusted[testable] = adjust_p(p[testable], adjust)
     return {"p": p, "marked_raw": p < alpha, "marked": adjusted < alpha,
-            "diff": np.array([np.nan if x.diff is None else x.diff for x in d])}
+            "diff": np.array([np.nan if x.diff is None else x.diff for x in d]),
+            "se": np.array([np.nan if x.se is None else x.se for x in d]),
+            "df": np.array([np.nan if x.df is None else x.df for x in d])}
 
 
 def mark_rates(root: Path, scenario: Scenario, n_tables: int, seed: int = 0, n_resamples: int = 200,
-               adjust: str = "holm") -> dict:
+               adjust: str = "holm", alpha: float = 0.05) -> dict:
     """Simulate `n_tables` tables of `scenario` under `root` and count the marks. -> {"tables",
     "auroc_raw": share of tables whose AUROC difference has raw p < 0.05 (one test per table,
     independent), "auroc_marked": share whose AUROC cell is marked after `adjust` over the table's
@@ -114,7 +124,7 @@ def mark_rates(root: Path, scenario: Scenario, n_tables: int, seed: int = 0, n_r
     rows, sds = [], []
     for t in range(n_tables):
         runs = simulate_table(root / f"table{t:04d}", scenario, rng)
-        rows.append(table_marks(runs, n_resamples, seed + t, adjust))
+        rows.append(table_marks(runs, n_resamples, seed + t, adjust, alpha))
         auroc = [json.loads((r / "metrics.json").read_text())["test"]["auroc"] for r in runs["reference"]]
         sds.append(np.std(auroc, ddof=1) if len(auroc) > 1 else np.nan)
     k = METRICS.index("auroc")
@@ -125,6 +135,11 @@ def mark_rates(root: Path, scenario: Scenario, n_tables: int, seed: int = 0, n_r
             "table_any": float(np.mean([r["marked"].any() for r in rows])),
             "mean_auroc_diff": float(np.mean([r["diff"][k] for r in rows])),
             "run_sd_auroc": float(np.nanmean(sds)),
+            "sd_auroc_diff": float(np.nanstd([r["diff"][k] for r in rows], ddof=1)) if n_tables > 1 else float("nan"),
+            "mean_se_auroc": float(np.nanmean([r["se"][k] for r in rows])),
+            # the per-cell detectable AUROC difference for one test (family 1) at 80 % power, as the report states it
+            "detectable_auroc": float(np.nanmean([detectable_difference(r["se"][k], r["df"][k], alpha, 1)
+                                                   for r in rows if np.isfinite(r["se"][k])])),
             "auroc_p": [float(r["p"][k]) for r in rows]}
 
 
@@ -148,8 +163,9 @@ def minimal_detectable_effect(runs: int, n_patients: int, effects: Sequence[floa
     metrics); the AUROC difference then counts as marked when family x p < 0.05, Holm's adjusted p
     when it is the family's smallest (a real effect among null ones), so never easier than the table.
     Costs about 0.2 s per simulated table (3 runs per method, 100 patients, 200 resamples, 2 busy
-    cores), so minutes per scan: experiments/minimal_detectable_effect.py runs it and the report
-    cites the documented figures (coreecg/eval/label_efficiency.py, DETECTABLE)."""
+    cores), so minutes per scan: experiments/minimal_detectable_effect.py runs it. The report states
+    each cell's own detectable difference instead (coreecg/eval/tables/detectable.py); this scan
+    checks that formula against simulated power."""
     import tempfile
 
     scanned, found = [], None

@@ -140,13 +140,16 @@ def to_records(split: EvalSplit, probs: np.ndarray, features: np.ndarray) -> Rec
 
 
 def score(records: RecordScores, multilabel: bool, class_names: Sequence[str], n_resamples: int = 0,
-          seed: int = 0) -> dict:
-    """classification_metrics (+ "ci": patient-bootstrap 95 % intervals when n_resamples > 0)."""
-    out = classification_metrics(records.y, records.probs, multilabel, class_names)
+          seed: int = 0, min_positive_patients: int = 1) -> dict:
+    """classification_metrics (+ "ci": patient-bootstrap 95 % intervals when n_resamples > 0); a
+    class with fewer than `min_positive_patients` positive patients is left out of the macro means
+    (report.min_positive_patients; classes_left_out["rare"])."""
+    out = classification_metrics(records.y, records.probs, multilabel, class_names, records.patient_id,
+                                 min_positive_patients)
     out["patients"] = int(len(np.unique(records.patient_id)))
     if n_resamples:
         out["ci"] = bootstrap_ci(records.y, records.probs, records.patient_id, multilabel, class_names,
-                                 n_resamples=n_resamples, seed=seed)
+                                 n_resamples=n_resamples, seed=seed, min_positive_patients=min_positive_patients)
     return out
 
 

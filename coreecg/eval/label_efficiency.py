@@ -1,8 +1,7 @@
 """The label-efficiency table's old address: it lives in coreecg/eval/tables/label_efficiency.py
-(and its minimal detectable effect in coreecg/eval/tables/detectable.py); these names stay
-importable from here."""
-from coreecg.eval.tables.detectable import (CALIBRATED_RULE, CALIBRATION_RUN_SD, DETECTABLE,  # noqa: F401
-                                            detectable_effect, detectable_note, run_sd, table_settings)
+(and what it can detect in coreecg/eval/tables/detectable.py); these names stay importable from
+here."""
+from coreecg.eval.tables.detectable import detectable_note, detectable_summary, run_sd  # noqa: F401
 from coreecg.eval.tables.label_efficiency import (LABEL_EFFICIENCY_TABLE, LEADS, MODES, SUFFIX, UNDER,  # noqa: F401
                                                   VERDICT_METRIC, VERDICTS_FILE, LabelEfficiencyTable, Row,
                                                   difference_list, difference_text, extra_tables,

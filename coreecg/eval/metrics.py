@@ -9,6 +9,12 @@ Left-out classes. A class with no positive (or no negative) in the evaluated set
 class with no positive has no recall, so no F1 that measures the class (with no predicted
 positive either, F1 is 0/0). Such classes are listed and left out of the macro means, never
 averaged in as 0 or 0.5. ACC keeps every class (its negatives are real decisions).
+
+Rare classes (`min_positive_patients`, report.min_positive_patients): a class with fewer positive
+test patients than that is left out of the macro AUROC and F1 as well, and listed
+(classes_left_out["rare"]): with one or two positive patients its AUROC is one or two rank
+positions, and a patient bootstrap's interval for it is far too narrow (docs/evaluation.md,
+"Rare classes"), yet it would weigh as much as a class of hundreds in the macro mean.
 """
 from __future__ import annotations
 
@@ -68,24 +74,46 @@ def _checked(y, probs, multilabel: bool, class_names: Sequence[str]) -> tuple[np
     return y.astype(bool), probs
 
 
+def positive_patients(y: np.ndarray, patient_ids: Sequence | None) -> np.ndarray:
+    """(K,) distinct patients with a positive label per class (rows count as patients without ids)."""
+    y = np.asarray(y, dtype=bool)
+    if patient_ids is None:
+        return y.sum(0)
+    _, patient = np.unique(np.asarray(patient_ids), return_inverse=True)
+    hits = np.zeros((patient.max() + 1, y.shape[1]), dtype=bool)
+    np.logical_or.at(hits, patient.ravel(), y)
+    return hits.sum(0)
+
+
+def kept_classes(y: np.ndarray, patient_ids: Sequence | None, min_positive_patients: int = 1) -> np.ndarray:
+    """(K,) bool: the classes the macro means may hold, those with >= min_positive_patients positive
+    patients (1: every class with a positive)."""
+    return positive_patients(y, patient_ids) >= max(1, min_positive_patients)
+
+
 def _json_float(x: float) -> float | None:
     return None if np.isnan(x) else float(x)
 
 
 def classification_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
-                           class_names: Sequence[str]) -> dict:
+                           class_names: Sequence[str], patient_ids: Sequence | None = None,
+                           min_positive_patients: int = 1) -> dict:
     """ACC, F1 and AUROC as the paper defines them, with scikit-learn.
 
     y: (n, K) multi-hot {0, 1} (one-hot when single-label); probs: (n, K) probabilities (softmax
-    for single-label, sigmoid for multi-label). Returns a JSON-ready dict: acc, f1, auroc (and
-    f1_argmax, macro F1 of argmax decisions, for single-label), each None when no class can be
-    scored; per_class {name: {auroc, f1, positives}}; classes_left_out {auroc: [...], f1: [...]};
-    n; auroc_kind; threshold.
+    for single-label, sigmoid for multi-label); patient_ids (n,): whose records (None: each row its
+    own patient). Returns a JSON-ready dict: acc, f1, auroc (and f1_argmax, macro F1 of argmax
+    decisions, for single-label), each None when no class can be scored; per_class {name: {auroc,
+    f1, positives, positive_patients}}; classes_left_out {auroc: [...], f1: [...], rare: [...]}
+    (rare: fewer than min_positive_patients positive patients, out of the macro means; their
+    per-class values stay); min_positive_patients; n; auroc_kind; threshold.
     """
     from sklearn.metrics import accuracy_score, f1_score
 
     y, probs = _checked(y, probs, multilabel, class_names)
     positives = y.sum(0)
+    patients = positive_patients(y, patient_ids)
+    kept = kept_classes(y, patient_ids, min_positive_patients)
     f1_scored = positives > 0
     pred = probs >= THRESHOLD
     auroc = per_class_auroc(y, probs)
@@ -98,14 +126,18 @@ def classification_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
     else:
         true, argmax = y.argmax(1), probs.argmax(1)
         out["acc"] = float(accuracy_score(true, argmax))
-        out["f1_argmax"] = (float(f1_score(true, argmax, labels=np.flatnonzero(f1_scored), average="macro",
-                                           zero_division=0.0)) if f1_scored.any() else None)
-    out["f1"] = _json_float(np.nanmean(f1)) if f1_scored.any() else None
-    out["auroc"] = _json_float(np.nanmean(auroc)) if (~np.isnan(auroc)).any() else None
+        out["f1_argmax"] = (float(f1_score(true, argmax, labels=np.flatnonzero(f1_scored & kept), average="macro",
+                                           zero_division=0.0)) if (f1_scored & kept).any() else None)
+    macro_f1, macro_auroc = np.where(kept, f1, np.nan), np.where(kept, auroc, np.nan)
+    out["f1"] = _json_float(np.nanmean(macro_f1)) if (~np.isnan(macro_f1)).any() else None
+    out["auroc"] = _json_float(np.nanmean(macro_auroc)) if (~np.isnan(macro_auroc)).any() else None
     out["per_class"] = {name: {"auroc": _json_float(auroc[k]), "f1": _json_float(f1[k]),
-                               "positives": int(positives[k])} for k, name in enumerate(class_names)}
+                               "positives": int(positives[k]), "positive_patients": int(patients[k])}
+                        for k, name in enumerate(class_names)}
     out["classes_left_out"] = {"auroc": [class_names[k] for k in np.flatnonzero(np.isnan(auroc))],
-                               "f1": [class_names[k] for k in np.flatnonzero(~f1_scored)]}
+                               "f1": [class_names[k] for k in np.flatnonzero(~f1_scored)],
+                               "rare": [class_names[k] for k in np.flatnonzero(f1_scored & ~kept)]}
+    out["min_positive_patients"] = int(max(1, min_positive_patients))
     out["auroc_kind"] = "one-vs-rest"
     out["threshold"] = THRESHOLD
     return out
@@ -125,10 +157,10 @@ def patient_resample_weights(patient_ids: Sequence, n_resamples: int,
     return counts[:, patient.ravel()].astype(float)
 
 
-def _weighted_macro_f1(y: np.ndarray, pred: np.ndarray, w: np.ndarray) -> np.ndarray:
+def _weighted_macro_f1(y: np.ndarray, pred: np.ndarray, w: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
     """Macro F1 of weighted copies: y, pred (n, K) bool; w (B, n) -> (B,), over the classes with a
-    positive in the unweighted set; NaN where one of them has no positive in a copy."""
-    cls = y.any(0)
+    positive in the unweighted set (and in `keep`); NaN where one of them has no positive in a copy."""
+    cls = y.any(0) & (True if keep is None else keep)
     if not cls.any():
         return np.full(len(w), np.nan)
     y, pred = y[:, cls], pred[:, cls]
@@ -155,14 +187,15 @@ def _weighted_auroc(y: np.ndarray, score: np.ndarray, w: np.ndarray) -> np.ndarr
 
 
 def resample_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
-                     weights: np.ndarray) -> dict[str, np.ndarray]:
+                     weights: np.ndarray, keep: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The headline metrics of B weighted copies of the evaluated set, vectorised.
 
     y: (n, K) bool; probs: (n, K); weights: (B, n) row multiplicities. Copy b is the set with row
     i repeated weights[b, i] times; its acc/f1/f1_argmax/auroc are what classification_metrics
     gives on it (tests check this), over the classes scored on the unweighted set: a copy in
     which one of those cannot be scored gets NaN for that metric (a different class set would
-    be a different quantity). -> {metric: (B,)}.
+    be a different quantity); keep (K,) bool: the classes the macro means may hold (`kept_classes`;
+    None: all). -> {metric: (B,)}.
     """
     y, w = np.asarray(y, dtype=bool), np.asarray(weights, dtype=float)
     pred = probs >= THRESHOLD
@@ -172,9 +205,9 @@ def resample_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
     else:
         argmax = probs.argmax(1)
         out["acc"] = w @ (argmax == y.argmax(1)) / w.sum(1)
-        out["f1_argmax"] = _weighted_macro_f1(y, np.eye(y.shape[1], dtype=bool)[argmax], w)
-    out["f1"] = _weighted_macro_f1(y, pred, w)
-    scored = [k for k in range(y.shape[1]) if 0 < y[:, k].sum() < len(y)]
+        out["f1_argmax"] = _weighted_macro_f1(y, np.eye(y.shape[1], dtype=bool)[argmax], w, keep)
+    out["f1"] = _weighted_macro_f1(y, pred, w, keep)
+    scored = [k for k in range(y.shape[1]) if 0 < y[:, k].sum() < len(y) and (keep is None or keep[k])]
     out["auroc"] = (np.mean([_weighted_auroc(y[:, k], probs[:, k], w) for k in scored], axis=0)
                     if scored else np.full(len(w), np.nan))
     return out
@@ -182,7 +215,7 @@ def resample_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
 
 def bootstrap_ci(y: np.ndarray, probs: np.ndarray, patient_ids: Sequence, multilabel: bool,
                  class_names: Sequence[str], n_resamples: int = 1000, seed: int = 0,
-                 level: float = 0.95) -> dict[str, dict]:
+                 level: float = 0.95, min_positive_patients: int = 1) -> dict[str, dict]:
     """Percentile bootstrap intervals of acc, f1, f1_argmax (single-label) and auroc, resampling
     patients (all rows of a drawn patient move together; one drawn twice counts twice).
 
@@ -200,10 +233,11 @@ def bootstrap_ci(y: np.ndarray, probs: np.ndarray, patient_ids: Sequence, multil
     if n_resamples < 1 or not 0 < level < 1:
         raise ValueError(f"need n_resamples >= 1 and 0 < level < 1, got {n_resamples} and {level}")
     rng = np.random.default_rng(seed)
+    keep = kept_classes(y, patient_ids, min_positive_patients)
     chunks = []
     for start in range(0, n_resamples, BOOTSTRAP_CHUNK):
         w = patient_resample_weights(patient_ids, min(BOOTSTRAP_CHUNK, n_resamples - start), rng)
-        chunks.append(resample_metrics(y, probs, multilabel, w))
+        chunks.append(resample_metrics(y, probs, multilabel, w, keep))
     out = {}
     for metric in chunks[0]:
         values = np.concatenate([c[metric] for c in chunks])

@@ -43,9 +43,12 @@ from typing import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from coreecg.eval.metrics import BOOTSTRAP_CHUNK, patient_resample_weights, resample_metrics
+from coreecg.eval.metrics import BOOTSTRAP_CHUNK, kept_classes, patient_resample_weights, resample_metrics
 
 PREDICTIONS = "predictions.csv"
+# A comparison whose difference has no variance at all: not a test, and not counted in a family.
+NOT_TESTABLE = ("not testable: zero variance on both sides (every run of both methods gives the same value "
+                "on every patient resample)")
 SUPPORTED = ("acc", "f1", "f1_argmax", "auroc")
 ADJUSTMENTS = ("holm", "bh", "none")
 
@@ -80,6 +83,8 @@ class Difference:
     undefined_resamples: int
     level: float
     unmarkable: str | None
+    se: float | None = None         # the run-level test's standard error of diff (None below min_runs)
+    df: float | None = None         # its Welch-Satterthwaite degrees of freedom
 
     @property
     def testable(self) -> bool:
@@ -170,36 +175,65 @@ class _Cell:
         self.probs[path] = s.probs[order]
 
 
-def run_level_test(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarray,
-                   level: float) -> tuple[float, float, float]:
-    """Welch's t over training runs with a shared test-set term from the patient bootstrap.
+def run_level_se(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarray) -> tuple[float, float, float]:
+    """(D, SE, df) of the run-level test: D = mean(b) - mean(a), SE^2 = s_a^2/n + s_b^2/m + V_shared,
+    df Welch-Satterthwaite's (inf when the run variances are 0 and only the shared term is left).
 
     a (n,), b (m,): each run's metric on the full test set, n, m >= 2; a_boot (n, B), b_boot (m, B):
-    the same runs on B >= 2 patient resamples (one draw per column for all runs). -> (low, high,
-    two-sided p) of mean(b) - mean(a) at `level` (module docstring)."""
+    the same runs on B >= 2 patient resamples (one draw per column for all runs)."""
     n, m = len(a), len(b)
     va, vb = np.var(a, ddof=1) / n, np.var(b, ddof=1) / m
     d_boot = b_boot.mean(0) - a_boot.mean(0)
     # each run's own test-set noise, which the run variances va, vb already hold (var(w) / n)
     own = sum(np.var(x - x.mean(0), axis=1, ddof=1).mean() / (len(x) - 1) for x in (a_boot, b_boot))
     se = float(np.sqrt(va + vb + max(0.0, np.var(d_boot, ddof=1) - own)))
-    diff = float(np.mean(b) - np.mean(a))
-    if se == 0:                 # every run of both methods alike on every resample
-        return diff, diff, float(diff == 0)
     welch = va ** 2 / (n - 1) + vb ** 2 / (m - 1)
     df = se ** 4 / welch if welch > 0 else np.inf          # the shared term: known (many patients)
+    return float(np.mean(b) - np.mean(a)), se, float(df)
+
+
+def run_level_test(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarray,
+                   level: float) -> tuple[float, float, float]:
+    """Welch's t over training runs with a shared test-set term from the patient bootstrap:
+    (low, high, two-sided p) of mean(b) - mean(a) at `level` (`run_level_se`; module docstring).
+    A comparison with SE = 0 (every run of both methods alike on every resample) has no test: the
+    interval is the point and p is NaN (`_compare` names it "not testable")."""
+    diff, se, df = run_level_se(a, b, a_boot, b_boot)
+    if se == 0:
+        return diff, diff, float("nan")
     q = stats.t.ppf((1 + level) / 2, df)
     return diff - q * se, diff + q * se, float(2 * stats.t.sf(abs(diff) / se, df))
 
 
+def detectable_difference(se: float, df: float, alpha: float, family: int = 1, power: float = 0.8) -> float:
+    """The smallest true difference the run-level test detects with probability `power` at level
+    `alpha` after a Bonferroni/Holm family of `family` tests (the bar of a family's smallest p), for
+    a comparison with standard error `se` and `df` degrees of freedom: (t_{df, 1-alpha/2k} +
+    t_{df, power}) x SE (the normal-approximation power formula with Student's quantiles)."""
+    k = max(1, int(family))
+    return float((stats.t.ppf(1 - alpha / (2 * k), df) + stats.t.ppf(power, df)) * se)
+
+
+def equivalence_p(diff: float, se: float, df: float, margin: float) -> float:
+    """Two one-sided tests (TOST) of |true difference| < `margin`: the larger of the p-values of
+    H0: d <= -margin and H0: d >= +margin, each a one-sided t with `df`. Below alpha: the
+    difference is shown to lie within +-margin (its 1 - 2 alpha interval inside it)."""
+    if se == 0:
+        return float("nan")
+    lower = stats.t.sf((diff + margin) / se, df)      # against d <= -margin
+    upper = stats.t.cdf((diff - margin) / se, df)     # against d >= +margin
+    return float(max(lower, upper))
+
+
 def _compare(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarray, level: float,
              min_runs: int, min_test_patients: int, n_patients: int) -> tuple:
-    """One method against the reference on one metric: (diff, low, high, p, unmarkable, undefined).
+    """One method against the reference on one metric: (diff, low, high, p, unmarkable, undefined,
+    se, df).
     a, b: full-set metrics (NaN where undefined); a_boot, b_boot: (runs, B) resampled."""
     ok = ~np.isnan(np.vstack([a_boot, b_boot])).any(0)         # undefined: decided by the labels alone
     a_boot, b_boot, undefined = a_boot[:, ok], b_boot[:, ok], int((~ok).sum())
     if np.isnan(a).any() or np.isnan(b).any() or ok.sum() < 2:
-        return None, None, None, None, "the metric undefined on the test set or its resamples", undefined
+        return None, None, None, None, "the metric undefined on the test set or its resamples", undefined, None, None
     diff, few = float(np.mean(b) - np.mean(a)), min(len(a), len(b)) < min_runs
     why = [f"fewer than {min_runs} runs ({len(b)} and {len(a)} of the reference, runs fine-tuned from one "
            "pretrained encoder count once): test-set sampling only, not a claim about the methods"] if few else []
@@ -207,13 +241,17 @@ def _compare(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarra
     if few:                     # no variance over runs to test with: the test set's sampling alone
         d_boot = b_boot.mean(0) - a_boot.mean(0)
         low, high = (float(x) for x in np.quantile(d_boot, [(1 - level) / 2, (1 + level) / 2]))
-        return diff, low, high, None, "; ".join(why), undefined
+        return diff, low, high, None, "; ".join(why), undefined, None, None
+    diff, se, df = run_level_se(a, b, a_boot, b_boot)
+    if se == 0:                 # d is one number on every resample and every run: nothing to test it against
+        why += [NOT_TESTABLE]
+        return diff, diff, diff, None, "; ".join(why), undefined, None, None
     low, high, p = run_level_test(a, b, a_boot, b_boot, level)
-    return diff, low, high, p, "; ".join(why) or None, undefined
+    return diff, low, high, p, "; ".join(why) or None, undefined, se, df
 
 
 def _resampled(cell: _Cell, metrics: Sequence[str], multilabel: bool, n_resamples: int,
-               seed: int) -> dict[Path, dict[str, np.ndarray]]:
+               seed: int, keep: np.ndarray | None = None) -> dict[Path, dict[str, np.ndarray]]:
     """Every run's metrics on the same B patient resamples: {run: {metric: (B,)}}, NaN where
     undefined (BOOTSTRAP_CHUNK resamples at a time; the draws do not depend on the chunking)."""
     out = {p: {m: np.empty(n_resamples) for m in metrics} for p in cell.probs}
@@ -221,7 +259,7 @@ def _resampled(cell: _Cell, metrics: Sequence[str], multilabel: bool, n_resample
     for start in range(0, n_resamples, BOOTSTRAP_CHUNK):
         w = patient_resample_weights(cell.patient_id, min(BOOTSTRAP_CHUNK, n_resamples - start), rng)
         for p in cell.probs:
-            r = resample_metrics(cell.y, cell.probs[p], multilabel, w)
+            r = resample_metrics(cell.y, cell.probs[p], multilabel, w, keep)
             for m in metrics:
                 out[p][m][start:start + len(w)] = r[m]
     return out
@@ -238,12 +276,15 @@ def _check_arguments(metrics, multilabel, n_resamples, level, min_runs) -> None:
 
 def cell_differences(runs: Mapping[str, Sequence], reference: str, metrics: Sequence[str], multilabel: bool,
                      class_names: Sequence[str], n_resamples: int = 1000, seed: int = 0, level: float = 0.95,
-                     min_runs: int = 3, min_test_patients: int = 30) -> dict[str, dict[str, Difference]]:
+                     min_runs: int = 3, min_test_patients: int = 30,
+                     min_positive_patients: int = 1) -> dict[str, dict[str, Difference]]:
     """Every other method's difference to `reference` in one cell, from one set of patient resamples.
 
     runs: method -> its runs in the cell (report `Run`s or run folders), one per seed, each with
     predictions.csv; metrics: of SUPPORTED (f1_argmax single-label only). Each run is resampled
-    once however many methods it is compared with. -> {method: {metric: Difference}}.
+    once however many methods it is compared with; a class with fewer than `min_positive_patients`
+    positive test patients is left out of the macro metrics, as the fine-tuning job's metrics.json
+    leaves it out. -> {method: {metric: Difference}}.
     PairingError when the runs do not share one test set or a method has one seed twice;
     FileNotFoundError naming the folder when a run has no predictions.csv.
     """
@@ -259,8 +300,9 @@ def cell_differences(runs: Mapping[str, Sequence], reference: str, metrics: Sequ
             cell.add(path)
     # the full test set as one copy of weight 1: classification_metrics' values, at bootstrap speed
     ones = np.ones((1, len(cell.y)))
-    point = {p: resample_metrics(cell.y, cell.probs[p], multilabel, ones) for p in cell.probs}
-    resampled = _resampled(cell, metrics, multilabel, n_resamples, seed)
+    keep = kept_classes(cell.y, cell.patient_id, min_positive_patients)
+    point = {p: resample_metrics(cell.y, cell.probs[p], multilabel, ones, keep) for p in cell.probs}
+    resampled = _resampled(cell, metrics, multilabel, n_resamples, seed, keep)
     n_patients = len(np.unique(cell.patient_id))
 
     def values(method: str, m: str) -> tuple[np.ndarray, np.ndarray]:
@@ -279,10 +321,10 @@ def cell_differences(runs: Mapping[str, Sequence], reference: str, metrics: Sequ
         out[method] = {}
         for m in metrics:
             (a, a_boot), (b, b_boot) = values(reference, m), values(method, m)
-            diff, low, high, p, why, undefined = _compare(a, b, a_boot, b_boot, level, min_runs,
-                                                          min_test_patients, n_patients)
+            diff, low, high, p, why, undefined, se, df = _compare(a, b, a_boot, b_boot, level, min_runs,
+                                                                  min_test_patients, n_patients)
             out[method][m] = Difference(m, diff, low, high, p, tuple(by_seed[method]), tuple(by_seed[reference]),
-                                        len(cell.record_id), n_patients, n_resamples, undefined, level, why)
+                                        len(cell.record_id), n_patients, n_resamples, undefined, level, why, se, df)
     return out
 
 

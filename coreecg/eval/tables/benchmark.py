@@ -21,8 +21,17 @@ A published-numbers file (YAML):
     mode: finetune                          # the column its numbers go under
     rows: {ECG-CPC: {ptbxl-super: 0.934, ptbxl-all: 0.949, cpsc2018: 0.969}, ...}
 
+    shares:                                 # per dataset: what its numbers share with coreecg's runs
+      ptbxl-super: {test_split: folds, classes: same}
+      chapman: {test_split: own, classes: other}
+
 Its dataset keys are the study's corpus names; its rows are printed under the measured ones,
-their protocol in a footnote, never compared with them in code.
+their protocol in a footnote, never compared with them in code. Under each column the table says
+whether that file's numbers share the test records (its `test_split` is the split rule of every
+measured run in the column: `folds`, PTB-XL's strat_fold 10; `own`, the benchmark's own folds,
+which no coreecg split reproduces) and the classes (`same`) with the measured rows; numbers that
+share neither, or whose dataset the file does not declare, print in a context block apart from
+the columns.
 
 Registered as `benchmark` (coreecg.eval.tables.registry): a study asks for it by name and gives
 the published files as report.published (read before Ray starts). It compares encoders, so its
@@ -64,6 +73,16 @@ class Published:
     protocol: str
     mode: str
     rows: dict[str, dict[str, float]]
+    shares: dict[str, dict[str, str]] = field(default_factory=dict)   # dataset -> {test_split, classes}
+
+    def shared(self, dataset: str, split_rules: set[str]) -> tuple[bool, bool] | None:
+        """(same test records, same classes) as the measured runs of a column whose runs have
+        `split_rules`; None when the file does not declare the dataset."""
+        declared = self.shares.get(dataset)
+        if declared is None:
+            return None
+        split = declared.get("test_split", "own")
+        return split != "own" and split_rules == {split}, declared.get("classes") == "same"
 
 
 @dataclass
@@ -81,8 +100,8 @@ def load_published(path: str | Path) -> Published:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise PublishedError(f"{path}: cannot read published numbers: {e}") from None
-    if not isinstance(data, dict) or set(data) - {"source", "protocol", "mode", "rows"}:
-        raise PublishedError(f"{path}: needs a mapping of source, protocol, mode and rows; got "
+    if not isinstance(data, dict) or set(data) - {"source", "protocol", "mode", "rows", "shares"}:
+        raise PublishedError(f"{path}: needs a mapping of source, protocol, mode, rows and shares; got "
                              f"{sorted(data) if isinstance(data, dict) else type(data).__name__}")
     mode = data.get("mode", "finetune")
     if mode not in MODES:
@@ -98,7 +117,15 @@ def load_published(path: str | Path) -> Published:
             if not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise PublishedError(f"{path}: rows.{method}.{dataset}: {value!r} is not an AUROC in [0, 1]")
         out[str(method)] = {DATASET_ALIASES.get(str(d), str(d)): float(v) for d, v in values.items()}
-    return Published(path, str(data.get("source", "")), str(data.get("protocol", "")), mode, out)
+    shares = {}
+    for dataset, declared in (data.get("shares") or {}).items():
+        if not isinstance(declared, dict) or set(declared) - {"test_split", "classes"} \
+                or declared.get("classes", "same") not in ("same", "other") \
+                or not isinstance(declared.get("test_split", "own"), str):
+            raise PublishedError(f"{path}: shares.{dataset}: needs {{test_split: <a split rule, e.g. folds, or own>, "
+                                 f"classes: same | other}}; got {declared!r}")
+        shares[DATASET_ALIASES.get(str(dataset), str(dataset))] = {k: str(v) for k, v in declared.items()}
+    return Published(path, str(data.get("source", "")), str(data.get("protocol", "")), mode, out, shares)
 
 
 def benchmark_table(runs: Sequence[Run], published: Sequence[Published] = ()) -> BenchmarkTable:
@@ -198,16 +225,53 @@ def table_markdown(table: BenchmarkTable) -> str:
     if table.left_out:
         notes.append(f"{table.left_out} run(s) on fewer leads or part of the training data are not in this table "
                      "(all_runs.csv has them).")
+    context: list[str] = []
     for k, pub in enumerate(table.published, 1):
-        shown = [c for c in cols if c[1] == pub.mode]
         mark = "*" * k
-        lines.append(f"| *published{mark}* | " + " | ".join(
-            "" for _ in cols) + " |")
+        shares = {c: _column_shares(table, pub, c) for c in cols if c[1] == pub.mode}
+        shown = [c for c, (text, apart) in shares.items() if not apart]
+        lines.append(f"| *published{mark}: shares with the measured rows* | " + " | ".join(
+            shares[c][0] if c in shown else "" for c in cols) + " |")
         for method, values in pub.rows.items():
             lines.append(f"| {method}{mark} | " + " | ".join(
                 (f"{100 * values[c[0]]:.1f}" if c in shown and c[0] in values else "") for c in cols) + " |")
         notes.append(f"{mark} Published, not run here: {pub.source}. Protocol: {pub.protocol} ({pub.path.name}).")
+        context += _context_lines(table, pub, mark, [c for c, (_, apart) in shares.items() if apart])
+    if context:
+        notes += ["", "Context: published numbers that share neither the test records nor the classes with the "
+                      "measured rows (or whose file does not say), so no column holds them:", *context]
     return "\n".join(lines + notes) + "\n"
+
+
+def _split_rules(table: BenchmarkTable, column: tuple[str, str]) -> set[str]:
+    return {r.record.get("split_rule", "patients") for row in table.cells.values() for r in row.get(column, [])}
+
+
+def _column_shares(table: BenchmarkTable, pub: Published, column: tuple[str, str]) -> tuple[str, bool]:
+    """(what the published numbers of `column` share with its measured rows, whether they go apart
+    into the context block: sharing neither, or undeclared)."""
+    shared = pub.shared(column[0], _split_rules(table, column))
+    if shared is None:
+        return "not declared", True
+    records, classes = shared
+    if records and classes:
+        return "test records and classes", False
+    if classes:
+        return "classes, not test records", False
+    if records:
+        return "test records, not classes", False
+    return "neither", True
+
+
+def _context_lines(table: BenchmarkTable, pub: Published, mark: str, columns: list[tuple[str, str]]) -> list[str]:
+    out = []
+    for c in columns:
+        values = [(m, v[c[0]]) for m, v in pub.rows.items() if c[0] in v]
+        if values:
+            why = _column_shares(table, pub, c)[0]
+            out.append(f"- {_label(c)}{mark} ({'not declared in its file' if why == 'not declared' else 'shares neither'}"
+                       "): " + ", ".join(f"{m} {100 * v:.1f}" for m, v in values))
+    return out
 
 
 def write_benchmark(table: BenchmarkTable, out_dir: str | Path) -> list[Path]:

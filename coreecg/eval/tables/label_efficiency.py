@@ -150,8 +150,7 @@ def label_efficiency_differences(spec: TableSpec, runs: Sequence[Run], reference
     both have runs in, one `cell_differences` per (cell, baseline) with the report's resamples,
     seed, level, min_runs and min_test_patients; `runs` carry their row as method. A cell where a
     run of the row or of its baseline lacks predictions.csv gets NO_PREDICTIONS instead."""
-    sig = Significance("", report.bootstrap_resamples, report.level, report.adjust, report.min_runs,
-                       report.min_test_patients)
+    sig = Significance.of("", report)
     cells: dict[Cell, dict[str, list[Run]]] = {}
     for run in runs:
         if v := variant_of(spec, run):
@@ -180,13 +179,16 @@ def _points(x: float) -> str:
 
 
 def _status(table: Table, row: str, j: int, d: Difference) -> str:
+    """'marked (adjusted p ...)'; 'not marked (adjusted p ...): equivalent within ...' or
+    '...: inconclusive: the smallest detectable difference here is D points'; or why it is not
+    tested ('not marked: fewer than 3 runs ...')."""
     alpha = 1 - table.significance.level
     adjusted = table.adjusted.get((row, j))
     if table.marked(row, j):
         return f"marked (adjusted p {adjusted:.3g} < {alpha:g})"
     if not d.testable:
         return f"not marked: {d.unmarkable}"
-    return f"not marked (adjusted p {adjusted:.3g} >= {alpha:g})"
+    return f"not marked (adjusted p {adjusted:.3g} >= {alpha:g}): {table.verdict(row, j)}"
 
 
 def difference_text(d: Difference, metric: str) -> str:

@@ -95,8 +95,7 @@ def method_differences(runs: Sequence[Run], report: ReportConfig) -> Significanc
         if run.mode in TABLE_MODES and setting:
             cells.setdefault((run.dataset, *setting), {}).setdefault(run.method, []).append(run)
     reference = report.reference
-    sig = Significance(reference, report.bootstrap_resamples, report.level, report.adjust, report.min_runs,
-                       report.min_test_patients)
+    sig = Significance.of(reference, report)
     for cell, by_method in cells.items():
         ref = by_method.get(reference)
         if not ref or len(by_method) < 2 or not report.bootstrap_resamples:

@@ -14,7 +14,7 @@ import numpy as np
 
 from coreecg.eval.runs import DATASETS, METRICS
 from coreecg.eval.significance import Difference
-from coreecg.eval.tables.table import LEAK, MISSING, UNAVAILABLE, Table, format_cell
+from coreecg.eval.tables.table import BELOW, LEAK, MISSING, UNAVAILABLE, Table, format_cell
 
 ADJUST_NAMES = {"holm": "Holm's correction", "bh": "the Benjamini-Hochberg correction (false discovery rate)",
                 "none": "no correction for multiple comparisons"}
@@ -23,7 +23,32 @@ SAMPLING_ONLY = "test-set sampling only, not a claim about the methods"
 
 def _leak_notes(table: Table) -> list[str]:
     return [f"{LEAK} {m}: trained with --allow-overlap; {n}" for m, notes in table.leaks.items() if m in table.cells
-            for n in notes]
+            for n in notes] + _below_notes(table)
+
+
+def _rare_notes(table: Table) -> list[str]:
+    """The legend of the rare classes each dataset's macro F1 and AUROC leave out."""
+    out = []
+    for dataset, classes in table.rare.items():
+        names = ", ".join(f"{c} ({n} positive patient{'s' if n != 1 else ''})" for c, n in classes.items())
+        out.append(f"Rare classes: {DATASETS.get(dataset, dataset)}: {len(classes)} class(es) with fewer positive test "
+                   f"patients than report.min_positive_patients, left out of its macro F1 and AUROC: {names} "
+                   "(docs/evaluation.md, \"Rare classes\").")
+    for dataset in sorted(table.rare_unknown):
+        out.append(f"Rare classes: {DATASETS.get(dataset, dataset)}: run(s) written before report.min_positive_patients "
+                   "hold every class in their macro means.")
+    return out
+
+
+def _below_notes(table: Table) -> list[str]:
+    """The legend of BELOW: which cells, and what it means."""
+    if not table.below_chance:
+        return []
+    cells = ", ".join(f"{m} {table.columns[j].label} (up to {100 * high:.1f})"
+                      for (m, j), high in table.below_chance.items())
+    return [f"{BELOW} below chance: the cell's 95 % AUROC interval lies under 50 (over its runs: mean ± t x SE; one "
+            "run: its patient-bootstrap interval), so its scores rank the classes worse than constant outputs "
+            f"would (docs/evaluation.md, \"Below chance\"): {cells}"]
 
 
 def _markdown_row(cells: Sequence[str]) -> str:
@@ -77,10 +102,10 @@ def _significance_note(table: Table, mark: str) -> str:
         target, reference_row = sig.reference, f"{sig.reference}'s row is the reference"
     alpha = 1 - sig.level
     text = (f"{mark} the difference to {target} has a p-value below {alpha:g} after "
-            f"{ADJUST_NAMES[sig.adjust]} over the {len(table.adjusted)} comparison(s) of this table that can be "
-            f"marked: Welch's t over training runs (each method >= {sig.min_runs} runs in the cell), test patients "
+            f"{ADJUST_NAMES[sig.adjust]} within its metric's family: {_families_text(table)}. "
+            f"Welch's t over training runs (each method >= {sig.min_runs} runs in the cell), test patients "
             f"resampled within ({sig.n_resamples:,} resamples; docs/evaluation.md, Differences between methods); "
-            f"{reference_row}.")
+            f"{reference_row}.{_verdicts_text(table)}")
     counts = _unmarkable_counts(table)
     excluded = " Cells that cannot be marked are not counted in the correction." if counts else ""
     if n := counts.pop("runs", 0):
@@ -92,6 +117,36 @@ def _significance_note(table: Table, mark: str) -> str:
         text += (f" {sum(counts.values())} cell(s) have no difference: "
                  + ", ".join(f"{n} with {why}" for why, n in counts.items()) + ".")
     return text + excluded
+
+
+def _families_text(table: Table) -> str:
+    """'AUROC (primary): 12 comparisons; ACC, F1 (secondary, each its own family): 12, 12'."""
+    primary = table.significance.primary_metric
+    name = {m: METRICS.get(m, m) for m in table.families}
+    parts = [f"{name[primary]} (primary): {len(table.families[primary])} comparison(s)"] \
+        if primary in table.families else [f"{METRICS.get(primary, primary)} (primary): no testable comparison"]
+    secondary = [m for m in table.families if m != primary]
+    if secondary:
+        parts.append(f"{', '.join(name[m] for m in secondary)} (secondary, each corrected in its own family): "
+                     + ", ".join(str(len(table.families[m])) for m in secondary))
+    return "; ".join(parts)
+
+
+def _verdicts_text(table: Table) -> str:
+    """How many primary-metric differences are different, equivalent within the margin, or
+    inconclusive, and the range of the smallest detectable differences."""
+    sig = table.significance
+    family = table.families.get(sig.primary_metric, [])
+    if not family:
+        return ""
+    kinds = [table.verdict(m, j).split(" ")[0].rstrip(":") for m, j in family]
+    sizes = sorted(100 * table.detectable[k] for k in family)
+    label = METRICS.get(sig.primary_metric, sig.primary_metric)
+    return (f" {label}: {kinds.count('different')} different, {kinds.count('equivalent')} equivalent within "
+            f"±{sig.equivalence_margin:g} points (two one-sided tests, report.equivalence_margin), "
+            f"{kinds.count('inconclusive')} inconclusive. The smallest {label} difference each comparison could "
+            f"detect with power {sig.power:g} (from its own standard error and degrees of freedom, for its family's "
+            f"size; the CSV's 'detectable'): median {np.median(sizes):.1f} points, range {sizes[0]:.1f}-{sizes[-1]:.1f}.")
 
 
 def _pp(x: float | None) -> str:
@@ -122,9 +177,11 @@ def table_markdown(table: Table) -> str:
                 text = f"**{text}**"
             elif mean is not None and mean == table.second(j):
                 text = f"<u>{text}</u>"          # GitHub renders it, as the paper underlines
-            out.append(text + ("\\*" if table.marked(method, j) else ""))
+            out.append(text + ("\\*" if table.marked(method, j) else "") + (BELOW if (method, j) in table.below_chance
+                                                                             else ""))
         lines.append(_markdown_row([label] + out))
-    notes = [f"† {UNAVAILABLE}: {m}: {why}" for m, why in table.unavailable.items()] + _leak_notes(table)
+    notes = [f"† {UNAVAILABLE}: {m}: {why}" for m, why in table.unavailable.items()] + _leak_notes(table) \
+        + _rare_notes(table)
     if note := _significance_note(table, "\\*"):
         notes.append(note)
     notes += [f"Protocol: {n}" for n in table.footnotes]
@@ -172,8 +229,8 @@ def _differences_markdown(table: Table) -> list[str]:
     return lines + [_markdown_row([names[method]] + [text(d) for d in row]) for method, row in diffs.items()]
 
 
-DIFF_FIELDS = ("diff", "diff low", "diff high", "p", "p adjusted", "diff runs", "diff reference runs",
-               "unmarked because")
+DIFF_FIELDS = ("diff", "diff low", "diff high", "p", "p adjusted", "family", "detectable", "equivalence p adjusted",
+               "verdict", "diff runs", "diff reference runs", "unmarked because")
 
 
 def _diff_fields(table: Table, method: str, j: int) -> list:
@@ -183,9 +240,13 @@ def _diff_fields(table: Table, method: str, j: int) -> list:
     if not isinstance(d, Difference):
         return [""] * (len(DIFF_FIELDS) - 1) + [table.unmarked_because(method, j)]
     pp = ["" if x is None else f"{100 * x:.2f}" for x in (d.diff, d.low, d.high)]
-    adjusted = table.adjusted.get((method, j))
+    adjusted, key = table.adjusted.get((method, j)), (method, j)
+    family = table.family_of(method, j)
+    detectable, tost = table.detectable.get(key), table.equivalence.get(key)
     return pp + ["" if d.p_value is None else f"{d.p_value:.3g}", "" if adjusted is None else f"{adjusted:.3g}",
-                 len(d.seeds), len(d.reference_seeds), table.unmarked_because(method, j)]
+                 "" if family is None else f"{family} ({len(table.families[family])})",
+                 "" if detectable is None else f"{100 * detectable:.2f}", "" if tost is None else f"{tost:.3g}",
+                 table.verdict(method, j), len(d.seeds), len(d.reference_seeds), table.unmarked_because(method, j)]
 
 
 def write_table_csv(table: Table, path: Path) -> None:
@@ -213,7 +274,7 @@ def write_table_csv(table: Table, path: Path) -> None:
 MARK = "\x00"      # stands for the significance mark until the caption is escaped
 _LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
                   "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
-                  "–": "--", "±": r"$\pm$", "†": r"\textsuperscript{\dag}", LEAK: r"\textsuperscript{\ddag}"}
+                  "–": "--", "±": r"$\pm$", BELOW: r"$\downarrow$", "†": r"\textsuperscript{\dag}", LEAK: r"\textsuperscript{\ddag}"}
 
 
 def latex_escape(text: str) -> str:
@@ -232,7 +293,8 @@ def _latex_cell(table: Table, method: str, j: int) -> str:
         text = rf"\textbf{{{text}}}"
     elif mean == table.second(j):
         text = rf"\underline{{{text}}}"
-    return text + (r"\textsuperscript{*}" if table.marked(method, j) else "")
+    return (text + (r"\textsuperscript{*}" if table.marked(method, j) else "")
+            + (r"$\downarrow$" if (method, j) in table.below_chance else ""))
 
 
 def table_latex(table: Table) -> str:

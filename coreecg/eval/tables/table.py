@@ -14,17 +14,21 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from scipy import stats
 
 from coreecg.config import ReportConfig
 from coreecg.eval.runs import (DATASETS, F1_KEYS, METRICS, Run, RunError, leakage_note, metric_key, require,
                                  run_task)
-from coreecg.eval.significance import Difference, PairingError, adjust_p, cell_differences
+from coreecg.eval.significance import (Difference, PairingError, adjust_p, cell_differences, detectable_difference,
+                                      equivalence_p)
 
 TABLE_MODES = ("finetune", "scratch")     # the run modes the method tables hold
 MISSING = "–"
 UNAVAILABLE = "n/a"
 NO_PREDICTIONS = "no predictions.csv"
 LEAK = "‡"      # a method with a run that the leakage guard let through (--allow-overlap)
+BELOW = "↓"     # a cell whose AUROC interval lies under 0.5: worse than constant outputs
+CHANCE = 0.5
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,16 @@ class Significance:
     min_runs: int = 3
     min_test_patients: int = 30
     cells: dict[tuple[str, Cell], dict[str, Difference] | str] = field(default_factory=dict)
+    primary_metric: str = "auroc"
+    equivalence_margin: float = 2.0       # percentage points of the primary metric
+    power: float = 0.8                    # the power of the stated detectable difference
+
+    @classmethod
+    def of(cls, reference: str, report: ReportConfig) -> "Significance":
+        """The report's rule, differences to `reference` ("" where each row has its own)."""
+        return cls(reference, report.bootstrap_resamples, report.level, report.adjust, report.min_runs,
+                   report.min_test_patients, primary_metric=report.primary_metric,
+                   equivalence_margin=report.equivalence_margin, power=report.power)
 
 
 @dataclass
@@ -95,6 +109,10 @@ class Table:
     members: dict[str, set[Cell]] = field(default_factory=dict)  # method -> cells it has runs in
     significance: Significance | None = None
     adjusted: dict[tuple[str, int], float] = field(default_factory=dict)   # (method, column) -> adjusted p
+    # metric -> its family: the testable differences of its columns, corrected together
+    families: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    detectable: dict[tuple[str, int], float] = field(default_factory=dict)   # smallest detectable difference
+    equivalence: dict[tuple[str, int], float] = field(default_factory=dict)  # adjusted TOST p (primary metric)
     footnotes: list[str] = field(default_factory=list)   # protocol differences of its rows (eval/fairness)
     leaks: dict[str, list[str]] = field(default_factory=dict)   # method -> its runs' leakage notes
     # row -> the row its differences are to (a reference per row, coreecg/eval/tables/label_efficiency.py); None: every
@@ -102,6 +120,11 @@ class Table:
     references: dict[str, str] | None = None
     row_of: dict[Path, str] = field(default_factory=dict)      # run folder -> its row, where not its method
     behind: set[Path] = field(default_factory=set)   # the runs behind its cells, set for a report (runs_behind)
+    below_chance: dict[tuple[str, int], float] = field(default_factory=dict)   # (row, AUROC column) -> upper bound
+    # dataset -> {class left out of the macro means as rare: its positive test patients}; and the
+    # datasets with runs written before the rule (their macro means hold every class)
+    rare: dict[str, dict[str, int]] = field(default_factory=dict)
+    rare_unknown: set[str] = field(default_factory=set)
 
     def runs_behind(self, runs: Sequence[Run]) -> set[Path]:
         """The folders of `runs` that fill the table's cells (its protocol check, its line in a
@@ -142,14 +165,53 @@ class Table:
         return found if found is None or isinstance(found, str) else found[c.metric]
 
     def set_significance(self, sig: Significance) -> None:
-        """Attach the differences and adjust the p-values of this table's family: every testable
-        difference it shows (each method with min_runs runs, min_test_patients patients); the
-        same cell in another table is adjusted within that table's family."""
+        """Attach the differences and correct them family by family: one family per metric, the
+        testable differences of its columns (each method with min_runs runs, min_test_patients
+        patients, a variance to test with); the primary metric's family is what the table's claims
+        rest on, each secondary metric's is its own. Per testable difference also the smallest
+        difference it could detect (at sig.power, with its family's size) and, in the primary
+        metric, the equivalence test's adjusted p. The same cell in another table is corrected
+        within that table's families."""
         self.significance = sig
-        family = [(m, j) for m in self.cells for j in range(len(self.columns))
-                  if isinstance(d := self.difference(m, j), Difference) and d.testable]
-        adjusted = adjust_p([self.difference(m, j).p_value for m, j in family], sig.adjust)
-        self.adjusted = dict(zip(family, map(float, adjusted)))
+        alpha = 1 - sig.level
+        self.families, self.adjusted, self.detectable, self.equivalence = {}, {}, {}, {}
+        for metric in dict.fromkeys(c.metric for c in self.columns):
+            family = [(m, j) for m in self.cells for j, c in enumerate(self.columns)
+                      if c.metric == metric and isinstance(d := self.difference(m, j), Difference) and d.testable]
+            if not family:
+                continue
+            self.families[metric] = family
+            found = [self.difference(m, j) for m, j in family]
+            self.adjusted.update(zip(family, map(float, adjust_p([d.p_value for d in found], sig.adjust))))
+            k = 1 if sig.adjust == "none" else len(family)
+            self.detectable.update({key: detectable_difference(d.se, d.df, alpha, k, sig.power)
+                                    for key, d in zip(family, found)})
+            if metric == sig.primary_metric:
+                margin = sig.equivalence_margin / 100
+                tost = adjust_p([equivalence_p(d.diff, d.se, d.df, margin) for d in found], sig.adjust)
+                self.equivalence.update(zip(family, map(float, tost)))
+
+    def family_of(self, method: str, j: int) -> str | None:
+        """The metric whose family holds this difference (None: not testable, in no family)."""
+        metric = self.columns[j].metric
+        return metric if (method, j) in self.families.get(metric, ()) else None
+
+    def verdict(self, method: str, j: int) -> str:
+        """What a difference shows: "different" (marked), "equivalent within +-m points" (the
+        primary metric, shown by TOST), else "inconclusive" with the smallest difference this cell
+        could detect; or why it is not tested."""
+        if (method, j) not in self.adjusted:
+            return self.unmarked_because(method, j)
+        sig, alpha = self.significance, 1 - self.significance.level
+        adjusted = self.adjusted[(method, j)]
+        if adjusted < alpha:
+            return f"different (adjusted p {adjusted:.3g} < {alpha:g})"
+        tost = self.equivalence.get((method, j))
+        if tost is not None and tost < alpha:
+            return (f"equivalent within ±{sig.equivalence_margin:g} points (two one-sided tests, adjusted p "
+                    f"{tost:.3g} < {alpha:g})")
+        return (f"inconclusive: the smallest detectable difference here is {100 * self.detectable[(method, j)]:.1f} "
+                f"points (power {sig.power:g})")
 
     def marked(self, method: str, j: int) -> bool:
         p = self.adjusted.get((method, j))
@@ -198,12 +260,61 @@ def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold") -> 
             value = require(run.record["test"], name, (int, float, type(None)), run.path, parent="test.")
             if value is not None and value == value:     # null (or NaN): undefined in this run
                 row[index[(run.dataset, leads, fraction, metric)]].append(float(value))
+    table_below = below_chance_cells(cells, columns, members, index)
+    rare, rare_unknown = rare_classes(members)
     leaks: dict[str, list[str]] = {}
     for run, _ in members:
         if note := leakage_note(run.record):
             leaks.setdefault(run.method, []).append(f"{DATASETS.get(run.dataset, run.dataset)}, seed {run.seed}: {note}")
     return Table(spec, columns, cells, f1=f1, f1_fallback=tuple(dict.fromkeys(fallback)), members=cell_members,
-                 leaks=leaks)
+                 leaks=leaks, below_chance=table_below, rare=rare, rare_unknown=rare_unknown)
+
+
+def rare_classes(members: list) -> tuple[dict[str, dict[str, int]], set[str]]:
+    """Per dataset, the classes its runs left out of the macro means as rare (metrics.json
+    test.classes_left_out.rare, with their positive test patients), and the datasets with a run
+    written before that rule (no "rare" entry)."""
+    rare: dict[str, dict[str, int]] = {}
+    unknown: set[str] = set()
+    for run, _ in members:
+        test = run.record.get("test") or {}
+        left = (test.get("classes_left_out") or {})
+        if "rare" not in left:
+            unknown.add(run.dataset)
+            continue
+        per_class = test.get("per_class") or {}
+        for name in left["rare"]:
+            rare.setdefault(run.dataset, {})[name] = int((per_class.get(name) or {}).get("positive_patients", 0))
+    return rare, unknown
+
+
+def chance_interval_high(values: Sequence[float], single_ci_high: float | None, level: float = 0.95) -> float | None:
+    """The upper end of a cell's AUROC interval: over its runs, mean + t_{n-1} x SD / sqrt(n) (two or
+    more runs: the training runs are the replicates); one run: its own patient-bootstrap interval's
+    (metrics.json test.ci.auroc.high); None where there is none."""
+    if len(values) >= 2:
+        return float(np.mean(values) + stats.t.ppf((1 + level) / 2, len(values) - 1)
+                     * np.std(values, ddof=1) / np.sqrt(len(values)))
+    return single_ci_high if values else None
+
+
+def below_chance_cells(cells: dict[str, list[list[float]]], columns: list[Column], members: list,
+                       index: dict) -> dict[tuple[str, int], float]:
+    """(row, AUROC column) -> the upper end of its interval, where that lies under 0.5: the row ranks
+    its classes worse than constant outputs would (flagged BELOW in the table)."""
+    single: dict[tuple[str, int], float] = {}
+    for run, (leads, fraction, _) in members:
+        ci = (run.record.get("test", {}).get("ci") or {}).get("auroc") or {}
+        if isinstance(ci, dict) and isinstance(ci.get("high"), (int, float)):
+            single[(run.method, index[(run.dataset, leads, fraction, "auroc")])] = float(ci["high"])
+    out = {}
+    for method, row in cells.items():
+        for j, c in enumerate(columns):
+            if c.metric == "auroc":
+                high = chance_interval_high(row[j], single.get((method, j)))
+                if high is not None and high < CHANCE:
+                    out[(method, j)] = high
+    return out
 
 
 def column_differences(cell: Cell, ref: list[Run], others: dict[str, list[Run]], report: ReportConfig,
@@ -220,7 +331,7 @@ def column_differences(cell: Cell, ref: list[Run], others: dict[str, list[Run]],
         found = cell_differences({reference: ref, **others}, reference,
                                  list(dict.fromkeys(keys.values())), multilabel, class_names,
                                  report.bootstrap_resamples, report.seed, report.level, report.min_runs,
-                                 report.min_test_patients)
+                                 report.min_test_patients, report.min_positive_patients)
     except PairingError as e:
         raise RunError(str(e)) from None
     return {(method, cell): {m: by_metric[key] for m, key in keys.items()} for method, by_metric in found.items()}

@@ -558,3 +558,44 @@ def test_a_cell_below_chance_is_flagged_in_the_table(tmp_path):
     assert f"Wrong PTB-XL AUROC (up to {100 * high:.1f})" in text
     assert r"$\downarrow$" in (tmp_path / "out" / "comparison.tex").read_text()
     assert chance_interval_high([0.45], 0.52) == 0.52 and chance_interval_high([], 0.4) is None   # one run: its own CI
+
+
+def test_the_calibration_scenarios_with_method_specific_patient_effects(tmp_path):
+    """Scenario.specific: the methods' own share of each patient's difficulty. All of it their own
+    makes the difference between two methods spread more over test sets than a shared difficulty
+    does (the test set no longer cancels), and the rule's SE follows that spread; A/A tables stay
+    near the nominal rate in both."""
+    shared = mark_rates(tmp_path / "shared", Scenario(runs=3, specific=0.0), 60, seed=5, n_resamples=100)
+    own = mark_rates(tmp_path / "own", Scenario(runs=3, specific=1.0), 60, seed=5, n_resamples=100)
+    assert own["sd_auroc_diff"] > 1.25 * shared["sd_auroc_diff"]
+    for r in (shared, own):
+        assert 0.7 < r["mean_se_auroc"] / r["sd_auroc_diff"] < 1.3
+        assert r["auroc_raw"] <= binomial_upper(0.05, 60)
+        assert r["detectable_auroc"] > 2.8 * r["mean_se_auroc"]       # (t_{df,0.975} + t_{df,0.8}) > 1.96 + 0.84
+    assert own["detectable_auroc"] > shared["detectable_auroc"]
+
+
+def test_rare_classes_are_named_in_the_tables_legend(tmp_path):
+    from tests.test_report import make_run as report_run
+
+    (tmp_path / "runs").mkdir()
+    runs = []
+    for seed in range(2):
+        run = report_run(tmp_path / "runs", f"r{seed}", seed=seed)
+        record = json.loads((run / "metrics.json").read_text())
+        record["test"]["per_class"] = {"a": {"auroc": 0.8, "f1": 0.6, "positive_patients": 30},
+                                       "b": {"auroc": 0.4, "f1": 0.2, "positive_patients": 2}}
+        (run / "metrics.json").write_text(json.dumps(record))
+        runs.append(run)
+    old = report_run(tmp_path / "runs", "old", dataset="ningbo")          # written before the rule
+    write_report([*runs, old], tmp_path / "out", report=ReportConfig(bootstrap_resamples=0))
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    assert ("Rare classes: PTB-XL: 1 class(es) with fewer positive test patients than report.min_positive_patients, "
+            "left out of its macro F1 and AUROC: b (2 positive patients)") in text
+    assert "Rare classes: Ningbo: run(s) written before report.min_positive_patients hold every class" in text
+    rows = md_rows(text)
+    assert rows["CoRe-ECG"]["PTB-XL AUROC"].strip("*").startswith("80.0")       # b's 0.4 left out of the macro
+    assert rows["CoRe-ECG"]["PTB-XL F1"].strip("*").startswith("60.0")
+    write_report([*runs, old], tmp_path / "all", report=ReportConfig(bootstrap_resamples=0, min_positive_patients=1))
+    assert md_rows((tmp_path / "all" / "comparison.md").read_text())["CoRe-ECG"]["PTB-XL AUROC"].strip("*") \
+        .startswith("90.0")                                                       # the stored macro: every class

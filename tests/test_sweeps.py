@@ -26,8 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 def env(ray_session, tmp_path_factory):
     """The jobs' environment (attached to the session cluster) and overrides shared by the sweeps."""
     cache = tmp_path_factory.mktemp("sweep-cache")
+    # 128 records: a test split of about 13, 2-3 positive patients per class; the tables here test the
+    # sweep machinery, so every class is kept (report.min_positive_patients: tests/test_significance.py)
     sets = ["data.synthetic_records=128", "optim.epochs=2", "data.probe_max_windows=64",
-            f"data.cache_dir={cache}"]
+            f"data.cache_dir={cache}", "report.min_positive_patients=1"]
     return {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}, \
         sum((["--set", s] for s in sets), [])
 

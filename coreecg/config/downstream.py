@@ -151,9 +151,10 @@ class ReportConfig:
         corrected like the family); otherwise it is "inconclusive", with the smallest difference
         the cell could detect.
     power: the power at which that smallest detectable difference is stated.
-    min_positive_patients: a class with fewer positive test patients is left out of a run's macro
-        metrics (named in its metrics.json and counted in the table's legend): its per-class AUROC
-        interval would be far too narrow (docs/evaluation.md, "Rare classes").
+    min_positive_patients: a class with fewer positive test patients is left out of the tables'
+        macro F1 and AUROC and of the differences' resamples (named in the table's legend; a
+        run's metrics.json keeps every class and records each class's positive patients): its
+        AUROC interval would be far too narrow (docs/evaluation.md, "Rare classes").
     """
 
     f1: Literal["threshold", "argmax"] = "threshold"

@@ -227,9 +227,8 @@ class FinetuneTask:
             "selection": {"metric": "validation macro AUROC (one-vs-rest)", "best_epoch": int(payload["epoch"]),
                           "best_step": int(payload["step"]), "val_auroc": payload["val"]["val_auroc"],
                           "epochs": self.epochs, "steps": int(summary.get("step", 0))},
-            # a class with too few positive patients is left out of the macro means (report.min_positive_patients)
-            "test": score(test, self.multilabel, self.class_names, n_boot, seed, cfg.report.min_positive_patients),
-            "val": score(val, self.multilabel, self.class_names, n_boot, seed, cfg.report.min_positive_patients),
+            "test": score(test, self.multilabel, self.class_names, n_boot, seed),
+            "val": score(val, self.multilabel, self.class_names, n_boot, seed),
             "crop_rule": crop_rule(self.spec.stored_samples, cfg.data.crop_samples, f.eval_crops),
             "aggregation": "record = mean of its windows' probabilities; CIs resample patients",
             "bootstrap_resamples": n_boot,

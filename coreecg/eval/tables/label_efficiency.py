@@ -130,7 +130,7 @@ def label_efficiency_table(runs: Sequence[Run], report: ReportConfig | None = No
     distinct = [f for i, f in enumerate(fractions) if not any(isclose(f, g) for g in fractions[:i])]
     spec = TableSpec(LABEL_EFFICIENCY_TABLE, "Label efficiency (12 leads)",
                      tuple((LEADS, f, f"{f:.0%}") for f in distinct), "Data ratio", modes=MODES)
-    built = build_table(spec, relabelled, report.f1)
+    built = build_table(spec, relabelled, report.f1, report.min_positive_patients)
     table = LabelEfficiencyTable(**{f.name: getattr(built, f.name) for f in fields(Table)}, rows=rows)
     empty = [[] for _ in table.columns]
     table.cells = {row.name: table.cells.get(row.name, empty) for row in rows}

@@ -59,16 +59,18 @@ def table_specs(runs: Sequence[Run]) -> tuple[TableSpec, ...]:
 
 
 def method_table(name: str, title: str, methods: Sequence[str], runs: Sequence[Run],
-                 unavailable: dict[str, str] | None = None, f1: str = "threshold") -> Table:
+                 unavailable: dict[str, str] | None = None, f1: str = "threshold",
+                 min_positive_patients: int = 1) -> Table:
     """A comparison-style table (12 leads, all training data) of the named methods, in that order
     (the paper's Table 1 and ablation tables: one row per variant; a variant with no run is a row
     of –, one in `unavailable` a row of n/a with its reason under the table)."""
     spec = TableSpec(name, title, TABLES[0].variants)
-    full = build_table(spec, [r for r in runs if r.method in methods], f1)
+    full = build_table(spec, [r for r in runs if r.method in methods], f1, min_positive_patients)
     empty = [[] for _ in full.columns]
     why = {m: r for m, r in (unavailable or {}).items() if m in methods}
     return Table(spec, full.columns, {m: full.cells.get(m, empty) for m in methods}, why, f1, full.f1_fallback,
-                 full.members, leaks=full.leaks)
+                 full.members, leaks=full.leaks, below_chance=full.below_chance, rare=full.rare,
+                 rare_unknown=full.rare_unknown)
 
 
 def table_runs(spec: TableSpec, runs: Sequence[Run]) -> list[Run]:
@@ -130,7 +132,8 @@ def build_paper_table(name: str, inputs: TableInputs) -> Table:
     """lead_reduction or train_fraction (or comparison) of the report's runs, in the columns the
     runs fill (`table_specs`), rows in first-seen order."""
     spec = next(s for s in table_specs(inputs.runs) if s.name == name)
-    return _for_report(build_table(spec, table_runs(spec, inputs.runs), inputs.report.f1), inputs)
+    return _for_report(build_table(spec, table_runs(spec, inputs.runs), inputs.report.f1,
+                                   inputs.report.min_positive_patients), inputs)
 
 
 def build_comparison(name: str, inputs: TableInputs) -> Table:
@@ -140,7 +143,7 @@ def build_comparison(name: str, inputs: TableInputs) -> Table:
     if not rows:
         return build_paper_table(name, inputs)
     return _for_report(method_table(spec.name, spec.title, rows, inputs.runs, dict(inputs.unavailable),
-                                    inputs.report.f1), inputs)
+                                    inputs.report.f1, inputs.report.min_positive_patients), inputs)
 
 
 def build_ablation(name: str, inputs: TableInputs) -> Table | None:
@@ -149,7 +152,8 @@ def build_ablation(name: str, inputs: TableInputs) -> Table | None:
     if not rows:
         return None
     return _for_report(method_table(f"ablation_{name}", ABLATION_TITLE.format(name=name), rows, inputs.runs,
-                                    dict(inputs.unavailable), inputs.report.f1), inputs)
+                                    dict(inputs.unavailable), inputs.report.f1, inputs.report.min_positive_patients),
+                       inputs)
 
 
 def _behind(table: Table) -> set[Path]:

@@ -230,9 +230,11 @@ class Table:
         return f"adjusted p ({self.significance.adjust}) {self.adjusted[(method, j)]:.3g} >= {alpha:g}"
 
 
-def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold") -> Table:
+def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold", min_positive_patients: int = 1) -> Table:
     """Rows: methods in first-seen order; columns: dataset x variant x metric. RunError if a cell
-    holds two runs with one seed (the same run passed twice, or two runs that collide)."""
+    holds two runs with one seed (the same run passed twice, or two runs that collide). A class with
+    fewer than `min_positive_patients` positive test patients is left out of each run's macro F1 and
+    AUROC (`rule_value`; report.min_positive_patients)."""
     if f1 not in F1_KEYS:
         raise ValueError(f"f1={f1!r} is not one of {tuple(F1_KEYS)}")
     members = [(r, v) for r in runs if (v := variant_of(spec, r))]
@@ -258,10 +260,11 @@ def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold") -> 
             if f1 == "argmax" and metric == "f1" and name == "f1":
                 fallback.append(run.dataset)
             value = require(run.record["test"], name, (int, float, type(None)), run.path, parent="test.")
+            value = rule_value(run.record["test"], name, value, min_positive_patients)
             if value is not None and value == value:     # null (or NaN): undefined in this run
                 row[index[(run.dataset, leads, fraction, metric)]].append(float(value))
     table_below = below_chance_cells(cells, columns, members, index)
-    rare, rare_unknown = rare_classes(members)
+    rare, rare_unknown = rare_classes(members, min_positive_patients)
     leaks: dict[str, list[str]] = {}
     for run, _ in members:
         if note := leakage_note(run.record):
@@ -270,22 +273,46 @@ def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold") -> 
                  leaks=leaks, below_chance=table_below, rare=rare, rare_unknown=rare_unknown)
 
 
-def rare_classes(members: list) -> tuple[dict[str, dict[str, int]], set[str]]:
-    """Per dataset, the classes its runs left out of the macro means as rare (metrics.json
-    test.classes_left_out.rare, with their positive test patients), and the datasets with a run
-    written before that rule (no "rare" entry)."""
+def rare_classes(members: list, min_positive_patients: int) -> tuple[dict[str, dict[str, int]], set[str]]:
+    """Per dataset, the classes its test set holds fewer than `min_positive_patients` positive
+    patients of (metrics.json test.per_class.<class>.positive_patients), with their counts; and
+    the datasets with a run written before per-class patient counts (its macros hold every class)."""
     rare: dict[str, dict[str, int]] = {}
     unknown: set[str] = set()
+    if min_positive_patients <= 1:
+        return rare, unknown
     for run, _ in members:
-        test = run.record.get("test") or {}
-        left = (test.get("classes_left_out") or {})
-        if "rare" not in left:
+        counts = patient_counts(run.record.get("test") or {})
+        if counts is None:
             unknown.add(run.dataset)
             continue
-        per_class = test.get("per_class") or {}
-        for name in left["rare"]:
-            rare.setdefault(run.dataset, {})[name] = int((per_class.get(name) or {}).get("positive_patients", 0))
+        for name, n in counts.items():
+            if 0 < n < min_positive_patients:
+                rare.setdefault(run.dataset, {})[name] = n
     return rare, unknown
+
+
+def patient_counts(test: dict) -> dict[str, int] | None:
+    """class -> positive test patients (metrics.json test.per_class), None for a run written before."""
+    per_class = test.get("per_class") or {}
+    if not per_class or any("positive_patients" not in v for v in per_class.values()):
+        return None
+    return {name: int(v["positive_patients"]) for name, v in per_class.items()}
+
+
+def rule_value(test: dict, key: str, value: float | None, min_positive_patients: int) -> float | None:
+    """The macro F1 or AUROC of a run without the classes under `min_positive_patients` positive
+    test patients: the mean of test.per_class's values over the classes kept (None when none is).
+    ACC, f1_argmax (no per-class values) and runs written before per-class patient counts keep
+    their stored value."""
+    if key not in ("auroc", "f1") or min_positive_patients <= 1:
+        return value
+    counts = patient_counts(test)
+    if counts is None or all(n >= min_positive_patients or n == 0 for n in counts.values()):
+        return value
+    kept = [v[key] for name, v in test["per_class"].items()
+            if counts[name] >= min_positive_patients and v.get(key) is not None]
+    return float(np.mean(kept)) if kept else None
 
 
 def chance_interval_high(values: Sequence[float], single_ci_high: float | None, level: float = 0.95) -> float | None:

@@ -60,12 +60,22 @@ def _old_tree(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper", "label_efficiency_tiny", "benchmark_tiny"])
-def test_every_tiny_and_paper_study_of_7162f21_plans_todays_runs(tmp_path, name):
+@pytest.mark.parametrize("name", ["tiny", "paper", "label_efficiency_tiny", "benchmark_tiny", "label_efficiency",
+                                  "benchmark"])
+def test_every_study_of_7162f21_plans_todays_runs(tmp_path, monkeypatch, name):
+    """Every shipped study; the full-scale ones read their data and encoders from environment
+    variables, pointed here at the shared records, the 7162f21 run's encoder and ST-MEM's fixture."""
     from coreecg.study.reader import load_study
 
-    if not (REPO.parent / "shared" / "ecg-data").is_dir():
+    shared = REPO.parent / "shared"
+    if not (shared / "ecg-data").is_dir():
         pytest.skip("needs ../shared/ecg-data")
+    data = shared / "ecg-data"
+    for var, path in {"MIMIC_IV_ECG": data / "mimic-iv-ecg-layout", "CODE15": data / "cinc2021",
+                      "CINC2021": data / "cinc2021", "PTBXL": data / "ptbxl", "CPSC2018": data / "cpsc2018-cinc2020",
+                      "COREECG_ENCODER": OLD_RUN / "encoder.pt",
+                      "STMEM_WEIGHTS": shared / "fixtures" / "st-mem" / "encoder.pth"}.items():
+        monkeypatch.setenv(var, str(path))
     root = _old_tree(tmp_path)
     old, new = load_study(root / "studies" / f"{name}.yaml"), load_study(REPO / "studies" / f"{name}.yaml")
     assert [r.name for r in old.pretrain_runs()] == [r.name for r in new.pretrain_runs()]

@@ -88,4 +88,7 @@ def apply_speed_options(model: nn.Module, train: TrainConfig) -> nn.Module:
         if compiled and isinstance(m, Block):
             m.compile(mode=None if train.compile_mode == "default" else train.compile_mode, dynamic=None)
     model.cuda_graphs = compiled and device.type == "cuda" and "reduce-overhead" in train.compile_mode
+    # A compiled step marks varying lengths dynamic and aligns them (coreecg.model.encoder); eager
+    # steps skip both: the padding to a multiple of 8 and the always-built mask cost 4-5 % on the CPU.
+    model.compiled = compiled
     return model

@@ -1,6 +1,8 @@
 """A results table as data: rows (methods) x columns (dataset x variant x metric) of test
 metrics over seeds, with each cell's difference to a reference row (coreecg/eval/significance.py)
-and the p-values adjusted over the table's family. `build_table` makes one from runs
+and the p-values adjusted within each metric's family (the primary metric's and each secondary
+metric's own), each difference's detectable size and, for the primary metric, its equivalence
+test. `build_table` makes one from runs
 (coreecg.eval.runs); coreecg.eval.tables.render writes it (Markdown, CSV, booktabs LaTeX).
 
 A variant is one (leads, train_fraction) block of columns; a cell (dataset, leads, fraction) holds

@@ -30,17 +30,18 @@ def load_model(path, map_location="cpu"):
     return _load(path, map_location=map_location)
 
 
-def embed(signal, fs, leads, model, *, device="cpu"):
-    """One raw recording (leads, samples) in mV at `fs` Hz, rows named by `leads` -> its embedding
-    (D,), under the model's input contract, equal to jobs/predict.py's (`coreecg.inference.embed`)."""
+def embed(signal, fs=None, leads=None, model=None, *, device="cpu"):
+    """One raw recording (leads, samples) in mV at `fs` Hz, rows named by `leads`, or a file's path
+    (WFDB, DICOM, MUSE XML, HL7 aECG, EDF: `embed("ecg.xml", model=...)`) -> its embedding (D,),
+    under the model's input contract, equal to jobs/predict.py's (`coreecg.inference.embed`)."""
     from coreecg.inference import embed as _embed
 
     return _embed(signal, fs, leads, model, device=device)
 
 
-def predict(signal, fs, leads, model, *, device="cpu"):
-    """One raw recording -> a classifier's probabilities (K,), in its contract's class_names order,
-    equal to jobs/predict.py's (`coreecg.inference.predict`)."""
+def predict(signal, fs=None, leads=None, model=None, *, device="cpu"):
+    """One raw recording (an array or a file's path, as for `embed`) -> a classifier's probabilities
+    (K,), in its contract's class_names order, equal to jobs/predict.py's (`coreecg.inference.predict`)."""
     from coreecg.inference import predict as _predict
 
     return _predict(signal, fs, leads, model, device=device)

@@ -14,6 +14,14 @@ in the config's `plugins` (docs/data_sources.md, "Adding a source"):
     python jobs/preprocess.py --source mimic-iv-ecg --input ../shared/ecg-data/mimic-iv-ecg-layout \\
         --output corpora/mimic --exclude-overlap-with corpora/ptbxl --exclude-overlap-with corpora/icbeb
 
+Hospital and device exports (docs/data_pipeline.md, "Your own files"): --source dicom | muse |
+aecg | edf | arrays, or --source auto for a folder that mixes them (each file by its content);
+labels from a table with --set data.sources.auto.labels=labels.csv. Patient ids are stored as
+salted hashes (--salt-file, outside the corpus) unless --keep-patient-ids:
+
+    python jobs/preprocess.py --source auto --input exports/ --output corpora/clinic \
+        --set data.sources.auto.labels=labels.csv --set data.sources.auto.class_map=classes.csv
+
 --exclude-overlap-with CORPUS (repeatable; a built downstream corpus) leaves out of the new corpus
 every record sharing a patient or a recording with CORPUS's val/test records, as the leakage
 guard decides; each is listed in quarantine.csv with its twin, the manifest records the exclusion
@@ -34,6 +42,7 @@ import sys
 from pathlib import Path
 
 from coreecg.cli import job_parser, parse_args as parse_cli, resolve_config
+from coreecg.data.patient_ids import PatientIdPolicy
 from coreecg.data.pipeline import build_corpus
 from coreecg.data.sources import SOURCES, get_source, reader_options, source_spec
 from coreecg.run_record import ray_cluster
@@ -50,6 +59,13 @@ def build_parser():
                    help="a built downstream corpus (repeatable): records sharing a patient or a recording with "
                         "its val/test records (the leakage guard's match) are left out of this corpus and "
                         "quarantined, so fine-tuning on it after pretraining here passes the guard")
+    p.add_argument("--keep-patient-ids", action="store_true",
+                   help="hospital exports (dicom, muse, aecg, edf, arrays, auto): store patient ids as read, "
+                        "named in the manifest; by default only their salted hash is stored (docs/data_pipeline.md)")
+    p.add_argument("--salt-file", default="", metavar="FILE",
+                   help="the patient-id salt, kept outside the corpus (created on first use; default "
+                        "$COREECG_SALT_FILE, else ~/.config/coreecg/patient-id-salt): corpora meant to be "
+                        "checked against each other for shared patients must share it")
     return p
 
 
@@ -78,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         result = build_corpus(args.source, source_root, str(Path(args.output).expanduser().resolve()), cfg,
                               source_options=options, refs=refs,
                               log_warnings=False,  # printed below, after the summary
-                              exclude_overlap_with=args.exclude_overlap_with)
+                              exclude_overlap_with=args.exclude_overlap_with,
+                              patient_ids=PatientIdPolicy(args.keep_patient_ids, args.salt_file))
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -89,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                       "records_quarantined": c["records_quarantined"],
                       "quarantine_reasons": c["quarantine_reasons"], "windows": c["windows"],
                       "patients": c["patients"], "patient_id_fallbacks": c["patient_id_fallbacks"],
+                      "patient_ids": result["patient_ids"],
                       "label_view": result["label_view"], "unrecognised_codes": result["unrecognised_codes"],
                       "excluded_overlap_with": result.get("excluded_overlap_with"),
                       "shards": run["shards"], "shards_skipped": run["shards_skipped"],

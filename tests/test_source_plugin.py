@@ -51,7 +51,8 @@ def test_the_plugins_section_is_typed_and_a_file_naming_it_loads_in_a_fresh_proc
     code = ("import sys; from coreecg.config import load_config; c = load_config(sys.argv[1]); "
             "print(c.data.sources.npz_folder.gain, sorted(c.to_dict()['data']['sources']))")
     done = subprocess.run([sys.executable, "-c", code, str(f)], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.stdout.strip() == "5.0 ['cinc2021', 'code15', 'cpsc2018', 'npz_folder', 'ptbxl', 'synthetic']", \
+    assert done.stdout.strip() == ("5.0 ['aecg', 'arrays', 'auto', 'cinc2021', 'code15', 'cpsc2018', 'dicom', 'edf', "
+                                   "'muse', 'npz_folder', 'ptbxl', 'synthetic']"), \
         done.stderr[-2000:]
     assert NAME not in load_config().to_yaml()          # a plain config holds no section of it
 

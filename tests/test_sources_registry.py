@@ -17,7 +17,8 @@ from coreecg.data.sources import (
 )
 from coreecg.data.sources import registry
 
-BUILT_IN = ["ptbxl", "cpsc2018", "cinc2021", "mimic-iv-ecg", "code15", "wfdb", "synthetic"]
+BUILT_IN = ["ptbxl", "cpsc2018", "cinc2021", "mimic-iv-ecg", "code15", "wfdb", "synthetic",
+            "dicom", "muse", "aecg", "edf", "arrays", "auto"]
 
 
 @pytest.fixture
@@ -40,17 +41,18 @@ def built_ins_only(scratch_registry):
 
 
 def test_every_built_in_is_registered_from_its_own_module():
-    assert list(SOURCES)[:7] == BUILT_IN
+    assert list(SOURCES)[:len(BUILT_IN)] == BUILT_IN
     for name in BUILT_IN:
         spec = source_spec(name)
         assert spec.cls.__module__.startswith("coreecg.data.sources.") and get_source(name).name == name
-    with pytest.raises(ValueError, match=r"unknown source 'ptb-xl'; known: cinc2021, code15, .*plugins"):
+    with pytest.raises(ValueError, match=r"unknown source 'ptb-xl'; known: aecg, arrays, auto, cinc2021, code15, .*plugins"):
         source_spec("ptb-xl")
 
 
 def test_label_free_options_are_todays_inference_source_options(built_ins_only):
+    exports = {name: {"labels": "", "class_map": ""} for name in ("dicom", "muse", "aecg", "edf", "arrays", "auto")}
     assert label_free_options() == {"ptbxl": {"label_view": "none", "rate": 500}, "cpsc2018": {"label_view": "none"},
-                                    "mimic-iv-ecg": {}}
+                                    "mimic-iv-ecg": {}, **exports}
     config = load_config(overrides=["data.sources.ptbxl.rate=100", "data.sources.ptbxl.label_view=multi"])
     assert label_free_options(config)["ptbxl"] == {"label_view": "none", "rate": 100}   # the config's rate
     for name, options in label_free_options(config).items():
@@ -89,7 +91,9 @@ def test_a_recorded_dataset_key_and_label_win_and_need_no_registered_source():
 def test_dataset_labels_and_aliases_are_todays_report_tables():
     labels = dataset_labels()
     assert list(labels.items())[:3] == [("ptbxl", "PTB-XL"), ("icbeb2018", "ICBEB2018"), ("ningbo", "Ningbo")]
-    assert {k for name in BUILT_IN for k in source_spec(name).dataset_labels} == {"ptbxl", "icbeb2018", "ningbo"}
+    assert {k for name in BUILT_IN for k in source_spec(name).dataset_labels} == {
+        "ptbxl", "icbeb2018", "ningbo", "dicom", "muse", "aecg", "edf", "arrays", "auto"}
+    assert dataset_label({"source": "muse"}) == "GE MUSE XML"
     assert dataset_aliases()["cpsc2018"] == "icbeb2018"
     assert dataset_label({"source": "cpsc2018"}) == "ICBEB2018"                  # through its alias
     assert dataset_label({"source": "cinc2021", "source_options": {"subsets": ["Ningbo"]}}) == "Ningbo"
@@ -192,10 +196,11 @@ def test_layouts_are_todays_known_layouts(tmp_path):
 
 def test_data_sources_is_an_open_section_naming_the_known_sources(built_ins_only, tmp_path):
     with pytest.raises(ConfigError, match=r"data\.sources\.ptb_xl: unknown key \(no registered source.*plugins\); "
-                                          r"the data\.sources keys are cinc2021, code15, cpsc2018, ptbxl, synthetic"):
+                                          r"the data\.sources keys are aecg, arrays, auto, cinc2021, code15, cpsc2018, dicom, edf, muse, ptbxl, synthetic"):
         load_config(overrides=["data.sources.ptb_xl.rate=100"])
     saved = load_config(overrides=["data.sources.ptbxl.rate=100"]).to_dict()
-    assert list(saved["data"]["sources"]) == ["ptbxl", "cpsc2018", "cinc2021", "code15", "synthetic"]
+    assert list(saved["data"]["sources"]) == ["ptbxl", "cpsc2018", "cinc2021", "code15", "synthetic",
+                                              "dicom", "muse", "aecg", "edf", "arrays", "auto"]
     assert saved["data"]["sources"]["ptbxl"]["rate"] == 100 and saved["plugins"] == []
     with pytest.raises(ConfigError, match=r"^plugins: cannot import 'no_such_plugin_module'"):
         load_config(overrides=["plugins=[no_such_plugin_module]"])
@@ -217,5 +222,5 @@ def test_the_config_and_the_generic_reader_name_no_source():
                          repo / "coreecg" / "data" / "sources" / "wfdb_generic.py"]
             for node in ast.walk(ast.parse(path.read_text()))
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in SOURCES
-            and node.value != "wfdb"]
+            and node.value not in ("wfdb", "auto")]      # "auto" is also an ordinary value (train.device=auto)
     assert hits == []

@@ -18,6 +18,7 @@ _NAMES = {
     "split_files": "coreecg.data.corpus",
     "verify_corpus": "coreecg.data.corpus",
     "build_corpus": "coreecg.data.pipeline",
+    "build_corpus_from_arrays": "coreecg.data.from_arrays",
     "preprocess_record": "coreecg.data.preprocess",
     "read_split": "coreecg.data.reading",
     "STANDARD_LEADS": "coreecg.data.record", "Record": "coreecg.data.record",
@@ -61,7 +62,7 @@ def synthetic_windows(n: int, seed: int, cfg: PreprocessConfig | None = None) ->
 
 
 __all__ = [
-    "ALL_COLUMNS", "CorpusError", "PreprocessConfig", "build_corpus", "Record", "RecordError", "RecordRef", "SPLITS", "STANDARD_LEADS",
+    "ALL_COLUMNS", "CorpusError", "PreprocessConfig", "build_corpus", "build_corpus_from_arrays", "Record", "RecordError", "RecordRef", "SPLITS", "STANDARD_LEADS",
     "SYNTHETIC_CLASS_NAMES", "assign_split", "load_manifest", "preprocess_record",
     "read_split", "split_files", "synthetic_windows", "verify_corpus",
 ]

@@ -42,6 +42,7 @@ from coreecg.data.exclusion import (
     preprocess_warnings,
 )
 from coreecg.data.fingerprints import write_fingerprints
+from coreecg.data.patient_ids import PatientIdPolicy, pseudonym
 from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources import dataset_key, dataset_label, get_source
@@ -127,15 +128,19 @@ class _ShardRead:
 
 
 def _read_shard(refs: list[dict[str, Any]], source: Any, cfg: PreprocessConfig, class_names: tuple[str, ...],
-                ratios: tuple[float, ...]) -> _ShardRead:
+                ratios: tuple[float, ...], salt: bytes | None = None) -> _ShardRead:
     """Read and preprocess every record of a shard; a record that fails is quarantined with the
-    reason (a RecordError's, or "unreadable" naming the exception), never dropped silently."""
+    reason (a RecordError's, or "unreadable" naming the exception), never dropped silently.
+    `salt`: patient ids are replaced by their salted hash as soon as they are read
+    (coreecg.data.patient_ids), so no later step sees the identifier."""
     read = _ShardRead()
     for r in refs:
         ref = RecordRef(**r)
         t0 = t1 = time.perf_counter()
         try:
             record = source.read(ref)
+            if salt is not None:
+                record.patient_id = pseudonym(salt, record.patient_id)
             t1 = time.perf_counter()
             read.unrecognised.update(record.meta.get("unrecognised_codes", ()))
             for quirk in record.meta.get("header_quirks", ()):
@@ -154,6 +159,8 @@ def _read_shard(refs: list[dict[str, Any]], source: Any, cfg: PreprocessConfig, 
         read.t_prep += time.perf_counter() - t1
         for lead in record.meta.get("dropped_leads", ()):
             read.notes[f"dropped extra lead {lead}"] += 1
+        if record.meta.get("derived_leads"):
+            read.notes[f"derived leads {', '.join(record.meta['derived_leads'])} from I and II"] += 1
         new_rows, out_labels = record_rows(record, windows, class_names, ratios)
         read.written.append((record, new_rows, windows, out_labels))
     return read
@@ -198,12 +205,13 @@ def _write_split_files(out: Path, shard: int, table: pa.Table, rows: list[dict[s
 
 
 def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any],
-                  out_dir: str, exclude: Sequence[Downstream] = ()) -> dict[str, Any]:
+                  out_dir: str, exclude: Sequence[Downstream] = (), salt: bytes | None = None) -> dict[str, Any]:
     """Ray Data map fn: item {"shard": i, "refs": json list of RecordRef dicts} -> {"marker": json}.
 
     `exclude`: downstream corpora whose val/test records must not be written (their identities
     are in `settings`, hence in the shard key): records the leakage guard matches to them are
-    quarantined before the shard's files are written (coreecg.data.exclusion)."""
+    quarantined before the shard's files are written (coreecg.data.exclusion). `salt`: the patient-id
+    salt (settings hold only its id; the salt itself is never written)."""
     out = Path(out_dir)
     shard = int(item["shard"])
     refs = json.loads(item["refs"])
@@ -217,7 +225,7 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
     cfg = PreprocessConfig(**{k: tuple(v) if isinstance(v, list) else v
                               for k, v in settings["preprocess"].items()})
     class_names = tuple(settings["class_names"])
-    read = _read_shard(refs, source, cfg, class_names, tuple(settings["split_ratios"]))
+    read = _read_shard(refs, source, cfg, class_names, tuple(settings["split_ratios"]), salt)
     t0 = time.perf_counter()
     table = windows_table(read.rows(), np.concatenate([w for _, _, w, _ in read.written])) if read.written else None
     t_table = time.perf_counter() - t0
@@ -287,7 +295,8 @@ def reason_kind(reason: str) -> str:
 def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str | Path,
                  cfg: DataConfig | None = None, source_options: dict[str, Any] | None = None,
                  refs: list[RecordRef] | None = None, log_warnings: bool = True,
-                 exclude_overlap_with: Sequence[str | Path] = ()) -> dict[str, Any]:
+                 exclude_overlap_with: Sequence[str | Path] = (),
+                 patient_ids: PatientIdPolicy | None = None) -> dict[str, Any]:
     """Write (or resume) a corpus; returns the manifest plus run statistics under "run".
 
     Raises FileNotFoundError (missing input), ValueError (unknown source, no records, a bad
@@ -301,6 +310,8 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     logged at the end of the run unless `log_warnings=False` (the job prints them itself).
     Needs a running Ray (`ray.init`); each shard is one Ray Data task, handed the reader itself
     (pickled by reference: a plugin's module is imported on the worker as it unpickles).
+    `patient_ids`: for a source whose patient ids identify patients (hospital exports), whether to
+    keep them or store salted hashes (the default; coreecg.data.patient_ids); the manifest says which.
     """
     import ray
     import ray.data
@@ -322,13 +333,16 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
                 "class_names": list(source.class_names), "signal_dtype": np.dtype(SIGNAL_DTYPE).name}
     if downstream:   # only then: the keys of corpora built without an exclusion stay as they were
         settings["exclude_overlap_with"] = identities(downstream)
+    salt = None
+    if getattr(source, "identifying_patient_ids", False):   # only then, for the same reason
+        settings["patient_ids"], salt = (patient_ids or PatientIdPolicy()).resolve(out)
     t0 = time.perf_counter()
     markers: list[dict[str, Any]] = []
     if shards:
         items = [{"shard": i, "refs": json.dumps(s)} for i, s in enumerate(shards)]
         ds = ray.data.from_items(items, override_num_blocks=len(items))
         ds = ds.map(process_shard, fn_kwargs={"source": source, "settings": settings, "out_dir": str(out),
-                                              "exclude": downstream}, num_cpus=1)
+                                              "exclude": downstream, "salt": salt}, num_cpus=1)
         markers = sorted((json.loads(r["marker"]) for r in ds.take_all()), key=lambda m: m["shard"])
     wall = time.perf_counter() - t0
 
@@ -417,6 +431,8 @@ def _manifest(source: Any, input_dir: Any, cfg: DataConfig, settings: dict[str, 
         "preprocess": settings["preprocess"], "split_ratios": list(cfg.split_ratios),
         "shard_records": cfg.shard_records, "code_version": code_version(),
         "label_view": settings["label_view"],
+        # hospital identifiers: salted hashes (the salt's id, never the salt) or kept as read
+        "patient_ids": settings.get("patient_ids", {"stored": "as read"}),
         # how records were put in splits: "patients" (hash at split_ratios) or a source's own rule
         "split_rule": getattr(source, "split_rule", "patients"),
         "counts": {"records_listed": len(refs),

@@ -55,32 +55,57 @@ def array_record(signal: Any, fs: float, leads: Sequence[str], record_id: str = 
     return Record("array", record_id, x.astype(np.float32), float(fs), leads, None, (), record_id)
 
 
+def _file_item(path: str | Path, fs: Any, leads: Any) -> Any:
+    """The one recording in a file (WFDB, DICOM, MUSE XML, HL7 aECG, EDF) as inference lists it;
+    ValueError for fs/leads given with a path (the file states them) or a file that is not one record."""
+    from coreecg.inference.listing import list_inputs
+
+    if fs is not None or leads is not None:
+        raise ValueError(f"{path}: a file states its own sampling rate and leads: give the path alone")
+    items, failures = list_inputs([path])
+    if failures:
+        raise InferenceError(f"cannot score {path}: {failures[0].reason}")
+    if len(items) != 1:
+        raise ValueError(f"{path}: {len(items)} recordings, not one (use jobs/predict.py for folders)")
+    return items[0]
+
+
 def _score_array(signal: Any, fs: float, leads: Sequence[str], model: Any, embeddings: bool,
                  device: str) -> InferenceResult:
     loaded = _loaded(model)
-    result = run_inference(loaded, [array_record(signal, fs, leads)], embeddings=embeddings, device=device,
+    item = (_file_item(signal, fs, leads) if isinstance(signal, (str, Path))
+            else array_record(signal, fs, leads))
+    result = run_inference(loaded, [item], embeddings=embeddings, device=device,
                            progress_every_s=math.inf)
     if result.failures:
         raise InferenceError(f"cannot score this recording: {result.failures[0].reason}")
     return result
 
 
-def embed(signal: Any, fs: float, leads: Sequence[str], model: Any, *, device: str = "cpu") -> np.ndarray:
+def embed(signal: Any, fs: float | None = None, leads: Sequence[str] | None = None, model: Any = None, *,
+          device: str = "cpu") -> np.ndarray:
     """One raw recording of any length, rate and lead set -> its embedding (D,) float32.
 
-    signal: (len(leads), samples) millivolts (`array_record`). model: a LoadedModel or any path
+    signal: (len(leads), samples) millivolts (`array_record`), or the path of a file holding one
+    recording (WFDB, DICOM, GE MUSE XML, HL7 aECG, EDF: read by the reader its content asks for;
+    fs and leads then come from the file: `embed("ecg.dcm", model=...)`). model: a LoadedModel or any path
     load_model reads (cached). The model's own input contract is applied, exactly as
     jobs/predict.py --embeddings does for the same record (module docstring, steps 2-5):
     band-pass, resampling, 10 s windows (a shorter record: one padded window), z-score, float16,
     the crop rule, the mean over windows; leads are taken by name. InferenceError with the
     preprocessing's reason for a recording it cannot use (too short, a missing lead, ...)."""
+    if model is None:
+        raise TypeError("embed: model is required (a path or a LoadedModel)")
     return _score_array(signal, fs, leads, model, True, device).embeddings[0]
 
 
-def predict(signal: Any, fs: float, leads: Sequence[str], model: Any, *, device: str = "cpu") -> np.ndarray:
-    """One raw recording -> a classifier's class probabilities (K,) float64, in the order of
-    `load_model(model).contract["class_names"]`; as `embed` otherwise (InferenceError for an
-    encoder, which has no classes)."""
+def predict(signal: Any, fs: float | None = None, leads: Sequence[str] | None = None, model: Any = None, *,
+            device: str = "cpu") -> np.ndarray:
+    """One raw recording (an array, or a file's path as for `embed`) -> a classifier's class
+    probabilities (K,) float64, in the order of `load_model(model).contract["class_names"]`; as
+    `embed` otherwise (InferenceError for an encoder, which has no classes)."""
+    if model is None:
+        raise TypeError("predict: model is required (a path or a LoadedModel)")
     loaded = _loaded(model)
     if loaded.kind != "classifier":
         raise InferenceError(f"{loaded.source} is an encoder: it has no class probabilities (use embed)")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from coreecg.config import Config
+from coreecg.config import STANDARD_LEADS, Config
+from coreecg.model.encoder import default_lead_idx
 
 
 class PretrainMethod(nn.Module):
@@ -48,12 +49,25 @@ class PretrainMethod(nn.Module):
         raise NotImplementedError
 
     def check_input(self, x: torch.Tensor) -> tuple[int, int, int]:
-        """(B, C, T) of a pretraining batch; ValueError unless C, T are the model's leads and samples."""
+        """(B, C, T) of a pretraining batch; ValueError unless T is the model's samples and C its
+        leads (model.n_leads) or the corpus's (data.preprocess.leads, a subset of them)."""
         B, C, T = x.shape
         m = self.config.model
-        if (C, T) != (m.n_leads, m.input_samples):
-            raise ValueError(f"pretraining input must be (B, {m.n_leads}, {m.input_samples}), got {tuple(x.shape)}")
+        if T != m.input_samples or C not in (m.n_leads, len(self.config.data.preprocess.leads)) or C > m.n_leads:
+            raise ValueError(f"pretraining input must be (B, {m.n_leads}, {m.input_samples}) or (B, "
+                             f"{len(self.config.data.preprocess.leads)}, {m.input_samples}) for data.preprocess.leads, "
+                             f"got {tuple(x.shape)}")
         return B, C, T
+
+    def lead_idx(self, C: int, device: torch.device) -> torch.Tensor:
+        """(C,) the lead embedding of each input row: the standard positions of the corpus's leads
+        (data.preprocess.leads: a Holter corpus of lead II trains lead II's embedding, which
+        fine-tuning on lead II then reads), else the first C standard leads."""
+        leads = self.config.data.preprocess.leads
+        positions = [STANDARD_LEADS.index(x) for x in leads if x in STANDARD_LEADS]
+        if len(positions) == len(leads) == C and max(positions) < self.config.model.n_leads:
+            return torch.tensor(positions, device=device)
+        return default_lead_idx(C, device, self.config.model.n_leads)
 
     # ------------------------------------------------------------------ momentum targets
 

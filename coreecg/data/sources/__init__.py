@@ -19,6 +19,8 @@ from coreecg.data.sources.registry import (
 )
 # The built-in readers register themselves (registry order: the order listed here).
 from coreecg.data.sources import ptbxl, cpsc2018, cinc2021, mimic, code15, wfdb_generic, synthetic  # noqa: F401
+# Hospital and device exports (exports.py), then `auto`, which reads a mixed folder with them.
+from coreecg.data.sources import dicom, muse, aecg, edf, arrays, auto  # noqa: F401
 
 
 def get_source(name: str, **options) -> Source:

@@ -18,7 +18,7 @@ from coreecg.config import Config
 from coreecg.methods.base import PretrainMethod
 from coreecg.methods.contrastive import gather_no_grad, gather_with_grad
 from coreecg.methods.classes import register_method
-from coreecg.model.encoder import Encoder, masked_mean, default_lead_idx
+from coreecg.model.encoder import Encoder, masked_mean
 
 
 def segment_masks(segments: int, batch: int, n_leads: int, n_patches: int) -> torch.Tensor:
@@ -91,7 +91,7 @@ class CMSC(PretrainMethod):
         B, C, _ = x.shape
         S, N = self.options.segments, self.config.model.n_patches
         visible = segment_masks(S, B, C, N)
-        lead_idx = default_lead_idx(C, x.device, self.config.model.n_leads)
+        lead_idx = self.lead_idx(C, x.device)
         enc = self.encoder(x.repeat(S, 1, 1), lead_idx, visible)              # (S * B, C * N / S, D)
         # a short record's padded patches are left out of the mean (a segment of padding only: 0)
         return self.head(masked_mean(enc.tokens, enc.valid)).view(S, B, -1)

@@ -69,9 +69,12 @@ class FrequencyDynamicAugmentation(nn.Module):
         else:
             self.register_buffer("weight", w)
 
-    def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """x: (B, C, T) -> (B, C, T) with fresh Gaussian noise per sample."""
+    def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
+                lead_idx: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, C, T) -> (B, C, T) with fresh Gaussian noise per sample. lead_idx (C,): the
+        standard lead of each row, when x holds fewer leads than W (a one-lead corpus uses W's row)."""
         B, C, _ = x.shape
+        weight = self.weight if lead_idx is None or C == self.weight.shape[0] else self.weight[lead_idx]
         generator = generator_on(generator, x.device)
-        noise = torch.randn((B, C, self.weight.shape[1]), generator=generator, device=x.device)
-        return frequency_dynamic_augment(x, self.weight, noise, self.eps)
+        noise = torch.randn((B, C, weight.shape[1]), generator=generator, device=x.device)
+        return frequency_dynamic_augment(x, weight, noise, self.eps)

@@ -16,7 +16,7 @@ from coreecg.methods.core_ecg.masking import exclude_padding, make_masks
 from coreecg.methods.classes import register_method
 from coreecg.model.decoders import LatentDecoder, Projection, TimeDecoder
 from coreecg.model.embed import patchify
-from coreecg.model.encoder import Encoder, default_lead_idx
+from coreecg.model.encoder import Encoder
 from coreecg.model.padding import fill, padding_mask, sure_patches
 
 
@@ -99,7 +99,7 @@ class CoReECG(PretrainMethod):
         """
         cfg = self.config
         B, C, _ = self.check_input(x)
-        lead_idx = default_lead_idx(C, x.device, cfg.model.n_leads)
+        lead_idx = self.lead_idx(C, x.device)
         visible, masked, dropped = self._masks(B, C, generator, x.device)
         enc = self.encoder(x, lead_idx, visible, self.varying_visible)   # leaves padding out itself
         pad = padding_mask(x, cfg.model.patch_size)
@@ -139,7 +139,7 @@ class CoReECG(PretrainMethod):
         if self.time_decoder is None:
             raise ValueError("this model has no Time Decoder (methods.core.loss.alpha = 0): nothing to reconstruct")
         B, C, _ = x.shape
-        lead_idx = default_lead_idx(C, x.device, self.config.model.n_leads)
+        lead_idx = self.lead_idx(C, x.device)
         visible, masked, dropped = masks if masks is not None else self._masks(B, C, generator, x.device)
         recon = self.time_decoder(self.encoder(x, lead_idx, visible, self.varying_visible), lead_idx)
         return recon, *exclude_padding((visible, masked, dropped), padding_mask(x, self.config.model.patch_size))
@@ -163,9 +163,10 @@ class CoReECG(PretrainMethod):
         """
         learn_w = self.fda is not None and isinstance(self.fda.weight, nn.Parameter) and self.training
         x0 = fill(x)
+        lead_idx = self.lead_idx(x.shape[1], x.device)
         with torch.set_grad_enabled(learn_w and torch.is_grad_enabled()):
-            view = self.fda(x0, generator) if self.fda is not None else x0
+            view = self.fda(x0, generator, lead_idx) if self.fda is not None else x0
             view = torch.where(torch.isnan(x), x, view)        # the padding back (NaN), gradient 0 there
-            h_t = self.teacher_projection(self.teacher_encoder.pooled(view))
+            h_t = self.teacher_projection(self.teacher_encoder.pooled(view, lead_idx))
         rel = ((fill(view.detach()).float() - x0.float()).norm() / x0.float().norm().clamp_min(1e-12))
         return h_t, rel

@@ -134,7 +134,10 @@ class CoReOptions:
         """Against the rest of the config (Config.validate calls it when CoRe-ECG trains)."""
         m = config.model
         if self.masking.strategy == "stdm" and not 0 < self.masking.k < m.n_leads:
-            raise ConfigError(f"methods.core.masking.k={self.masking.k} must satisfy 0 < k < model.n_leads={m.n_leads}")
+            hint = (" (one lead has no spatial axis to mask: set methods.core.masking.strategy=temporal)"
+                    if m.n_leads == 1 else "")
+            raise ConfigError(f"methods.core.masking.k={self.masking.k} must satisfy 0 < k < model.n_leads={m.n_leads}"
+                              + hint)
 
 
 def _moved() -> dict[str, str]:

@@ -17,7 +17,7 @@ from coreecg.methods.base import PretrainMethod
 from coreecg.methods.contrastive import gather_no_grad
 from coreecg.methods.classes import register_method
 from coreecg.methods.views import random_view
-from coreecg.model.encoder import Encoder, default_lead_idx
+from coreecg.model.encoder import Encoder
 from coreecg.model.padding import fill
 
 
@@ -88,7 +88,7 @@ class MoCoV3(PretrainMethod):
         """x: (B, C, T) -> {loss, loss_con, view_difference, query_key_cos}."""
         B, C, _ = self.check_input(x)
         views = self.views(x, generator)
-        lead_idx = default_lead_idx(C, x.device, self.config.model.n_leads)
+        lead_idx = self.lead_idx(C, x.device)
         # The encoders see both views in one batch (LayerNorm only: per-sample); the heads see
         # one view at a time, so their BatchNorm statistics are per view, as in MoCo v3.
         feats = self.encoder.pooled(views, lead_idx)

@@ -1,0 +1,94 @@
+"""A corpus from recordings already in memory: the `arrays` reader, without writing files first.
+
+    from coreecg.data import build_corpus_from_arrays
+    build_corpus_from_arrays(x, fs=500, leads=["I", "II", ...], output_dir="corpora/mine",
+                             patient_ids=pids, labels=[["AF"], ["NORM"], ...])
+
+`x` is (records, leads, samples) in millivolts. The arrays go to a scratch folder outside the
+corpus as `signals.npy` and its index CSV (the `arrays` source's own format), the corpus is built
+from there exactly as `--source arrays` would build it (same preprocessing, quarantine, salted
+patient ids), and the scratch folder is removed. Its place depends only on the output folder, so
+an interrupted build resumes like any other.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from coreecg.config import DataConfig
+from coreecg.data.patient_ids import PatientIdPolicy
+
+
+def build_corpus_from_arrays(signals: Any, fs: float | Sequence[float], leads: Sequence[str], output_dir: str | Path,
+                             *, record_ids: Sequence[str] | None = None, patient_ids: Sequence[str | None] | None = None,
+                             labels: Sequence[Sequence[str]] | Mapping[str, Sequence[str]] | None = None,
+                             class_map: Mapping[str, str] | None = None, units: str = "mV",
+                             cfg: DataConfig | None = None, patient_id_policy: PatientIdPolicy | None = None
+                             ) -> dict[str, Any]:
+    """Build (or resume) a corpus at `output_dir` from arrays in memory -> its manifest (+ "run").
+
+    signals: (records, leads, samples), any float dtype, in `units`; fs: Hz, one for all or one per
+    record; leads: the lead names of axis 1; record_ids: default "0", "1", ...; patient_ids:
+    hospital ids (stored salted unless `patient_id_policy.keep`), default none (each record its own
+    patient); labels: per record (in order) or {record_id: codes}, through `class_map` {code: class}
+    (default: each code is a class); without labels the corpus is unlabelled (pretraining). Starts a
+    local Ray if none is running (`coreecg.cluster.init_ray`).
+    """
+    from coreecg.data.pipeline import build_corpus
+    from coreecg.data.sources.arrays import arrays_to_folder
+
+    out = Path(output_dir).expanduser().resolve()
+    scratch = Path(tempfile.gettempdir()) / f"coreecg-arrays-{hashlib.sha256(str(out).encode()).hexdigest()[:16]}"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    scratch.mkdir(parents=True)
+    try:
+        arrays_to_folder(signals, fs, leads, scratch, record_ids=record_ids, patient_ids=patient_ids, units=units)
+        options: dict[str, Any] = {}
+        if labels is not None:
+            options["labels"] = str(_write_labels(scratch, labels, record_ids, len(signals)))
+            if class_map:
+                options["class_map"] = str(_write_class_map(scratch, class_map))
+        _ensure_ray()
+        return build_corpus("arrays", scratch, out, cfg or DataConfig(), source_options=options,
+                            patient_ids=patient_id_policy)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _write_labels(folder: Path, labels: Any, record_ids: Sequence[str] | None, n: int) -> Path:
+    ids = [str(r) for r in record_ids] if record_ids is not None else [str(i) for i in range(n)]
+    if isinstance(labels, Mapping):
+        rows = [(str(k), list(v)) for k, v in labels.items()]
+    else:
+        if len(labels) != n:
+            raise ValueError(f"labels: {len(labels)} entries for {n} records")
+        rows = list(zip(ids, (list(v) for v in labels)))
+    path = folder / "labels.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["record_id", "labels"])
+        w.writerows((rid, ";".join(str(c) for c in codes)) for rid, codes in rows)
+    return path
+
+
+def _write_class_map(folder: Path, class_map: Mapping[str, str]) -> Path:
+    path = folder / "class_map.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["code", "class"])
+        w.writerows((str(k), str(v)) for k, v in class_map.items())
+    return path
+
+
+def _ensure_ray() -> None:
+    import ray
+
+    if not ray.is_initialized():
+        from coreecg.cluster import init_ray
+
+        init_ray()

@@ -19,7 +19,7 @@ aecg | edf | arrays, or --source auto for a folder that mixes them (each file by
 labels from a table with --set data.sources.auto.labels=labels.csv. Patient ids are stored as
 salted hashes (--salt-file, outside the corpus) unless --keep-patient-ids:
 
-    python jobs/preprocess.py --source auto --input exports/ --output corpora/clinic \
+    python jobs/preprocess.py --source auto --input exports/ --output corpora/clinic \\
         --set data.sources.auto.labels=labels.csv --set data.sources.auto.class_map=classes.csv
 
 --exclude-overlap-with CORPUS (repeatable; a built downstream corpus) leaves out of the new corpus

@@ -281,6 +281,27 @@ def test_predict_reads_a_dicom_and_a_muse_file_and_embed_takes_a_path(encoder, t
         coreecg.embed(str(GUANGXI_XML), 500, STANDARD_LEADS, encoder)
 
 
+def test_predict_reads_a_folder_of_exports_each_file_by_its_reader(encoder, exports, tmp_path, monkeypatch):
+    """jobs/predict.py on the clinic's folder: every DICOM, MUSE, aECG and EDF file by content (the
+    DICOM without a suffix too), WFDB-free; the bad ones fail with their reasons, the rest are scored;
+    XML of another kind in a folder is no record (not a failure); named directly, it fails."""
+    monkeypatch.setenv("COREECG_VERBOSE", "0")
+    out = tmp_path / "folder.parquet"
+    rc = _job("predict").main(["--model", str(encoder), "--input", str(exports["root"]), "--output", str(out),
+                               "--embeddings"])
+    scored = {Path(r["path"]).name for r in pq.read_table(out).to_pylist()}
+    assert {"guangxi.dcm", "IM000042", "guangxi.xml", "musephi.xml", "cart.edf"} <= scored, scored
+    with open(out.parent / "failed.csv", newline="") as f:
+        failed = {Path(row["path"]).name: row["reason"] for row in csv.DictReader(f)}
+    assert rc == 1 and "report.xml" not in failed and "README.txt" not in failed
+    for name in ("ct_slice.dcm", "truncated.xml", "no_units.xml", "zero_rate.xml"):
+        assert re.search(exports["bad"][name], failed[name], re.I), (name, failed[name])
+    rc = _job("predict").main(["--model", str(encoder), "--input", str(exports["root"] / "bad" / "report.xml"),
+                               "--output", str(tmp_path / "one.parquet"), "--embeddings"])
+    with open(tmp_path / "failed.csv", newline="") as f:
+        assert rc == 2 and re.search("neither GE MUSE", next(csv.DictReader(f))["reason"])   # nothing readable
+
+
 # ---------------------------------------------------------------------------- a one-lead EDF corpus
 
 
@@ -312,9 +333,11 @@ def test_a_one_lead_edf_corpus_pretrains_and_fine_tunes(tmp_path):
                                  f"data.sources.edf.labels={raw / 'labels.csv'}"])
     salt = tmp_path / "salt"              # a fixed salt: the patient hashes, hence the splits, are fixed
     salt.write_text("5e" * 32 + "\n")
-    with pytest.raises(Exception, match="one lead has no spatial axis"):
-        load_config(overrides=["data.preprocess.leads=[II]", "model.n_leads=1"])
     one = ["data.preprocess.leads=[II]", "methods.core.masking.strategy=temporal"]
+    from coreecg.config import ConfigError
+    from coreecg.methods import build_method
+    with pytest.raises(ConfigError, match=r"k=4 must satisfy 0 < k < 1.*strategy=temporal \(one lead"):
+        build_method(load_config(overrides=[*SMALL, "data.preprocess.leads=[II]"]))     # STDM on one lead
     out = tmp_path / "corpus"
     with pytest.MonkeyPatch.context() as mp:
         import ray.data
@@ -342,15 +365,12 @@ def test_a_one_lead_edf_corpus_pretrains_and_fine_tunes(tmp_path):
     assert metrics["class_names"] == ["AF", "SR"] and metrics["lead_names"] == ["II"], metrics
     assert metrics["test"]["n"] > 0 and 0.0 <= metrics["test"]["auroc"] <= 1.0
     # pretraining fed lead II's embedding, the one fine-tuning on lead II reads (not lead I's)
-    from coreecg.methods import build_method
     assert build_method(pre).lead_idx(1, torch.device("cpu")).tolist() == [STANDARD_LEADS.index("II")]
 
 
 def test_a_corpus_from_arrays_in_memory(ray_session, tmp_path):
     """coreecg.data.build_corpus_from_arrays: the arrays reader's corpus without files of one's own;
     labels per record through a class map, patient ids salted, the scratch folder gone after."""
-    import tempfile
-
     from coreecg.data import build_corpus_from_arrays, read_split
     from coreecg.data.patient_ids import PatientIdPolicy
     from coreecg.data.sources.synthetic import synthesize_record
@@ -358,13 +378,12 @@ def test_a_corpus_from_arrays_in_memory(ray_session, tmp_path):
     recs = [synthesize_record(3, i, duration_s=10.0) for i in range(8)]
     x = np.stack([r.signal for r in recs])                                      # (8, 12, samples)
     codes = [["164889003"] if i % 2 else ["426783006"] for i in range(8)]       # SNOMED: AF, sinus rhythm
-    before = set(Path(tempfile.gettempdir()).glob("coreecg-arrays-*"))
     m = build_corpus_from_arrays(x, recs[0].fs, recs[0].lead_names, tmp_path / "mem",
                                  record_ids=[f"ecg{i}" for i in range(8)], patient_ids=[f"MRN{i // 2}" for i in range(8)],
                                  labels=codes, class_map={"164889003": "AF", "426783006": "SR"},
                                  patient_id_policy=PatientIdPolicy(salt_file=str(tmp_path / "salt")))
     assert m["source"] == "arrays" and m["class_names"] == ["AF", "SR"] and m["counts"]["records_written"] == 8
-    assert set(Path(tempfile.gettempdir()).glob("coreecg-arrays-*")) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mem", "salt"]       # the scratch folder is gone
     rows = {s: read_split(tmp_path / "mem", s, ["patient_id", "record_id", "labels"]) if m["counts"]["records"][s] else None
             for s in ("train", "val", "test")}
     pids = {p for r in rows.values() if r for p in r["patient_id"]}
@@ -399,5 +418,8 @@ def test_the_leakage_guard_finds_a_patient_by_the_salted_key(tmp_path):
 
     shared = compare(build("a1", tmp_path / "s1"), build("b1", tmp_path / "s1"), "a", "b")
     assert shared.counts["shared_patients"] == 1 and shared.counts["signal_records"] == 0, shared.counts
+    assert "warning" not in shared.counts
     apart = compare(build("a2", tmp_path / "s1"), build("b2", tmp_path / "s2"), "a", "b")
     assert apart.counts["shared_patients"] == 0, apart.counts
+    assert re.search(r"salted \(salt \w+\) in one corpus and salted \(salt \w+\) in the other: no patient can match",
+                     apart.counts["warning"]), apart.counts          # said, not silent

@@ -184,7 +184,7 @@ def test_lead_names_units_and_relative_time(tmp_path):
     assert export.meta["scale_units"] == ["mV", "uV"] and export.meta["other_sequences"] == 1
 
 
-def test_rhythm_is_preferred_to_the_representative_beat(tmp_path):
+def test_the_rhythm_is_read_and_a_representative_beat_alone_is_refused(tmp_path):
     beat = series("REPRESENTATIVE_BEAT", time_seq('<increment value="0.001" unit="s"/>') + lead_seq("I", "4 4"))
     both = write_aecg(tmp_path / "both.xml", beat,
                       series("RHYTHM", time_seq() + lead_seq("I", "1 2 3"), time_seq() + lead_seq("I", "9 9 9 9")))
@@ -193,9 +193,8 @@ def test_rhythm_is_preferred_to_the_representative_beat(tmp_path):
     assert rec.meta["series"] == 2 and rec.meta["series_codes"] == ["REPRESENTATIVE_BEAT", "RHYTHM"]
     assert rec.meta["sequence_sets"] == 2                       # the first set is read
     np.testing.assert_allclose(rec.signal[0], np.array([1, 2, 3]) * 2.5e-3, rtol=1e-6)
-    only = read_one(write_aecg(tmp_path / "beat.xml", beat))
-    assert only.meta["waveform"] == "REPRESENTATIVE_BEAT" and only.fs == 1000.0
-    np.testing.assert_allclose(only.signal[0], [0.01, 0.01], rtol=1e-6)
+    with pytest.raises(RecordError, match=r"no RHYTHM series \(series codes: REPRESENTATIVE_BEAT\)"):
+        AecgSource().read_export(str(write_aecg(tmp_path / "beat.xml", beat)))   # a median beat is no recording
 
 
 @pytest.mark.parametrize("body, reason", [
@@ -212,7 +211,7 @@ def test_rhythm_is_preferred_to_the_representative_beat(tmp_path):
     (rhythm(time_seq(), lead_seq("I", "1 2 3"), lead_seq("II", "1 2")), "leads of different lengths: I 3, II 2"),
     (series("RHYTHM"), "the RHYTHM series has no sequenceSet"),
     (series("OTHER", time_seq() + lead_seq("I", "1 2")),
-     r"no RHYTHM or REPRESENTATIVE_BEAT series \(series codes: OTHER\)"),
+     r"no RHYTHM series \(series codes: OTHER\)"),
     ("", "series codes: none"),
 ], ids=["increment-0", "no-increment", "time-unit", "time-not-evenly-sampled", "no-time", "no-scale-unit",
         "unknown-unit", "no-scale", "bad-digits", "no-leads", "lengths-differ", "no-sequence-set",

@@ -64,6 +64,7 @@ class Downstream:
     records_sha256: str         # its val/test windows' fingerprints: which records, not when built
     fingerprints: pa.Table
     preprocess: dict[str, Any]
+    patient_ids: dict[str, Any] | None = None       # its manifest's: salted or as read (patient_ids.py)
 
     @property
     def identity(self) -> dict[str, str]:
@@ -87,7 +88,8 @@ def load_downstream(paths: Sequence[str | Path], output_dir: str | Path) -> list
             raise ValueError(f"exclude_overlap_with {path}: not a built corpus ({e}); build it first with "
                              "jobs/preprocess.py, then exclude its val/test records") from None
         table = only_splits(corpus_fingerprints(corpus), GUARDED_SPLITS)
-        found[str(path)] = Downstream(str(path), records_sha256(table), table, corpus.manifest.get("preprocess") or {})
+        found[str(path)] = Downstream(str(path), records_sha256(table), table, corpus.manifest.get("preprocess") or {},
+                                      corpus.manifest.get("patient_ids"))
     return [found[k] for k in sorted(found)]
 
 
@@ -135,6 +137,18 @@ def check_finished(out: Path, downstream: Sequence[Downstream]) -> None:
     raise ValueError(f"{out}: a finished corpus built excluding the val/test records of {describe(before)}, asked "
                      f"now to exclude those of {describe(now)}{rebuilt}. Its shards hold another record set; "
                      "build into a new folder (or delete this one) to change the exclusion")
+
+
+def patient_id_warnings(downstream: Sequence[Downstream], patient_ids: dict[str, Any] | None,
+                        dataset: str) -> list[str]:
+    """Downstream corpora of the same dataset (patients match within one) whose patient keys cannot
+    match this corpus's (another salt, or ids as read against salted ones): the exclusion then
+    finds their patients by recording only."""
+    from coreecg.data.patient_ids import comparable_warning
+
+    return [f"exclude_overlap_with {d.path}: {w}" for d in downstream
+            if dataset in set(d.fingerprints.column("dataset").unique().to_pylist())
+            and (w := comparable_warning(patient_ids, d.patient_ids))]
 
 
 def preprocess_warnings(downstream: Sequence[Downstream], preprocess: dict[str, Any]) -> list[str]:

@@ -105,7 +105,8 @@ def _stamp(table: pa.Table, corpus: OpenCorpus) -> pa.Table:
     corpora preprocessed differently store other numbers for one recording: `preprocess_warning`)."""
     return table.replace_schema_metadata({"fingerprint_version": str(FINGERPRINT_VERSION),
                                           "manifest_sha256": corpus.manifest_sha256,
-                                          "preprocess": json.dumps(corpus.manifest.get("preprocess"), sort_keys=True)})
+                                          "preprocess": json.dumps(corpus.manifest.get("preprocess"), sort_keys=True),
+                                          "patient_ids": json.dumps(corpus.manifest.get("patient_ids"), sort_keys=True)})
 
 
 def preprocess_warning(a: pa.Table, b: pa.Table) -> str | None:
@@ -117,6 +118,21 @@ def preprocess_warning(a: pa.Table, b: pa.Table) -> str | None:
     diff = ", ".join(f"{k}: {da.get(k)} vs {db.get(k)}" for k in sorted(set(da) | set(db)) if da.get(k) != db.get(k))
     return (f"the two corpora were preprocessed differently ({diff}): a recording in both is stored as other "
             "numbers, so fingerprints may miss it (patient ids still compare)")
+
+
+def patient_ids_warning(a: pa.Table, b: pa.Table) -> str | None:
+    """Why two fingerprint tables' patient keys cannot match (other salts, coreecg.data.patient_ids),
+    None when alike or unknown (a table stamped before patient ids were recorded)."""
+    from coreecg.data.patient_ids import comparable_warning
+
+    pa_, pb = ((t.schema.metadata or {}).get(b"patient_ids") for t in (a, b))
+    if pa_ is None or pb is None or not _datasets(a) & _datasets(b):
+        return None          # patients match within one dataset only: nothing to miss
+    return comparable_warning(json.loads(pa_), json.loads(pb))
+
+
+def _datasets(table: pa.Table) -> set[str]:
+    return set(table.column("dataset").unique().to_pylist()) if "dataset" in table.column_names else set()
 
 
 def fingerprint_stamp(path: str | Path) -> dict[str, str]:

@@ -4,18 +4,17 @@
     build_corpus_from_arrays(x, fs=500, leads=["I", "II", ...], output_dir="corpora/mine",
                              patient_ids=pids, labels=[["AF"], ["NORM"], ...])
 
-`x` is (records, leads, samples) in millivolts. The arrays go to a scratch folder outside the
-corpus as `signals.npy` and its index CSV (the `arrays` source's own format), the corpus is built
-from there exactly as `--source arrays` would build it (same preprocessing, quarantine, salted
-patient ids), and the scratch folder is removed. Its place depends only on the output folder, so
-an interrupted build resumes like any other.
+`x` is (records, leads, samples) in millivolts. The arrays go to a scratch folder beside the
+corpus (never in it: it holds the patient ids as given), owner-only, as `signals.npy` and its index
+CSV (the `arrays` source's own format); the corpus is built from there exactly as `--source arrays`
+would build it (same preprocessing, quarantine, salted patient ids), and the scratch folder is
+removed. Beside the output, it is on the storage the Ray workers read the output from (a cluster's
+shared disk), and its place depends only on the output folder, so an interrupted build resumes.
 """
 from __future__ import annotations
 
 import csv
-import hashlib
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -42,10 +41,10 @@ def build_corpus_from_arrays(signals: Any, fs: float | Sequence[float], leads: S
     from coreecg.data.sources.arrays import arrays_to_folder
 
     out = Path(output_dir).expanduser().resolve()
-    scratch = Path(tempfile.gettempdir()) / f"coreecg-arrays-{hashlib.sha256(str(out).encode()).hexdigest()[:16]}"
+    scratch = out.parent / f".{out.name}.arrays-scratch"
     if scratch.exists():
         shutil.rmtree(scratch)
-    scratch.mkdir(parents=True)
+    scratch.mkdir(parents=True, mode=0o700)
     try:
         arrays_to_folder(signals, fs, leads, scratch, record_ids=record_ids, patient_ids=patient_ids, units=units)
         options: dict[str, Any] = {}

@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from coreecg.data.fingerprints import META_COLUMNS, decode_fingerprints, preprocess_warning
+from coreecg.data.fingerprints import META_COLUMNS, decode_fingerprints, patient_ids_warning, preprocess_warning
 from coreecg.data.splits import SPLITS
 
 SIMILARITY = 0.9
@@ -170,8 +170,9 @@ def compare(a: pa.Table, b: pa.Table, a_name: str, b_name: str, splits: Iterable
     pairs = pd.concat([patient_pairs(records_of(a), records_of(b)), signal_pairs(a, b)], ignore_index=True)
     pairs = pairs.sort_values(["b_split", "b_record", "kind", "a_record"], ignore_index=True)
     counts = overlap_counts(a, b, pairs)
-    if warning := preprocess_warning(a, b):
-        counts["warning"] = warning
+    warnings = [w for w in (preprocess_warning(a, b), patient_ids_warning(a, b)) if w]
+    if warnings:
+        counts["warning"] = "; ".join(warnings)
     return Overlap(a_name, b_name, pairs, counts)
 
 

@@ -40,7 +40,7 @@ def default_salt_file() -> Path:
 
 def load_salt(path: str | Path | None = None, create: bool = True) -> bytes:
     """The salt in `path` (default `default_salt_file()`), created there (mode 0600) when absent
-    and `create`; ValueError naming the file if it is not a salt (64 hex digits)."""
+    and `create`; ValueError naming the file if it is not a salt (hex digits, at least 32; created: 64)."""
     f = Path(path).expanduser() if path else default_salt_file()
     if not f.exists():
         if not create:
@@ -97,4 +97,18 @@ class PatientIdPolicy:
         return {"stored": "hmac-sha256 (salted, 96 bits)", "salt_id": salt_id(salt), "keep_patient_ids": False}, salt
 
 
-__all__ = ["SALT_ENV", "default_salt_file", "load_salt", "salt_id", "pseudonym", "PatientIdPolicy"]
+def comparable_warning(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str | None:
+    """Why the patient keys of two corpora (their manifests' "patient_ids") cannot be compared, or None.
+
+    Keys made under different salts, or a salted key against an id as read, never match: the
+    leakage guard would then find shared patients by their recordings only."""
+    a, b = a or {"stored": "as read"}, b or {"stored": "as read"}
+    if a.get("salt_id") == b.get("salt_id"):
+        return None          # both as read, or both salted alike
+    def what(x: dict[str, Any]) -> str:
+        return f"salted (salt {x['salt_id']})" if x.get("salt_id") else "as read"
+    return (f"patient ids are stored {what(a)} in one corpus and {what(b)} in the other: no patient can match "
+            "between them, only recordings (build corpora to be compared with one --salt-file)")
+
+
+__all__ = ["SALT_ENV", "default_salt_file", "load_salt", "salt_id", "pseudonym", "PatientIdPolicy", "comparable_warning"]

@@ -39,7 +39,7 @@ from coreecg.config import DataConfig, PreprocessConfig
 from coreecg.data.corpus import FORMAT_VERSION, MANIFEST, QUARANTINE, SIGNAL_DTYPE, windows_table, write_parquet
 from coreecg.data.exclusion import (
     MANIFEST_KEY, Downstream, check_finished, excluded_records, identities, load_downstream, manifest_entry,
-    preprocess_warnings,
+    patient_id_warnings, preprocess_warnings,
 )
 from coreecg.data.fingerprints import write_fingerprints
 from coreecg.data.patient_ids import PatientIdPolicy, pseudonym
@@ -355,6 +355,7 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     if downstream:
         manifest[MANIFEST_KEY] = manifest_entry(downstream, markers)
         manifest["warnings"] += preprocess_warnings(downstream, settings["preprocess"])
+        manifest["warnings"] += patient_id_warnings(downstream, manifest["patient_ids"], source.name)
     write_json(out / MANIFEST, manifest)
     t_fp = time.perf_counter()
     write_fingerprints(out)           # the leakage guard's (coreecg.data.overlap), stamped with this manifest

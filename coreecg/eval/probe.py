@@ -23,6 +23,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
 from sklearn.preprocessing import StandardScaler
 
+from coreecg.config import STANDARD_LEADS
 from coreecg.data.corpus import load_manifest
 from coreecg.data.reading import read_split
 from coreecg.eval.metrics import macro_auroc
@@ -42,6 +43,7 @@ class ProbeData:
     class_names: list[str]
     multilabel: bool
     corpus: str
+    leads: tuple[str, ...] = ()   # the corpus's lead names: each row's lead embedding (empty: the first C)
 
 
 def load_probe_data(path: str | Path, max_windows: int) -> ProbeData:
@@ -57,7 +59,7 @@ def load_probe_data(path: str | Path, max_windows: int) -> ProbeData:
             raise ValueError(f"probe corpus {path}: fewer than 2 labelled {split} windows")
         splits[split] = ProbeSplit(d["signal"], d["multihot"], d["label"])
     return ProbeData(splits["train"], splits["val"], list(manifest["class_names"]),
-                     bool(manifest["multilabel"]), str(path))
+                     bool(manifest["multilabel"]), str(path), tuple(manifest["signal"]["leads"]))
 
 
 def center_crop(x: torch.Tensor, length: int) -> torch.Tensor:
@@ -68,14 +70,18 @@ def center_crop(x: torch.Tensor, length: int) -> torch.Tensor:
 
 @torch.no_grad()
 def embed(encoder: torch.nn.Module, windows: np.ndarray, crop: int, device: torch.device,
-          batch_size: int = 128) -> np.ndarray:
-    """Mean-pooled encoder features of every window (centre crop): (n, C, T) -> (n, D) float64."""
+          batch_size: int = 128, leads: tuple[str, ...] = ()) -> np.ndarray:
+    """Mean-pooled encoder features of every window (centre crop): (n, C, T) -> (n, D) float64.
+    leads: the rows' lead names (a reduced-lead corpus feeds each row its own lead's embedding);
+    empty: the first C standard leads."""
     was_training = encoder.training
     encoder.eval()
     feats = []
+    lead_idx = (torch.tensor([STANDARD_LEADS.index(x) for x in leads], device=device)
+                if leads and all(x in STANDARD_LEADS for x in leads) else None)
     for i in range(0, len(windows), batch_size):
         x = center_crop(torch.from_numpy(windows[i:i + batch_size]), crop).to(device, torch.float32)
-        feats.append(encoder.pooled(x).float().cpu())
+        feats.append(encoder.pooled(x, lead_idx).float().cpu())
     encoder.train(was_training)
     return torch.cat(feats).double().numpy()
 
@@ -125,8 +131,8 @@ def run_probe(encoder: torch.nn.Module, data: ProbeData, crop: int, device: torc
     """Embed both probe splits with `encoder` (frozen, eval mode) and score the probes:
     probe_auroc / probe_acc (few-label mean; with per_class = 0 the whole train split) and
     probe_auroc_full (the whole probe train split)."""
-    train_x = embed(encoder, data.train.windows, crop, device)
-    val_x = embed(encoder, data.val.windows, crop, device)
+    train_x = embed(encoder, data.train.windows, crop, device, leads=data.leads)
+    val_x = embed(encoder, data.val.windows, crop, device, leads=data.leads)
     full = fit_probe(train_x, data.train, val_x, data.val, data.multilabel)
     out = {"probe_auroc_full": full["probe_auroc"]}
     if per_class == 0:

@@ -88,8 +88,9 @@ def list_corpus(corpus: str | Path, splits: Sequence[str] | None = None) -> list
 
 
 # Formats of one recording per file that inference lists by content (sniff), besides WFDB: the
-# hospital exports, and XML of another kind (listed, so that it fails with what it is).
-EXPORT_FORMATS = ("dicom", "muse", "aecg", "edf", "xml")
+# hospital exports. A file named on the command line that is XML of another kind is listed too
+# (it fails with what it is); in a folder, such files (settings, reports) are left alone.
+EXPORT_FORMATS = ("dicom", "muse", "aecg", "edf")
 
 
 def _exports(folder: Path, root: Path, options: dict[str, dict[str, Any]], below: bool = True) -> list[InputRecord]:
@@ -144,7 +145,7 @@ def _file_record(path: Path, record_id: str | None = None,
     generic = WfdbFolderSource()
     suffix = path.suffix.lower()
     fmt = sniff(path) if suffix != ".hea" and suffix not in DATA_SUFFIXES else None
-    if fmt in EXPORT_FORMATS:
+    if fmt in (*EXPORT_FORMATS, "xml"):
         auto = get_source("auto", **(options or {}).get("auto", {}))
         return InputRecord(auto.file_refs(path, record_id or path.name, fmt)[0], auto)
     if suffix == ".hea" or (suffix in DATA_SUFFIXES and path.with_suffix(".hea").is_file()):

@@ -2,9 +2,10 @@
 
 What is read, from the waveform part only:
 
-- the series: the top-level `component/series` whose code is RHYTHM, else REPRESENTATIVE_BEAT (a
-  median beat); the first such series of that code, and its first `component/sequenceSet` (a set
-  holds the sequences recorded together). Series under `derivation` are not top-level and are not
+- the series: the first top-level `component/series` whose code is RHYTHM, and its first
+  `component/sequenceSet` (a set holds the sequences recorded together). A REPRESENTATIVE_BEAT
+  series (a median beat, a summary of the recording, as the DICOM and MUSE readers hold too) is
+  never read: a file with only that is a RecordError "no RHYTHM series". Series under `derivation` are not top-level and are not
   considered. `meta` records the series codes and how many sets the chosen series had.
 - the time: the set's first sequence coded TIME_ABSOLUTE or TIME_RELATIVE, an evenly sampled list
   (GLIST_TS or GLIST_PQ) whose `<increment value unit>` (s, ms or us) is the sampling period:
@@ -39,8 +40,8 @@ from coreecg.data.record import RecordError
 from coreecg.data.sources.exports import LABEL_FREE, Export, ExportOptions, ExportSource, millivolts_per
 from coreecg.data.sources.registry import register_source
 
-# Series codes in order of preference: the full rhythm, else a representative (median) beat.
-WAVEFORMS = ("RHYTHM", "REPRESENTATIVE_BEAT")
+# The series read: the rhythm (a representative beat is a computed median, not a recording).
+WAVEFORMS = ("RHYTHM",)
 TIME_CODES = ("TIME_ABSOLUTE", "TIME_RELATIVE")
 TIME_TYPES = ("GLIST_TS", "GLIST_PQ")
 LEAD_PREFIX = "MDC_ECG_LEAD_"

@@ -6,7 +6,10 @@ each file's format from its first bytes, and the registered reader that lists th
 (`formats`, on every `ExportSource`: dicom, muse, aecg, edf, arrays, and plugins alike) reads it;
 a `.hea` is a WFDB record (the generic reader), its data files part of it.
 
-- Record ids: the path relative to the root, suffix kept (arrays: the ids of their index CSV).
+- Record ids: the path relative to the root, suffix kept (arrays: the ids of their index CSV; two
+  arrays with the same ids: the later records are quarantined as duplicates, naming the first).
+- A WFDB record is its `.hea`; every file of the header's stem (`.dat`, `.mat`, `.atr`, even an
+  `.edf` a header names) is read with it, and RECORDS / ANNOTATORS are its database's index.
 - Every record is this source's ("auto"): the patient-level split hashes one dataset name, so a
   patient's DICOM and MUSE files land in the same split.
 - Labels: one table for the whole folder (`data.sources.auto.labels`), by record id.
@@ -24,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from coreecg.data.record import Record, RecordRef
-from coreecg.data.sources.base import _LISTING_ERROR, DATA_SUFFIXES, no_records, raise_listing_error
+from coreecg.data.sources.base import _LISTING_ERROR, no_records, raise_listing_error
 from coreecg.data.sources.exports import (
     LABEL_FREE, ExportOptions, ExportSource, iter_files, other_format_reason, sniff,
 )
 from coreecg.data.sources.registry import SOURCES, reader_options, register_source
 
+# A WFDB database's index files (a record's own files share its header's stem).
+WFDB_INDEXES = ("RECORDS", "ANNOTATORS", "SHA256SUMS.txt")
 # Files beside the records that are never records: not quarantined.
 DOCUMENT_SUFFIXES = (".csv", ".tsv", ".txt", ".md", ".json", ".pdf", ".yaml", ".yml", ".html")
 
@@ -105,8 +110,8 @@ class AutoSource(ExportSource):
         headers = {f.with_suffix("") for f in files if f.suffix.lower() == ".hea"}
         refs: list[RecordRef] = []
         for path in files:
-            if path.suffix.lower() in DATA_SUFFIXES and path.with_suffix("") in headers:
-                continue                          # a WFDB record's samples: read with its header
+            if path.suffix.lower() != ".hea" and (path.with_suffix("") in headers or path.name in WFDB_INDEXES):
+                continue                          # a WFDB record's samples or annotations: with its header
             fmt = sniff(path)
             if fmt is None and path.suffix.lower() in DOCUMENT_SUFFIXES:
                 continue

@@ -138,6 +138,10 @@ def millivolts_per(unit: str | None, path: str, what: str = "signal") -> float:
 # ---------------------------------------------------------------------------- labels
 
 
+# Suffixes a labels table may leave out of a record id.
+LABEL_SUFFIXES = (".dcm", ".dicom", ".xml", ".edf", ".hea", ".dat", ".mat")
+
+
 @dataclass(frozen=True)
 class LabelTable:
     """Labels of a folder of exports, from a CSV: `record_id` and `labels` (codes, separated by
@@ -184,11 +188,12 @@ class LabelTable:
         return cls(str(labels), rows, mapping, names, bool(multilabel))
 
     def lookup(self, record_id: str) -> tuple[str, ...] | None:
-        """The codes of a record (its id with or without the file's suffix), or None: no row."""
-        for key in (record_id, str(Path(record_id).with_suffix("")) if Path(record_id).suffix else None):
-            if key is not None and key in self.rows:
-                return self.rows[key]
-        return None
+        """The codes of a record (its id, or its id without an ECG file suffix: `a/0001.xml` is
+        also `a/0001`; a DICOM UID named file keeps its dots), or None: no row."""
+        keys = [record_id]
+        if Path(record_id).suffix.lower() in LABEL_SUFFIXES:
+            keys.append(record_id[: -len(Path(record_id).suffix)])
+        return next((self.rows[k] for k in keys if k in self.rows), None)
 
     def labels(self, record_id: str, path: str) -> tuple[tuple[str, ...], list[str]]:
         """(classes in class order, unrecognised codes); RecordError when the record has no row or
@@ -276,7 +281,8 @@ def check_export(export: Export, path: str) -> Export:
 class ExportSource:
     """Base of the export readers: listing by content, record ids, labels, the checks on a read.
 
-    Subclasses set `formats`, `suffixes` and `format_label`, and implement `read_export(path)`;
+    Subclasses set `name` (their registered name: records and manifests carry it), `formats`,
+    `suffixes` and `format_label`, and implement `read_export(path)`;
     a format whose file holds many records (arrays) overrides `file_refs` and `read`.
     """
 
@@ -362,11 +368,6 @@ def iter_files(root: Path):
         for f in files:
             if not f.startswith("."):
                 yield folder / f
-
-
-def export_refs_error(path: Path, source: str, reason: str) -> RecordRef:
-    """A ref that `read` quarantines with `reason` (a file listed but not readable as a record)."""
-    return RecordRef(source, path.name, str(path), {_LISTING_ERROR: reason})
 
 
 __all__ = ["sniff", "XML_ROOTS", "FORMAT_NAMES", "millivolts_per", "LabelTable", "ExportOptions", "LABEL_FREE",

@@ -72,9 +72,6 @@ class MuseSource(ExportSource):
     suffixes = (".xml",)
     format_label = "GE MUSE XML"
 
-    def __init__(self, labels: str = "", class_map: str = "", multilabel: bool | None = None):
-        super().__init__(labels=labels, class_map=class_map, multilabel=multilabel)
-
     def read_export(self, path: str) -> Export:
         root = _parse(path)
         waveform = _rhythm_waveform(root, path)

@@ -72,9 +72,9 @@ class FrequencyDynamicAugmentation(nn.Module):
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
                 lead_idx: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, C, T) -> (B, C, T) with fresh Gaussian noise per sample. lead_idx (C,): the
-        standard lead of each row, when x holds fewer leads than W (a one-lead corpus uses W's row)."""
+        standard lead of each row (a one-lead corpus uses its lead's row of W; leads in another order, theirs)."""
         B, C, _ = x.shape
-        weight = self.weight if lead_idx is None or C == self.weight.shape[0] else self.weight[lead_idx]
+        weight = self.weight if lead_idx is None else self.weight[lead_idx]
         generator = generator_on(generator, x.device)
         noise = torch.randn((B, C, weight.shape[1]), generator=generator, device=x.device)
         return frequency_dynamic_augment(x, weight, noise, self.eps)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coreecg.config import Config
+from coreecg.config import Config, ConfigError
 from coreecg.methods.base import PretrainMethod
 from coreecg.methods.core_ecg.fda import FrequencyDynamicAugmentation
 from coreecg.methods.core_ecg.losses import info_nce, masked_mse
@@ -34,6 +34,12 @@ class CoReECG(PretrainMethod):
         super().__init__(config)
         m, o = config.model, config.methods.core
         self.options = o
+        leads = len(config.data.preprocess.leads)
+        if o.masking.strategy == "stdm" and leads < m.n_leads and not 0 < o.masking.k < leads:
+            # the config check saw model.n_leads; a reduced-lead corpus (data.preprocess.leads) has fewer
+            raise ConfigError(f"methods.core.masking.k={o.masking.k} must satisfy 0 < k < {leads}, the leads of "
+                              f"data.preprocess.leads {list(config.data.preprocess.leads)}: lower k, or set "
+                              "methods.core.masking.strategy=temporal (one lead has no spatial axis to mask)")
         self.encoder = Encoder.from_config(m)
         self.time_decoder = self.latent_decoder = self.projection = None
         self.teacher_encoder = self.teacher_projection = self.fda = None

@@ -349,6 +349,11 @@ def test_a_one_lead_edf_corpus_pretrains_and_fine_tunes(tmp_path):
     assert m["class_names"] == ["AF", "SR"] and all(m["counts"]["records"][s] > 0 for s in ("train", "val", "test"))
     train = read_split(out, "train", ["signal"], as_stored=True)["signal"]
     assert train.shape[1:] == (1, 2500)
+    from coreecg.train.plan import PlanError
+    from coreecg.train.pretraining import plan_pretrain
+    with pytest.raises(PlanError, match=r"stores the leads \['II'\].*set data\.preprocess\.leads=\[II\]"):
+        plan_pretrain(load_config(overrides=[*SMALL, f"data.corpus={out}", "methods.core.masking.strategy=temporal",
+                                             f"train.storage_path={tmp_path / 'runs'}"]))   # read as 12 leads
     pre = load_config(overrides=[*SMALL, *one, "optim.batch_size=8",
                                  "optim.epochs=1", "optim.warmup_epochs=0", "train.eval_every_epochs=0",
                                  "train.figures=false", "train.device=cpu", "train.checkpoint_every_steps=0"])

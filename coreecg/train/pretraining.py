@@ -152,6 +152,7 @@ def plan_pretrain(config: Config) -> RunPlan:
                         "predict and export; pretraining methods train coreecg's own encoder (model.arch=coreecg)")
     mixture = None
     corpora = open_corpora(training_corpora(config))   # each manifest read once; the plan keeps them
+    _check_leads(config, corpora)
     if config.data.is_mixture:                # several corpora: coreecg.train.mixture, docs/mixtures.md
         from coreecg.train.mixture import resolve_mixture
 
@@ -165,6 +166,19 @@ def plan_pretrain(config: Config) -> RunPlan:
     notes = preflight(t.run_dir, config)
     return RunPlan("pretrain", config, corpus, n, epoch_steps, probe_corpus=probe, resume_notes=tuple(notes),
                    mixture=mixture, opened=corpora)
+
+
+def _check_leads(config: Config, corpora: list[Any]) -> None:
+    """PlanError unless every corpus stores the leads data.preprocess.leads names, in that order:
+    each row is fed the embedding of the lead named there (PretrainMethod.lead_idx), so a lead-II
+    corpus read as lead I would train the wrong lead's embedding without an error."""
+    wanted = list(config.data.preprocess.leads)
+    for corpus in corpora:
+        stored = list(corpus.manifest["signal"]["leads"])
+        if stored != wanted:
+            raise PlanError(f"{corpus.path} stores the leads {stored}, but data.preprocess.leads is {wanted}: set "
+                            f"data.preprocess.leads=[{','.join(stored)}] (pretraining feeds each row its lead's "
+                            "embedding by these names)")
 
 
 def figure_windows(corpus: Path, crop: int, n: int = 2) -> torch.Tensor:

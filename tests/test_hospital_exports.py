@@ -92,7 +92,8 @@ def _bad_files(folder: Path, ecg_data: Path) -> dict[str, str]:
     (folder / "seven_leads.xml").write_text(muse[:last.start()] + muse[last.end():], encoding="iso-8859-1")
     (folder / "zero_rate.xml").write_text(re.sub(r"<SampleBase>\d+</SampleBase>", "<SampleBase>0</SampleBase>", muse),
                                           encoding="iso-8859-1")
-    return {"ct_slice.dcm": r"SOP class", "report.xml": r"neither GE MUSE .* nor HL7 aECG",
+    (folder / "gone.xml").symlink_to(folder / "deleted-since.xml")       # listed, cannot be opened
+    return {"gone.xml": r"unreadable: the file cannot be opened", "ct_slice.dcm": r"SOP class", "report.xml": r"neither GE MUSE .* nor HL7 aECG",
             "truncated.xml": r"truncated|base64", "no_units.xml": r"units missing",
             "seven_leads.xml": r"missing lead", "zero_rate.xml": r"sampling rate|rate"}
 

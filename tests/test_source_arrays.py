@@ -19,7 +19,8 @@ import coreecg.data.sources.arrays  # noqa: F401  (registers "arrays")
 from coreecg.config import STANDARD_LEADS
 from coreecg.data.record import RecordError
 from coreecg.data.sources import get_source, source_spec
-from coreecg.data.sources.arrays import RLS, RSL, ArraysOptions, _open, arrays_to_folder
+from coreecg.data.from_arrays import arrays_to_folder
+from coreecg.data.sources.arrays import RLS, RSL, ArraysOptions, _open
 
 N_REAL = 4
 

@@ -14,12 +14,18 @@ shared disk), and its place depends only on the output folder, so an interrupted
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from coreecg.config import DataConfig
 from coreecg.data.patient_ids import PatientIdPolicy
+from coreecg.data.record import RecordError
+from coreecg.data.sources.arrays import INDEX_COLUMNS
+from coreecg.data.sources.exports import millivolts_per
 
 
 def build_corpus_from_arrays(signals: Any, fs: float | Sequence[float], leads: Sequence[str], output_dir: str | Path,
@@ -38,7 +44,6 @@ def build_corpus_from_arrays(signals: Any, fs: float | Sequence[float], leads: S
     local Ray if none is running (`coreecg.cluster.init_ray`).
     """
     from coreecg.data.pipeline import build_corpus
-    from coreecg.data.sources.arrays import arrays_to_folder
 
     out = Path(output_dir).expanduser().resolve()
     scratch = out.parent / f".{out.name}.arrays-scratch"
@@ -57,6 +62,50 @@ def build_corpus_from_arrays(signals: Any, fs: float | Sequence[float], leads: S
                             patient_ids=patient_id_policy)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def arrays_to_folder(signals: Any, fs: float | Sequence[float], leads: Sequence[str], folder: Path | str,
+                     record_ids: Sequence[str] | None = None, patient_ids: Sequence[str | None] | None = None,
+                     units: str = "mV") -> Path:
+    """Write `signals` (records, leads, samples) as folder/signals.npy and its index
+    folder/signals.csv (the `arrays` reader's format, coreecg.data.sources.arrays); `fs` one rate or one per record, `leads` the
+    names of axis 1, `record_ids` default '0', '1', ...; returns `folder`. ValueError naming
+    what does not fit."""
+    x = np.asarray(signals)
+    if x.ndim != 3 or 0 in x.shape:
+        raise ValueError(f"signals must be (records, leads, samples) with none empty, got shape {x.shape}")
+    if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
+        raise ValueError(f"signals hold {x.dtype}, not real numbers")
+    n = x.shape[0]
+    rates = [float(fs)] * n if np.ndim(fs) == 0 else [float(r) for r in fs]  # type: ignore[union-attr]
+    if len(rates) != n:
+        raise ValueError(f"fs has {len(rates)} rates for {n} records")
+    if not all(np.isfinite(r) and r > 0 for r in rates):
+        raise ValueError(f"fs must be > 0 Hz, got {sorted(set(rates))[:3]}")
+    names = [str(name).strip() for name in leads]
+    if len(names) != x.shape[1]:
+        raise ValueError(f"{len(names)} lead names for {x.shape[1]} leads (signals axis 1 of shape {x.shape})")
+    if any(not name or re.search(r"[;,]", name) for name in names):
+        raise ValueError(f"lead names must be non-empty, without ';' or ',': {names}")
+    ids = [str(r).strip() for r in record_ids] if record_ids is not None else [str(i) for i in range(n)]
+    if len(ids) != n or len(set(ids)) != n or not all(ids):
+        raise ValueError(f"record_ids must be {n} distinct non-empty ids, got {len(ids)} ({len(set(ids))} distinct)")
+    patients = list(patient_ids) if patient_ids is not None else [None] * n
+    if len(patients) != n:
+        raise ValueError(f"{len(patients)} patient_ids for {n} records")
+    try:
+        millivolts_per(units, "units", "argument")
+    except RecordError as exc:
+        raise ValueError(exc.reason) from None
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / "signals.npy", x)
+    with open(folder / "signals.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow([*INDEX_COLUMNS, "units"])
+        for rid, patient, rate in zip(ids, patients, rates):
+            writer.writerow([rid, "" if patient is None else patient, repr(rate), ";".join(names), units])
+    return folder
 
 
 def _write_labels(folder: Path, labels: Any, record_ids: Sequence[str] | None, n: int) -> Path:

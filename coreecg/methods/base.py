@@ -38,6 +38,13 @@ class PretrainMethod(nn.Module):
     def __init__(self, config: Config):
         super().__init__()
         self.config = config.validate()
+        # The corpus's leads (data.preprocess.leads) as standard positions, made once and moved
+        # with the module: no host-to-device copy per step. Empty: names that are not standard.
+        leads, n = self.config.data.preprocess.leads, self.config.model.n_leads
+        positions = [STANDARD_LEADS.index(x) for x in leads] if all(x in STANDARD_LEADS for x in leads) else []
+        positions = positions if positions and max(positions) < n else []
+        self.register_buffer("lead_positions", torch.tensor(positions, dtype=torch.long), persistent=False)
+        self.all_leads_in_order = positions == list(range(n))     # the model's every lead, standard order
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None,
                 patient: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -63,10 +70,8 @@ class PretrainMethod(nn.Module):
         """(C,) the lead embedding of each input row: the standard positions of the corpus's leads
         (data.preprocess.leads: a Holter corpus of lead II trains lead II's embedding, which
         fine-tuning on lead II then reads), else the first C standard leads."""
-        leads = self.config.data.preprocess.leads
-        positions = [STANDARD_LEADS.index(x) for x in leads if x in STANDARD_LEADS]
-        if len(positions) == len(leads) == C and max(positions) < self.config.model.n_leads:
-            return torch.tensor(positions, device=device)
+        if self.lead_positions.numel() == C:
+            return self.lead_positions
         return default_lead_idx(C, device, self.config.model.n_leads)
 
     # ------------------------------------------------------------------ momentum targets

@@ -37,7 +37,9 @@ import numpy as np
 
 from coreecg.data.leads import canonical_lead_name
 from coreecg.data.record import RecordError
-from coreecg.data.sources.exports import LABEL_FREE, Export, ExportOptions, ExportSource, millivolts_per
+from coreecg.data.sources.exports import (
+    LABEL_FREE, Export, ExportOptions, ExportSource, millivolts_per, parse_number,
+)
 from coreecg.data.sources.registry import register_source
 
 # The series read: the rhythm (a representative beat is a computed median, not a recording).
@@ -163,7 +165,7 @@ def _rate(value: ET.Element | None, path: str) -> float:
     if unit not in _SECONDS_PER:
         raise RecordError(path, f"sampling increment in {unit or 'no unit'!r}: expected one of "
                                 f"{', '.join(_SECONDS_PER)}")
-    step = _number(inc.get("value"), path, "sampling increment") * _SECONDS_PER[unit]
+    step = parse_number(inc.get("value"), path, "sampling increment: value") * _SECONDS_PER[unit]
     if not step > 0:
         raise RecordError(path, f"sampling increment {inc.get('value')} {unit}: not > 0 (no sampling rate)")
     return round(1.0 / step, 6)     # 1 / 0.002 s is 500 Hz, not 499.99999...
@@ -179,10 +181,10 @@ def _lead_values(value: ET.Element | None, name: str, path: str) -> tuple[np.nda
         raise RecordError(path, f"lead {name}: no <scale> (the amplitude would be a guess)")
     unit = scale.get("unit")
     what = f"scale of lead {name}"
-    step = _number(scale.get("value"), path, what) * millivolts_per(unit, path, what)
+    step = parse_number(scale.get("value"), path, f"{what}: value") * millivolts_per(unit, path, what)
     offset = 0.0
     if origin is not None:
-        offset = (_number(origin.get("value"), path, f"origin of lead {name}")
+        offset = (parse_number(origin.get("value"), path, f"origin of lead {name}: value")
                   * millivolts_per(origin.get("unit") or unit, path, f"origin of lead {name}"))
     try:
         samples = np.array((digits.text or "").split() if digits is not None else [], dtype=np.float64)
@@ -195,13 +197,6 @@ def _identifier(elem: ET.Element) -> str | None:
     """An II identifier as "root/extension", or whichever is given, or None."""
     root, ext = (elem.get("root") or "").strip(), (elem.get("extension") or "").strip()
     return f"{root}/{ext}" if root and ext else (ext or root or None)
-
-
-def _number(text: str | None, path: str, what: str) -> float:
-    try:
-        return float(str(text).strip())
-    except ValueError:
-        raise RecordError(path, f"{what}: value {text!r} is not a number") from None
 
 
 def _local(tag: str) -> str:

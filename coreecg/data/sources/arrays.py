@@ -30,7 +30,7 @@ import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from coreecg.data.sources.registry import register_source
 RLS, RSL = "records-leads-samples", "records-samples-leads"
 LAYOUTS = ("auto", RLS, RSL)
 DEFAULT_KEY = "signals"
-_COLUMNS = ("record_id", "patient_id", "sampling_rate", "leads")
+INDEX_COLUMNS = ("record_id", "patient_id", "sampling_rate", "leads")   # the index CSV's required columns
 _SKIP_CHUNK = 1 << 20  # bytes decompressed at a time while skipping to a record of a compressed .npz
 
 
@@ -275,7 +275,7 @@ def _index_rows(index: Path, n_records: int, array: Path, units: str) -> list[tu
     with open(index, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
         columns = reader.fieldnames or []
-        missing = [c for c in _COLUMNS if c not in columns]
+        missing = [c for c in INDEX_COLUMNS if c not in columns]
         if missing:
             raise ValueError(f"{index}: missing column(s) {missing} (has {columns}); it indexes {array}")
         rows = list(reader)
@@ -301,51 +301,4 @@ def _index_rows(index: Path, n_records: int, array: Path, units: str) -> list[tu
     return out
 
 
-# ---------------------------------------------------------------------------- writing
-
-
-def arrays_to_folder(signals: Any, fs: float | Sequence[float], leads: Sequence[str], folder: Path | str,
-                     record_ids: Sequence[str] | None = None, patient_ids: Sequence[str | None] | None = None,
-                     units: str = "mV") -> Path:
-    """Write `signals` (records, leads, samples) as folder/signals.npy and its index
-    folder/signals.csv (readable by this reader); `fs` one rate or one per record, `leads` the
-    names of axis 1, `record_ids` default '0', '1', ...; returns `folder`. ValueError naming
-    what does not fit."""
-    x = np.asarray(signals)
-    if x.ndim != 3 or 0 in x.shape:
-        raise ValueError(f"signals must be (records, leads, samples) with none empty, got shape {x.shape}")
-    if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
-        raise ValueError(f"signals hold {x.dtype}, not real numbers")
-    n = x.shape[0]
-    rates = [float(fs)] * n if np.ndim(fs) == 0 else [float(r) for r in fs]  # type: ignore[union-attr]
-    if len(rates) != n:
-        raise ValueError(f"fs has {len(rates)} rates for {n} records")
-    if not all(np.isfinite(r) and r > 0 for r in rates):
-        raise ValueError(f"fs must be > 0 Hz, got {sorted(set(rates))[:3]}")
-    names = [str(name).strip() for name in leads]
-    if len(names) != x.shape[1]:
-        raise ValueError(f"{len(names)} lead names for {x.shape[1]} leads (signals axis 1 of shape {x.shape})")
-    if any(not name or re.search(r"[;,]", name) for name in names):
-        raise ValueError(f"lead names must be non-empty, without ';' or ',': {names}")
-    ids = [str(r).strip() for r in record_ids] if record_ids is not None else [str(i) for i in range(n)]
-    if len(ids) != n or len(set(ids)) != n or not all(ids):
-        raise ValueError(f"record_ids must be {n} distinct non-empty ids, got {len(ids)} ({len(set(ids))} distinct)")
-    patients = list(patient_ids) if patient_ids is not None else [None] * n
-    if len(patients) != n:
-        raise ValueError(f"{len(patients)} patient_ids for {n} records")
-    try:
-        millivolts_per(units, "units", "argument")
-    except RecordError as exc:
-        raise ValueError(exc.reason) from None
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    np.save(folder / "signals.npy", x)
-    with open(folder / "signals.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow([*_COLUMNS, "units"])
-        for rid, patient, rate in zip(ids, patients, rates):
-            writer.writerow([rid, "" if patient is None else patient, repr(rate), ";".join(names), units])
-    return folder
-
-
-__all__ = ["ArraysOptions", "ArraysSource", "arrays_to_folder", "LAYOUTS"]
+__all__ = ["ArraysOptions", "ArraysSource", "LAYOUTS", "INDEX_COLUMNS"]

@@ -45,12 +45,13 @@ _XML_SKIP = re.compile(rb"\s*(?:<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^>]*>|\s)*", re.S
 XML_ROOTS = {b"RestingECG": "muse", b"AnnotatedECG": "aecg"}
 FORMAT_NAMES = {"dicom": "DICOM", "muse": "GE MUSE XML", "aecg": "HL7 aECG", "edf": "EDF/EDF+",
                 "npy": "NumPy .npy", "npz": "NumPy .npz", "hdf5": "HDF5", "wfdb": "WFDB header",
-                "xml": "XML of another kind"}
+                "xml": "XML of another kind", "unreadable": "a file that cannot be opened"}
 
 
 def sniff(path: Path | str) -> str | None:
     """The format of a file by its first bytes: 'dicom' | 'muse' | 'aecg' | 'xml' (any other XML) |
-    'edf' | 'npy' | 'npz' | 'hdf5' | 'wfdb' (a `.hea` header, by name) | None (none of these).
+    'edf' | 'npy' | 'npz' | 'hdf5' | 'wfdb' (a `.hea` header, by name) | 'unreadable' (cannot be
+    opened) | None (none of these).
 
     DICOM: 'DICM' at byte 128 (Part 10). EDF/EDF+: the header's version field, '0' and 7 spaces.
     XML: the root element after the prolog, comments and DOCTYPE (RestingECG: MUSE; AnnotatedECG:
@@ -63,7 +64,7 @@ def sniff(path: Path | str) -> str | None:
         with open(path, "rb") as f:
             head = f.read(_HEAD_BYTES)
     except OSError:
-        return None
+        return "unreadable"          # listed (quarantined or counted) with that reason, never skipped
     if len(head) >= 132 and head[128:132] == b"DICM":
         return "dicom"
     if head.startswith(b"\x93NUMPY"):
@@ -107,12 +108,14 @@ def xml_root_name(path: Path | str) -> str:
 
 def other_format_reason(path: Path, fmt: str | None, reader: str) -> str:
     """Why a file this reader claims by its name is not one it reads."""
+    if fmt == "unreadable":
+        return "unreadable: the file cannot be opened (permissions, or it vanished)"
     if fmt == "xml":
         return (f"an XML that is neither GE MUSE (root RestingECG) nor HL7 aECG (root AnnotatedECG): "
                 f"root <{xml_root_name(path)}>")
     if fmt is None:
         article = "an" if reader[:1] in "AEIOU" or reader.startswith("HL7") else "a"    # an EDF, an HL7 aECG
-        return f"not {article} {reader} file (its content is none of {', '.join(FORMAT_NAMES.values())})"
+        return f"not {article} {reader} file (its content is none of {', '.join(v for k, v in FORMAT_NAMES.items() if k not in ('xml', 'unreadable'))})"
     return f"a {FORMAT_NAMES[fmt]} file, not {reader}: read it with --source auto"
 
 
@@ -133,6 +136,18 @@ def millivolts_per(unit: str | None, path: str, what: str = "signal") -> float:
         raise RecordError(path, f"unknown units {str(unit).strip()!r} of the {what}: expected a voltage "
                                 "(V, mV, uV)")
     return _MV_PER_UNIT[key]
+
+
+def parse_number(text: str | None, path: str, what: str) -> float:
+    """A number written in an export's text (an XML value); RecordError naming `what` when the
+    text is not a number, or not a finite one."""
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise RecordError(path, f"{what} {text!r} is not a number") from None
+    if not np.isfinite(value):
+        raise RecordError(path, f"{what} {text!r} is not a finite number")
+    return value
 
 
 # ---------------------------------------------------------------------------- labels
@@ -370,5 +385,5 @@ def iter_files(root: Path):
                 yield folder / f
 
 
-__all__ = ["sniff", "XML_ROOTS", "FORMAT_NAMES", "millivolts_per", "LabelTable", "ExportOptions", "LABEL_FREE",
+__all__ = ["sniff", "XML_ROOTS", "FORMAT_NAMES", "millivolts_per", "parse_number", "LabelTable", "ExportOptions", "LABEL_FREE",
            "Export", "check_export", "ExportSource", "iter_files", "other_format_reason", "xml_root_name"]

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
 import xml.etree.ElementTree as ET
 import zlib
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ import numpy as np
 from coreecg.data.leads import canonical_lead_name
 from coreecg.data.record import RecordError
 from coreecg.data.sources.exports import (
-    LABEL_FREE, Export, ExportOptions, ExportSource, millivolts_per, other_format_reason, sniff,
+    LABEL_FREE, Export, ExportOptions, ExportSource, millivolts_per, other_format_reason, parse_number, sniff,
 )
 from coreecg.data.sources.registry import register_source
 
@@ -198,13 +197,7 @@ def _number(element: ET.Element, tag: str, path: str, required: bool, what: str 
         if required:
             raise RecordError(path, f"{what}: {tag} missing")
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise RecordError(path, f"{what}: {tag} {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise RecordError(path, f"{what}: {tag} {text!r} is not a finite number")
-    return value
+    return parse_number(text, path, f"{what}: {tag}")
 
 
 __all__ = ["MuseOptions", "MuseSource", "LIMB_FROM_I_II"]

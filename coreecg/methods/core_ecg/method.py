@@ -171,7 +171,9 @@ class CoReECG(PretrainMethod):
         x0 = fill(x)
         lead_idx = self.lead_idx(x.shape[1], x.device)
         with torch.set_grad_enabled(learn_w and torch.is_grad_enabled()):
-            view = self.fda(x0, generator, lead_idx) if self.fda is not None else x0
+            # W's rows are the model's leads: indexed only for another lead set or order
+            w_rows = None if self.all_leads_in_order and x.shape[1] == self.config.model.n_leads else lead_idx
+            view = self.fda(x0, generator, w_rows) if self.fda is not None else x0
             view = torch.where(torch.isnan(x), x, view)        # the padding back (NaN), gradient 0 there
             h_t = self.teacher_projection(self.teacher_encoder.pooled(view, lead_idx))
         rel = ((fill(view.detach()).float() - x0.float()).norm() / x0.float().norm().clamp_min(1e-12))

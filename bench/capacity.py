@@ -506,10 +506,10 @@ def main() -> None:
 
     # ---------------------------------------------------------------- the study's runs
     pre_rows, pre_flops, probe_flops = [], {}, {}
-    compiles: set[bool] = set()         # train.compile of the pretrainings: does the study run compiled?
+    compiles: set[bool] = set()         # do the study's pretrainings run compiled on a GPU? (auto: yes)
     for run in study.pretrain_runs():
         rc = load_config(study.config_file, study.pretrain_overrides(run, study.planned_pretrain_corpora()))
-        compiles.add(rc.train.compile)
+        compiles.add(rc.train.compile in (True, "auto"))
         f = pretrain_flops_per_sample(rc)
         spe = samples_per_epoch(pretrain_train, rc.optim.batch_size)
         samples = spe * rc.optim.epochs
@@ -575,9 +575,8 @@ def main() -> None:
     mfu_info = {"mode": args.mode, "measured": MEASURED_MFU, "basis": MFU_BASIS, "by_platform": mfu_from,
                 "study_train_compile": sorted(compiles)}
     if args.mode == "compiled" and False in compiles and any(not f.startswith("--") for f in mfu_from.values()):
-        mfu_info["note"] = ("priced as compiled steps, but the study's pretrainings run with train.compile=false "
-                            "(the default): as configured they run eager (--mode eager) unless given "
-                            "--set train.compile=true")
+        mfu_info["note"] = ("priced as compiled steps, but the study's pretrainings set train.compile=false: "
+                            "as configured they run eager (--mode eager) unless given --set train.compile=auto")
 
     out = {
         "benchmark": "capacity", "command": " ".join(["python -m bench.capacity", *sys.argv[1:]]),

@@ -25,6 +25,7 @@ OUT_DIR=${OUT_DIR:-bench-out/gpu}
 mkdir -p "$OUT_DIR"
 BATCH=${BATCH:-256}; STEPS=${STEPS:-10}; WARMUP=${WARMUP:-3}
 common=(--device cuda --batch "$BATCH" --precisions bf16 --steps "$STEPS" --warmup "$WARMUP" --in-process)
+eager=(--set train.compile=false)      # train.compile=auto compiles on CUDA: the eager parts say so
 failed=()
 
 part() {     # part NAME COMMAND...: stdout to OUT_DIR/NAME.json (or .log), progress to stderr
@@ -41,11 +42,11 @@ part tests python -m pytest -q -p no:cacheprovider -rfE --tb=short --timeout 300
     tests/test_unpadded.py tests/test_step_numerics.py tests/test_distributed_loss.py
 grep -E "^(FAILED|ERROR)|passed|failed" "$OUT_DIR/tests.log" | tail -n 20 >&2
 part step_eager python -m bench.pretrain_step "${common[@]}" --variants core,mae,moco_v3,cmsc \
-    --modes bernoulli,exact --profile 3 "$@"
-part step_memory python -m bench.pretrain_step "${common[@]}" --variants core,core_ckpt --modes bernoulli "$@"
+    --modes bernoulli,exact --profile 3 "${eager[@]}" "$@"
+part step_memory python -m bench.pretrain_step "${common[@]}" --variants core,core_ckpt --modes bernoulli "${eager[@]}" "$@"
 part step_attention python -m bench.pretrain_step "${common[@]}" --variants core,moco_v3,cmsc --modes exact \
-    --sdpa efficient "$@"
-part step_padded python -m bench.pretrain_step "${common[@]}" --variants core --modes bernoulli,exact --padded "$@"
+    --sdpa efficient "${eager[@]}" "$@"
+part step_padded python -m bench.pretrain_step "${common[@]}" --variants core --modes bernoulli,exact --padded "${eager[@]}" "$@"
 part step_compiled python -m bench.pretrain_step "${common[@]}" --variants core --modes bernoulli,exact \
     --profile 3 --set train.compile=true "$@"
 for f in "$OUT_DIR"/step_*.json; do

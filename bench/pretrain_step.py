@@ -199,6 +199,14 @@ def run_variant(args) -> dict:
     torch.manual_seed(0)
     model = build_method(cfg).to(device)
     step = PretrainStep(model, cfg, Schedule(steps_per_epoch=1000, epochs=1, warmup_epochs=0))
+    # Experiments beside the settings (after PretrainStep, whose speed options set the defaults).
+    if args.cudagraph_skip_dynamic:
+        torch._inductor.config.triton.cudagraph_skip_dynamic_graphs = True
+    torch._dynamo.config.automatic_dynamic_shapes = not args.static_shapes
+    if args.host_cache:
+        from coreecg.train.speed import keep_freed_memory
+
+        keep_freed_memory()
     # Random windows hold no padding, as a corpus of full 10 s records (MIMIC-IV-ECG): the loop
     # then drops the key-padding mask where it can. --padded keeps it (a corpus with short records).
     step.unpadded = not args.padded
@@ -246,6 +254,8 @@ def run_variant(args) -> dict:
     result = {
         "variant": args.variant, "precision": args.precision, "stdm_mode": args.mode, "sdpa": args.sdpa_backend,
         "key_padding_mask": args.padded, "compile": cfg.train.compile,
+        "cudagraph_skip_dynamic": args.cudagraph_skip_dynamic, "host_cache": args.host_cache,
+        "static_shapes": args.static_shapes,
         # whether torch.compile is on here (counted on the model, not read from the config)
         "compiled": any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules()),
         "batch": args.batch, "first_step_seconds": step_s[0] if args.warmup else None,
@@ -374,6 +384,14 @@ def main() -> None:
                    help="run the variants in this process, one after another (GPU: no start-up per variant)")
     p.add_argument("--padded", action="store_true",
                    help="keep the key-padding mask (as on a corpus with short records): no flash attention")
+    p.add_argument("--cudagraph-skip-dynamic", action="store_true",
+                   help="experiment (train.compile_mode=reduce-overhead): run the dynamic-length graphs without "
+                        "CUDA graphs (the behaviour before 2026-11-27) instead of one graph per length")
+    p.add_argument("--static-shapes", action="store_true",
+                   help="experiment (train.compile): no automatic dynamic shapes, so every block shape but the "
+                        "one marked dynamic (bernoulli's visible length) gets a static graph of its own")
+    p.add_argument("--host-cache", action="store_true",
+                   help="experiment: train.host_memory_cache's malloc settings on a GPU too (they apply on the CPU)")
     config_args(p)
     p.add_argument("--precision", help=argparse.SUPPRESS)     # child process: one variant
     p.add_argument("--mode", help=argparse.SUPPRESS)
@@ -405,6 +423,9 @@ def main() -> None:
                            "--warmup", str(args.warmup), "--precision", precision, "--mode", mode,
                            "--variant", variant, "--sdpa-backend", backend, "--profile", str(args.profile),
                            *(["--padded"] if args.padded else []),
+                           *(["--cudagraph-skip-dynamic"] if args.cudagraph_skip_dynamic else []),
+                           *(["--host-cache"] if args.host_cache else []),
+                           *(["--static-shapes"] if args.static_shapes else []),
                            *(["--config", args.config] if args.config else []), *(["--quick"] if args.quick else []),
                            *sets(args.set)]
                     try:

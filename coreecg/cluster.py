@@ -410,7 +410,10 @@ def resolve_devices(config, devices: Devices):
     else:
         gpu_text = f"CPU: train.use_gpu=false ({how})"
     why_workers = ("one per GPU, auto" if use_gpu and g else "auto") if workers_auto else "set"
-    lines = [f"device: {devices.describe()} -> {gpu_text}, train.num_workers={workers} ({why_workers})"]
+    # On the GPU the step is compiled unless set otherwise (coreecg.train.speed.compile_enabled)
+    compile_text = "" if not use_gpu else (
+        ", train.compile=true (auto)" if t.compile == AUTO else f", train.compile={str(t.compile).lower()} (set)")
+    lines = [f"device: {devices.describe()} -> {gpu_text}, train.num_workers={workers} ({why_workers}){compile_text}"]
     if too_few:
         lines.append(f"  to train on the GPU{'s' * (g != 1)}: train.num_workers={g} or fewer (or auto)")
     elif gpu_auto and not g and devices.joined:

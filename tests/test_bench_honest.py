@@ -119,7 +119,8 @@ def test_flop_count_includes_masked_attention_on_cpu():
 
 def _variant_args(**kw) -> argparse.Namespace:
     args = dict(device="cpu", precision="fp32", mode="bernoulli", variant="core", set=list(TINY), config=None,
-                padded=False, batch=2, steps=3, warmup=1, sdpa_backend="auto", profile=0, quick=True)
+                padded=False, batch=2, steps=3, warmup=1, sdpa_backend="auto", profile=0, quick=True,
+                cudagraph_skip_dynamic=False, host_cache=False, static_shapes=False)
     return argparse.Namespace(**{**args, **kw})
 
 

@@ -77,3 +77,66 @@ def test_bernoulli_visible_sets_always_carry_the_padding_mask():
     assert torch.allclose(out.tokens[:, :2], fixed.tokens, atol=1e-6)   # the same numbers
     assert torch.equal(out.index[:, :2], fixed.index)
 
+
+
+def test_compile_auto_is_on_for_cuda_only_and_a_set_value_wins():
+    """train.compile=auto (the default): compiled where the model trains on CUDA, eager on the CPU;
+    true/false are kept on either (coreecg.train.speed.compile_enabled)."""
+    from coreecg.config import load_config
+    from coreecg.train.speed import compile_enabled
+
+    from coreecg.train import speed
+
+    train = load_config(None, []).train
+    assert train.compile == "auto"
+    with pytest.MonkeyPatch.context() as mp:     # a CUDA device, named only: nothing runs on it
+        mp.setattr(speed, "inductor_supports", lambda device: True)
+        assert compile_enabled(train, torch.device("cuda")) and not compile_enabled(train, torch.device("cpu"))
+        mp.setattr(speed, "inductor_supports", lambda device: False)    # no Triton, or a pre-Volta GPU
+        assert not compile_enabled(train, torch.device("cuda"))
+        assert compile_enabled(load_config(None, ["train.compile=true"]).train, torch.device("cuda"))
+    for value, expected in (("true", True), ("false", False)):
+        t = load_config(None, [f"train.compile={value}"]).train
+        assert t.compile is expected
+        assert compile_enabled(t, torch.device("cpu")) is expected and compile_enabled(t, torch.device("cuda")) is expected
+    # the CPU default builds an eager step: nothing compiled
+    cfg = tiny_config()
+    step = PretrainStep(CoReECG(cfg), cfg, Schedule(STEPS, 1, 0))
+    assert step.bare.compiled is False
+    assert not any(getattr(m, "_compiled_call_impl", None) is not None for m in step.bare.modules())
+
+
+@pytest.mark.slow
+def test_a_compiled_run_records_no_graph_built_after_its_first_step(tmp_path, monkeypatch):
+    """Through the training loop (the one every job runs): a compiled pretraining of two epochs of
+    fresh bernoulli masks records in metrics.jsonl that its first step was compiled and that no
+    graph was built in a training step after it; jobs/pretrain.py's speed line says so."""
+    import json
+
+    import ray
+
+    from coreecg.train import fit as fitmod
+    from coreecg.train.fit import fit
+    from coreecg.train.pretraining import plan_pretrain
+    from coreecg.train.run_speed import run_speed, speed_line
+    from tests.helpers import build_synthetic
+
+    corpus = build_synthetic(tmp_path / "corpus", 32, 3)
+    out = tmp_path / "run"
+    cfg = tiny_config(f"data.corpus={corpus}", "data.cache_in_memory_gb=0", "optim.batch_size=4", "optim.epochs=2",
+                      "optim.warmup_epochs=0", "train.eval_every_epochs=0", "train.figures=false",
+                      "train.num_workers=1", "train.compile=true", f"train.storage_path={out.parent}",
+                      f"train.name={out.name}")
+    monkeypatch.setattr(fitmod, "start_ray", lambda config: None)
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    torch._dynamo.reset()
+    fit(plan_pretrain(cfg), report_fn=lambda metrics: None)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    first = next(r for r in records if r.get("event") == "first_step")
+    assert first["compiled"] is True and first["graphs"] > 0
+    epochs = [r for r in records if r.get("kind") == "epoch"]
+    assert len(epochs) == 2 and all(r["graphs_compiled_after_first_step"] == 0 for r in epochs)
+    assert [r["phase"] for r in records if r.get("event") == "startup"] == ["workers", "model", "batch"]
+    speed = run_speed(out, since=0.0)
+    assert speed["graphs_compiled_after_first_step"] == 0
+    assert "compiled: 0 graph(s) built after the first step" in speed_line(speed)

@@ -10,7 +10,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 
 def _step(*overrides: str) -> tuple[PretrainStep, torch.Tensor]:
-    cfg = tiny_config("train.precision=auto", *overrides)
+    # the eager step (train.compile=auto would compile on CUDA; tests/test_cuda_compile.py covers that)
+    cfg = tiny_config("train.precision=auto", "train.compile=false", *overrides)
     torch.manual_seed(0)
     model = CoReECG(cfg).cuda()
     return PretrainStep(model, cfg, Schedule(10, 2, 0)), torch.randn(16, 12, 2250, device="cuda")
@@ -58,7 +59,7 @@ def _cpu_and_cuda_steps(*overrides: str) -> tuple[dict, dict]:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
         for device in ("cpu", "cuda"):
-            cfg = tiny_config("train.precision=fp32", "methods.core.loss.beta=0", *overrides)
+            cfg = tiny_config("train.precision=fp32", "methods.core.loss.beta=0", "train.compile=false", *overrides)
             torch.manual_seed(0)
             model = CoReECG(cfg).to(device)
             step = PretrainStep(model, cfg, Schedule(10, 2, 0))
@@ -120,7 +121,7 @@ def test_compiled_cuda_step_matches_eager():
 def test_baseline_methods_step_on_cuda_without_host_sync(method):
     from coreecg.methods import build_method
 
-    cfg = tiny_config("train.precision=auto", f"pretrain.method={method}")
+    cfg = tiny_config("train.precision=auto", "train.compile=false", f"pretrain.method={method}")
     torch.manual_seed(0)
     model = build_method(cfg).cuda()
     step = PretrainStep(model, cfg, Schedule(10, 2, 0))
@@ -219,7 +220,8 @@ def test_plan_devices_picks_cuda_and_one_worker_per_device():
     cfg, lines = cluster.plan_devices(load_config())
     assert (cfg.train.use_gpu, cfg.train.num_workers) == (True, n)
     assert lines[0].startswith(f"device: {n} GPU")
-    assert lines[0].endswith(f"-> train.use_gpu=true (auto), train.num_workers={n} (one per GPU, auto)")
+    assert lines[0].endswith(f"-> train.use_gpu=true (auto), train.num_workers={n} (one per GPU, auto), "
+                             "train.compile=true (auto)")
 
 
 def test_an_auto_run_trains_on_the_gpus_and_records_the_chosen_values(ray_session, tmp_path):

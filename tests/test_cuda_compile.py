@@ -42,3 +42,16 @@ def test_cuda_compiled_step_compiles_once_and_matches_eager(mode, padded, compil
     assert counts[0]["graphs"] > 0
     assert all(c == counts[0] for c in counts[1:]), f"recompiled after the first step: {counts}"
     assert compiled == pytest.approx(eager, rel=RTOL), (compiled, eager)
+
+
+def test_the_default_compiles_on_cuda():
+    """train.compile=auto: a CUDA step is compiled without any setting (issue 41)."""
+    from coreecg.methods import CoReECG
+    from coreecg.train.step import PretrainStep, Schedule
+    from tests.helpers import tiny_config
+
+    cfg = tiny_config()
+    assert cfg.train.compile == "auto"
+    step = PretrainStep(CoReECG(cfg).cuda(), cfg, Schedule(STEPS, 1, 0))
+    assert step.bare.compiled is True
+    assert any(getattr(m, "_compiled_call_impl", None) is not None for m in step.bare.modules())

@@ -47,11 +47,11 @@ def test_auto_without_a_gpu_trains_on_the_cpu_with_two_workers():
 
 def test_auto_with_gpus_takes_one_worker_per_gpu():
     assert _plan(H200) == (True, 1, ["device: 1 GPU (NVIDIA H200) on this machine -> train.use_gpu=true (auto), "
-                                     "train.num_workers=1 (one per GPU, auto)"])
+                                     "train.num_workers=1 (one per GPU, auto), train.compile=true (auto)"])
     use_gpu, workers, (line,) = _plan(TWO)
     assert (use_gpu, workers) == (True, 2)
     assert line == ("device: 2 GPUs (NVIDIA H100 80GB HBM3) on this machine -> train.use_gpu=true (auto), "
-                    "train.num_workers=2 (one per GPU, auto)")
+                    "train.num_workers=2 (one per GPU, auto), train.compile=true (auto)")
 
 
 def test_a_set_value_always_wins():
@@ -60,7 +60,8 @@ def test_a_set_value_always_wins():
     assert _plan(TWO, "train.num_workers=1")[:2] == (True, 1)                  # one of two GPUs
     assert _plan(TWO, "train.use_gpu=true", "train.num_workers=2")[2] == [
         "device: 2 GPUs (NVIDIA H100 80GB HBM3) on this machine -> train.use_gpu=true (set), "
-        "train.num_workers=2 (set)"]
+        "train.num_workers=2 (set), train.compile=true (auto)"]
+    assert _plan(TWO, "train.compile=false")[2][0].endswith("train.compile=false (set)")
     assert _plan(NONE, "train.num_workers=4")[:2] == (False, 4)
     # more workers set than GPUs: auto takes the CPU (never an error for lack of GPUs) and says how to use them
     use_gpu, workers, lines = _plan(H200, "train.num_workers=4")
@@ -80,7 +81,8 @@ def test_use_gpu_true_without_a_gpu_keeps_todays_worker_count_for_the_gpu_check(
 
     cfg, lines = resolve_devices(load_config(overrides=["train.use_gpu=true"]), NONE)
     assert (cfg.train.use_gpu, cfg.train.num_workers) == (True, 2)
-    assert lines == ["device: no GPU on this machine -> train.use_gpu=true (set), train.num_workers=2 (auto)"]
+    assert lines == ["device: no GPU on this machine -> train.use_gpu=true (set), train.num_workers=2 (auto), "
+                     "train.compile=true (auto)"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ray, "cluster_resources", lambda: {"CPU": 4.0})
         mp.setattr(cluster, "_PRIVATE", True)
@@ -131,16 +133,17 @@ def test_an_old_saved_config_loads_unchanged(tmp_path, use_gpu, workers):
     """Run folders and checkpoints written before auto hold concrete values: they load as set,
     and planning keeps them (on any machine)."""
     data = load_config().to_dict()
-    data["train"].update(use_gpu=use_gpu, num_workers=workers)
+    data["train"].update(use_gpu=use_gpu, num_workers=workers, compile=False)
     path = tmp_path / "config.yaml"
     path.write_text(load_config().to_yaml().replace("use_gpu: auto", f"use_gpu: {str(use_gpu).lower()}")
-                    .replace("num_workers: auto", f"num_workers: {workers}"))
+                    .replace("num_workers: auto", f"num_workers: {workers}").replace("compile: auto", "compile: false"))
     for cfg in (load_config(path), config_from_dict(data)):
-        assert (cfg.train.use_gpu, cfg.train.num_workers) == (use_gpu, workers)
+        assert (cfg.train.use_gpu, cfg.train.num_workers, cfg.train.compile) == (use_gpu, workers, False)
         for devices in (NONE, TWO):
-            planned, lines = resolve_devices(cfg, devices)
+            planned, lines = resolve_devices(cfg, devices)     # an old GPU run resumes eager, as it ran
             assert planned is cfg and lines[0].endswith(f"train.use_gpu={str(use_gpu).lower()} (set), "
-                                                        f"train.num_workers={workers} (set)")
+                                                        f"train.num_workers={workers} (set)"
+                                                        + (", train.compile=false (set)" if use_gpu else ""))
 
 
 def test_a_trial_resolves_with_the_drivers_devices(tmp_path):
@@ -226,4 +229,5 @@ ray.shutdown()
     assert (out["gpus"], out["use_gpu"], out["workers"]) == (2, True, 2)
     # on a GPU machine Ray names the GPUs' type too: "2 GPUs (H200)"
     assert re.match(r"device: 2 GPUs( \(\w+\))? on the Ray cluster at ", out["lines"][0]), out["lines"]
-    assert out["lines"][0].endswith("-> train.use_gpu=true (auto), train.num_workers=2 (one per GPU, auto)")
+    assert out["lines"][0].endswith("-> train.use_gpu=true (auto), train.num_workers=2 (one per GPU, auto), "
+                                    "train.compile=true (auto)")

@@ -33,3 +33,28 @@ def test_one_epoch_or_none(tmp_path):
     assert one["samples_per_s"] == 2.0 and one["samples_per_s_after_first_epoch"] is None and one["first_step_s"] is None
     none = run_speed(tmp_path / "missing", since=0.0)
     assert none["epochs"] == 0 and speed_line(none) == "speed: no epoch trained in this command"
+
+
+def test_the_first_step_is_broken_down_into_start_up_phases(tmp_path, monkeypatch):
+    """Where the seconds before the first step went: the driver's marks (this process) and rank 0's
+    startup events, each phase from the end of the one before; a phase of an earlier command is not
+    this command's."""
+    from coreecg.train import run_speed as rs
+
+    monkeypatch.setattr(rs, "_MARKS", {"ray": 104.0, "data": 110.5})
+    _write(tmp_path / "metrics.jsonl", [
+        {"event": "startup", "phase": "workers", "time": 50.0},             # an earlier command's
+        {"event": "startup", "phase": "workers", "time": 121.0},
+        {"event": "startup", "phase": "model", "time": 123.0},
+        {"event": "startup", "phase": "batch", "time": 124.0},
+        {"event": "first_step", "step": 1, "time": 150.0},
+        {"kind": "epoch", "epoch": 1, "seconds": 40.0, "samples_per_s": 100.0, "time": 160.0},
+    ])
+    s = run_speed(tmp_path, since=100.0)
+    assert s["startup_s"] == {"ray": 4.0, "data": 6.5, "workers": 10.5, "model": 2.0, "batch": 1.0, "first step": 26.0}
+    assert sum(s["startup_s"].values()) == s["first_step_s"] == 50.0
+    assert speed_line(s).endswith("first step 50.0 s after the command (ray 4.0, data 6.5, workers 10.5, model 2.0, "
+                                  "batch 1.0, first step 26.0)")
+    monkeypatch.setattr(rs, "_MARKS", {})          # no driver marks (Ray was up): the first phase holds them
+    assert run_speed(tmp_path, since=100.0)["startup_s"] == {"workers": 21.0, "model": 2.0, "batch": 1.0,
+                                                             "first step": 26.0}

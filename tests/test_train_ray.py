@@ -237,8 +237,10 @@ def test_the_quickstart_job_prints_progress_and_no_warning(fresh_ray, tmp_path):
     assert any(x.startswith("  epoch ") and "ETA epoch" in x for x in lines), console
     assert "done: step" in done.stdout and "leaderboard:" in done.stdout
     # issue 41: the whole run's speed, the first epoch apart, and the command's time to its first step
+    # and where the seconds before the first step went, phase by phase (coreecg.train.run_speed)
     assert re.search(r"^speed: [0-9.]+ samples/s over 2 epoch\(s\) of this command, [0-9.]+ after the first, "
-                     r"first step [0-9.]+ s after the command$", done.stdout, re.M), done.stdout
+                     r"first step [0-9.]+ s after the command \(ray [0-9.]+, data [0-9.]+, workers [0-9.]+, "
+                     r"model [0-9.]+, batch [0-9.]+, first step [0-9.]+\)$", done.stdout, re.M), done.stdout
     run = json.loads((tmp_path / "runs" / "quick" / "run.json").read_text())["sessions"][-1]
     assert run["status"] == "completed" and "jobs/pretrain.py" in run["command"]
 

@@ -78,9 +78,9 @@ class TrainConfig:
     host_memory_cache: bool = True    # CPU: keep freed activation memory instead of re-faulting it
     activation_checkpointing: bool = False   # recompute transformer blocks in backward: less memory
     # torch.compile each transformer block (inductor). Every graph compiles in the first step
-    # (tests/test_compile_once.py); off by default: not faster than eager on an H200 (docs/decisions.md
-    # "Compiled step"), and its first step costs 13-27 s there.
-    compile: bool = False
+    # (tests/test_compile_once.py). auto: on where the model trains on a CUDA device, off on the CPU
+    # (coreecg.train.speed.compile_enabled; measured, docs/decisions.md "Compiled step").
+    compile: bool | Literal["auto"] = "auto"
     # torch.compile's mode: "reduce-overhead" adds CUDA graphs where shapes are fixed.
     compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
     storage_path: str = "runs"        # on a multi-node cluster: a shared filesystem path

@@ -37,6 +37,7 @@ from coreecg.train.finetuning import plan_finetune
 from coreecg.train.ingest import ShardFiles, training_dataset
 from coreecg.train.loop import progress_line, progress_log, progress_text
 from coreecg.train.plan import RunPlan, write_run_folder
+from coreecg.train.run_speed import mark
 from coreecg.train.pretraining import plan_pretrain
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ def plan_run(config: Config, task: str) -> RunPlan:
     for line in lines:
         log.info("%s", line)
     start_ray(config, gpus=devices.gpus)
+    mark("ray")
     check_run_gpus(config)                  # before a corpus is built for a run that cannot start
     pull_if_missing(config.train.run_dir, config.train.mirror_uri)
     return PLANNERS[task](config)
@@ -123,6 +125,7 @@ def fit(plan: RunPlan, *, callbacks: list | None = None, report_fn=None) -> RunR
     else:
         dataset = training_dataset(plan.open(plan.corpus), plan.config.train.seed,
                                    plan.config.data.cache_in_memory_gb, keep=plan.keep)
+    mark("data")
     with _mirrored(plan) as mirror, _failed_session(run_dir):
         if report_fn is not None:
             last = _fit_here(plan, dataset, report_fn, mirror)

@@ -32,9 +32,10 @@ from coreecg.checkpoints import CheckpointError, load_latest, prune_checkpoints,
 from coreecg.config import Config
 from coreecg.devices import resolve_device
 from coreecg.train.resume_check import check_compatible
+from coreecg.train.run_speed import startup_record
 from coreecg.train.ingest import memory_epoch_batches, seed_for
 from coreecg.train.plan import RunPlan
-from coreecg.train.speed import release_freed_memory
+from coreecg.train.speed import graphs_compiled, release_freed_memory
 from coreecg.train.step import TrainStep
 
 log = logging.getLogger(__name__)
@@ -176,9 +177,12 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
 
     Returns the last epoch's metrics (rank 0's view; evaluation metrics only on rank 0).
     """
+    writer = RunWriter(ctx.run_dir, ctx.is_main, config, task.name)
+    writer.line(startup_record("workers"))                         # start-up phases: coreecg.train.run_speed
     torch.manual_seed(seed_for("init", config.train.seed))        # identical init on every rank
     bare, step = task.build(ctx)
-    run = _Run(task, config, ctx, bare, step, RunWriter(ctx.run_dir, ctx.is_main, config, task.name))
+    writer.line(startup_record("model"))
+    run = _Run(task, config, ctx, bare, step, writer)
     done_in_epoch = run.resume_or_start()
     summary: dict[str, float] = {}
     while run.epoch < task.epochs:
@@ -204,6 +208,7 @@ class _Run:
         self.task, self.cfg, self.ctx, self.bare, self.step, self.writer = task, config, ctx, bare, step, writer
         self.step_gen = torch.Generator()   # on the host: masks need no device sync (CoReECG._masks)
         self.epoch, self.state, self.first_step = 0, {}, True
+        self.recompiled = 0       # graphs compiled in training steps after this session's first (the goal: 0)
 
     def resume_or_start(self) -> int:
         """Load the newest checkpoint (-> batches of its epoch already done), or start fresh (-> 0)."""
@@ -250,6 +255,7 @@ class _Run:
         t_first, first_i = None, 0          # speed is timed from the epoch's first step (start-up apart)
         sums: dict[str, torch.Tensor] = {}
         count, log_steps = 0, 0
+        graphs0 = graphs_compiled()         # evaluation's graphs (between epochs) are not the step's
         batches = iter(ctx.epoch_batches(self.epoch))
         for i in range(epoch_steps):
             try:
@@ -259,14 +265,18 @@ class _Run:
                                    "every rank must get the same number of full batches") from None
             if i < done_in_epoch:   # resumed mid-epoch: this epoch's first batches are done
                 continue
+            if self.first_step and ctx.is_main:
+                self.writer.line(startup_record("batch"))
             self.step_gen.manual_seed(seed_for("step", cfg.train.seed, ctx.rank, step.step))
             args, kwargs = task.inputs(signal, uid, self.epoch, self.step_gen)
             metrics = {k: v for k, v in step(*args, **kwargs).items() if v.ndim == 0}
             for k, v in metrics.items():     # summed on the device: no host sync per step
                 sums[k] = sums.get(k, 0) + v.detach().float()
             count, log_steps = count + 1, log_steps + 1
-            if self.first_step and ctx.is_main:      # start-up cost of this session: see bench/study.py
-                self.writer.line({"event": "first_step", "step": step.step, "epoch": epoch_number})
+            if self.first_step:      # start-up cost of this session: see bench/study.py, coreecg.train.run_speed
+                graphs0 = graphs_compiled()
+                self.writer.line({"event": "first_step", "step": step.step, "epoch": epoch_number,
+                                  "compiled": bool(getattr(self.bare, "compiled", False)), "graphs": graphs0})
                 self.first_step = False
             if t_first is None:
                 t_first, first_i = time.perf_counter(), i
@@ -283,6 +293,7 @@ class _Run:
             every = cfg.train.checkpoint_every_steps
             if every and step.step % every == 0 and i + 1 < epoch_steps:
                 ctx.report({"step": step.step, "epoch": epoch_number, **_floats(metrics)}, self.payload(i + 1, {}))
+        self.recompiled += graphs_compiled() - graphs0
         return sums, count, time.perf_counter() - t_epoch
 
     def _log_step(self, metrics: dict[str, torch.Tensor], samples_per_s: float, epoch_number: int) -> None:
@@ -302,7 +313,7 @@ class _Run:
             summary.update(task.evaluate(self.bare, ctx, self.writer, epoch_number, self.step.step, self.state))
         summary.update({k: v for k, v in self.state.items() if isinstance(v, float)})
         extra = task.epoch_record(ctx) if hasattr(task, "epoch_record") else {}   # every rank (collective)
-        self.writer.line({"kind": "epoch", **summary, **extra})
+        self.writer.line({"kind": "epoch", **summary, **extra, "graphs_compiled_after_first_step": self.recompiled})
         self.writer.scalars("epoch", {k: v for k, v in summary.items() if k not in ("epoch", "step")}, self.step.step)
         if ctx.is_main:
             progress_log.info("%s", progress_line(summary, task.epochs, getattr(self.bare, "reported_losses", ())))

@@ -1,6 +1,12 @@
 """A finished run's speed as its user saw it, from its metrics.jsonl (issue 41): samples/s over
 the whole run and after the first epoch (which carries compilation, the first Ray Data reads and
-warm caches), and the seconds from the command to the first optimiser step.
+warm caches), and the seconds from the command to the first optimiser step, phase by phase.
+
+Start-up phases, each stamped when it ends: the driver's in this process (`mark`: "ray" the
+cluster up, "data" the run planned and its training data ready), rank 0's in metrics.jsonl
+(`{"event": "startup", "phase": ...}`: "workers" the Train worker group up and in the training
+function, "model" the model built on its device, "batch" the first batch in hand), then the
+first step (compilation included). Where the 100 s before a first GPU step go is then one line.
 
 A median step time hides what a user waits for (a 6 s recompilation among 0.1 s steps), so these
 are totals: samples over seconds of the epochs this session trained.
@@ -23,13 +29,27 @@ def command_started() -> float:
 
 
 _IMPORTED = time.time()
+_MARKS: dict[str, float] = {}
+PHASES = ("ray", "data", "workers", "model", "batch", "first step")     # in the order they end
+
+
+def mark(phase: str) -> None:
+    """The driver's start-up phase `phase` ("ray", "data") ended now, in this process."""
+    _MARKS[phase] = time.time()
+
+
+def startup_record(phase: str) -> dict[str, Any]:
+    """metrics.jsonl's line for a worker-side phase ("workers", "model", "batch"); RunWriter stamps it."""
+    return {"event": "startup", "phase": phase}
 
 
 def run_speed(run_dir: Path | str, since: float) -> dict[str, Any]:
     """The epochs and first step recorded in <run_dir>/metrics.jsonl at or after `since` (this
     command's start) -> {"epochs", "samples", "seconds", "samples_per_s", "samples_per_s_after_first_epoch"
-    (None with one epoch), "first_step_s" (None when no first step was recorded)}."""
-    epochs, first_step = [], None
+    (None with one epoch), "first_step_s" (None when no first step was recorded), "startup_s" (seconds
+    per start-up phase), "graphs_compiled_after_first_step" (None unless the step was compiled)}."""
+    epochs, first_step, compiled, recompiled = [], None, False, None
+    ends = {p: t for p, t in _MARKS.items() if t >= since}
     path = Path(run_dir) / "metrics.jsonl"
     if path.is_file():
         for line in path.read_text().splitlines():
@@ -41,8 +61,12 @@ def run_speed(run_dir: Path | str, since: float) -> dict[str, Any]:
                 continue
             if r.get("kind") == "epoch" and r.get("seconds"):
                 epochs.append((float(r["samples_per_s"]) * float(r["seconds"]), float(r["seconds"])))
+                recompiled = r.get("graphs_compiled_after_first_step", recompiled)
             elif r.get("event") == "first_step" and first_step is None:
-                first_step = float(r["time"]) - since
+                first_step, compiled = float(r["time"]) - since, bool(r.get("compiled"))
+                ends.setdefault("first step", float(r["time"]))
+            elif r.get("event") == "startup" and r.get("phase") in PHASES:
+                ends.setdefault(r["phase"], float(r["time"]))
 
     def rate(part: list[tuple[float, float]]) -> float | None:
         seconds = sum(s for _, s in part)
@@ -50,7 +74,21 @@ def run_speed(run_dir: Path | str, since: float) -> dict[str, Any]:
 
     return {"epochs": len(epochs), "samples": round(sum(n for n, _ in epochs)), "seconds": sum(s for _, s in epochs),
             "samples_per_s": rate(epochs), "samples_per_s_after_first_epoch": rate(epochs[1:]) if len(epochs) > 1 else None,
-            "first_step_s": first_step}
+            "first_step_s": first_step, "startup_s": _phases(ends, since),
+            # torch.compile: graphs built in training steps after the first (the goal: 0); None when eager
+            "graphs_compiled_after_first_step": recompiled if compiled else None}
+
+
+def _phases(ends: dict[str, float], since: float) -> dict[str, float]:
+    """Seconds each start-up phase took, from the end of the one before it (the command's start
+    first); a phase with no record (no "ray" or "data" mark where the driver is another process)
+    counts into the next one recorded."""
+    out, last = {}, since
+    for phase in PHASES:
+        if phase in ends:
+            out[phase] = round(ends[phase] - last, 1)
+            last = ends[phase]
+    return out
 
 
 def speed_line(speed: dict[str, Any]) -> str:
@@ -61,5 +99,9 @@ def speed_line(speed: dict[str, Any]) -> str:
     if speed["samples_per_s_after_first_epoch"] is not None:
         parts.append(f"{speed['samples_per_s_after_first_epoch']:.1f} after the first")
     if speed["first_step_s"] is not None:
-        parts.append(f"first step {speed['first_step_s']:.1f} s after the command")
+        phases = speed.get("startup_s") or {}
+        split = (" (" + ", ".join(f"{p} {s:.1f}" for p, s in phases.items()) + ")") if len(phases) > 1 else ""
+        parts.append(f"first step {speed['first_step_s']:.1f} s after the command{split}")
+    if speed.get("graphs_compiled_after_first_step") is not None:
+        parts.append(f"compiled: {speed['graphs_compiled_after_first_step']} graph(s) built after the first step")
     return ", ".join(parts)

@@ -14,13 +14,16 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import logging
 
 import torch
 from torch import nn
 
 from coreecg.config import TrainConfig
+from coreecg.config.sections import AUTO
 from coreecg.model.layers import Block, Transformer
 
+log = logging.getLogger(__name__)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 
@@ -57,6 +60,36 @@ def release_freed_memory() -> None:
         _libc().malloc_trim(0)
 
 
+def graphs_compiled() -> int:
+    """Graphs torch.compile has built in this process so far (dynamo's own count; 0 when nothing is
+    compiled). The loop records how many were built after a run's first step: 0 is the goal."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def compile_enabled(train: TrainConfig, device: torch.device) -> bool:
+    """train.compile on `device`: a set true/false is kept; auto compiles on CUDA only. On a GPU
+    the compiled step fuses the memory-bound kernels between the matmuls and attention (most of
+    an eager step's device time); on the CPU it costs its compile time and buys nothing
+    (docs/performance.md, docs/decisions.md "Compiled step")."""
+    if train.compile == AUTO:
+        device = torch.device(device)
+        return device.type == "cuda" and inductor_supports(device)
+    return bool(train.compile)
+
+
+def inductor_supports(device: torch.device) -> bool:
+    """Whether inductor can compile for this CUDA device: Triton installed and a GPU of compute
+    capability 7.0 or newer (Volta on). Elsewhere `auto` stays eager rather than failing at the
+    first step; a set train.compile=true still tries (and torch says why it cannot)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 7
+
+
 def apply_speed_options(model: nn.Module, train: TrainConfig) -> nn.Module:
     """Set a model's speed/memory options from `train` (in place; returns the model).
 
@@ -64,24 +97,31 @@ def apply_speed_options(model: nn.Module, train: TrainConfig) -> nn.Module:
     - train.activation_checkpointing: every Transformer recomputes its blocks in backward
       instead of keeping their activations (about a block's input per token kept instead of
       ~16 widths; one more forward of each block).
-    - train.compile: each transformer Block compiled with torch.compile in
+    - train.compile (compile_enabled: auto = on CUDA): each transformer Block compiled with torch.compile in
       train.compile_mode (regional: every Block of a width shares one graph, so compile time does
       not grow with depth). Every graph is built in the first step: a varying sequence length
       (bernoulli STDM) is marked dynamic where it arises (model.layers.Transformer), so nothing
-      recompiles later (tests/test_compile_once.py). "reduce-overhead" replays CUDA graphs where
-      shapes are fixed (the decoders, the teacher, exact STDM); a dynamic-length graph runs
-      without them rather than recording one graph per length.
+      recompiles later (tests/test_compile_once.py). "reduce-overhead" replays CUDA graphs for
+      every graph, the dynamic-length ones included: one CUDA graph is recorded per distinct length
+      met (bernoulli STDM's 8-aligned visible lengths: a handful in a run), a recording, not a
+      compilation. Graphing only the fixed-shape graphs and running the dynamic ones without was
+      slower on an H200: cudagraph trees then leave and re-enter their graphs around every
+      un-graphed block (exact STDM 571 against 1,936 samples/s compiled alone; docs/performance.md).
     """
     params = list(model.parameters())
     device = params[0].device if params else torch.device("cpu")
     if train.host_memory_cache and device.type == "cpu":
         keep_freed_memory()
-    compiled = train.compile
+    compiled = compile_enabled(train, device)
+    if train.compile == AUTO and device.type == "cuda" and not compiled:
+        log.warning("train.compile=auto: inductor cannot compile for %s (it needs Triton and compute capability "
+                    ">= 7.0); the step runs eager", torch.cuda.get_device_name(device))
     if compiled:
         # One graph per (width, grad mode, mask or not, layout): the paper's model makes ~8 in a
         # run with its probe, torch's default limit; past it dynamo would silently run eager.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        torch._inductor.config.triton.cudagraph_skip_dynamic_graphs = True
+        # reduce-overhead: graph every block, the dynamic-length ones per length (docstring)
+        torch._inductor.config.triton.cudagraph_skip_dynamic_graphs = False
     for m in model.modules():
         if isinstance(m, Transformer):
             m.checkpointing = train.activation_checkpointing

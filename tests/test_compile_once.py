@@ -95,6 +95,9 @@ def test_compile_auto_is_on_for_cuda_only_and_a_set_value_wins():
         mp.setattr(speed, "inductor_supports", lambda device: False)    # no Triton, or a pre-Volta GPU
         assert not compile_enabled(train, torch.device("cuda"))
         assert compile_enabled(load_config(None, ["train.compile=true"]).train, torch.device("cuda"))
+    with pytest.MonkeyPatch.context() as mp:     # no C compiler for Triton's launchers: not supported
+        mp.setattr(speed.shutil, "which", lambda name: None)
+        assert speed.inductor_supports(torch.device("cuda")) is False
     for value, expected in (("true", True), ("false", False)):
         t = load_config(None, [f"train.compile={value}"]).train
         assert t.compile is expected
@@ -109,8 +112,9 @@ def test_compile_auto_is_on_for_cuda_only_and_a_set_value_wins():
 @pytest.mark.slow
 def test_a_compiled_run_records_no_graph_built_after_its_first_step(tmp_path, monkeypatch):
     """Through the training loop (the one every job runs): a compiled pretraining of two epochs of
-    fresh bernoulli masks records in metrics.jsonl that its first step was compiled and that no
-    graph was built in a training step after it; jobs/pretrain.py's speed line says so."""
+    fresh bernoulli masks, with the probe after each (its no-grad graphs are evaluation's, built
+    between epochs), records in metrics.jsonl that its first step was compiled and that no graph
+    was built in a training step after it; jobs/pretrain.py's speed line says so."""
     import json
 
     import ray
@@ -124,7 +128,8 @@ def test_a_compiled_run_records_no_graph_built_after_its_first_step(tmp_path, mo
     corpus = build_synthetic(tmp_path / "corpus", 32, 3)
     out = tmp_path / "run"
     cfg = tiny_config(f"data.corpus={corpus}", "data.cache_in_memory_gb=0", "optim.batch_size=4", "optim.epochs=2",
-                      "optim.warmup_epochs=0", "train.eval_every_epochs=0", "train.figures=false",
+                      "optim.warmup_epochs=0", "train.eval_every_epochs=1", "train.figures=false",
+                      f"data.probe_corpus={corpus}", "data.probe_max_windows=16",
                       "train.num_workers=1", "train.compile=true", f"train.storage_path={out.parent}",
                       f"train.name={out.name}")
     monkeypatch.setattr(fitmod, "start_ray", lambda config: None)
@@ -136,7 +141,11 @@ def test_a_compiled_run_records_no_graph_built_after_its_first_step(tmp_path, mo
     assert first["compiled"] is True and first["graphs"] > 0
     epochs = [r for r in records if r.get("kind") == "epoch"]
     assert len(epochs) == 2 and all(r["graphs_compiled_after_first_step"] == 0 for r in epochs)
-    assert [r["phase"] for r in records if r.get("event") == "startup"] == ["workers", "model", "batch"]
+    assert all("probe_auroc" in r for r in epochs)     # evaluated between the epochs, compiled graphs and all
+    assert [r["phase"] for r in records if r.get("event") == "startup"] == ["workers", "task", "model", "start",
+                                                                             "batch"]
+    phases = run_speed(out, since=0.0)["startup_s"]
+    assert list(phases)[-5:] == ["task", "model", "start", "batch", "first step"] and min(phases.values()) >= 0
     speed = run_speed(out, since=0.0)
     assert speed["graphs_compiled_after_first_step"] == 0
     assert "compiled: 0 graph(s) built after the first step" in speed_line(speed)

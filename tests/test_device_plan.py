@@ -140,7 +140,7 @@ def test_an_old_saved_config_loads_unchanged(tmp_path, use_gpu, workers):
     for cfg in (load_config(path), config_from_dict(data)):
         assert (cfg.train.use_gpu, cfg.train.num_workers, cfg.train.compile) == (use_gpu, workers, False)
         for devices in (NONE, TWO):
-            planned, lines = resolve_devices(cfg, devices)     # an old GPU run resumes eager, as it ran
+            planned, lines = resolve_devices(cfg, devices)     # its saved compile=false loads as set
             assert planned is cfg and lines[0].endswith(f"train.use_gpu={str(use_gpu).lower()} (set), "
                                                         f"train.num_workers={workers} (set)"
                                                         + (", train.compile=false (set)" if use_gpu else ""))

@@ -19,12 +19,22 @@ from coreecg.eval.fairness import flatten
 REPO = Path(__file__).resolve().parents[1]
 OLD = REPO / "tests" / "data" / "configs-7162f21"
 OLD_RUN = REPO / "tests" / "data" / "run-7162f21"
+# Values today's shipped files changed on purpose since 7162f21 (not a loading difference):
+# train.compile is auto by default (issue 41), and the short-run configs keep it false.
+CHANGED_SINCE = ("train.compile",)
+
+
+def _as_today(old: dict, new: dict) -> dict:
+    """`old` (a flattened config) with the values changed on purpose since taken from `new`."""
+    return {**old, **{k: new[k] for k in CHANGED_SINCE if k in new}}
 
 
 @pytest.mark.parametrize("name", ["quickstart", "sweep", "paper"])
 def test_every_shipped_config_of_7162f21_loads_as_todays(name):
     old, new = load_config(OLD / "configs" / f"{name}.yaml"), load_config(REPO / "configs" / f"{name}.yaml")
-    assert old == new
+    a, b = flatten(old.to_dict()), flatten(new.to_dict())
+    assert _as_today(a, b) == b
+    assert {k for k in a if a[k] != b[k]} <= set(CHANGED_SINCE)
     text = (OLD / "configs" / f"{name}.yaml").read_text()
     assert name == "paper" or "time_decoder_dim" in text          # the old spelling is what was read
 
@@ -84,7 +94,7 @@ def test_every_study_of_7162f21_plans_todays_runs(tmp_path, monkeypatch, name):
         ca = flatten(load_config(old.config_file, old.pretrain_overrides(a)).to_dict())
         cb = flatten(load_config(new.config_file, new.pretrain_overrides(b)).to_dict())
         here = {k: v.replace(str(root), str(REPO)) if isinstance(v, str) else v for k, v in ca.items()}
-        assert here == cb, a.name
+        assert _as_today(here, cb) == cb, a.name
 
 
 def test_a_run_folder_of_7162f21_opens_builds_and_resumes():

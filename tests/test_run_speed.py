@@ -44,17 +44,52 @@ def test_the_first_step_is_broken_down_into_start_up_phases(tmp_path, monkeypatc
     monkeypatch.setattr(rs, "_MARKS", {"ray": 104.0, "data": 110.5})
     _write(tmp_path / "metrics.jsonl", [
         {"event": "startup", "phase": "workers", "time": 50.0},             # an earlier command's
+        {"event": "startup", "phase": "task", "time": 121.5},              # written before "workers"'s line
         {"event": "startup", "phase": "workers", "time": 121.0},
         {"event": "startup", "phase": "model", "time": 123.0},
+        {"event": "startup", "phase": "start", "time": 123.5},
         {"event": "startup", "phase": "batch", "time": 124.0},
         {"event": "first_step", "step": 1, "time": 150.0},
         {"kind": "epoch", "epoch": 1, "seconds": 40.0, "samples_per_s": 100.0, "time": 160.0},
     ])
     s = run_speed(tmp_path, since=100.0)
-    assert s["startup_s"] == {"ray": 4.0, "data": 6.5, "workers": 10.5, "model": 2.0, "batch": 1.0, "first step": 26.0}
+    assert s["startup_s"] == {"ray": 4.0, "data": 6.5, "workers": 10.5, "task": 0.5, "model": 1.5, "start": 0.5,
+                              "batch": 0.5, "first step": 26.0}
     assert sum(s["startup_s"].values()) == s["first_step_s"] == 50.0
-    assert speed_line(s).endswith("first step 50.0 s after the command (ray 4.0, data 6.5, workers 10.5, model 2.0, "
-                                  "batch 1.0, first step 26.0)")
+    assert speed_line(s).endswith("first step 50.0 s after the command (ray 4.0, data 6.5, workers 10.5, task 0.5, "
+                                  "model 1.5, start 0.5, batch 0.5, first step 26.0)")
     monkeypatch.setattr(rs, "_MARKS", {})          # no driver marks (Ray was up): the first phase holds them
-    assert run_speed(tmp_path, since=100.0)["startup_s"] == {"workers": 21.0, "model": 2.0, "batch": 1.0,
-                                                             "first step": 26.0}
+    assert run_speed(tmp_path, since=100.0)["startup_s"] == {"workers": 21.0, "task": 0.5, "model": 1.5,
+                                                             "start": 0.5, "batch": 0.5, "first step": 26.0}
+    # a mark of a later fit in this process (after the workers' records): left out, never negative
+    monkeypatch.setattr(rs, "_MARKS", {"ray": 104.0, "data": 130.0})
+    phases = run_speed(tmp_path, since=100.0)["startup_s"]
+    assert "data" not in phases and min(phases.values()) >= 0 and phases["workers"] == 17.0
+
+
+def test_a_new_fit_drops_the_last_fits_marks(monkeypatch):
+    from coreecg.train import run_speed as rs
+
+    monkeypatch.setattr(rs, "_MARKS", {"ray": 1.0, "data": 2.0})
+    rs.mark("ray")
+    assert list(rs._MARKS) == ["ray"] and rs._MARKS["ray"] > 2.0
+
+
+def test_graphs_built_after_the_first_step_add_up_over_restarted_sessions(tmp_path):
+    """A compiled run's count: each session's (a worker group restarted after a failure starts its
+    count afresh, and compiles again at its own first step) summed; None for an eager run."""
+    _write(tmp_path / "metrics.jsonl", [
+        {"event": "first_step", "step": 1, "compiled": True, "graphs": 3, "time": 10.0},
+        {"kind": "epoch", "seconds": 5.0, "samples_per_s": 10.0, "graphs_compiled_after_first_step": 1, "time": 20.0},
+        {"kind": "epoch", "seconds": 5.0, "samples_per_s": 10.0, "graphs_compiled_after_first_step": 2, "time": 30.0},
+        {"event": "first_step", "step": 3, "compiled": True, "graphs": 3, "time": 40.0},      # the restart
+        {"kind": "epoch", "seconds": 5.0, "samples_per_s": 10.0, "graphs_compiled_after_first_step": 0, "time": 50.0},
+    ])
+    s = run_speed(tmp_path, since=0.0)
+    assert s["graphs_compiled_after_first_step"] == 2
+    assert "compiled: 2 graph(s) built after the first step" in speed_line(s)
+    _write(tmp_path / "metrics.jsonl", [{"event": "first_step", "step": 1, "compiled": False, "time": 1.0},
+                                        {"kind": "epoch", "seconds": 5.0, "samples_per_s": 10.0,
+                                         "graphs_compiled_after_first_step": 0, "time": 2.0}])
+    eager = run_speed(tmp_path, since=0.0)
+    assert eager["graphs_compiled_after_first_step"] is None and "compiled" not in speed_line(eager)

@@ -240,7 +240,7 @@ def test_the_quickstart_job_prints_progress_and_no_warning(fresh_ray, tmp_path):
     # and where the seconds before the first step went, phase by phase (coreecg.train.run_speed)
     assert re.search(r"^speed: [0-9.]+ samples/s over 2 epoch\(s\) of this command, [0-9.]+ after the first, "
                      r"first step [0-9.]+ s after the command \(ray [0-9.]+, data [0-9.]+, workers [0-9.]+, "
-                     r"model [0-9.]+, batch [0-9.]+, first step [0-9.]+\)$", done.stdout, re.M), done.stdout
+                     r"task [0-9.]+, model [0-9.]+, start [0-9.]+, batch [0-9.]+, first step [0-9.]+\)$", done.stdout, re.M), done.stdout
     run = json.loads((tmp_path / "runs" / "quick" / "run.json").read_text())["sessions"][-1]
     assert run["status"] == "completed" and "jobs/pretrain.py" in run["command"]
 

@@ -8,7 +8,7 @@ from typing import Literal
 
 from coreecg.config.base import ConfigError
 
-AUTO = "auto"          # train.use_gpu and train.num_workers: chosen from the cluster's GPUs (TrainConfig)
+AUTO = "auto"          # train.use_gpu, train.num_workers (from the cluster's GPUs) and train.compile (TrainConfig)
 CPU_WORKERS = 2        # train.num_workers=auto where the run trains on the CPU
 
 
@@ -58,7 +58,9 @@ class TrainConfig:
     once, before the run starts, from the GPUs of the cluster it runs on (the GPUs when there are
     some, one worker per GPU; else the CPU and 2 workers). A value set anywhere (a config file,
     --set, a study's or sweep's overrides, a saved config) is kept as it is. The run folder's
-    config.yaml and run.json hold the resolved values."""
+    config.yaml and run.json hold the resolved values. `compile` defaults to "auto" too, decided on
+    the worker where its device is known (coreecg.train.speed.compile_enabled: on CUDA, not on the
+    CPU); metrics.jsonl's first_step record says whether the step was compiled."""
 
     seed: int = 0
     device: str = "auto"              # plain (no-Ray) loop and benchmarks only: auto | cpu | cuda
@@ -81,7 +83,7 @@ class TrainConfig:
     # (tests/test_compile_once.py). auto: on where the model trains on a CUDA device, off on the CPU
     # (coreecg.train.speed.compile_enabled; measured, docs/decisions.md "Compiled step").
     compile: bool | Literal["auto"] = "auto"
-    # torch.compile's mode: "reduce-overhead" adds CUDA graphs where shapes are fixed.
+    # torch.compile's mode: "reduce-overhead" adds CUDA graphs, one per shape (and per visible length).
     compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = "default"
     storage_path: str = "runs"        # on a multi-node cluster: a shared filesystem path
     # Object storage: the run folder mirrored to <mirror_uri>/<name>/ through pyarrow filesystems

@@ -64,6 +64,7 @@ class WorkerContext:
     report: Callable[[dict[str, float], dict[str, Any] | None], None]
     latest: Callable[[], tuple[dict, Config, Path] | None]
     wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m
+    started: float = 0.0      # when the worker's training function began (s since the epoch; 0: not known)
 
     @property
     def is_main(self) -> bool:
@@ -93,7 +94,7 @@ class RunWriter:
         """One JSON line in metrics.jsonl, stamped with the wall-clock `time` (s since the epoch);
         epoch and test records also go to the tracker."""
         if self.enabled:
-            self._log.write(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
+            self._log.write(json.dumps({"time": round(time.time(), 3), **record}) + "\n")   # a record's own time wins
             self._log.flush()
             if self._tracker is not None and (record.get("kind") == "epoch" or record.get("event") == "test"):
                 self._tracker.metrics(record)
@@ -178,12 +179,15 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
     Returns the last epoch's metrics (rank 0's view; evaluation metrics only on rank 0).
     """
     writer = RunWriter(ctx.run_dir, ctx.is_main, config, task.name)
-    writer.line(startup_record("workers"))                         # start-up phases: coreecg.train.run_speed
+    if ctx.started:                                                # start-up phases: coreecg.train.run_speed
+        writer.line({**startup_record("workers"), "time": round(ctx.started, 3)})
+    writer.line(startup_record("task"))                            # the task's data (probe, figures) read
     torch.manual_seed(seed_for("init", config.train.seed))        # identical init on every rank
     bare, step = task.build(ctx)
     writer.line(startup_record("model"))
     run = _Run(task, config, ctx, bare, step, writer)
     done_in_epoch = run.resume_or_start()
+    writer.line(startup_record("start"))                           # the checkpoint loaded, or the probe at init
     summary: dict[str, float] = {}
     while run.epoch < task.epochs:
         sums, count, seconds = run.train_epoch(done_in_epoch)
@@ -209,6 +213,7 @@ class _Run:
         self.step_gen = torch.Generator()   # on the host: masks need no device sync (CoReECG._masks)
         self.epoch, self.state, self.first_step = 0, {}, True
         self.recompiled = 0       # graphs compiled in training steps after this session's first (the goal: 0)
+        self.graphs_before = graphs_compiled()     # dynamo's counters are per process, not per run
 
     def resume_or_start(self) -> int:
         """Load the newest checkpoint (-> batches of its epoch already done), or start fresh (-> 0)."""
@@ -276,7 +281,8 @@ class _Run:
             if self.first_step:      # start-up cost of this session: see bench/study.py, coreecg.train.run_speed
                 graphs0 = graphs_compiled()
                 self.writer.line({"event": "first_step", "step": step.step, "epoch": epoch_number,
-                                  "compiled": bool(getattr(self.bare, "compiled", False)), "graphs": graphs0})
+                                  "compiled": bool(getattr(self.bare, "compiled", False)),
+                                  "graphs": graphs0 - self.graphs_before})    # this session's, up to here
                 self.first_step = False
             if t_first is None:
                 t_first, first_i = time.perf_counter(), i

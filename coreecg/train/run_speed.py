@@ -5,8 +5,10 @@ warm caches), and the seconds from the command to the first optimiser step, phas
 Start-up phases, each stamped when it ends: the driver's in this process (`mark`: "ray" the
 cluster up, "data" the run planned and its training data ready), rank 0's in metrics.jsonl
 (`{"event": "startup", "phase": ...}`: "workers" the Train worker group up and in the training
-function, "model" the model built on its device, "batch" the first batch in hand), then the
-first step (compilation included). Where the 100 s before a first GPU step go is then one line.
+function, "task" the task's own data read (the probe's windows, the figure's), "model" the model
+built on its device, "start" the checkpoint resumed from or the probe at init, "batch" the first
+batch in hand), then the first step (compilation included). Where the 100 s before a first GPU
+step go is then one line. Rank 0 may run on another node than the driver: two clocks.
 
 A median step time hides what a user waits for (a 6 s recompilation among 0.1 s steps), so these
 are totals: samples over seconds of the epochs this session trained.
@@ -30,16 +32,21 @@ def command_started() -> float:
 
 _IMPORTED = time.time()
 _MARKS: dict[str, float] = {}
-PHASES = ("ray", "data", "workers", "model", "batch", "first step")     # in the order they end
+PHASES = ("ray", "data", "workers", "task", "model", "start", "batch", "first step")     # in the order they end
+DRIVER_PHASES = PHASES[:2]          # marked in the driver's process; the others by rank 0 in metrics.jsonl
 
 
 def mark(phase: str) -> None:
-    """The driver's start-up phase `phase` ("ray", "data") ended now, in this process."""
+    """The driver's start-up phase `phase` ("ray", "data") ended now, in this process; "ray"
+    begins a fit's marks (the process's earlier fit's are dropped)."""
+    if phase == PHASES[0]:
+        _MARKS.clear()
     _MARKS[phase] = time.time()
 
 
 def startup_record(phase: str) -> dict[str, Any]:
-    """metrics.jsonl's line for a worker-side phase ("workers", "model", "batch"); RunWriter stamps it."""
+    """metrics.jsonl's line for a worker-side phase ("workers", "task", "model", "start", "batch"); RunWriter stamps
+    it with the time it is written, unless the record carries its own."""
     return {"event": "startup", "phase": phase}
 
 
@@ -48,7 +55,7 @@ def run_speed(run_dir: Path | str, since: float) -> dict[str, Any]:
     command's start) -> {"epochs", "samples", "seconds", "samples_per_s", "samples_per_s_after_first_epoch"
     (None with one epoch), "first_step_s" (None when no first step was recorded), "startup_s" (seconds
     per start-up phase), "graphs_compiled_after_first_step" (None unless the step was compiled)}."""
-    epochs, first_step, compiled, recompiled = [], None, False, None
+    epochs, first_step, compiled, sessions = [], None, False, []
     ends = {p: t for p, t in _MARKS.items() if t >= since}
     path = Path(run_dir) / "metrics.jsonl"
     if path.is_file():
@@ -61,10 +68,13 @@ def run_speed(run_dir: Path | str, since: float) -> dict[str, Any]:
                 continue
             if r.get("kind") == "epoch" and r.get("seconds"):
                 epochs.append((float(r["samples_per_s"]) * float(r["seconds"]), float(r["seconds"])))
-                recompiled = r.get("graphs_compiled_after_first_step", recompiled)
-            elif r.get("event") == "first_step" and first_step is None:
-                first_step, compiled = float(r["time"]) - since, bool(r.get("compiled"))
-                ends.setdefault("first step", float(r["time"]))
+                if sessions and "graphs_compiled_after_first_step" in r:
+                    sessions[-1] = r["graphs_compiled_after_first_step"]     # cumulative within a session
+            elif r.get("event") == "first_step":
+                sessions.append(0)       # a worker group restarted after a failure counts afresh
+                if first_step is None:
+                    first_step, compiled = float(r["time"]) - since, bool(r.get("compiled"))
+                    ends.setdefault("first step", float(r["time"]))
             elif r.get("event") == "startup" and r.get("phase") in PHASES:
                 ends.setdefault(r["phase"], float(r["time"]))
 
@@ -76,16 +86,18 @@ def run_speed(run_dir: Path | str, since: float) -> dict[str, Any]:
             "samples_per_s": rate(epochs), "samples_per_s_after_first_epoch": rate(epochs[1:]) if len(epochs) > 1 else None,
             "first_step_s": first_step, "startup_s": _phases(ends, since),
             # torch.compile: graphs built in training steps after the first (the goal: 0); None when eager
-            "graphs_compiled_after_first_step": recompiled if compiled else None}
+            "graphs_compiled_after_first_step": sum(sessions) if compiled else None}
 
 
 def _phases(ends: dict[str, float], since: float) -> dict[str, float]:
     """Seconds each start-up phase took, from the end of the one before it (the command's start
     first); a phase with no record (no "ray" or "data" mark where the driver is another process)
     counts into the next one recorded."""
+    workers = min((t for p, t in ends.items() if p not in DRIVER_PHASES), default=float("inf"))
+    ends = {p: t for p, t in ends.items() if p not in DRIVER_PHASES or t <= workers}   # another fit's marks
     out, last = {}, since
     for phase in PHASES:
-        if phase in ends:
+        if phase in ends and ends[phase] >= last:      # out of order: another clock (rank 0 on another node)
             out[phase] = round(ends[phase] - last, 1)
             last = ends[phase]
     return out

@@ -15,6 +15,8 @@ import ctypes
 import ctypes.util
 import functools
 import logging
+import os
+import shutil
 
 import torch
 from torch import nn
@@ -80,14 +82,17 @@ def compile_enabled(train: TrainConfig, device: torch.device) -> bool:
 
 
 def inductor_supports(device: torch.device) -> bool:
-    """Whether inductor can compile for this CUDA device: Triton installed and a GPU of compute
-    capability 7.0 or newer (Volta on). Elsewhere `auto` stays eager rather than failing at the
-    first step; a set train.compile=true still tries (and torch says why it cannot)."""
+    """Whether inductor can compile for this CUDA device: Triton for it (torch's own check: the
+    package and a GPU of compute capability 7.0 or newer), and a C compiler, which Triton needs to
+    build its launchers at the first step (a slim CUDA image may have none). Where one is missing
+    `auto` stays eager rather than failing at the first step; a set train.compile=true still tries
+    (and torch says why it cannot)."""
     try:
-        import triton  # noqa: F401
+        from torch.utils._triton import has_triton
     except ImportError:
         return False
-    return torch.cuda.get_device_capability(device)[0] >= 7
+    compiler = any(shutil.which(c) for c in (os.environ.get("CC", ""), "cc", "gcc", "clang") if c)
+    return compiler and has_triton() and torch.cuda.get_device_capability(device)[0] >= 7
 
 
 def apply_speed_options(model: nn.Module, train: TrainConfig) -> nn.Module:
@@ -103,8 +108,8 @@ def apply_speed_options(model: nn.Module, train: TrainConfig) -> nn.Module:
       (bernoulli STDM) is marked dynamic where it arises (model.layers.Transformer), so nothing
       recompiles later (tests/test_compile_once.py). "reduce-overhead" replays CUDA graphs for
       every graph, the dynamic-length ones included: one CUDA graph is recorded per distinct length
-      met (bernoulli STDM's 8-aligned visible lengths: a handful in a run), a recording, not a
-      compilation. Graphing only the fixed-shape graphs and running the dynamic ones without was
+      met (bernoulli STDM's 8-aligned visible lengths: a handful at a worker batch of 256, more at
+      small batches), a recording, not a compilation. Graphing only the fixed-shape graphs and running the dynamic ones without was
       slower on an H200: cudagraph trees then leave and re-enter their graphs around every
       un-graphed block (exact STDM 571 against 1,936 samples/s compiled alone; docs/performance.md).
     """
@@ -114,19 +119,22 @@ def apply_speed_options(model: nn.Module, train: TrainConfig) -> nn.Module:
         keep_freed_memory()
     compiled = compile_enabled(train, device)
     if train.compile == AUTO and device.type == "cuda" and not compiled:
-        log.warning("train.compile=auto: inductor cannot compile for %s (it needs Triton and compute capability "
-                    ">= 7.0); the step runs eager", torch.cuda.get_device_name(device))
+        log.warning("train.compile=auto: inductor cannot compile for %s here (it needs Triton, compute capability "
+                    ">= 7.0 and a C compiler); the step runs eager", torch.cuda.get_device_name(device))
     if compiled:
         # One graph per (width, grad mode, mask or not, layout): the paper's model makes ~8 in a
         # run with its probe, torch's default limit; past it dynamo would silently run eager.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         # reduce-overhead: graph every block, the dynamic-length ones per length (docstring)
         torch._inductor.config.triton.cudagraph_skip_dynamic_graphs = False
+    blocks = 0
     for m in model.modules():
         if isinstance(m, Transformer):
             m.checkpointing = train.activation_checkpointing
         if compiled and isinstance(m, Block):
             m.compile(mode=None if train.compile_mode == "default" else train.compile_mode, dynamic=None)
+            blocks += 1
+    compiled = compiled and blocks > 0       # a model of other blocks (the ST-MEM adapter) stays eager
     model.cuda_graphs = compiled and device.type == "cuda" and "reduce-overhead" in train.compile_mode
     # A compiled step marks varying lengths dynamic and aligns them (coreecg.model.encoder); eager
     # steps skip both: the padding to a multiple of 8 and the always-built mask cost 4-5 % on the CPU.

@@ -14,6 +14,7 @@ everything else is the same code:
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable
 
 import torch
@@ -39,6 +40,7 @@ def worker_context(plan: RunPlan, source, rank: int, world: int, device: torch.d
     """(task, context) of this worker's share of `plan`, for `train_worker`: batches from `source`
     (what `ingest.epoch_batches` reads: a Ray Data shard, a materialised dataset's iterator, or
     ShardFiles), checkpoints in the run folder, reports to `report_fn`, the model wrapped by `wrap`."""
+    started = time.time()           # the worker group is up: the start-up phase "workers" ends here
     cfg, run_dir = plan.config, plan.run_dir
     if device.type == "cpu":
         torch.set_num_threads(max(1, cfg.train.cpus_per_worker))
@@ -55,4 +57,4 @@ def worker_context(plan: RunPlan, source, rank: int, world: int, device: torch.d
         rank=rank, world_size=world, device=device, steps_per_epoch=plan.steps_per_epoch, run_dir=run_dir,
         epoch_batches=lambda epoch: epoch_batches(source, per_worker, epoch, cfg.train.seed, rank,
                                                   cfg.data.shuffle_buffer, device, world),
-        report=report, latest=lambda: load_latest(run_dir, device), wrap=wrap)
+        report=report, latest=lambda: load_latest(run_dir, device), wrap=wrap, started=started)

@@ -281,7 +281,9 @@ def compile_snapshot() -> dict:
     (`counters["frames"]["total"]`); graph_breaks: `counters["graph_break"]`, summed."""
     from torch._dynamo.utils import counters, get_compilation_metrics
 
-    return {"graphs": counters.get("stats", {}).get("unique_graphs", 0),
+    from coreecg.train.speed import graphs_compiled
+
+    return {"graphs": graphs_compiled(),           # the count the training loop records too
             "frames": counters.get("frames", {}).get("total", 0),
             "graph_breaks": sum(counters.get("graph_break", {}).values()),
             "metrics": list(get_compilation_metrics())}     # the latest compiles (torch keeps 64)

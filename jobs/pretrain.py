@@ -18,7 +18,10 @@ Devices: train.use_gpu and train.num_workers default to auto, chosen once before
 the GPUs of the cluster the job runs on (this machine's, for the job's own local cluster; Ray's
 count on a joined one): the GPUs with one worker each, else the CPU with 2 workers. A value set
 (--config, --set) is kept. The console's first line says what was chosen and why; config.yaml
-and run.json record the chosen values (a resumed auto run compares equal to itself).
+and run.json record the chosen values (a resumed auto run compares equal to itself). On a GPU
+the step is compiled (train.compile=auto: torch.compile per transformer block, docs/decisions.md
+"Compiled step"); configs/quickstart.yaml keeps it off, as so short a run would not win back the
+compile time.
 
 Merge order: defaults < --config < --set < this job's flags. --corpus is data.corpus, --output
 is train.storage_path + train.name; a key given both ways is an error (exit 2).

@@ -84,9 +84,9 @@ def compile_enabled(train: TrainConfig, device: torch.device) -> bool:
 
 
 def inductor_supports(device: torch.device) -> bool:
-    """Whether inductor can compile for this CUDA device: Triton for it (torch's own check: the
-    package and a GPU of compute capability 7.0 or newer), and a C compiler, which Triton needs to
-    build its launchers at the first step (a slim CUDA image may have none). Where one is missing
+    """Whether inductor can compile for this CUDA device: Triton (torch's own check), this GPU of
+    compute capability 7.0 or newer, and a C compiler, which Triton needs to build its launchers
+    at the first step (a slim CUDA image may have none). Where one is missing
     `auto` stays eager rather than failing at the first step; a set train.compile=true still tries
     (and torch says why it cannot)."""
     try:
@@ -111,9 +111,10 @@ def apply_speed_options(model: nn.Module, train: TrainConfig) -> nn.Module:
       recompiles later (tests/test_compile_once.py). "reduce-overhead" replays CUDA graphs for
       every graph, the dynamic-length ones included: one CUDA graph is recorded per distinct length
       met (bernoulli STDM's 8-aligned visible lengths: a handful at a worker batch of 256, more at
-      small batches), a recording, not a compilation. Graphing only the fixed-shape graphs and running the dynamic ones without was
-      slower on an H200: cudagraph trees then leave and re-enter their graphs around every
-      un-graphed block (exact STDM 571 against 1,936 samples/s compiled alone; docs/performance.md).
+      small batches), a recording, not a compilation. Graphing only the fixed-shape graphs and
+      running the dynamic ones without was slower on an H200: cudagraph trees then leave and
+      re-enter their graphs around every un-graphed block (exact STDM 571 against 1,936 samples/s
+      compiled alone; docs/performance.md).
     """
     params = list(model.parameters())
     device = params[0].device if params else torch.device("cpu")

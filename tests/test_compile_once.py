@@ -112,18 +112,31 @@ def test_compile_auto_is_on_for_cuda_only_and_a_set_value_wins():
 @pytest.mark.slow
 def test_a_compiled_run_records_no_graph_built_after_its_first_step(tmp_path, monkeypatch):
     """Through the training loop (the one every job runs): a compiled pretraining of two epochs of
-    fresh bernoulli masks, with the probe after each (its no-grad graphs are evaluation's, built
-    between epochs), records in metrics.jsonl that its first step was compiled and that no graph
-    was built in a training step after it; jobs/pretrain.py's speed line says so."""
+    fresh bernoulli masks, with the probe at init and after each epoch, records in metrics.jsonl
+    that its first step was compiled and that no graph was built in a training step after it;
+    jobs/pretrain.py's speed line says so. Evaluation runs eager (coreecg.train.speed.uncompiled):
+    the probe at init builds no graph before the first step, and nothing after it builds any."""
     import json
 
     import ray
 
     from coreecg.train import fit as fitmod
     from coreecg.train.fit import fit
-    from coreecg.train.pretraining import plan_pretrain
+    from coreecg.train.pretraining import PretrainTask, plan_pretrain
     from coreecg.train.run_speed import run_speed, speed_line
+    from coreecg.train.speed import graphs_compiled
     from tests.helpers import build_synthetic
+
+    at_start = []
+    real_start = PretrainTask.start
+
+    def start(self, bare, ctx, writer):
+        before = graphs_compiled()
+        out = real_start(self, bare, ctx, writer)
+        at_start.append((before, graphs_compiled(), out))
+        return out
+
+    monkeypatch.setattr(PretrainTask, "start", start)
 
     corpus = build_synthetic(tmp_path / "corpus", 32, 3)
     out = tmp_path / "run"
@@ -135,13 +148,17 @@ def test_a_compiled_run_records_no_graph_built_after_its_first_step(tmp_path, mo
     monkeypatch.setattr(fitmod, "start_ray", lambda config: None)
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     torch._dynamo.reset()
+    graphs_before = graphs_compiled()        # dynamo's counters are per process: other tests' graphs
     fit(plan_pretrain(cfg), report_fn=lambda metrics: None)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     first = next(r for r in records if r.get("event") == "first_step")
     assert first["compiled"] is True and first["graphs"] > 0
     epochs = [r for r in records if r.get("kind") == "epoch"]
     assert len(epochs) == 2 and all(r["graphs_compiled_after_first_step"] == 0 for r in epochs)
-    assert all("probe_auroc" in r for r in epochs)     # evaluated between the epochs, compiled graphs and all
+    assert all("probe_auroc" in r for r in epochs)     # evaluated between the epochs
+    (before, after, started), = at_start
+    assert "probe_auroc_init" in started and after == before, "the probe at init built graphs"
+    assert graphs_compiled() - graphs_before == first["graphs"], "evaluation or the run's end built graphs"
     assert [r["phase"] for r in records if r.get("event") == "startup"] == ["workers", "task", "model", "start",
                                                                              "batch"]
     phases = run_speed(out, since=0.0)["startup_s"]

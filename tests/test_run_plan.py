@@ -41,6 +41,20 @@ def test_pretrain_plan_resolves_everything_before_a_worker(corpus, tmp_path):
     assert RunPlan.from_dict(wire) == plan
 
 
+def test_a_worker_reads_the_probe_and_figure_windows_only_where_something_evaluates(corpus, tmp_path):
+    """Rank 0's task holds the probe's data and the figure's windows when the run evaluates; with
+    train.eval_every_epochs=0 nothing reads them (seconds of every such run's start-up), and no
+    other rank reads them either way."""
+    from coreecg.train.pretraining import task_from_plan
+
+    on = task_from_plan(plan_pretrain(_cfg(corpus, tmp_path, "train.eval_every_epochs=1")), rank=0)
+    assert on.probe is not None and on.figure_windows is not None and len(on.figure_windows) > 0
+    off = task_from_plan(plan_pretrain(_cfg(corpus, tmp_path, "train.eval_every_epochs=0")), rank=0)
+    assert off.probe is None and off.figure_windows is None
+    other = task_from_plan(plan_pretrain(_cfg(corpus, tmp_path, "train.eval_every_epochs=1")), rank=1)
+    assert other.probe is None and other.figure_windows is None
+
+
 def test_finetune_plan_round_trips_with_its_spec_but_not_its_subset(corpus, tmp_path):
     plan = plan_finetune(_cfg(corpus, tmp_path, "finetune.mode=scratch", "finetune.batch_size=8",
                               "finetune.train_fraction=0.5"))

@@ -67,6 +67,31 @@ def test_the_first_step_is_broken_down_into_start_up_phases(tmp_path, monkeypatc
     assert "data" not in phases and min(phases.values()) >= 0 and phases["workers"] == 17.0
 
 
+def test_the_data_materialised_beside_the_workers_is_shown_within_their_phase(tmp_path, monkeypatch):
+    """The split materialised while the worker group starts (coreecg.train.data_handoff) is no
+    phase of its own: its seconds (from the "data" mark) are named inside "workers", and the
+    phases still add up to the first step."""
+    from coreecg.train import run_speed as rs
+
+    monkeypatch.setattr(rs, "_MARKS", {})
+    rs.mark("ray", 104.0)
+    rs.mark("data", 105.0)
+    rs.mark("materialised", None)                 # a fit without the handoff: nothing is marked
+    assert "materialised" not in rs._MARKS
+    rs.mark("materialised", 111.5)
+    _write(tmp_path / "metrics.jsonl", [
+        {"event": "startup", "phase": "workers", "time": 113.0},
+        {"event": "first_step", "step": 1, "time": 120.0},
+        {"kind": "epoch", "epoch": 1, "seconds": 10.0, "samples_per_s": 100.0, "time": 125.0},
+    ])
+    s = run_speed(tmp_path, since=100.0)
+    assert s["startup_s"] == {"ray": 4.0, "data": 1.0, "workers": 8.0, "first step": 7.0}
+    assert s["beside_s"] == {"materialised": 6.5}
+    assert "(ray 4.0, data 1.0, workers 8.0 (data materialised beside them in 6.5), first step 7.0)" in speed_line(s)
+    rs.mark("ray", 200.0)                         # the next fit in this process starts afresh
+    assert rs._MARKS == {"ray": 200.0}
+
+
 def test_a_new_fit_drops_the_last_fits_marks(monkeypatch):
     from coreecg.train import run_speed as rs
 

@@ -122,21 +122,41 @@ def fit(plan: RunPlan, *, callbacks: list | None = None, report_fn=None) -> RunR
         from coreecg.train.mixture import mixture_files
 
         dataset = mixture_files(plan.mixture, [plan.open(c) for c in plan.mixture.corpora])
-    else:
+    else:                                   # on Ray Train: materialised beside the workers' start (below)
         dataset = training_dataset(plan.open(plan.corpus), plan.config.train.seed,
-                                   plan.config.data.cache_in_memory_gb, keep=plan.keep)
+                                   plan.config.data.cache_in_memory_gb, keep=plan.keep,
+                                   materialise=report_fn is not None)
+    handoff = None if report_fn is not None or isinstance(dataset, ShardFiles) else _handoff(plan, dataset)
     mark("data")
     with _mirrored(plan) as mirror, _failed_session(run_dir):
         if report_fn is not None:
             last = _fit_here(plan, dataset, report_fn, mirror)
         else:
-            trainer = _trainer(plan, dataset, callbacks)
-            with RunFollower(run_dir / "metrics.jsonl", plan.epochs, on_epoch=mirror):
-                trainer.fit()
+            trainer = _trainer(plan, handoff.source() if handoff is not None else dataset, callbacks)
+            try:
+                with RunFollower(run_dir / "metrics.jsonl", plan.epochs, on_epoch=mirror):
+                    trainer.fit()
+            except Exception:
+                if handoff is not None:     # a failed read: its own error (the file, the reason), not Train's
+                    handoff.raise_if_failed()
+                raise
+            finally:
+                if handoff is not None:
+                    handoff.close()
+                    mark("materialised", handoff.ready_at)
             last = last_epoch(run_dir)      # Ray's Result holds metrics only beside its own checkpoints
     if not (run_dir / FINISHED_FILE[plan.task]).is_file():
         raise RuntimeError(f"{run_dir}: training ended without {FINISHED_FILE[plan.task]}")
     return _result(plan, last)
+
+
+def _handoff(plan: RunPlan, lazy):
+    """The split materialised in a driver thread while the TorchTrainer starts its worker group
+    (coreecg.train.data_handoff): Ray Train takes it when the workers are up."""
+    from coreecg.train.data_handoff import DatasetHandoff
+
+    t = plan.config.train
+    return DatasetHandoff(lazy, t.num_workers * t.cpus_per_worker, str(plan.run_dir)).start()
 
 
 def _fit_here(plan: RunPlan, dataset, report_fn, mirror) -> dict[str, Any]:
@@ -237,9 +257,10 @@ def _failure_callback():
 
 
 def _trainer(plan: RunPlan, dataset, callbacks: list | None):
-    """The TorchTrainer of a plan. dataset: what `training_dataset` returned (a materialised Ray
-    Dataset, or ShardFiles to stream). Checkpoints are the workers' own (coreecg.train.worker),
-    so Ray keeps none."""
+    """The TorchTrainer of a plan. dataset: ShardFiles to stream, or what Ray Train takes as the
+    "train" dataset (a materialised Ray Dataset, or the callable that waits for one:
+    coreecg.train.data_handoff). Checkpoints are the workers' own (coreecg.train.worker), so Ray
+    keeps none."""
     import ray.train
     from ray.train.torch import TorchTrainer
 

@@ -252,7 +252,7 @@ def _to(a: np.ndarray, device: torch.device) -> torch.Tensor:
 
 
 def training_dataset(corpus: str | Path | OpenCorpus, seed: int, cache_in_memory_gb: float = 2.0, split: str = "train",
-                     keep: np.ndarray | None = None):
+                     keep: np.ndarray | None = None, materialise: bool = True):
     """The split's windows ({"signal": (C, T) float16, "uid": int64}, uids numbered as
     `coreecg.data.reading.read_split` numbers them) for training, in one of two forms:
 
@@ -264,6 +264,8 @@ def training_dataset(corpus: str | Path | OpenCorpus, seed: int, cache_in_memory
       docs/performance.md).
     keep: (N,) bool over the split's uids (e.g. a label-efficiency subset); None keeps all.
     corpus: a path, or the run's opened corpus (its manifest and shard list are not read again).
+    materialise=False: the Ray Dataset is returned before it is materialised (the driver of a
+    Ray Train fit materialises it beside the worker group's start: coreecg.train.data_handoff).
     """
     corpus = open_corpus(corpus)
     files = corpus.split_files(split)
@@ -288,7 +290,7 @@ def training_dataset(corpus: str | Path | OpenCorpus, seed: int, cache_in_memory
     order = np.random.default_rng(seed_for("file-order", seed)).permutation(len(items))
     ds = ray.data.from_items([items[i] for i in order], override_num_blocks=len(items))
     ds = ds.map_batches(read_windows, batch_size=1, fn_kwargs={"shape": shape, "dtype": dtype, "keep": keep})
-    return ds.materialize()
+    return ds.materialize() if materialise else ds
 
 
 def local_source(data):

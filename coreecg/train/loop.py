@@ -35,7 +35,7 @@ from coreecg.train.resume_check import check_compatible
 from coreecg.train.run_speed import startup_record
 from coreecg.train.ingest import memory_epoch_batches, seed_for
 from coreecg.train.plan import RunPlan
-from coreecg.train.speed import graphs_compiled, release_freed_memory
+from coreecg.train.speed import graphs_compiled, release_freed_memory, uncompiled
 from coreecg.train.step import TrainStep
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,8 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
     if ctx.is_main:
         from coreecg.run_record import end_session
 
-        task.finish(bare, ctx, run.writer, summary, run.state)
+        with uncompiled(bare):                                     # evaluation runs eager (speed.uncompiled)
+            task.finish(bare, ctx, run.writer, summary, run.state)
         end_session(ctx.run_dir, "completed")
     run.writer.close()
     return summary
@@ -222,7 +223,8 @@ class _Run:
         if resumed is None:
             torch.manual_seed(seed_for("torch", self.cfg.train.seed, ctx.rank))
             if ctx.is_main:
-                self.state.update(task.start(self.bare, ctx, self.writer))
+                with uncompiled(self.bare):         # the probe at init builds no graphs (speed.uncompiled)
+                    self.state.update(task.start(self.bare, ctx, self.writer))
             return 0
         payload, saved, path = resumed
         if payload.get("task", "pretrain") != task.name:
@@ -260,7 +262,7 @@ class _Run:
         t_first, first_i = None, 0          # speed is timed from the epoch's first step (start-up apart)
         sums: dict[str, torch.Tensor] = {}
         count, log_steps = 0, 0
-        graphs0 = graphs_compiled()         # evaluation's graphs (between epochs) are not the step's
+        graphs0 = graphs_compiled()         # evaluation runs eager (uncompiled); counted apart all the same
         batches = iter(ctx.epoch_batches(self.epoch))
         for i in range(epoch_steps):
             try:
@@ -316,7 +318,8 @@ class _Run:
         summary.update(epoch=epoch_number, step=self.step.step, seconds=seconds,
                        samples_per_s=count * task.global_batch / seconds if count else 0.0)
         if ctx.is_main and task.should_evaluate(epoch_number):
-            summary.update(task.evaluate(self.bare, ctx, self.writer, epoch_number, self.step.step, self.state))
+            with uncompiled(self.bare):
+                summary.update(task.evaluate(self.bare, ctx, self.writer, epoch_number, self.step.step, self.state))
         summary.update({k: v for k, v in self.state.items() if isinstance(v, float)})
         extra = task.epoch_record(ctx) if hasattr(task, "epoch_record") else {}   # every rank (collective)
         self.writer.line({"kind": "epoch", **summary, **extra, "graphs_compiled_after_first_step": self.recompiled})

@@ -193,16 +193,18 @@ def figure_windows(corpus: Path, crop: int, n: int = 2) -> torch.Tensor:
 
 
 def task_from_plan(plan: RunPlan, rank: int) -> PretrainTask:
-    """The task a worker runs: the probe's data and the figure's windows on rank 0 only; patient
-    ids of the train split for methods that need them (CMSC)."""
+    """The task a worker runs: the probe's data and the figure's windows on rank 0 only (none when
+    train.eval_every_epochs is 0: nothing evaluates); patient ids of the train split for methods
+    that need them (CMSC)."""
     from coreecg.data.corpus import unpadded_split
     from coreecg.data.reading import patient_index
-    from coreecg.eval.probe import load_probe_data
     from coreecg.methods import method_class
 
     cfg = plan.config
     probe = figures = None
-    if rank == 0:
+    if rank == 0 and cfg.train.eval_every_epochs:   # no evaluation, nothing to read (2.9 s of a start-up)
+        from coreecg.eval.probe import load_probe_data     # and no sklearn to import (0.8 s)
+
         probe = load_probe_data(plan.open(plan.probe_corpus), cfg.data.probe_max_windows) if plan.probe_corpus else None
         figures = figure_windows(plan.open(plan.corpus), cfg.data.crop_samples) if cfg.train.figures else None
     patient_of = None

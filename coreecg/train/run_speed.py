@@ -3,7 +3,9 @@ the whole run and after the first epoch (which carries compilation, the first Ra
 warm caches), and the seconds from the command to the first optimiser step, phase by phase.
 
 Start-up phases, each stamped when it ends: the driver's in this process (`mark`: "ray" the
-cluster up, "data" the run planned and its training data ready), rank 0's in metrics.jsonl
+cluster up, "data" the run planned and its training data on its way: a split to materialise is
+materialised beside the next phase, coreecg.train.data_handoff, and its seconds are shown within
+it), rank 0's in metrics.jsonl
 (`{"event": "startup", "phase": ...}`: "workers" the Train worker group up and in the training
 function, "task" the task's own data read (the probe's windows, the figure's), "model" the model
 built on its device, "start" the checkpoint resumed from or the probe at init, "batch" the first
@@ -34,14 +36,21 @@ _IMPORTED = time.time()
 _MARKS: dict[str, float] = {}
 PHASES = ("ray", "data", "workers", "task", "model", "start", "batch", "first step")     # in the order they end
 DRIVER_PHASES = PHASES[:2]          # marked in the driver's process; the others by rank 0 in metrics.jsonl
+# Work beside the phases, from the end of the phase named, shown within the phase it overlaps:
+# the split materialised while the worker group starts (coreecg.train.data_handoff).
+BESIDE = {"materialised": "data"}
 
 
-def mark(phase: str) -> None:
-    """The driver's start-up phase `phase` ("ray", "data") ended now, in this process; "ray"
-    begins a fit's marks (the process's earlier fit's are dropped)."""
+def mark(phase: str, at: float | None = None) -> None:
+    """The driver's start-up phase `phase` ("ray", "data") ended now (or at `at`, a time.time()),
+    in this process; "ray" begins a fit's marks (the process's earlier fit's are dropped).
+    "materialised" (not a phase: BESIDE): when the training split was in the object store, which
+    happens beside the worker group's start (coreecg.train.data_handoff); None: not marked."""
     if phase == PHASES[0]:
         _MARKS.clear()
-    _MARKS[phase] = time.time()
+    if phase in BESIDE and at is None:
+        return
+    _MARKS[phase] = time.time() if at is None else at
 
 
 def startup_record(phase: str) -> dict[str, Any]:
@@ -84,7 +93,7 @@ def run_speed(run_dir: Path | str, since: float) -> dict[str, Any]:
 
     return {"epochs": len(epochs), "samples": round(sum(n for n, _ in epochs)), "seconds": sum(s for _, s in epochs),
             "samples_per_s": rate(epochs), "samples_per_s_after_first_epoch": rate(epochs[1:]) if len(epochs) > 1 else None,
-            "first_step_s": first_step, "startup_s": _phases(ends, since),
+            "first_step_s": first_step, "startup_s": _phases(ends, since), "beside_s": _beside(ends),
             # torch.compile: graphs built in training steps after the first (the goal: 0); None when eager
             "graphs_compiled_after_first_step": sum(sessions) if compiled else None}
 
@@ -93,7 +102,7 @@ def _phases(ends: dict[str, float], since: float) -> dict[str, float]:
     """Seconds each start-up phase took, from the end of the one before it (the command's start
     first); a phase with no record (no "ray" or "data" mark where the driver is another process)
     counts into the next one recorded."""
-    workers = min((t for p, t in ends.items() if p not in DRIVER_PHASES), default=float("inf"))
+    workers = min((t for p, t in ends.items() if p not in DRIVER_PHASES and p not in BESIDE), default=float("inf"))
     ends = {p: t for p, t in ends.items() if p not in DRIVER_PHASES or t <= workers}   # another fit's marks
     out, last = {}, since
     for phase in PHASES:
@@ -101,6 +110,12 @@ def _phases(ends: dict[str, float], since: float) -> dict[str, float]:
             out[phase] = round(ends[phase] - last, 1)
             last = ends[phase]
     return out
+
+
+def _beside(ends: dict[str, float]) -> dict[str, float]:
+    """Seconds of the work done beside the phases (BESIDE), from the end of the phase it follows."""
+    return {work: round(ends[work] - ends[after], 1) for work, after in BESIDE.items()
+            if work in ends and after in ends and ends[work] >= ends[after]}
 
 
 def speed_line(speed: dict[str, Any]) -> str:
@@ -112,7 +127,11 @@ def speed_line(speed: dict[str, Any]) -> str:
         parts.append(f"{speed['samples_per_s_after_first_epoch']:.1f} after the first")
     if speed["first_step_s"] is not None:
         phases = speed.get("startup_s") or {}
-        split = (" (" + ", ".join(f"{p} {s:.1f}" for p, s in phases.items()) + ")") if len(phases) > 1 else ""
+        beside = speed.get("beside_s") or {}
+        named = [f"{p} {s:.1f}" + (" (data materialised beside them in %.1f)" % beside["materialised"]
+                                   if p == "workers" and "materialised" in beside else "")
+                 for p, s in phases.items()]
+        split = (" (" + ", ".join(named) + ")") if len(phases) > 1 else ""
         parts.append(f"first step {speed['first_step_s']:.1f} s after the command{split}")
     if speed.get("graphs_compiled_after_first_step") is not None:
         parts.append(f"compiled: {speed['graphs_compiled_after_first_step']} graph(s) built after the first step")

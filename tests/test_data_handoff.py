@@ -1,0 +1,95 @@
+"""The training split materialised beside the Train worker group's start
+(coreecg.train.data_handoff): Ray Train gets the same windows as a materialise() before the fit
+would give, on every start of its worker group, and a split that cannot be read fails the fit
+with the read's own error naming the file."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers import build_synthetic, tiny_config
+
+
+def _rows(ds) -> dict[int, np.ndarray]:
+    out = {}
+    for batch in ds.iter_batches(batch_size=None):
+        for uid, signal in zip(batch["uid"], batch["signal"]):
+            out[int(uid)] = np.asarray(signal)
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return build_synthetic(tmp_path_factory.mktemp("handoff") / "corpus", 48, 1)
+
+
+def test_ray_train_takes_the_split_materialised_beside_it(ray_session, corpus):
+    from coreecg.train.data_handoff import DatasetHandoff
+    from coreecg.train.ingest import training_dataset
+
+    lazy = training_dataset(corpus, seed=0, materialise=False)
+    assert type(lazy).__name__ == "Dataset"          # not executed yet: the thread does that
+    handoff = DatasetHandoff(lazy, worker_cpus=3, what="run-a").start()
+    try:
+        source = handoff.source()
+        first, again = source(), source()            # Ray Train calls it on every start of the worker group
+        assert type(first).__name__ == "MaterializedDataset"
+        expected = _rows(training_dataset(corpus, seed=0))
+        got = _rows(first)
+        assert sorted(got) == sorted(expected) and len(got) > 0
+        assert all(np.array_equal(got[u], expected[u]) for u in expected)
+        assert _rows(again).keys() == got.keys()
+        assert handoff.ready_at is not None
+        # Ray Data's read tasks leave the Train workers' CPUs alone
+        spare = ray_session.cluster_resources()["CPU"] - 3
+        assert lazy.context.execution_options.resource_limits.cpu == max(1.0, spare)
+    finally:
+        handoff.close()
+
+
+def test_a_shard_that_cannot_be_read_fails_with_its_own_error(ray_session, corpus, tmp_path):
+    import shutil
+
+    from coreecg.data.corpus import open_corpus
+    from coreecg.train.data_handoff import DatasetHandoff
+    from coreecg.train.ingest import training_dataset
+
+    broken = tmp_path / "corpus"
+    shutil.copytree(corpus, broken)
+    bad = open_corpus(broken).split_files("train")[1]
+    bad.write_bytes(b"not a parquet file" * 64)
+    handoff = DatasetHandoff(training_dataset(broken, seed=0, materialise=False), worker_cpus=1, what="run-b").start()
+    try:
+        with pytest.raises(RuntimeError, match="run-b: the training data could not be materialised"):
+            handoff.source()()                       # what the Train controller sees
+        with pytest.raises(Exception) as raised:
+            handoff.raise_if_failed()                # what the driver raises: the read's error, naming the file
+        assert str(bad) in str(raised.value) and "Parquet" in str(raised.value)
+    finally:
+        handoff.close()
+
+
+@pytest.mark.slow
+def test_a_fit_whose_split_cannot_be_read_raises_the_reads_error(ray_session, corpus, tmp_path):
+    """Through fit(): the TorchTrainer fails (no retries here) and the driver raises the read's
+    error, naming the shard file, not Ray Train's wrapper; the run record says it failed."""
+    import json
+    import shutil
+
+    from coreecg.data.corpus import open_corpus
+    from coreecg.train.fit import fit
+    from coreecg.train.pretraining import plan_pretrain
+
+    broken = tmp_path / "corpus"
+    shutil.copytree(corpus, broken)
+    bad = open_corpus(broken).split_files("train")[0]
+    bad.write_bytes(b"not a parquet file" * 64)
+    out = tmp_path / "run"
+    cfg = tiny_config(f"data.corpus={broken}", "optim.batch_size=4", "optim.epochs=1", "train.eval_every_epochs=0",
+                      "train.num_workers=1", "train.use_gpu=false", "train.max_failures=0",
+                      f"train.storage_path={out.parent}", f"train.name={out.name}")
+    with pytest.raises(Exception) as raised:
+        fit(plan_pretrain(cfg))
+    assert str(bad) in str(raised.value), str(raised.value)[:2000]
+    sessions = json.loads((out / "run.json").read_text())["sessions"]
+    assert sessions[-1]["status"] == "failed"

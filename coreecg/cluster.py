@@ -223,6 +223,12 @@ _PRIVATE = False     # this process started its own local cluster (init_ray): no
 _WARNED: set[str] = set()
 
 
+def owns_cluster() -> bool:
+    """Whether this process started the Ray cluster it uses (init_ray's private local cluster):
+    nothing but this job holds its CPUs (no other job, no Tune trial of another process)."""
+    return _PRIVATE
+
+
 def check_gpus(needed: float, what: str, fix: str = "set train.use_gpu=false to train on the CPU",
                *, joined_may_wait: bool = True) -> None:
     """A request for GPUs the cluster lacks would wait for them forever (Ray Train, Tune and Ray

@@ -40,11 +40,64 @@ def test_ray_train_takes_the_split_materialised_beside_it(ray_session, corpus):
         assert all(np.array_equal(got[u], expected[u]) for u in expected)
         assert _rows(again).keys() == got.keys()
         assert handoff.ready_at is not None
-        # Ray Data's read tasks leave the Train workers' CPUs alone
-        spare = ray_session.cluster_resources()["CPU"] - 3
-        assert lazy.context.execution_options.resource_limits.cpu == max(1.0, spare)
+        # Ray Data's read tasks leave the Train workers' CPUs alone: 4 on the session's cluster, 3 the workers'
+        assert ray_session.cluster_resources()["CPU"] == 4
+        assert lazy.context.execution_options.resource_limits.cpu == 1
     finally:
         handoff.close()
+
+
+def test_a_dead_mailbox_fails_the_controller_at_once(ray_session, corpus):
+    """A RayActorError would make Ray Train restart the worker group without end; a RuntimeError
+    fails the fit."""
+    from coreecg.train.data_handoff import DatasetHandoff
+    from coreecg.train.ingest import training_dataset
+
+    handoff = DatasetHandoff(training_dataset(corpus, seed=0, materialise=False), worker_cpus=1, what="run-c").start()
+    handoff.close()                                  # the mailbox killed, as when the driver stops
+    with pytest.raises(RuntimeError, match="run-c: the training data's mailbox is gone"):
+        handoff.source()()
+
+
+def test_only_a_cluster_this_job_owns_materialises_beside_the_workers(ray_session, monkeypatch):
+    """On a joined cluster (the session's, here) or without a CPU beyond the workers', the split is
+    materialised before the fit: a read waiting for CPUs that placement groups hold could wait
+    forever while the workers wait for it."""
+    from coreecg import cluster
+    from coreecg.train.fit import _beside_workers
+
+    def cfg(cpus):
+        return tiny_config("train.num_workers=1", f"train.cpus_per_worker={cpus}", "train.use_gpu=false")
+
+    assert not _beside_workers(cfg(1))               # joined
+    monkeypatch.setattr(cluster, "_PRIVATE", True)
+    assert _beside_workers(cfg(1)) and _beside_workers(cfg(3))   # 3 CPUs spare, 1 spare
+    assert not _beside_workers(cfg(4))               # none
+
+
+@pytest.mark.slow
+def test_a_fit_takes_its_split_through_the_handoff(ray_session, corpus, tmp_path, monkeypatch):
+    """Through fit() and Ray Train's controller: the run trains on the split materialised beside its
+    worker group's start, and its closing speed line says how long that took."""
+    import time
+
+    from coreecg import cluster
+    from coreecg.train import run_speed as rs
+    from coreecg.train.fit import fit
+    from coreecg.train.pretraining import plan_pretrain
+
+    monkeypatch.setattr(cluster, "_PRIVATE", True)   # as on the job's own local cluster
+    out = tmp_path / "run"
+    cfg = tiny_config(f"data.corpus={corpus}", "optim.batch_size=4", "optim.epochs=1", "train.eval_every_epochs=0",
+                      "train.num_workers=1", "train.use_gpu=false", f"train.storage_path={out.parent}",
+                      f"train.name={out.name}")
+    since = time.time()
+    rs.mark("ray")
+    result = fit(plan_pretrain(cfg))
+    assert result.metrics["step"] > 0 and result.model.is_file()
+    speed = rs.run_speed(out, since)
+    assert speed["epochs"] == 1 and speed["beside_s"]["materialised"] >= 0
+    assert "data materialised beside them in" in rs.speed_line(speed)
 
 
 def test_a_shard_that_cannot_be_read_fails_with_its_own_error(ray_session, corpus, tmp_path):
@@ -70,15 +123,19 @@ def test_a_shard_that_cannot_be_read_fails_with_its_own_error(ray_session, corpu
 
 
 @pytest.mark.slow
-def test_a_fit_whose_split_cannot_be_read_raises_the_reads_error(ray_session, corpus, tmp_path):
-    """Through fit(): the TorchTrainer fails (no retries here) and the driver raises the read's
-    error, naming the shard file, not Ray Train's wrapper; the run record says it failed."""
+@pytest.mark.parametrize("beside", [True, False])
+def test_a_fit_whose_split_cannot_be_read_raises_the_reads_error(ray_session, corpus, tmp_path, monkeypatch, beside):
+    """Through fit(), materialised beside the workers or before the fit: the driver raises the
+    read's error, naming the shard file, not Ray Train's wrapper; the run record says it failed."""
     import json
     import shutil
 
+    from coreecg import cluster
     from coreecg.data.corpus import open_corpus
     from coreecg.train.fit import fit
     from coreecg.train.pretraining import plan_pretrain
+
+    monkeypatch.setattr(cluster, "_PRIVATE", beside)
 
     broken = tmp_path / "corpus"
     shutil.copytree(corpus, broken)
@@ -86,7 +143,7 @@ def test_a_fit_whose_split_cannot_be_read_raises_the_reads_error(ray_session, co
     bad.write_bytes(b"not a parquet file" * 64)
     out = tmp_path / "run"
     cfg = tiny_config(f"data.corpus={broken}", "optim.batch_size=4", "optim.epochs=1", "train.eval_every_epochs=0",
-                      "train.num_workers=1", "train.use_gpu=false", "train.max_failures=0",
+                      "train.num_workers=1", "train.use_gpu=false",
                       f"train.storage_path={out.parent}", f"train.name={out.name}")
     with pytest.raises(Exception) as raised:
         fit(plan_pretrain(cfg))

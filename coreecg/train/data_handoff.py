@@ -10,12 +10,18 @@ callable (`TorchTrainer(datasets={"train": callable})`, which Ray Train V2 calls
 controller once the worker group is up, on every start of it) that waits for the thread's result
 in a small mailbox actor.
 
+- Where: only on the job's own local cluster with a CPU to spare beyond the workers'
+  (coreecg.train.fit._beside_workers). The workers hold their CPUs while the controller waits,
+  so on a cluster that others share (a joined one, Tune's trials) a read task waiting for a CPU
+  that other placement groups hold could wait forever; there the split is materialised first.
 - Ownership: the driver ran the materialisation, so it owns the blocks, as with a `materialize()`
-  before the fit; the mailbox and the controller only borrow them.
+  before the fit; the mailbox (pinned to the driver's node) and the controller only borrow them.
 - Resources: the thread's Ray Data execution leaves the Train workers' CPUs alone
   (`resource_limits`), so the workers' placement group is not kept waiting by read tasks.
-- Failure: a read that fails hands its error to the controller (the fit fails) and the driver
-  raises the original error, naming the file, instead of Ray Train's wrapper (`raise_if_failed`).
+- Failure: a read that fails hands its error to the controller and the driver raises the original
+  error, naming the file, instead of Ray Train's wrapper (`raise_if_failed`). The controller's
+  errors here are RuntimeErrors, which Ray Train does not retry (a dead mailbox included: as a
+  RayActorError it would restart the worker group without end).
 """
 from __future__ import annotations
 
@@ -57,8 +63,13 @@ class WaitForDataset:
 
     def __call__(self):
         import ray
+        from ray.exceptions import RayActorError
 
-        kind, value = ray.get(self.mailbox.get.remote())
+        try:
+            kind, value = ray.get(self.mailbox.get.remote())
+        except RayActorError as e:         # the driver is gone (its mailbox with it)
+            raise RuntimeError(f"{self.what}: the training data's mailbox is gone ({type(e).__name__}); "
+                               "the driver that was materialising it has stopped") from None
         if kind == "error":
             raise RuntimeError(f"{self.what}: the training data could not be materialised: {value}")
         return value
@@ -81,13 +92,15 @@ class DatasetHandoff:
     def __init__(self, lazy: Any, worker_cpus: float, what: str):
         import ray
         from ray.data import ExecutionResources
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.lazy, self.what = lazy, what
         # The workers' CPUs are Train's: Ray Data's read tasks take only the rest (read tasks
         # use no GPU). resource_limits, as exclude_resources is deprecated in Ray 2.60.
         spare = ray.cluster_resources().get("CPU", 0.0) - worker_cpus
         lazy.context.execution_options.resource_limits = ExecutionResources(cpu=max(1.0, spare))
-        self.mailbox = _mailbox_class().remote()
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.mailbox = _mailbox_class().options(scheduling_strategy=here).remote()
         self.error: BaseException | None = None
         self.ready_at: float | None = None        # time.time() when the dataset was materialised
         self._thread = threading.Thread(target=self._run, name="coreecg-materialise", daemon=True)
@@ -113,25 +126,20 @@ class DatasetHandoff:
     def source(self) -> WaitForDataset:
         return WaitForDataset(self.mailbox, self.what)
 
-    def wait(self, timeout: float | None = None) -> Any:
-        """The materialised dataset (in this process), or the read's error raised."""
-        self._thread.join(timeout)
-        self.raise_if_failed()
-        import ray
-
-        return ray.get(self.mailbox.get.remote())[1]
-
-    def raise_if_failed(self) -> None:
-        """Raise the materialisation's own error, if it failed (waits for the thread to end)."""
-        self._thread.join()
+    def raise_if_failed(self, wait_s: float = 10.0) -> None:
+        """Raise the materialisation's own error, if it failed. Waits up to `wait_s` for the thread:
+        a read that failed put its error before the controller saw it, so its thread is ending; a
+        fit that failed for another reason is not held up by a read still running."""
+        self._thread.join(wait_s)
         if self.error is not None:
             raise self.error
 
-    def close(self) -> None:
-        """Let the mailbox go (the dataset's blocks stay the driver's until it drops them)."""
+    def close(self, wait_s: float = 60.0) -> None:
+        """Let the mailbox go (the dataset's blocks stay the driver's until it drops them). A read
+        still running after `wait_s` (a fit that ended early) is left to its daemon thread."""
         import ray
 
-        self._thread.join()
+        self._thread.join(wait_s)
         try:
             ray.kill(self.mailbox)
         except Exception:              # Ray already shut down

@@ -118,36 +118,53 @@ def fit(plan: RunPlan, *, callbacks: list | None = None, report_fn=None) -> RunR
     write_run_folder(plan)
     for stale in ("metrics.json", "predictions.csv"):   # a finished fine-tuning resumed with more epochs
         (run_dir / stale).unlink(missing_ok=True)
-    if plan.mixture is not None:            # several corpora: always streamed (coreecg.train.mixture)
-        from coreecg.train.mixture import mixture_files
+    handoff = None
+    try:
+        with _mirrored(plan) as mirror, _failed_session(run_dir):   # a split that cannot be read fails the session too
+            if plan.mixture is not None:    # several corpora: always streamed (coreecg.train.mixture)
+                from coreecg.train.mixture import mixture_files
 
-        dataset = mixture_files(plan.mixture, [plan.open(c) for c in plan.mixture.corpora])
-    else:                                   # on Ray Train: materialised beside the workers' start (below)
-        dataset = training_dataset(plan.open(plan.corpus), plan.config.train.seed,
-                                   plan.config.data.cache_in_memory_gb, keep=plan.keep,
-                                   materialise=report_fn is not None)
-    handoff = None if report_fn is not None or isinstance(dataset, ShardFiles) else _handoff(plan, dataset)
-    mark("data")
-    with _mirrored(plan) as mirror, _failed_session(run_dir):
-        if report_fn is not None:
-            last = _fit_here(plan, dataset, report_fn, mirror)
-        else:
-            trainer = _trainer(plan, handoff.source() if handoff is not None else dataset, callbacks)
-            try:
-                with RunFollower(run_dir / "metrics.jsonl", plan.epochs, on_epoch=mirror):
-                    trainer.fit()
-            except Exception:
-                if handoff is not None:     # a failed read: its own error (the file, the reason), not Train's
-                    handoff.raise_if_failed()
-                raise
-            finally:
-                if handoff is not None:
-                    handoff.close()
-                    mark("materialised", handoff.ready_at)
-            last = last_epoch(run_dir)      # Ray's Result holds metrics only beside its own checkpoints
+                dataset = mixture_files(plan.mixture, [plan.open(c) for c in plan.mixture.corpora])
+            else:
+                beside = report_fn is None and _beside_workers(plan.config)
+                dataset = training_dataset(plan.open(plan.corpus), plan.config.train.seed,
+                                           plan.config.data.cache_in_memory_gb, keep=plan.keep, materialise=not beside)
+                if beside and not isinstance(dataset, ShardFiles):
+                    handoff = _handoff(plan, dataset)
+            mark("data")
+            if report_fn is not None:
+                last = _fit_here(plan, dataset, report_fn, mirror)
+            else:
+                trainer = _trainer(plan, handoff.source() if handoff is not None else dataset, callbacks)
+                try:
+                    with RunFollower(run_dir / "metrics.jsonl", plan.epochs, on_epoch=mirror):
+                        trainer.fit()
+                except Exception:
+                    if handoff is not None:     # a failed read: its own error (the file, the reason), not Train's
+                        handoff.raise_if_failed()
+                    raise
+                last = last_epoch(run_dir)      # Ray's Result holds metrics only beside its own checkpoints
+    finally:
+        if handoff is not None:
+            handoff.close()
+            mark("materialised", handoff.ready_at)
     if not (run_dir / FINISHED_FILE[plan.task]).is_file():
         raise RuntimeError(f"{run_dir}: training ended without {FINISHED_FILE[plan.task]}")
     return _result(plan, last)
+
+
+def _beside_workers(config: Config) -> bool:
+    """Whether a Ray Train fit may materialise its split beside the worker group's start: only on
+    this job's own local cluster (coreecg.cluster.owns_cluster) with a CPU beyond the workers' for
+    Ray Data's read tasks. Elsewhere (a joined cluster, a Tune trial's process) other placement
+    groups may hold every CPU while this fit's workers wait for the data, and a read waiting for a
+    CPU would wait forever: the split is materialised before the fit there, as it always was."""
+    import ray
+
+    from coreecg.cluster import owns_cluster
+
+    t = config.train
+    return owns_cluster() and ray.cluster_resources().get("CPU", 0.0) - t.num_workers * t.cpus_per_worker >= 1
 
 
 def _handoff(plan: RunPlan, lazy):

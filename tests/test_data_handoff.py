@@ -69,7 +69,8 @@ def test_only_a_cluster_this_job_owns_materialises_beside_the_workers(ray_sessio
     def cfg(cpus):
         return tiny_config("train.num_workers=1", f"train.cpus_per_worker={cpus}", "train.use_gpu=false")
 
-    assert not _beside_workers(cfg(1))               # joined
+    monkeypatch.setattr(cluster, "_PRIVATE", False)  # a cluster this process joined (an earlier test may
+    assert not _beside_workers(cfg(1))               # have started a private one in this process)
     monkeypatch.setattr(cluster, "_PRIVATE", True)
     assert _beside_workers(cfg(1)) and _beside_workers(cfg(3))   # 3 CPUs spare, 1 spare
     assert not _beside_workers(cfg(4))               # none

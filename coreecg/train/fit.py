@@ -37,7 +37,7 @@ from coreecg.train.finetuning import plan_finetune
 from coreecg.train.ingest import ShardFiles, training_dataset
 from coreecg.train.loop import progress_line, progress_log, progress_text
 from coreecg.train.plan import RunPlan, write_run_folder
-from coreecg.train.run_speed import mark
+from coreecg.train.run_speed import MATERIALISED, mark
 from coreecg.train.pretraining import plan_pretrain
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ def fit(plan: RunPlan, *, callbacks: list | None = None, report_fn=None) -> RunR
     finally:
         if handoff is not None:
             handoff.close()
-            mark("materialised", handoff.ready_at)
+            mark(MATERIALISED, handoff.ready_at)
     if not (run_dir / FINISHED_FILE[plan.task]).is_file():
         raise RuntimeError(f"{run_dir}: training ended without {FINISHED_FILE[plan.task]}")
     return _result(plan, last)

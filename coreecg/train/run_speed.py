@@ -36,19 +36,19 @@ _IMPORTED = time.time()
 _MARKS: dict[str, float] = {}
 PHASES = ("ray", "data", "workers", "task", "model", "start", "batch", "first step")     # in the order they end
 DRIVER_PHASES = PHASES[:2]          # marked in the driver's process; the others by rank 0 in metrics.jsonl
-# Work beside the phases, from the end of the phase named, shown within the phase it overlaps:
-# the split materialised while the worker group starts (coreecg.train.data_handoff).
-BESIDE = {"materialised": "data"}
+# Not a phase: when the split was materialised, beside the worker group's start
+# (coreecg.train.data_handoff); its seconds count from the "data" mark and show within "workers".
+MATERIALISED = "materialised"
 
 
 def mark(phase: str, at: float | None = None) -> None:
     """The driver's start-up phase `phase` ("ray", "data") ended now (or at `at`, a time.time()),
     in this process; "ray" begins a fit's marks (the process's earlier fit's are dropped).
-    "materialised" (not a phase: BESIDE): when the training split was in the object store, which
-    happens beside the worker group's start (coreecg.train.data_handoff); None: not marked."""
+    MATERIALISED (not a phase): when the training split was in the object store, which happens
+    beside the worker group's start (coreecg.train.data_handoff); at=None: not marked."""
     if phase == PHASES[0]:
         _MARKS.clear()
-    if phase in BESIDE and at is None:
+    if phase == MATERIALISED and at is None:
         return
     _MARKS[phase] = time.time() if at is None else at
 
@@ -102,7 +102,7 @@ def _phases(ends: dict[str, float], since: float) -> dict[str, float]:
     """Seconds each start-up phase took, from the end of the one before it (the command's start
     first); a phase with no record (no "ray" or "data" mark where the driver is another process)
     counts into the next one recorded."""
-    workers = min((t for p, t in ends.items() if p not in DRIVER_PHASES and p not in BESIDE), default=float("inf"))
+    workers = min((t for p, t in ends.items() if p not in (*DRIVER_PHASES, MATERIALISED)), default=float("inf"))
     ends = {p: t for p, t in ends.items() if p not in DRIVER_PHASES or t <= workers}   # another fit's marks
     out, last = {}, since
     for phase in PHASES:
@@ -113,9 +113,10 @@ def _phases(ends: dict[str, float], since: float) -> dict[str, float]:
 
 
 def _beside(ends: dict[str, float]) -> dict[str, float]:
-    """Seconds of the work done beside the phases (BESIDE), from the end of the phase it follows."""
-    return {work: round(ends[work] - ends[after], 1) for work, after in BESIDE.items()
-            if work in ends and after in ends and ends[work] >= ends[after]}
+    """{MATERIALISED: seconds from the "data" mark} where the split was materialised beside the workers."""
+    if MATERIALISED in ends and "data" in ends and ends[MATERIALISED] >= ends["data"]:
+        return {MATERIALISED: round(ends[MATERIALISED] - ends["data"], 1)}
+    return {}
 
 
 def speed_line(speed: dict[str, Any]) -> str:
@@ -128,8 +129,8 @@ def speed_line(speed: dict[str, Any]) -> str:
     if speed["first_step_s"] is not None:
         phases = speed.get("startup_s") or {}
         beside = speed.get("beside_s") or {}
-        named = [f"{p} {s:.1f}" + (" (data materialised beside them in %.1f)" % beside["materialised"]
-                                   if p == "workers" and "materialised" in beside else "")
+        named = [f"{p} {s:.1f}" + (" (data materialised beside them in %.1f)" % beside[MATERIALISED]
+                                   if p == "workers" and MATERIALISED in beside else "")
                  for p, s in phases.items()]
         split = (" (" + ", ".join(named) + ")") if len(phases) > 1 else ""
         parts.append(f"first step {speed['first_step_s']:.1f} s after the command{split}")

@@ -4,6 +4,8 @@ would give, on every start of its worker group, and a split that cannot be read 
 with the read's own error naming the file."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,20 @@ def _rows(ds) -> dict[int, np.ndarray]:
         for uid, signal in zip(batch["uid"], batch["signal"]):
             out[int(uid)] = np.asarray(signal)
     return out
+
+
+def _wait_until_gone(actor, timeout_s: float = 30.0) -> None:
+    import ray
+    from ray.exceptions import RayActorError
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=timeout_s)
+        except RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the actor was still alive {timeout_s:.0f} s after ray.kill")
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +71,7 @@ def test_a_dead_mailbox_fails_the_controller_at_once(ray_session, corpus):
 
     handoff = DatasetHandoff(training_dataset(corpus, seed=0, materialise=False), worker_cpus=1, what="run-c").start()
     handoff.close()                                  # the mailbox killed, as when the driver stops
+    _wait_until_gone(handoff.mailbox)                # ray.kill returns before the actor has died
     with pytest.raises(RuntimeError, match="run-c: the training data's mailbox is gone"):
         handoff.source()()
 

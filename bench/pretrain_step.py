@@ -203,6 +203,12 @@ def run_variant(args) -> dict:
     if args.cudagraph_skip_dynamic:
         torch._inductor.config.triton.cudagraph_skip_dynamic_graphs = True
     torch._dynamo.config.automatic_dynamic_shapes = not args.static_shapes
+    if args.short_attention:
+        from coreecg.model.layers import Attention
+
+        for m in model.modules():
+            if isinstance(m, Attention):
+                m.batched_up_to = args.short_attention
     if args.host_cache:
         from coreecg.train.speed import keep_freed_memory
 
@@ -255,7 +261,7 @@ def run_variant(args) -> dict:
         "variant": args.variant, "precision": args.precision, "stdm_mode": args.mode, "sdpa": args.sdpa_backend,
         "key_padding_mask": args.padded, "compile": cfg.train.compile,
         "cudagraph_skip_dynamic": args.cudagraph_skip_dynamic, "host_cache": args.host_cache,
-        "static_shapes": args.static_shapes,
+        "static_shapes": args.static_shapes, "short_attention": args.short_attention,
         # whether torch.compile is on here (counted on the model, not read from the config)
         "compiled": any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules()),
         "batch": args.batch, "first_step_seconds": step_s[0] if args.warmup else None,
@@ -390,6 +396,10 @@ def main() -> None:
     p.add_argument("--static-shapes", action="store_true",
                    help="experiment (train.compile): no automatic dynamic shapes, so every block shape but the "
                         "one marked dynamic (bernoulli's visible length) gets a static graph of its own")
+    p.add_argument("--short-attention", type=int, default=0, metavar="N",
+                   help="experiment: attention over sequences of at most N tokens in batched matmuls instead of "
+                        "SDPA's fused kernels (coreecg.model.layers.Attention.batched_up_to; the axial Time "
+                        "Decoder's 12- and 30-token sequences at N=32)")
     p.add_argument("--host-cache", action="store_true",
                    help="experiment: train.host_memory_cache's malloc settings on a GPU too (they apply on the CPU)")
     config_args(p)
@@ -426,6 +436,7 @@ def main() -> None:
                            *(["--cudagraph-skip-dynamic"] if args.cudagraph_skip_dynamic else []),
                            *(["--host-cache"] if args.host_cache else []),
                            *(["--static-shapes"] if args.static_shapes else []),
+                           *(["--short-attention", str(args.short_attention)] if args.short_attention else []),
                            *(["--config", args.config] if args.config else []), *(["--quick"] if args.quick else []),
                            *sets(args.set)]
                     try:

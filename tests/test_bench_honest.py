@@ -120,7 +120,7 @@ def test_flop_count_includes_masked_attention_on_cpu():
 def _variant_args(**kw) -> argparse.Namespace:
     args = dict(device="cpu", precision="fp32", mode="bernoulli", variant="core", set=list(TINY), config=None,
                 padded=False, batch=2, steps=3, warmup=1, sdpa_backend="auto", profile=0, quick=True,
-                cudagraph_skip_dynamic=False, host_cache=False, static_shapes=False)
+                cudagraph_skip_dynamic=False, host_cache=False, static_shapes=False, short_attention=0)
     return argparse.Namespace(**{**args, **kw})
 
 
@@ -195,3 +195,19 @@ def test_bare_step_reports_every_step_and_the_old_figure():
     assert e["samples_per_s_median"] == pytest.approx(float(np.median([8.0, 32 / 4.2])))
     assert [x["index"] for x in e["slow_epochs"]] == [0] and e["epoch_s"] == [10.0, 4.0, 4.2]
     assert epoch_summary([]) is None and math.isclose(e["window_s"], 18.2)
+
+
+def test_the_short_attention_experiment_reaches_the_model(monkeypatch):
+    """--short-attention N sets every Attention's batched_up_to, so the step runs its short
+    sequences in batched matmuls (else the lease would time SDPA under the experiment's name)."""
+    from bench import pretrain_step
+    from coreecg.model import layers
+
+    calls = []
+    real = layers.batched_attention
+    monkeypatch.setattr(layers, "batched_attention", lambda q, *a: calls.append(q.shape[2]) or real(q, *a))
+    r = pretrain_step.run_variant(_variant_args(steps=1, short_attention=32))
+    assert r["short_attention"] == 32 and calls and max(calls) <= 32
+    n = len(calls)
+    pretrain_step.run_variant(_variant_args(steps=1))
+    assert len(calls) == n                                          # off by default

@@ -13,7 +13,9 @@
 #                 threads for the host side instead of Ray's 1: its 1,880 samples/s against the
 #                 bare step's 2,016-2,389 in the last lease)
 #   tests.txt     tests/test_cuda_compile.py and the GPU share measurement (TESTS_K picks)
-#   exp_*.json    experiments: static shapes (no automatic dynamic), math attention, compiled
+#   exp_*.json    experiments, compiled: the axial Time Decoder's 12- and 30-token attention in
+#                 batched matmuls instead of 64/128-row fused tiles (--short-attention 32, profiled
+#                 beside step_compiled_bernoulli's profile), static shapes (no automatic dynamic)
 #   sweep_*.txt   with SWEEP=1 and 200 s left: a 4-cell jobs/sweep_mask_rates.py, trials sharing
 #                 the GPU (--gpus-per-trial auto) against one trial per GPU
 # The lease of 2026-11-27 (b) ran this script's earlier form: docs/performance.md.
@@ -57,9 +59,9 @@ part 150 tests.txt python -m pytest -q -p no:cacheprovider -rfE --tb=short tests
     tests/test_gpu_share.py -k "${TESTS_K:-cuda or gpu}"
 grep -E "^(FAILED|ERROR)|passed|failed" "$R/tests.txt" | tail -n 12
 
+part 80 exp_short_attention.json python "${common[@]}" --modes bernoulli --profile 3 "${compiled[@]}" --short-attention 32
 part 70 exp_static.json python "${common[@]}" --modes bernoulli,exact "${compiled[@]}" --static-shapes
 part 70 exp_static_graphs.json python "${common[@]}" --modes bernoulli,exact "${graphs[@]}" --static-shapes
-part 50 exp_math.json python "${common[@]}" --modes bernoulli "${compiled[@]}" --sdpa math
 
 if [ -n "${SWEEP-}" ] && (( $(left 999) >= 200 )); then
     printf 'grid:\n  methods.core.masking.p_time: [0.4, 0.5]\n  methods.core.masking.p_lead: [0.1, 0.2]\n' > /tmp/grid4.yaml

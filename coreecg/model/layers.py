@@ -8,7 +8,14 @@ from torch.utils.checkpoint import checkpoint
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention on fused SDPA kernels."""
+    """Multi-head self-attention on fused SDPA kernels.
+
+    `batched_up_to` (0: off): sequences of at most this many tokens take plain batched matmuls
+    and a softmax instead of SDPA. An experiment of issue 41 (`bench.pretrain_step
+    --short-attention N`): the axial Time Decoder attends within 30-token leads and 12-token
+    columns, and a fused GPU kernel works in 64- or 128-row tiles whatever the length, so most
+    of each tile is idle there. The same numbers up to float rounding (tests/test_layers.py).
+    """
 
     def __init__(self, dim: int, num_heads: int, dropout: float = 0.0):
         super().__init__()
@@ -16,14 +23,35 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         self.dropout = dropout
+        self.batched_up_to = 0
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, L, D); attn_mask: (B, 1, 1, L) bool, True = may attend (padding is False)."""
         B, L, D = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.num_heads, D // self.num_heads).permute(2, 0, 3, 1, 4)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                             dropout_p=self.dropout if self.training else 0.0)
+        dropout = self.dropout if self.training else 0.0
+        if self.batched_up_to and L <= self.batched_up_to:     # no guard on L when off
+            out = batched_attention(q, k, v, attn_mask, dropout)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
         return self.proj(out.transpose(1, 2).reshape(B, L, D))
+
+
+def batched_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                      dropout_p: float = 0.0) -> torch.Tensor:
+    """SDPA's result in batched matmuls: q, k, v (B, h, L, d); attn_mask broadcastable to
+    (B, h, L, L), bool, True = may attend -> (B, h, L, d). The scores are (B, h, L, L): for short
+    sequences only. The softmax runs in float32 (as the fused kernels accumulate)."""
+    B, h, L, d = q.shape
+    # 3-D bmm on (B*h, L, d), the scale on q: a form inductor does not rewrite back into SDPA
+    scores = torch.bmm((q * d ** -0.5).reshape(B * h, L, d), k.reshape(B * h, L, d).transpose(1, 2))
+    scores = scores.view(B, h, L, L).float()
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    probs = scores.softmax(-1)
+    if dropout_p:
+        probs = F.dropout(probs, dropout_p)
+    return torch.bmm(probs.to(v.dtype).view(B * h, L, L), v.reshape(B * h, L, d)).view(B, h, L, d)
 
 
 class Block(nn.Module):

@@ -189,6 +189,18 @@ def flop_count(step, x, kwargs: dict, device: torch.device, batch: int) -> dict:
             "flops_count_seconds": time.perf_counter() - t}
 
 
+def host_after_first(first: resource.struct_rusage, last: resource.struct_rusage, after_first: list[float]) -> dict:
+    """Per step after the first: minor page faults, user and system CPU seconds of this process
+    (all its threads), and their sum over the steps' wall time."""
+    n, wall = len(after_first), sum(after_first)
+    if not n:
+        return {}
+    user, system = last.ru_utime - first.ru_utime, last.ru_stime - first.ru_stime
+    return {"minor_faults_per_step_after_first": (last.ru_minflt - first.ru_minflt) / n,
+            "user_seconds_per_step_after_first": user / n, "system_seconds_per_step_after_first": system / n,
+            "host_cpu_share_after_first": (user + system) / wall if wall > 0 else None}
+
+
 def run_variant(args) -> dict:
     from coreecg.methods import build_method
     from coreecg.train.step import PretrainStep, Schedule
@@ -239,6 +251,7 @@ def run_variant(args) -> dict:
             step_s.append(time.perf_counter() - t)
             if i == 0:
                 compiles.append(compile_snapshot())
+                usage_first = resource.getrusage(resource.RUSAGE_SELF)
         usage1 = resource.getrusage(resource.RUSAGE_SELF)
         compiles.append(compile_snapshot())
         profiled = profile_steps(step, x, kwargs, device, args.profile) if args.profile else None
@@ -289,6 +302,10 @@ def run_variant(args) -> dict:
         # Page faults and kernel time per timed step: what train.host_memory_cache removes.
         "minor_faults_per_step": (usage1.ru_minflt - usage0.ru_minflt) / args.steps,
         "system_seconds_per_step": (usage1.ru_stime - usage0.ru_stime) / args.steps,
+        # The same after the first step (which holds compilation, autotuning, cuDNN's plans and
+        # the compile workers' fork), and the host's CPU seconds against the wall: a share near 1
+        # or above means the step waits on the host (Python, launches, faults), not the device.
+        **host_after_first(usage_first, usage1, step_s[1:]),
         "device_type": device.type, "peak_memory_bytes": peak_bytes,
         "peak_memory_bytes_per_sample": peak_bytes / args.batch,
     }
@@ -317,7 +334,8 @@ def in_process(p: argparse.ArgumentParser, cmd: list[str]) -> dict:
 
 def run_line(r: dict) -> str:
     """One run in one line: the median and the whole window, the first step, slow steps and
-    compilations after the first step, MFU (torch's FLOP count, and the analytic one), memory."""
+    compilations after the first step, MFU (torch's FLOP count, and the analytic one), memory, the
+    host's CPU share of the wall after the first step, and the experiments' settings."""
     slow = [s for s in r.get("slow_steps", []) if s["index"] > 0]
     slow_text = "".join(f", #{s['index']} {s['s']:.2f} s" for s in slow[:5])
     nan = float("nan")
@@ -332,7 +350,10 @@ def run_line(r: dict) -> str:
             f"{slow_text}), "
             f"{r.get('compilations_after_first_step', 0)} compilations after the first step, "
             f"MFU {r['flops_utilisation']:.3f} (analytic {r.get('flops_utilisation_analytic', nan):.3f}), {flops}, "
-            f"peak {r['peak_memory_bytes'] / 2**30:.2f} GiB")
+            f"peak {r['peak_memory_bytes'] / 2**30:.2f} GiB"
+            + (f", host CPU {r['host_cpu_share_after_first']:.2f} of the wall after the first step"
+               if r.get("host_cpu_share_after_first") is not None else "")
+            + (f", batched attention up to {r['short_attention']} tokens" if r.get("short_attention") else ""))
 
 
 def summarise(results: list[dict]) -> dict:

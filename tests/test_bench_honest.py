@@ -166,6 +166,12 @@ def test_pretrain_step_reports_the_whole_window_a_slow_step_and_torch_flops(monk
     assert r["flops_utilisation_whole"] == pytest.approx(torch_flops * r["samples_per_s_whole"] / peak)
     line = pretrain_step.summarise([r])["runs"][0]
     assert "whole window" in line and "#3" in line and "GFLOP" in line
+    # The host's CPU seconds after the first step against their wall, the slept step's included.
+    assert r["minor_faults_per_step_after_first"] >= 0 and r["user_seconds_per_step_after_first"] > 0
+    slept = step_s[-1] - max(step_s[1:-1])
+    busy = 3 * (r["user_seconds_per_step_after_first"] + r["system_seconds_per_step_after_first"])
+    assert r["host_cpu_share_after_first"] == pytest.approx(busy / sum(step_s[1:]))
+    assert r["host_cpu_share_after_first"] < busy / slept          # the slept step's wall is in the sum
 
 
 # ---------------------------------------------------------------------------- bench.pretrain_throughput

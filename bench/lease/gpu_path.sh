@@ -5,19 +5,23 @@
 #   step_*.json   bench.pretrain_step, paper config, batch 256, bf16, STEPS timed steps, no warm-up
 #                 (the whole window): eager, compiled (train.compile=true), compiled with CUDA
 #                 graphs (compile_mode=reduce-overhead: one graph per visible length), both STDM
-#                 modes; the compiled bernoulli run profiled (device time by kind of kernel)
-#   paper*.txt    `python jobs/pretrain.py --config configs/paper.yaml` as a user runs it (devices
+#                 modes; the compiled bernoulli run profiled (device time by kind of kernel); every
+#                 run's host CPU share of the wall after its first step (is the device waiting on
+#                 the host?)
+#   exp_short_attention.json  compiled bernoulli, profiled, with the axial Time Decoder's 12- and
+#                 30-token attention in batched matmuls instead of 64/128-row fused tiles
+#                 (--short-attention 32): its attention time against step_compiled_bernoulli's
+#   paper.txt     `python jobs/pretrain.py --config configs/paper.yaml` as a user runs it (devices
 #                 and compile from auto; a cold inductor cache) on a synthetic corpus of RECORDS
 #                 records for EPOCHS epochs: its device line and closing speed line with the
-#                 start-up phases; then PAPER_EXTRA (default: 8 CPUs for the worker, so 8 intra-op
-#                 threads for the host side instead of Ray's 1: its 1,880 samples/s against the
-#                 bare step's 2,016-2,389 in the last lease)
+#                 start-up phases
 #   tests.txt     tests/test_cuda_compile.py and the GPU share measurement (TESTS_K picks)
-#   exp_*.json    experiments, compiled: the axial Time Decoder's 12- and 30-token attention in
-#                 batched matmuls instead of 64/128-row fused tiles (--short-attention 32, profiled
-#                 beside step_compiled_bernoulli's profile), static shapes (no automatic dynamic)
+#   exp_static*.json  compiled and graphed with static shapes (no automatic dynamic)
+#   paper_extra.txt   the job again with PAPER_EXTRA (default: 8 CPUs for the worker, so 8
+#                 intra-op threads for the host side instead of Ray's 1)
 #   sweep_*.txt   with SWEEP=1 and 200 s left: a 4-cell jobs/sweep_mask_rates.py, trials sharing
-#                 the GPU (--gpus-per-trial auto) against one trial per GPU
+#                 the GPU (--gpus-per-trial auto) against one trial per GPU (measured on
+#                 2026-11-27 (b): 2.4x the trials an hour)
 # The lease of 2026-11-27 (b) ran this script's earlier form: docs/performance.md.
 set -uo pipefail
 START=$SECONDS
@@ -43,6 +47,9 @@ part 70 step_eager.json python "${common[@]}" --modes bernoulli,exact --set trai
 part 80 step_compiled_bernoulli.json python "${common[@]}" --modes bernoulli --profile 3 "${compiled[@]}"
 part 60 step_compiled_exact.json python "${common[@]}" --modes exact "${compiled[@]}"
 part 90 step_graphs.json python "${common[@]}" --modes bernoulli,exact "${graphs[@]}"
+# The experiment with the most device time at stake (about half of the attention's 18 ms a step,
+# docs/performance.md), before the user's path: the lease of 2026-11-27 (b) ended at 516 s.
+part 80 exp_short_attention.json python "${common[@]}" --modes bernoulli --profile 3 "${compiled[@]}" --short-attention 32
 
 # The user's path: a corpus built first (the figure is the run's, not the corpus build's), then the job.
 job=(--config configs/paper.yaml --set data.synthetic_records=${RECORDS:-12288} --set data.cache_dir=/tmp/cache
@@ -50,8 +57,6 @@ job=(--config configs/paper.yaml --set data.synthetic_records=${RECORDS:-12288} 
 part 60 corpus.txt python -c "import sys; from coreecg.config import load_config; from coreecg.data.locate import synthetic_corpus
 print(synthetic_corpus(load_config('configs/paper.yaml', sys.argv[1:])))" data.synthetic_records=${RECORDS:-12288} data.cache_dir=/tmp/cache
 part 150 paper.txt env -u TORCHINDUCTOR_CACHE_DIR python jobs/pretrain.py "${job[@]}" --output /tmp/runs/paper
-part 120 paper_extra.txt python jobs/pretrain.py "${job[@]}" --output /tmp/runs/paper-extra \
-    ${PAPER_EXTRA:---set train.cpus_per_worker=8}
 grep -hE "^device:|^speed:" "$R"/paper*.txt
 cp /tmp/runs/paper/metrics.jsonl "$R/paper_metrics.jsonl" 2>/dev/null
 
@@ -59,9 +64,11 @@ part 150 tests.txt python -m pytest -q -p no:cacheprovider -rfE --tb=short tests
     tests/test_gpu_share.py -k "${TESTS_K:-cuda or gpu}"
 grep -E "^(FAILED|ERROR)|passed|failed" "$R/tests.txt" | tail -n 12
 
-part 80 exp_short_attention.json python "${common[@]}" --modes bernoulli --profile 3 "${compiled[@]}" --short-attention 32
 part 70 exp_static.json python "${common[@]}" --modes bernoulli,exact "${compiled[@]}" --static-shapes
 part 70 exp_static_graphs.json python "${common[@]}" --modes bernoulli,exact "${graphs[@]}" --static-shapes
+part 120 paper_extra.txt python jobs/pretrain.py "${job[@]}" --output /tmp/runs/paper-extra \
+    ${PAPER_EXTRA:---set train.cpus_per_worker=8}
+grep -hE "^speed:" "$R"/paper_extra.txt 2>/dev/null
 
 if [ -n "${SWEEP-}" ] && (( $(left 999) >= 200 )); then
     printf 'grid:\n  methods.core.masking.p_time: [0.4, 0.5]\n  methods.core.masking.p_lead: [0.1, 0.2]\n' > /tmp/grid4.yaml

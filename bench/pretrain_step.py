@@ -189,16 +189,19 @@ def flop_count(step, x, kwargs: dict, device: torch.device, batch: int) -> dict:
             "flops_count_seconds": time.perf_counter() - t}
 
 
-def host_after_first(first: resource.struct_rusage, last: resource.struct_rusage, after_first: list[float]) -> dict:
-    """Per step after the first: minor page faults, user and system CPU seconds of this process
-    (all its threads), and their sum over the steps' wall time."""
-    n, wall = len(after_first), sum(after_first)
-    if not n:
+def host_after_first(first: resource.struct_rusage, last: resource.struct_rusage, step_s: list[float],
+                     launch_s: list[float]) -> dict:
+    """Per step after the first: this process's minor page faults and system CPU seconds, and the
+    share of the steps' wall time spent before `step()` returned (launch_s: the host's own work
+    and any sync inside the step; the rest of a step is the wait for the device at its end). Not
+    the process's CPU seconds over the wall: a CUDA sync spin-waits by default, so those would
+    count the wait for the device as the host's work."""
+    n, wall = len(step_s) - 1, sum(step_s[1:])
+    if n < 1:
         return {}
-    user, system = last.ru_utime - first.ru_utime, last.ru_stime - first.ru_stime
     return {"minor_faults_per_step_after_first": (last.ru_minflt - first.ru_minflt) / n,
-            "user_seconds_per_step_after_first": user / n, "system_seconds_per_step_after_first": system / n,
-            "host_cpu_share_after_first": (user + system) / wall if wall > 0 else None}
+            "system_seconds_per_step_after_first": (last.ru_stime - first.ru_stime) / n,
+            "launch_share_after_first": sum(launch_s[1:]) / wall if wall > 0 else None}
 
 
 def run_variant(args) -> dict:
@@ -239,6 +242,7 @@ def run_variant(args) -> dict:
     # run pays (compilation, autotuning, lazy initialisation and any recompilation); the median of
     # the steps after the warm-up is the figure reported since issue 10.
     step_s: list[float] = []
+    launch_s: list[float] = []
     compiles = [compile_snapshot()]
     with sdpa_context(args.sdpa_backend):
         for i in range(args.warmup + args.steps):
@@ -246,6 +250,7 @@ def run_variant(args) -> dict:
                 usage0 = resource.getrusage(resource.RUSAGE_SELF)
             t = time.perf_counter()
             out = step(x, **kwargs)
+            launch_s.append(time.perf_counter() - t)   # the host's part: the device may still be running
             float(out["loss"])      # the host sync a real loop pays when it logs
             sync(device)
             step_s.append(time.perf_counter() - t)
@@ -303,9 +308,9 @@ def run_variant(args) -> dict:
         "minor_faults_per_step": (usage1.ru_minflt - usage0.ru_minflt) / args.steps,
         "system_seconds_per_step": (usage1.ru_stime - usage0.ru_stime) / args.steps,
         # The same after the first step (which holds compilation, autotuning, cuDNN's plans and
-        # the compile workers' fork), and the host's CPU seconds against the wall: a share near 1
-        # or above means the step waits on the host (Python, launches, faults), not the device.
-        **host_after_first(usage_first, usage1, step_s[1:]),
+        # the compile workers' fork), and the share of the wall before step() returned: near 1 on
+        # a GPU, the device waits on the host (Python, launches, faults) or on a sync in the step.
+        **host_after_first(usage_first, usage1, step_s, launch_s),
         "device_type": device.type, "peak_memory_bytes": peak_bytes,
         "peak_memory_bytes_per_sample": peak_bytes / args.batch,
     }
@@ -335,7 +340,7 @@ def in_process(p: argparse.ArgumentParser, cmd: list[str]) -> dict:
 def run_line(r: dict) -> str:
     """One run in one line: the median and the whole window, the first step, slow steps and
     compilations after the first step, MFU (torch's FLOP count, and the analytic one), memory, the
-    host's CPU share of the wall after the first step, and the experiments' settings."""
+    share of the wall in the host's launch after the first step, and the experiments' settings."""
     slow = [s for s in r.get("slow_steps", []) if s["index"] > 0]
     slow_text = "".join(f", #{s['index']} {s['s']:.2f} s" for s in slow[:5])
     nan = float("nan")
@@ -351,8 +356,8 @@ def run_line(r: dict) -> str:
             f"{r.get('compilations_after_first_step', 0)} compilations after the first step, "
             f"MFU {r['flops_utilisation']:.3f} (analytic {r.get('flops_utilisation_analytic', nan):.3f}), {flops}, "
             f"peak {r['peak_memory_bytes'] / 2**30:.2f} GiB"
-            + (f", host CPU {r['host_cpu_share_after_first']:.2f} of the wall after the first step"
-               if r.get("host_cpu_share_after_first") is not None else "")
+            + (f", {r['launch_share_after_first']:.2f} of the wall in the host's launch after the first step"
+               if r.get("launch_share_after_first") is not None else "")
             + (f", batched attention up to {r['short_attention']} tokens" if r.get("short_attention") else ""))
 
 

@@ -60,7 +60,7 @@ def _two_paths(L: int, mask: bool, up_to: int = 32):
     return out_f, out_b, grads
 
 
-def test_short_sequences_in_batched_matmuls_give_the_fused_kernels_numbers_and_gradients():
+def test_short_sequences_in_batched_matmuls_give_the_fused_kernels_numbers_and_gradients(monkeypatch):
     """Attention.batched_up_to (issue 41's experiment): the same values and gradients as SDPA, with
     and without the key-padding mask; longer sequences keep SDPA."""
     for mask in (False, True):
@@ -72,12 +72,10 @@ def test_short_sequences_in_batched_matmuls_give_the_fused_kernels_numbers_and_g
     assert (out_f.float() - out_b.float()).abs().max() < 0.05      # bf16 rounding, both paths
     calls = []
     real = torch.nn.functional.scaled_dot_product_attention
-    torch.nn.functional.scaled_dot_product_attention = lambda *a, **k: calls.append(a[0].shape[2]) or real(*a, **k)
-    try:
-        _two_paths(12, True, up_to=12)
-        _two_paths(13, True, up_to=12)
-    finally:
-        torch.nn.functional.scaled_dot_product_attention = real
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(a[0].shape[2]) or real(*a, **k))
+    _two_paths(12, True, up_to=12)
+    _two_paths(13, True, up_to=12)
     assert calls == [12, 13, 13]           # 12 tokens: only the module without the option; 13: both
 
 

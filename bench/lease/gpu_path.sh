@@ -6,8 +6,8 @@
 #                 (the whole window): eager, compiled (train.compile=true), compiled with CUDA
 #                 graphs (compile_mode=reduce-overhead: one graph per visible length), both STDM
 #                 modes; the compiled bernoulli run profiled (device time by kind of kernel); every
-#                 run's host CPU share of the wall after its first step (is the device waiting on
-#                 the host?)
+#                 run's share of the wall in the host's launch after its first step (is the device
+#                 waiting on the host?)
 #   exp_short_attention.json  compiled bernoulli, profiled, with the axial Time Decoder's 12- and
 #                 30-token attention in batched matmuls instead of 64/128-row fused tiles
 #                 (--short-attention 32): its attention time against step_compiled_bernoulli's

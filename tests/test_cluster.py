@@ -33,14 +33,42 @@ def test_an_unreachable_ray_address_is_an_error_naming_it_within_seconds():
     check_reachable("auto")                                     # Ray's keyword: left to Ray
 
 
-def _listener(port: int = 0):
-    import socket
+class _Gcs:
+    """A port that answers as a GCS does: every connection accepted (and closed) by a thread. A
+    socket that only listened let the watch's probes (one every 0.05 s) fill its backlog within
+    half a second, after which connects time out and the "cluster" stopped answering on its own."""
 
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", port))
-    s.listen(8)
-    return s
+    def __init__(self, port: int = 0):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(64)
+        self.sock.settimeout(0.05)          # the accept loop sees close() within 0.05 s
+        self.port = self.sock.getsockname()[1]
+        self._open = True
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while self._open:
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            conn.close()
+
+    def close(self) -> None:
+        """Stop answering: the port refuses connections from here on."""
+        self._open = False
+        self._thread.join()
+        self.sock.close()
 
 
 def _wait_for(predicate, timeout_s: float = 10.0) -> bool:
@@ -62,8 +90,8 @@ def test_a_cluster_that_vanishes_mid_run_is_named_on_the_console_and_its_return_
 
     from coreecg.cluster import ClusterWatch
 
-    gcs = _listener()
-    port = gcs.getsockname()[1]
+    gcs = _Gcs()
+    port = gcs.port
     watch = ClusterWatch(f"127.0.0.1:{port}", every_s=0.05, grace_s=0.3, reconnect_s=60,
                          connected=lambda: True)
     with caplog.at_level(logging.WARNING, logger="coreecg.cluster"):
@@ -74,7 +102,7 @@ def test_a_cluster_that_vanishes_mid_run_is_named_on_the_console_and_its_return_
         lost = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
         assert len(lost) == 1 and f"127.0.0.1:{port} has stopped answering" in lost[0]
         assert "within 60 s" in lost[0] and "same command" in lost[0] and "resume" in lost[0]
-        gcs = _listener(port)                                           # a GCS restarted (FT)
+        gcs = _Gcs(port)                                           # a GCS restarted (FT)
         assert _wait_for(lambda: any("answers again" in r.getMessage() for r in caplog.records))
         watch.stop()
     gcs.close()
@@ -216,6 +244,10 @@ def test_a_private_cluster_polls_train_workers_every_tenth_of_a_second_unless_th
     import coreecg.cluster as cluster
 
     seen = []
+    # init_ray marks the process as owning its cluster (a module global): recorded here so that it is
+    # undone after the test; left True, later in-process fits on the session's joined cluster took
+    # the private cluster's paths (materialised beside the workers, GPU shortfalls as errors)
+    monkeypatch.setattr(cluster, "_PRIVATE", False)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: seen.append(os.environ.get(cluster.TRAIN_POLL_ENV)))
     monkeypatch.setattr(cluster, "shared_address", lambda: None)

@@ -125,9 +125,9 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     from coreecg.checkpoints import checkpoint_dirs
     from coreecg.train.fit import fit, plan_run
 
-    every = 3
+    every, n_epochs = 3, 5
     cfg = load_config(overrides=[
-        *TINY, "optim.batch_size=8", "optim.warmup_epochs=1", "optim.epochs=4", "train.num_workers=2",
+        *TINY, "optim.batch_size=8", "optim.warmup_epochs=1", f"optim.epochs={n_epochs}", "train.num_workers=2",
         "data.synthetic_records=96", f"data.cache_dir={cache}", f"train.storage_path={tmp_path}",
         "train.name=node-loss", "train.log_every=1", f"train.checkpoint_every_steps={every}",
         "train.eval_every_epochs=0", "train.max_failures=2", "data.cache_in_memory_gb=0"])
@@ -144,18 +144,20 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
         path = run / "metrics.jsonl"
         return sum(x.get("kind") == "epoch" for x in _lines(path)) if path.is_file() else 0
 
+    while thread.is_alive() and not steps():            # the workers are up: where they run, asked once
+        time.sleep(0.05)
+    workers = _nodes_of("RayTrainWorker")               # a state-API call (the dashboard): a second or more
+    assert len(set(workers)) == 2, f"the two workers must run on two nodes: {workers}"
+    victim = _removable(cluster, workers)[0]
     first = None
     while thread.is_alive() and first is None:          # mid-epoch, past the first checkpoint
         time.sleep(0.05)    # a tiny step takes ~0.07 s: a slower poll missed every moment of a run
-        # in the first three of four epochs, so that a whole epoch is left: a node removed in the last
+        # in the first three of n_epochs, so that two whole epochs are left: a node removed in the last
         # one raced the run's end in a full suite (the run finished before the worker died)
         if checkpoint_dirs(run) and steps() and steps()[-1] % every and steps()[-1] > every and epochs_done() < 3:
             first = steps()[-1]
     assert first is not None, "the run ended before a node could be removed"
-    workers = _nodes_of("RayTrainWorker")
-    assert len(set(workers)) == 2, f"the two workers must run on two nodes: {workers}"
-    victim = _removable(cluster, workers)[0]
-    cluster.remove_node(victim, allow_graceful=False)
+    cluster.remove_node(victim, allow_graceful=False)   # at once: nothing slow between the moment and this
     thread.join(timeout=600)
     assert "result" in out, "the run did not finish after a node was lost"
 
@@ -167,9 +169,9 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     assert first <= reached and 0 <= reached - resumed_at <= every     # lost at most one interval
     epochs = [x for x in lines if x.get("kind") == "epoch"]
     steps_per_epoch = epochs[0]["step"]
-    assert [e["epoch"] for e in epochs] == [1, 2, 3, 4] and epochs[-1]["step"] == 4 * steps_per_epoch
+    assert [e["epoch"] for e in epochs] == list(range(1, n_epochs + 1)) and epochs[-1]["step"] == n_epochs * steps_per_epoch
     assert victim.node_id not in _nodes_of("RayTrainWorker")           # done on what is left
-    assert out["result"].metrics["step"] == 4 * steps_per_epoch and out["result"].model.is_file()
+    assert out["result"].metrics["step"] == n_epochs * steps_per_epoch and out["result"].model.is_file()
 
 
 def test_a_sweep_survives_the_loss_of_a_node(cluster, cache, tmp_path):

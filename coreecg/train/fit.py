@@ -192,9 +192,17 @@ def _fit_here(plan: RunPlan, dataset, report_fn, mirror) -> dict[str, Any]:
         if mirror is not None:
             mirror()
 
-    task, ctx = worker_context(plan, local_source(dataset), 0, 1, trial_device(plan.config.train.use_gpu),
-                               report_fn=report)
-    train_worker(task, plan.config, ctx)
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        task, ctx = worker_context(plan, local_source(dataset), 0, 1, trial_device(plan.config.train.use_gpu),
+                                   report_fn=report)
+        train_worker(task, plan.config, ctx)
+    finally:
+        # the worker takes train.cpus_per_worker threads, as a Train worker's process does; this
+        # process is the caller's (a notebook, a Tune trial's), whose own count comes back after
+        torch.set_num_threads(threads)
     return last
 
 

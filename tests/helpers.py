@@ -73,6 +73,24 @@ def kill_after_first(args: list[str], env: dict, cwd, marker: str, timeout: floa
     return {d: (d / "metrics.jsonl").read_text() for d in finished}
 
 
+def once_settled(read, what: str, quiet_s: float = 3.0, limit_s: float = 60.0):
+    """read() once its value has stayed the same for `quiet_s` (bounded at `limit_s`): what a killed
+    job left once its Ray tasks and actors are gone. Ray reaps a dead driver's work within a second
+    or so, and until then a task may still finish a shard or rank 0 write a checkpoint (CI once saw
+    step 4 appear after step 2 was read): a read after a fixed wait raced them."""
+    import time
+
+    seen, since, deadline = None, time.time(), time.time() + limit_s
+    while time.time() < deadline:
+        now = read()
+        if now != seen:
+            seen, since = now, time.time()
+        elif time.time() - since >= quiet_s:
+            return seen
+        time.sleep(0.2)
+    raise AssertionError(f"{what} still changing {limit_s:.0f} s after the job was killed: {seen}")
+
+
 def crash_on_save(monkeypatch, n: int, message: str = "simulated crash") -> None:
     """Make the in-process loop's `n`-th checkpoint save (counting from 1) raise KeyboardInterrupt
     right after the checkpoint is written: a kill between two checkpoints."""

@@ -25,6 +25,7 @@ from coreecg.data.record import RecordRef
 from coreecg.data.sources import get_source
 from coreecg.data.splits import SPLITS
 from coreecg.files import sha256_file
+from tests.helpers import once_settled
 
 REPO = Path(__file__).resolve().parents[1]
 PTBXL_500 = "ptbxl/records500/00000"
@@ -485,21 +486,6 @@ def _markers(out: Path) -> dict[str, dict]:
     return found
 
 
-def _markers_once_settled(out: Path, quiet_s: float = 3.0, limit_s: float = 60.0) -> dict[str, dict]:
-    """The markers once the killed job's shard tasks are gone: unchanged for `quiet_s`. Ray reaps a
-    dead driver's tasks in a second or so, and a task that finishes its shard before then writes its
-    marker; read after a fixed second, a late marker made the rerun skip one shard more than counted."""
-    seen, since, deadline = None, time.time(), time.time() + limit_s
-    while time.time() < deadline:
-        now = _markers(out)
-        if now != seen:
-            seen, since = now, time.time()
-        elif time.time() - since >= quiet_s:
-            return seen
-        time.sleep(0.2)
-    raise AssertionError(f"{out}: shard markers still appearing {limit_s:.0f} s after the job was killed")
-
-
 @pytest.mark.slow
 def test_job_killed_part_way_resumes_without_losing_or_rewriting_a_shard(tmp_path, ray_session):
     """SIGKILLed once 8 of 32 shards are done, then re-run: the done shards are skipped and their
@@ -519,7 +505,7 @@ def test_job_killed_part_way_resumes_without_losing_or_rewriting_a_shard(tmp_pat
     proc.wait()
     at_kill = _markers(out)
     assert kill_at <= len(at_kill) < n_shards, f"{len(at_kill)} of {n_shards} shards done at the kill"
-    done = _markers_once_settled(out)     # Ray stops the dead job's tasks; some may still finish a shard
+    done = once_settled(lambda: _markers(out), f"{out}: shard markers")   # the dead job's tasks may finish a shard
     assert done.items() >= at_kill.items()
 
     p = _job(*args, ray_address=address)

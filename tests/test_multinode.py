@@ -146,6 +146,7 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
 
     while thread.is_alive() and not steps():            # the workers are up: where they run, asked once
         time.sleep(0.05)
+    assert steps(), "the run ended before its first step"
     workers = _nodes_of("RayTrainWorker")               # a state-API call (the dashboard): a second or more
     assert len(set(workers)) == 2, f"the two workers must run on two nodes: {workers}"
     victim = _removable(cluster, workers)[0]

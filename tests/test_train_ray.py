@@ -25,7 +25,7 @@ from coreecg.train.fit import fit, plan_run
 from coreecg.train.plan import preflight
 from coreecg.train.ingest import crop_offsets, epoch_batches, to_model_input, training_dataset
 from coreecg.checkpoints import CHECKPOINT_FILE, checkpoint_dirs
-from tests.helpers import TINY
+from tests.helpers import TINY, once_settled
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -188,7 +188,8 @@ def test_resume_after_the_driver_is_killed(fresh_ray, tmp_path):
     assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    killed_at = _newest_step_once_settled(run)
+    newest = once_settled(lambda: [d.name for d in checkpoint_dirs(run)], f"{run}: checkpoints")
+    killed_at = int(newest[-1].split("step")[1])          # what a rerun resumes from
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = _lines(run)
@@ -201,22 +202,6 @@ def test_resume_after_the_driver_is_killed(fresh_ray, tmp_path):
     assert "encoder.pt" in done.stdout
     console = done.stdout + done.stderr           # each epoch once: the controller's line, not the worker's too
     assert [sum(f"epoch {e}/4 |" in line for line in console.splitlines()) for e in (3, 4)] == [1, 1], console[-3000:]
-
-
-def _newest_step_once_settled(run: Path, quiet_s: float = 3.0, limit_s: float = 60.0) -> int:
-    """The newest checkpoint's step once the killed driver's Train workers are gone. Ray reaps a
-    dead job's actors within a second or so, and until then rank 0 may still write a checkpoint
-    (CI once saw step 4 appear after step 2 was read): the folder must stay unchanged for
-    `quiet_s` before its newest step is the one a rerun resumes from."""
-    seen, since, deadline = None, time.time(), time.time() + limit_s
-    while time.time() < deadline:
-        now = [d.name for d in checkpoint_dirs(run)]
-        if now != seen:
-            seen, since = now, time.time()
-        elif time.time() - since >= quiet_s:
-            return int(seen[-1].split("step")[1])
-        time.sleep(0.2)
-    raise AssertionError(f"{run}: checkpoints still appearing {limit_s:.0f} s after the driver was killed: {seen}")
 
 
 def test_the_quickstart_job_prints_progress_and_no_warning(fresh_ray, tmp_path):

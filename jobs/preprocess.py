@@ -16,8 +16,10 @@ in the config's `plugins` (docs/data_sources.md, "Adding a source"):
 
 Hospital and device exports (docs/data_pipeline.md, "Your own files"): --source dicom | muse |
 aecg | edf | arrays, or --source auto for a folder that mixes them (each file by its content);
-labels from a table with --set data.sources.auto.labels=labels.csv. Patient ids are stored as
-salted hashes (--salt-file, outside the corpus) unless --keep-patient-ids:
+labels from a table with --set data.sources.auto.labels=labels.csv. Patient ids, and record ids
+made from file and folder names, are stored as salted keys (--salt-file, outside the corpus) unless
+--keep-patient-ids; the map from record key back to file is written beside the salt, owner-only
+(--record-map elsewhere), and its path printed:
 
     python jobs/preprocess.py --source auto --input exports/ --output corpora/clinic \\
         --set data.sources.auto.labels=labels.csv --set data.sources.auto.class_map=classes.csv
@@ -62,6 +64,12 @@ def build_parser():
     p.add_argument("--keep-patient-ids", action="store_true",
                    help="hospital exports (dicom, muse, aecg, edf, arrays, auto): store patient ids as read, "
                         "named in the manifest; by default only their salted hash is stored (docs/data_pipeline.md)")
+    p.add_argument("--keep-record-ids", action="store_true",
+                   help="hospital exports: key patient ids but keep record ids as the file names read (for files "
+                        "named by opaque UIDs); --keep-patient-ids keeps both")
+    p.add_argument("--record-map", default="", metavar="FILE",
+                   help="where the map from record key back to file goes (outside the corpus, owner-only; default "
+                        "beside the salt: <salt folder>/record-maps/<corpus name>-<hash>.csv)")
     p.add_argument("--salt-file", default="", metavar="FILE",
                    help="the patient-id salt, kept outside the corpus (created on first use; default "
                         "$COREECG_SALT_FILE, else ~/.config/coreecg/patient-id-salt): corpora meant to be "
@@ -95,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                               source_options=options, refs=refs,
                               log_warnings=False,  # printed below, after the summary
                               exclude_overlap_with=args.exclude_overlap_with,
-                              patient_ids=PatientIdPolicy(args.keep_patient_ids, args.salt_file))
+                              patient_ids=PatientIdPolicy(args.keep_patient_ids, args.salt_file,
+                                                          args.keep_record_ids, args.record_map))
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -106,14 +115,15 @@ def main(argv: list[str] | None = None) -> int:
                       "records_quarantined": c["records_quarantined"],
                       "quarantine_reasons": c["quarantine_reasons"], "windows": c["windows"],
                       "patients": c["patients"], "patient_id_fallbacks": c["patient_id_fallbacks"],
-                      "patient_ids": result["patient_ids"],
+                      "patient_ids": result["patient_ids"], "record_map": run["record_map"],
                       "label_view": result["label_view"], "unrecognised_codes": result["unrecognised_codes"],
                       "excluded_overlap_with": result.get("excluded_overlap_with"),
                       "shards": run["shards"], "shards_skipped": run["shards_skipped"],
                       "wall_s": round(run["wall_s"], 2), "ray": ray_cluster(), "notes": result["notes"],
                       "warnings": result["warnings"]}, indent=1))
     if c["records_quarantined"]:
-        print(f"{c['records_quarantined']} record(s) quarantined: see {Path(args.output) / 'quarantine.csv'}",
+        where = f" (by record key; the files behind the keys: {run['record_map']})" if run["record_map"] else ""
+        print(f"{c['records_quarantined']} record(s) quarantined: see {Path(args.output) / 'quarantine.csv'}{where}",
               file=sys.stderr)
     for message in result["warnings"]:
         print(f"warning: {message}", file=sys.stderr)

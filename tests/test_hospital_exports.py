@@ -133,16 +133,22 @@ def built(exports, ray_session, tmp_path_factory) -> dict:
     rc = _job("preprocess").main(["--source", "auto", "--input", str(exports["root"]), "--output", str(out),
                                   "--salt-file", str(salt), "--set", "data.shard_records=4"])
     assert rc == 0
-    return {"out": out, "salt": salt, "manifest": json.loads((out / "manifest.json").read_text())}
+    from coreecg.data.patient_ids import PatientIdPolicy, read_record_map
+
+    record_map = read_record_map(PatientIdPolicy(salt_file=str(salt)).map_file(out))
+    return {"out": out, "salt": salt, "manifest": json.loads((out / "manifest.json").read_text()), "map": record_map}
 
 
-def _quarantine(out: Path) -> dict[str, str]:
+def _quarantine(out: Path, record_map: dict[str, dict[str, str]]) -> dict[str, str]:
+    """{file name: reason} of quarantine.csv, its keyed record ids looked up in the owner's map."""
     with open(out / "quarantine.csv", newline="") as f:
-        return {Path(row["path"]).name: row["reason"] for row in csv.DictReader(f)}
+        rows = list(csv.DictReader(f))
+    assert all(row["path"] == "" for row in rows)              # a keyed corpus names no file
+    return {Path(record_map[row["record_id"]]["path"]).name: row["reason"] for row in rows}
 
 
 def test_a_mixed_folder_builds_each_file_by_its_own_reader_and_quarantines_the_bad_ones(built, exports):
-    m, q = built["manifest"], _quarantine(built["out"])
+    m, q = built["manifest"], _quarantine(built["out"], built["map"])
     written = m["counts"]["records_written"]
     # the two DICOM (one found by content alone), two MUSE and the 12-lead EDF; the aECG (lead II, 13
     # samples) and the Holter have one lead of the default twelve: both quarantined with that reason
@@ -200,11 +206,14 @@ def test_the_same_patient_gets_the_same_key_in_every_corpus_of_one_salt(built, e
     from coreecg.data.patient_ids import PatientIdPolicy
     from coreecg.data.pipeline import build_corpus
 
-    def keys(out: Path) -> dict[str, str]:
-        t = pq.ParquetDataset(sorted(out.glob("*/shard-*.parquet"))).read(["record_id", "patient_id"]).to_pylist()
-        return {Path(r["record_id"]).name: r["patient_id"] for r in t}
+    from coreecg.data.patient_ids import read_record_map
 
-    mixed = keys(built["out"])
+    def keys(out: Path, salt: Path) -> dict[str, str]:
+        names = read_record_map(PatientIdPolicy(salt_file=str(salt)).map_file(out))
+        t = pq.ParquetDataset(sorted(out.glob("*/shard-*.parquet"))).read(["record_id", "patient_id"]).to_pylist()
+        return {Path(names[r["record_id"]]["record_id"]).name: r["patient_id"] for r in t}
+
+    mixed = keys(built["out"], built["salt"])
     cfg = load_config().data
     for salt, same in ((built["salt"], True), (tmp_path / "other-salt", False)):
         out = tmp_path / f"muse-{same}"
@@ -214,7 +223,7 @@ def test_the_same_patient_gets_the_same_key_in_every_corpus_of_one_salt(built, e
             mp.setattr(ray.data, "from_items", lambda items, **_: InProcessDataset(items))
             build_corpus("muse", exports["root"] / "muse", out, cfg, log_warnings=False,
                          patient_ids=PatientIdPolicy(salt_file=str(salt)))
-        muse = keys(out)
+        muse = keys(out, salt)
         assert set(muse) == {"guangxi.xml", "musephi.xml"}
         assert all((muse[k] == mixed[k]) == same for k in muse), (muse, mixed)
 
@@ -230,9 +239,11 @@ def test_keep_patient_ids_stores_them_and_says_so(exports, tmp_path):
         mp.setattr(ray.data, "from_items", lambda items, **_: InProcessDataset(items))
         m = build_corpus("muse", exports["root"] / "muse", out, load_config().data, log_warnings=False,
                          patient_ids=PatientIdPolicy(keep=True))
-    assert m["patient_ids"] == {"stored": "as read", "keep_patient_ids": True}
-    ids = set(pq.ParquetDataset(sorted(out.glob("*/shard-*.parquet"))).read(["patient_id"]).column(0).to_pylist())
-    assert ids == {"00000000", "JAX01234"}
+    assert m["patient_ids"] == {"stored": "as read", "keep_patient_ids": True, "record_ids": "as read"}
+    t = pq.ParquetDataset(sorted(out.glob("*/shard-*.parquet"))).read(["patient_id", "record_id"])
+    assert set(t.column("patient_id").to_pylist()) == {"00000000", "JAX01234"}
+    assert set(t.column("record_id").to_pylist()) == {"guangxi.xml", "musephi.xml"}       # the names, as read
+    assert m["input"] == str(exports["root"] / "muse") and m["run"]["record_map"] is None
 
 
 def test_the_salt_must_stay_outside_the_corpus(exports, tmp_path):
@@ -389,11 +400,15 @@ def test_a_corpus_from_arrays_in_memory(ray_session, tmp_path):
                                  labels=codes, class_map={"164889003": "AF", "426783006": "SR"},
                                  patient_id_policy=PatientIdPolicy(salt_file=str(tmp_path / "salt")))
     assert m["source"] == "arrays" and m["class_names"] == ["AF", "SR"] and m["counts"]["records_written"] == 8
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mem", "salt"]       # the scratch folder is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mem", "record-maps", "salt"]   # the scratch folder is gone
     rows = {s: read_split(tmp_path / "mem", s, ["patient_id", "record_id", "labels"]) if m["counts"]["records"][s] else None
             for s in ("train", "val", "test")}
     pids = {p for r in rows.values() if r for p in r["patient_id"]}
     assert len(pids) == 4 and all(p.startswith("p-") for p in pids)
+    from coreecg.data.patient_ids import read_record_map
+
+    names = read_record_map(m["run"]["record_map"])          # the given record ids, keyed in the corpus
+    assert sorted(names[k]["record_id"] for r in rows.values() if r for k in set(r["record_id"])) == [f"ecg{i}" for i in range(8)]
 
 
 def test_the_leakage_guard_finds_a_patient_by_the_salted_key(tmp_path):

@@ -14,7 +14,9 @@ from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.uid import ExplicitVRBigEndian, ExplicitVRLittleEndian, generate_uid
 
 from coreecg.data.record import STANDARD_LEADS, RecordError
-from coreecg.data.sources.dicom import ECG_SOP_CLASSES, DicomOptions, DicomSource, lead_name  # registers "dicom"
+from coreecg.data.sources.dicom import (  # registers "dicom"
+    ECG_SOP_CLASSES, HEMODYNAMIC_NOTE, HEMODYNAMIC_SOP_CLASS, DicomOptions, DicomSource, lead_name,
+)
 from coreecg.data.sources.registry import source_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,27 +35,45 @@ def read(path: Path, **options):
     return src.read(ref)
 
 
-def write_ecg(path: Path, raw: np.ndarray, *, bits: int = 16, kind: str = "SS", fs: float = 500.0,
-              sop: str = ECG_SOP_CLASSES[1], label: str = "RHYTHM", units: str | None = "uV",
-              sensitivity: float | None = 2.5, correction: float | None = None, baseline: float | None = None,
-              codes: tuple[str, ...] = ("2:1", "2:2", "2:61"), data: bytes | None = None,
-              before: tuple[Dataset, ...] = ()) -> Path:
-    """A small DICOM ECG file: `raw` (samples, channels) interleaved, one multiplex group after `before`."""
+def write_ecg(path: Path, raw: np.ndarray, *, sop: str = ECG_SOP_CLASSES[1], before: tuple[Dataset, ...] = (),
+              **group) -> Path:
+    """A small DICOM ECG file: one multiplex group of `raw` (`waveform_group`'s options) after `before`."""
+    ds = Dataset()
+    ds.file_meta = FileMetaDataset()
+    ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds.file_meta.MediaStorageSOPClassUID = ds.SOPClassUID = sop
+    ds.file_meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID = generate_uid()
+    ds.PatientID = " 12345 "
+    ds.WaveformSequence = [*before, waveform_group(raw, **group)]
+    ds.save_as(path, enforce_file_format=True)
+    return path
+
+
+def waveform_group(raw: np.ndarray, *, bits: int = 16, kind: str = "SS", fs: float = 500.0, label: str = "RHYTHM",
+                   units: str | tuple[str, ...] | None = "uV", sensitivity: float | None = 2.5,
+                   correction: float | None = None, baseline: float | None = None,
+                   codes: tuple[str, ...] = ("2:1", "2:2", "2:61"), meanings: tuple[str, ...] = (),
+                   data: bytes | None = None) -> Dataset:
+    """A multiplex group of `raw` (samples, channels) interleaved; `units`: one for all channels or
+    one per channel; `meanings`: the channels' Code Meanings (none by default)."""
     group = Dataset()
     group.MultiplexGroupLabel = label
     group.NumberOfWaveformChannels, group.NumberOfWaveformSamples = raw.shape[1], raw.shape[0]
     group.SamplingFrequency = fs
     group.WaveformBitsAllocated, group.WaveformSampleInterpretation = bits, kind
+    per_channel = units if isinstance(units, tuple) else (units,) * raw.shape[1]
     channels = []
     for j in range(raw.shape[1]):
         ch, src = Dataset(), Dataset()
         src.CodeValue, src.CodingSchemeDesignator = codes[j], "MDC"
+        if meanings:
+            src.CodeMeaning = meanings[j]
         ch.ChannelSourceSequence = [src]
         if sensitivity is not None:
             ch.ChannelSensitivity = sensitivity
-        if units is not None:
+        if per_channel[j] is not None:
             unit = Dataset()
-            unit.CodeValue, unit.CodingSchemeDesignator = units, "UCUM"
+            unit.CodeValue, unit.CodingSchemeDesignator = per_channel[j], "UCUM"
             ch.ChannelSensitivityUnitsSequence = [unit]
         if correction is not None:
             ch.ChannelSensitivityCorrectionFactor = correction
@@ -62,15 +82,7 @@ def write_ecg(path: Path, raw: np.ndarray, *, bits: int = 16, kind: str = "SS", 
         channels.append(ch)
     group.ChannelDefinitionSequence = channels
     group.WaveformData = raw.astype(f"<i{bits // 8}").tobytes() if data is None else data
-    ds = Dataset()
-    ds.file_meta = FileMetaDataset()
-    ds.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    ds.file_meta.MediaStorageSOPClassUID = ds.SOPClassUID = sop
-    ds.file_meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID = generate_uid()
-    ds.PatientID = " 12345 "
-    ds.WaveformSequence = [*before, group]
-    ds.save_as(path, enforce_file_format=True)
-    return path
+    return group
 
 
 def median_group() -> Dataset:
@@ -208,6 +220,73 @@ def test_truncated_file_is_refused(tmp_path):
     path.write_bytes(GUANGXI.read_bytes()[:60000])
     with pytest.raises(RecordError, match=r"Waveform Data truncated: \d+ bytes for 12 channels x 5000 samples"):
         read(path)
+
+
+# ---------------------------------------------------------------------------- hemodynamic waveforms (cath lab)
+
+# Channels a cath lab stores beside the ECG: codes outside the lead numbers, pressures in mmHg
+PRESSURE_CODES, PRESSURE_NAMES = ("2:18944", "2:18948"), ("Aortic pressure", "Left ventricular pressure")
+# 3 samples: leads I and II (x 0.01 mV), then an aortic pressure (x 0.01 mmHg)
+CATH = np.array([[100, -100, 9000], [0, 40, 10000], [-7, 3, 11000]])
+
+
+def as_hemodynamic(src: Path, dst: Path, code: str | None = None) -> Path:
+    """A copy of `src` stored as Hemodynamic Waveform Storage; `code`: every channel's source
+    code replaced by it (the Code Meanings kept)."""
+    ds = pydicom.dcmread(src)
+    ds.SOPClassUID = ds.file_meta.MediaStorageSOPClassUID = HEMODYNAMIC_SOP_CLASS
+    for group in ds.WaveformSequence if code else ():
+        for ch in group.ChannelDefinitionSequence:
+            ch.ChannelSourceSequence[0].CodeValue = code
+    ds.save_as(dst)
+    return dst
+
+
+def test_twelve_standard_coded_leads_in_hemodynamic_storage_are_read_and_noted(tmp_path):
+    rec, ecg = read(as_hemodynamic(GUANGXI, tmp_path / "cath.dcm")), read(GUANGXI)
+    np.testing.assert_array_equal(rec.signal, ecg.signal)
+    assert rec.lead_names == STANDARD_LEADS and rec.fs == 500.0 and rec.meta["waveform_group"] == "Rhythm"
+    assert rec.meta["sop_class"] == "Hemodynamic Waveform Storage"
+    assert rec.meta["notes"] == [HEMODYNAMIC_NOTE.format(0)] and rec.meta["skipped_channels"] == []
+    assert rec.meta["notes"][0].split(" (")[0] == "ECG leads read from Hemodynamic Waveform Storage"   # its count key
+    assert ecg.meta["notes"] == [] and ecg.meta["skipped_channels"] == []
+
+
+def test_pressure_channels_beside_the_leads_are_skipped_and_named(tmp_path):
+    codes, meanings = ("2:1", "2:2", PRESSURE_CODES[0]), ("Lead I", "Lead II", PRESSURE_NAMES[0])
+    options = dict(codes=codes, meanings=meanings, units=("mV", "mV", "mmHg"), sensitivity=0.01)
+    rec = read(write_ecg(tmp_path / "cath.dcm", CATH, sop=HEMODYNAMIC_SOP_CLASS, **options))
+    assert rec.lead_names == ("I", "II") and rec.meta["skipped_channels"] == ["Aortic pressure"]
+    np.testing.assert_allclose(rec.signal, CATH[:, :2].T * 0.01, rtol=1e-6)
+    assert rec.meta["notes"] == [HEMODYNAMIC_NOTE.format(1)] and rec.meta["stored_units"] == ["mV"]
+    # the same channels in an ECG class are all read: the pressure's mmHg is refused as before
+    with pytest.raises(RecordError, match=r"unknown units 'mmHg' of the channel 3 \(Aortic pressure\)"):
+        read(write_ecg(tmp_path / "ecg.dcm", CATH, **options))
+
+
+def test_a_pressure_group_before_the_ecg_group_is_passed_over(tmp_path):
+    pressures = waveform_group(CATH[:, 1:], label="PRESSURE", fs=250.0, codes=PRESSURE_CODES,
+                               meanings=PRESSURE_NAMES, units="mmHg")
+    path = write_ecg(tmp_path / "cath.dcm", CATH[:, :2], sop=HEMODYNAMIC_SOP_CLASS, before=(pressures,),
+                     label="ECG", codes=("2:1", "2:2"), units="mV", sensitivity=0.01)
+    rec = read(path)
+    assert rec.meta["waveform_group_index"] == 1 and rec.lead_names == ("I", "II") and rec.fs == 500.0
+    np.testing.assert_allclose(rec.signal, CATH[:, :2].T * 0.01, rtol=1e-6)
+
+
+def test_hemodynamic_storage_without_standard_lead_codes_is_refused(tmp_path):
+    only_pressures = write_ecg(tmp_path / "p.dcm", CATH[:, 1:], sop=HEMODYNAMIC_SOP_CLASS, codes=PRESSURE_CODES,
+                               meanings=PRESSURE_NAMES, units="mmHg")
+    with pytest.raises(RecordError) as err:
+        read(only_pressures)
+    assert err.value.reason == ("Hemodynamic Waveform Storage without an ECG lead: no channel's source code is a "
+                                "standard lead's (SCP-ECG 5.6.3-9-<n>, MDC 2:<n>; channels: Aortic pressure, "
+                                "Left ventricular pressure)")
+    assert err.value.path == str(only_pressures)
+    # the real leads under a code that is no lead's: their meanings ("Lead I") alone are not taken
+    recoded = as_hemodynamic(GUANGXI, tmp_path / "recoded.dcm", code=PRESSURE_CODES[0])
+    with pytest.raises(RecordError, match=r"without an ECG lead: .*channels: Lead I, Lead II, Lead III, aVR"):
+        read(recoded)
 
 
 # ---------------------------------------------------------------------------- listing, privacy, labels

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ import coreecg.data.sources.edf  # noqa: F401  (registers "edf")
 from coreecg.config import ConfigError, load_config
 from coreecg.data.record import STANDARD_LEADS, RecordError
 from coreecg.data.sources import get_source
-from coreecg.data.sources.edf import EdfSource, Unnamed, lead_of_label
+from coreecg.data.sources.edf import MENDED_NOTE, EdfSource, Unnamed, lead_of_label
 
 REAL = Path(os.path.dirname(pyedflib.data.__file__)) / "test_generator.edf"
 REAL_LABELS = ["squarewave", "ramp", "pulse", "noise", "sine 1 Hz", "sine 8 Hz", "sine 8.1777 Hz",
@@ -176,19 +177,23 @@ def test_truncated_real_file_is_unreadable(tmp_path):
 @pytest.mark.parametrize("label, lead", [
     ("ECG I", "I"), ("EKG V1-REF", "V1"), ("ECG-II", "II"), ("ecg_avr", "aVR"), ("AVL", "aVL"),
     ("ECG aVF-Ref", "aVF"), ("V6", "V6"), ("ECG V3 ref", "V3"), ("III", "III"), ("LA-RA", "I"),
-    ("ECG LL-RA", "II"), ("EKG LL-LA", "III"), (" ECG:V5 ", "V5"),
+    ("ECG LL-RA", "II"), ("EKG LL-LA", "III"), (" ECG:V5 ", "V5"), ("EKG V1", "V1"), ("ECG II", "II"),
+    ("EEG EKG II-REF", "II"),
 ])
 def test_lead_labels_map_to_standard_names(label, lead):
     assert lead_of_label(label) == lead and not isinstance(lead_of_label(label), Unnamed)
 
 
-@pytest.mark.parametrize("label", ["ECG", "EKG", "ecg", "ECG1", "EKG 2"])
+@pytest.mark.parametrize("label", ["ECG", "EKG", "ecg", "ECG1", "EKG 2",
+                                   # EEG and sleep montages: the ECG channel among EEG-style labels
+                                   "EEG EKG1-REF", "EEG EKG-REF", "eeg ekg2-ref", "ECG EKG", "ECG1-ECG2", "EKG1-EKG2"])
 def test_an_ecg_label_without_a_lead_is_unnamed(label):
     assert isinstance(lead_of_label(label), Unnamed)
 
 
 @pytest.mark.parametrize("label", ["EEG Fpz-Cz", "EMG chin", "Resp", "SpO2", "Temp", "Accel X", "EOG L",
-                                   "Pleth", "ECG V4R", "ECG L", "REF", "squarewave", "-aVR", "RA-LA"])
+                                   "Pleth", "ECG V4R", "ECG L", "REF", "squarewave", "-aVR", "RA-LA",
+                                   "EEG C3-REF", "EEG EKGR-REF", "EEG EEG"])
 def test_other_labels_are_not_ecg_leads(label):
     assert lead_of_label(label) is None
 
@@ -283,6 +288,89 @@ def test_no_ecg_channel_is_leads_missing(tmp_path):
     path = write_edf(tmp_path / "eeg.edf", [np.zeros(200), np.zeros(200)], 100, ["EEG Fpz-Cz", "SpO2"],
                      unit=["uV", "%"])
     with pytest.raises(RecordError, match=r"leads missing: no ECG channel \(channels: EEG Fpz-Cz, SpO2\)"):
+        read_one(path)
+
+
+# ---------------------------------------------------------------------------- EEG and sleep exports
+
+
+@pytest.mark.parametrize("label", ["EEG EKG1-REF", "EEG EKG-REF", "ECG EKG", "EKG"])
+def test_the_ecg_channel_of_an_eeg_export_is_taken_by_unnamed_lead(tmp_path, label):
+    """Not "no ECG channel": the channel is found, names no lead, and unnamed_lead takes it."""
+    x, eeg = sine_mv(256, 5), np.zeros(256 * 5)
+    path = write_edf(tmp_path / "eeg.edf", [eeg, x, eeg], 256, ["EEG FP1-REF", label, "EEG C3-REF"],
+                     unit=["uV", "mV", "uV"])
+    with pytest.raises(RecordError) as err:
+        read_one(path)
+    assert err.value.reason == (f"ECG channel {label!r} names no lead: set data.sources.edf.unnamed_lead=II "
+                                "(the lead it records)")
+    rec = read_one(path, unnamed_lead="II")
+    assert rec.lead_names == ("II",) and rec.meta["channel_labels"] == [label]
+    assert rec.meta["skipped_channels"] == ["EEG FP1-REF", "EEG C3-REF"]
+    np.testing.assert_allclose(rec.signal[0], x, atol=resolution_mv(path, 1))
+
+
+# ---------------------------------------------------------------------------- odd bytes in the header
+
+# (offset, width) of a channel field in the EDF header (its block starts at 256 + offset x channels)
+DIMENSION, PHYSICAL_MAX = (96, 8), (112, 8)
+
+
+def patch_field(path: Path, field: tuple[int, int], channel: int, value: bytes) -> Path:
+    """`path` with one channel's header field set to `value` (space padded), in place."""
+    raw = bytearray(path.read_bytes())
+    offset, width = field
+    start = 256 + offset * int(raw[252:256]) + width * channel
+    raw[start:start + width] = value.ljust(width)
+    path.write_bytes(bytes(raw))
+    return path
+
+
+def test_a_degree_sign_in_a_skipped_channel_no_longer_loses_the_file(tmp_path, monkeypatch):
+    """A temperature channel's "°C" (0xB0, Latin-1): edflib refuses the whole file; the reader
+    reads a mended copy in a private temporary folder, deletes it, and notes the mending."""
+    x, y = sine_mv(250, 4), sine_mv(250, 4, hz=2.1, amp=0.8)
+    clean = write_edf(tmp_path / "clean.edf", [x, y, np.full(4, 36.6)], [250, 250, 1], ["ECG I", "ECG II", "Temp"],
+                      unit=["mV", "mV", "degC"])
+    odd = patch_field(Path(shutil.copy(clean, tmp_path / "odd.edf")), DIMENSION, 2, b"\xb0C")
+    with pytest.raises(OSError, match=r"not EDF\(\+\) or BDF\(\+\) compliant \(Physical Dimension\)"):
+        pyedflib.EdfReader(str(odd))
+    before = odd.read_bytes()
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    rec, reference = read_one(odd), read_one(clean)
+    np.testing.assert_array_equal(rec.signal, reference.signal)
+    assert rec.lead_names == ("I", "II") and rec.fs == 250.0
+    assert rec.meta["skipped_channels"] == ["Temp"]
+    assert rec.meta["header_quirks"] == [MENDED_NOTE.format("channel 'Temp' physical dimension")]
+    # what the corpus manifest counts: "header corrected: " + the text before " ("
+    assert rec.meta["header_quirks"][0].split(" (")[0] == "non-ASCII characters in EDF header fields"
+    assert reference.meta["header_quirks"] == []
+    assert odd.read_bytes() == before and list((tmp_path / "tmp").iterdir()) == []   # the copy is gone
+
+
+@pytest.mark.parametrize("micro", [b"\xb5V", "µV".encode()], ids=["latin-1", "utf-8"])
+def test_microvolts_with_a_micro_sign_and_an_umlaut_in_the_patient_field(tmp_path, micro):
+    """What is read comes from the original bytes: "µV" scales as uV, the patient code is kept,
+    and the name edflib refused is still never read."""
+    x = sine_mv(250, 2)
+    clean = write_edf(tmp_path / "clean.edf", [x], 250, ["ECG II"], unit="uV", patient_code="MRN0042",
+                      patient_name="Mueller")
+    odd = tmp_path / "odd.edf"
+    # the name is the field's last subfield: one byte shorter, padded with a space as the field is
+    odd.write_bytes(clean.read_bytes().replace(b"Mueller", "Müller".encode("latin-1") + b" ", 1))
+    patch_field(odd, DIMENSION, 0, micro)
+    rec = read_one(odd)
+    np.testing.assert_array_equal(rec.signal, read_one(clean).signal)
+    assert rec.meta["units"] == ["µV"] and rec.patient_id == "MRN0042"
+    assert rec.meta["header_quirks"] == [MENDED_NOTE.format("patient field; channel 'ECG II' physical dimension")]
+    assert "ller" not in text_of(rec)
+
+
+def test_a_stray_byte_in_a_number_is_still_unreadable(tmp_path):
+    """Only text fields are mended: a byte above ASCII in a number is damage."""
+    path = patch_field(write_edf(tmp_path / "x.edf", [sine_mv(250, 2)], 250, ["ECG II"]), PHYSICAL_MAX, 0, b"1\xb00")
+    with pytest.raises(RecordError, match=r"unreadable EDF: .*not EDF\(\+\) or BDF\(\+\) compliant"):
         read_one(path)
 
 

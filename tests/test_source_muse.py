@@ -304,3 +304,48 @@ def test_seven_stored_leads(tmp_path):
 def test_an_empty_patient_id_is_none(tmp_path):
     assert read_file(muse_file(tmp_path, patient="  ")).patient_id is None
 
+
+
+# ---------------------------------------------------------------------------- checksums of 0 (no checksum)
+
+NO_CHECKSUM = "no checksum: LeadDataCRC32 0 on every lead (the writer computed none; samples not checked)"
+CRC = re.compile(rb"<LeadDataCRC32>-?\d+</LeadDataCRC32>")
+
+
+def with_crcs(src: Path, dst: Path, every: bytes | None, *, rhythm_lead_i: bytes | None = None) -> Path:
+    """A copy of `src` with every LeadDataCRC32 set to `every` (None: kept), then (`rhythm_lead_i`)
+    the rhythm waveform's first lead's, lead I's, set to that."""
+    raw = src.read_bytes()
+    if every is not None:
+        raw, n = CRC.subn(b"<LeadDataCRC32>" + every + b"</LeadDataCRC32>", raw)
+        assert n == 16                      # 8 leads of the Median and 8 of the Rhythm waveform
+    if rhythm_lead_i is not None:
+        rhythm = raw.index(b"<WaveformType>Rhythm</WaveformType>")
+        head, tail = raw[:rhythm], raw[rhythm:]
+        assert tail.index(b"<LeadID>I</LeadID>") < tail.index(b"<LeadDataCRC32>")
+        raw = head + CRC.sub(b"<LeadDataCRC32>" + rhythm_lead_i + b"</LeadDataCRC32>", tail, count=1)
+    dst.write_bytes(raw)
+    return dst
+
+
+@pytest.mark.parametrize("path", [GUANGXI, MUSEPHI], ids=["guangxi", "musephi"])
+def test_a_checksum_of_0_on_every_lead_is_no_checksum(tmp_path, path):
+    """A writer that computed no CRC: the intact samples are read as the original's, and noted."""
+    original = read_file(path)
+    assert original.meta["notes"] == [] and original.meta["crc32_checked_leads"] == 8
+    rec = read_file(with_crcs(path, tmp_path / "zero.xml", b"0"))
+    np.testing.assert_array_equal(rec.signal, original.signal)
+    assert rec.lead_names == original.lead_names and rec.patient_id == original.patient_id
+    assert rec.meta["crc32_checked_leads"] == 0 and rec.meta["notes"] == [NO_CHECKSUM]
+
+
+@pytest.mark.parametrize("every, lead_i", [(b"0", b"12345"), (None, b"0")],
+                         ids=["one wrong among zeros", "one zero among real crcs"])
+def test_a_wrong_checksum_beside_zeros_or_a_single_zero_is_still_damage(tmp_path, every, lead_i):
+    """Only 0 on EVERY lead means "no checksum": a non-zero mismatch beside zeros, or a 0 beside
+    real checksums, is a damaged waveform, quarantined with its reason."""
+    path = with_crcs(GUANGXI, tmp_path / "damaged.xml", every, rhythm_lead_i=lead_i)
+    with pytest.raises(RecordError, match=rf"lead I: LeadDataCRC32 mismatch \(stored {int(lead_i)}, the decoded "
+                                          r"samples give \d+\): the waveform is damaged") as err:
+        read_file(path)
+    assert err.value.path == str(path)

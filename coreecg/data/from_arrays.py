@@ -37,9 +37,10 @@ def build_corpus_from_arrays(signals: Any, fs: float | Sequence[float], leads: S
     """Build (or resume) a corpus at `output_dir` from arrays in memory -> its manifest (+ "run").
 
     signals: (records, leads, samples), any float dtype, in `units`; fs: Hz, one for all or one per
-    record; leads: the lead names of axis 1; record_ids: default "0", "1", ...; patient_ids:
-    hospital ids (stored salted unless `patient_id_policy.keep`), default none (each record its own
-    patient); labels: per record (in order) or {record_id: codes}, through `class_map` {code: class}
+    record; leads: the lead names of axis 1; record_ids: default "0", "1", ... (stored as salted
+    keys like the patient ids; the map back is at the returned run["record_map"], outside the corpus);
+    patient_ids: hospital ids (stored salted unless `patient_id_policy.keep`), default none (each
+    record its own patient); labels: per record (in order) or {record_id: codes}, through `class_map` {code: class}
     (default: each code is a class); without labels the corpus is unlabelled (pretraining). Starts a
     local Ray if none is running (`coreecg.cluster.init_ray`).
     """

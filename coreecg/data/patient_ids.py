@@ -13,21 +13,35 @@ stores instead `HMAC-SHA256(salt, id)`, cut to 96 bits ("p-" and 24 hex digits):
   inside the corpus. The manifest records only the salt's id (a hash of it), so two corpora can be
   seen to share a salt without revealing it.
 
-`--keep-patient-ids` (keep=True) stores the ids as read and says so in the manifest.
+Record ids made from file and folder names (`ecg/0001.xml`, `subject12/visit_3.xml`: archives name
+exports by record, accession or subject number) are identifiers too. Under the same salt they are
+stored as `HMAC-SHA256(salt, "record" | id)` ("r-" and 24 hex digits; domain-separated, so a record's
+key never equals a patient's), stable across rebuilds (resuming, the leakage guard and tables keyed
+by record id keep matching). Reasons of quarantined records name the key, never the file; the map
+from key back to id and file is written outside the corpus, owner-only (`RecordMap`), for the
+data's owner. Labels tables keyed by file name still work: a reader looks labels up by the id as
+read, before it is keyed.
+
+`--keep-patient-ids` (keep=True) stores the ids and the record names as read, and says so in the
+manifest; `--keep-record-ids` keeps only the record names (files named by opaque UIDs).
 """
 from __future__ import annotations
 
+import csv
 import hashlib
 import hmac
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 SALT_ENV = "COREECG_SALT_FILE"
 _PREFIX = "p-"
+_RECORD_PREFIX = "r-"
 _HEX = 24          # 96 bits: no collision among billions of patients
+KEYED = "hmac-sha256 (salted, 96 bits)"
 
 
 def default_salt_file() -> Path:
@@ -72,29 +86,143 @@ def pseudonym(salt: bytes, patient_id: str | None) -> str | None:
     return _PREFIX + digest[:_HEX]
 
 
+def record_key(salt: bytes, record_id: str) -> str:
+    """'r-' + 24 hex digits of HMAC-SHA256(salt, "record" 0x1f id): a record id made from names."""
+    digest = hmac.new(salt, b"record\x1f" + str(record_id).encode("utf-8"), hashlib.sha256).hexdigest()
+    return _RECORD_PREFIX + digest[:_HEX]
+
+
+def _inside(f: Path, out: Path) -> bool:
+    return f == out or out in f.parents
+
+
+@dataclass(frozen=True)
+class Keys:
+    """What a corpus build stores in place of the identifiers it reads (handed to each shard task).
+
+    salt: None when patient ids are kept as read; key_records: record ids keyed under the salt.
+    """
+
+    salt: bytes | None = None
+    key_records: bool = False
+
+    def patient(self, patient_id: str | None) -> str | None:
+        return pseudonym(self.salt, patient_id) if self.salt is not None else patient_id
+
+    def record(self, record_id: str) -> str:
+        return record_key(self.salt, record_id) if self.key_records and self.salt is not None else record_id
+
+    def quarantine_row(self, record_id: str, paths: Sequence[str], reason: str,
+                       others: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
+        """A quarantine row (record_id, path: the first of `paths`, reason). When record ids are keyed
+        it names no file: the key, no path, and the reason with the id, each of `paths` and each other
+        record it names (`others`: (record_id, path) pairs) replaced by their keys."""
+        if not self.key_records:
+            return {"record_id": record_id, "path": paths[0], "reason": reason}
+        key = self.record(record_id)
+        names = [(key, record_id, p) for p in paths] + [(self.record(r), r, p) for r, p in others]
+        return {"record_id": key, "path": "", "reason": redact(reason, names)}
+
+
+def _name_forms(record_id: str, path: str = "") -> list[str]:
+    """The spellings under which a record's name may appear in a message: its path (as given and
+    resolved), its id with and without the file suffix, its file name."""
+    forms = {record_id, str(Path(record_id).with_suffix("")) if Path(record_id).suffix else record_id}
+    if path:
+        forms |= {path, Path(path).name}
+        try:
+            forms.add(str(Path(path).resolve()))
+        except OSError:
+            pass
+    return [f for f in forms if len(f) >= 2]
+
+
+def redact(text: str, names: Iterable[tuple[str, str, str]]) -> str:
+    """`text` with every whole-token spelling (`_name_forms`) of each named record replaced by its
+    key: names are (key, record_id, path). Longest first, so a path goes before its file name."""
+    swaps = sorted(((form, key) for key, rid, path in names for form in _name_forms(rid, path)),
+                   key=lambda p: -len(p[0]))
+    for form, key in swaps:
+        text = re.sub(rf"(?<![\w.-]){re.escape(form)}(?![\w-])", key, text)
+    return text
+
+
 @dataclass(frozen=True)
 class PatientIdPolicy:
-    """How a corpus build stores patient ids of a source with identifying ids.
+    """How a corpus build stores the identifiers of a source with identifying ids: patient ids, and
+    record ids made from file names.
 
-    keep: store them as read (`--keep-patient-ids`); salt_file: where the salt lives ("" default).
+    keep: store both as read (`--keep-patient-ids`); keep_record_ids: key patient ids only
+    (`--keep-record-ids`); salt_file: where the salt lives ("" default); record_map: where the
+    owner's map from record key to file goes ("" default: `default_record_map`).
     """
 
     keep: bool = False
     salt_file: str = ""
+    keep_record_ids: bool = False
+    record_map: str = ""
 
-    def resolve(self, output_dir: str | Path) -> tuple[dict[str, Any], bytes | None]:
-        """(the manifest's and shard keys' "patient_ids" entry, the salt or None when kept).
+    def resolve(self, output_dir: str | Path) -> tuple[dict[str, Any], Keys]:
+        """(the manifest's and shard keys' "patient_ids" entry, the keys to apply).
 
-        ValueError when the salt file would lie inside the corpus folder `output_dir`."""
+        ValueError when the salt file or the record map would lie inside the corpus folder."""
         if self.keep:
-            return {"stored": "as read", "keep_patient_ids": True}, None
+            return {"stored": "as read", "keep_patient_ids": True, "record_ids": "as read"}, Keys()
         f = (Path(self.salt_file).expanduser() if self.salt_file else default_salt_file()).resolve()
         out = Path(output_dir).expanduser().resolve()
-        if f == out or out in f.parents:
+        if _inside(f, out):
             raise ValueError(f"the patient-id salt {f} lies inside the corpus folder {out}: keep it outside "
                              "(whoever holds the corpus and the salt can test guessed ids)")
+        keyed = not self.keep_record_ids
+        if keyed:
+            self.map_file(out)            # refused before anything is written
         salt = load_salt(f)
-        return {"stored": "hmac-sha256 (salted, 96 bits)", "salt_id": salt_id(salt), "keep_patient_ids": False}, salt
+        return ({"stored": KEYED, "salt_id": salt_id(salt), "keep_patient_ids": False,
+                 "record_ids": KEYED if keyed else "as read"}, Keys(salt, keyed))
+
+    def map_file(self, output_dir: str | Path) -> Path:
+        """Where the record map of a corpus at `output_dir` goes: `record_map`, else
+        `default_record_map` beside the salt."""
+        out = Path(output_dir).expanduser().resolve()
+        if self.record_map:
+            f = Path(self.record_map).expanduser().resolve()
+        else:
+            f = default_record_map((Path(self.salt_file).expanduser() if self.salt_file else default_salt_file()).resolve(), out)
+        if _inside(f, out):
+            raise ValueError(f"the record map {f} lies inside the corpus folder {out}: it names the files behind "
+                             "the keys, so it stays with the data's owner (--record-map elsewhere)")
+        return f
+
+
+def default_record_map(salt_file: Path, output_dir: str | Path) -> Path:
+    """`<the salt's folder>/record-maps/<corpus folder name>-<8 hex of its absolute path>.csv`:
+    with the salt, in the owner's private place; one file per corpus folder, rewritten by each build."""
+    out = Path(output_dir).expanduser().resolve()
+    tag = hashlib.sha256(str(out).encode()).hexdigest()[:8]
+    return salt_file.parent / "record-maps" / f"{out.name}-{tag}.csv"
+
+
+MAP_COLUMNS = ("record_key", "record_id", "path")
+
+
+def write_record_map(path: Path, rows: Iterable[tuple[str, str, str]]) -> Path:
+    """Write (record_key, record_id as read, file) rows to `path`, owner-only (folder 0700, file
+    0600), replacing it whole; returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(MAP_COLUMNS)
+        w.writerows(rows)
+    os.replace(tmp, path)
+    return path
+
+
+def read_record_map(path: str | Path) -> dict[str, dict[str, str]]:
+    """A record map -> {record_key: {"record_id": ..., "path": ...}}."""
+    with open(path, newline="") as f:
+        return {row["record_key"]: {"record_id": row["record_id"], "path": row["path"]} for row in csv.DictReader(f)}
 
 
 def comparable_warning(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str | None:
@@ -111,4 +239,6 @@ def comparable_warning(a: dict[str, Any] | None, b: dict[str, Any] | None) -> st
             "between them, only recordings (build corpora to be compared with one --salt-file)")
 
 
-__all__ = ["SALT_ENV", "default_salt_file", "load_salt", "salt_id", "pseudonym", "PatientIdPolicy", "comparable_warning"]
+__all__ = ["SALT_ENV", "KEYED", "default_salt_file", "load_salt", "salt_id", "pseudonym", "record_key", "Keys",
+           "redact", "PatientIdPolicy", "default_record_map", "write_record_map", "read_record_map",
+           "comparable_warning"]

@@ -42,7 +42,7 @@ from coreecg.data.exclusion import (
     patient_id_warnings, preprocess_warnings,
 )
 from coreecg.data.fingerprints import write_fingerprints
-from coreecg.data.patient_ids import PatientIdPolicy, pseudonym
+from coreecg.data.patient_ids import Keys, PatientIdPolicy, write_record_map
 from coreecg.data.preprocess import preprocess_record
 from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources import dataset_key, dataset_label, get_source
@@ -128,32 +128,36 @@ class _ShardRead:
 
 
 def _read_shard(refs: list[dict[str, Any]], source: Any, cfg: PreprocessConfig, class_names: tuple[str, ...],
-                ratios: tuple[float, ...], salt: bytes | None = None) -> _ShardRead:
+                ratios: tuple[float, ...], keys: Keys | None = None) -> _ShardRead:
     """Read and preprocess every record of a shard; a record that fails is quarantined with the
     reason (a RecordError's, or "unreadable" naming the exception), never dropped silently.
-    `salt`: patient ids are replaced by their salted hash as soon as they are read
-    (coreecg.data.patient_ids), so no later step sees the identifier."""
+    `keys`: patient ids (and record ids made from file names) are replaced by their salted keys as
+    soon as they are read (coreecg.data.patient_ids), so no later step sees the identifier; the
+    reader looked its labels up by the name as read."""
+    keys = keys or Keys()
     read = _ShardRead()
     for r in refs:
         ref = RecordRef(**r)
         t0 = t1 = time.perf_counter()
         try:
             record = source.read(ref)
-            if salt is not None:
-                record.patient_id = pseudonym(salt, record.patient_id)
+            record.patient_id = keys.patient(record.patient_id)
+            record.record_id = keys.record(record.record_id)
             t1 = time.perf_counter()
             read.unrecognised.update(record.meta.get("unrecognised_codes", ()))
             for quirk in record.meta.get("header_quirks", ()):
                 read.notes[f"header corrected: {quirk.split(' (')[0]}"] += 1
+            for note in record.meta.get("notes", ()):      # what a reader noted of a record it read
+                read.notes[note.split(" (")[0]] += 1
             check_task_label(record, class_names)
             windows = preprocess_record(record, cfg)
         except RecordError as e:
             read.unrecognised.update(e.unrecognised_codes)
-            read.quarantine.append({"record_id": ref.record_id, "path": e.path or ref.path, "reason": e.reason})
+            read.quarantine.append(keys.quarantine_row(ref.record_id, (e.path or ref.path, ref.path), e.reason))
             continue
         except Exception as e:  # a reader bug or a file format it did not foresee: still quarantined
-            read.quarantine.append({"record_id": ref.record_id, "path": ref.path,
-                                    "reason": f"unreadable ({type(e).__name__}: {e})"})
+            read.quarantine.append(keys.quarantine_row(ref.record_id, (ref.path,),
+                                                       f"unreadable ({type(e).__name__}: {e})"))
             continue
         read.t_read += t1 - t0
         read.t_prep += time.perf_counter() - t1
@@ -205,13 +209,13 @@ def _write_split_files(out: Path, shard: int, table: pa.Table, rows: list[dict[s
 
 
 def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any],
-                  out_dir: str, exclude: Sequence[Downstream] = (), salt: bytes | None = None) -> dict[str, Any]:
+                  out_dir: str, exclude: Sequence[Downstream] = (), keys: Keys | None = None) -> dict[str, Any]:
     """Ray Data map fn: item {"shard": i, "refs": json list of RecordRef dicts} -> {"marker": json}.
 
     `exclude`: downstream corpora whose val/test records must not be written (their identities
     are in `settings`, hence in the shard key): records the leakage guard matches to them are
-    quarantined before the shard's files are written (coreecg.data.exclusion). `salt`: the patient-id
-    salt (settings hold only its id; the salt itself is never written)."""
+    quarantined before the shard's files are written (coreecg.data.exclusion). `keys`: the patient-id
+    salt and whether record ids are keyed (settings hold only the salt's id; the salt is never written)."""
     out = Path(out_dir)
     shard = int(item["shard"])
     refs = json.loads(item["refs"])
@@ -225,7 +229,7 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
     cfg = PreprocessConfig(**{k: tuple(v) if isinstance(v, list) else v
                               for k, v in settings["preprocess"].items()})
     class_names = tuple(settings["class_names"])
-    read = _read_shard(refs, source, cfg, class_names, tuple(settings["split_ratios"]), salt)
+    read = _read_shard(refs, source, cfg, class_names, tuple(settings["split_ratios"]), keys)
     t0 = time.perf_counter()
     table = windows_table(read.rows(), np.concatenate([w for _, _, w, _ in read.written])) if read.written else None
     t_table = time.perf_counter() - t0
@@ -261,14 +265,17 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
 # ---------------------------------------------------------------------------- the run
 
 
-def plan(refs: list[RecordRef], shard_records: int) -> tuple[list[list[dict[str, Any]]], list[dict[str, str]]]:
-    """Deduplicate by record id (first listed wins) and cut into shards of `shard_records`."""
+def plan(refs: list[RecordRef], shard_records: int,
+         keys: Keys | None = None) -> tuple[list[list[dict[str, Any]]], list[dict[str, str]]]:
+    """Deduplicate by record id (first listed wins) and cut into shards of `shard_records`; the
+    duplicates' quarantine rows name no file when `keys` key record ids."""
+    keys = keys or Keys()
     first: dict[str, str] = {}
     kept, dupes = [], []
     for ref in refs:
         if ref.record_id in first:
-            dupes.append({"record_id": ref.record_id, "path": ref.path,
-                          "reason": f"duplicate record id, first seen at {first[ref.record_id]}"})
+            dupes.append(keys.quarantine_row(ref.record_id, (ref.path, first[ref.record_id]),
+                                             f"duplicate record id, first seen at {first[ref.record_id]}"))
             continue
         first[ref.record_id] = ref.path
         kept.append(dataclasses.asdict(ref))
@@ -286,10 +293,35 @@ def code_version() -> dict[str, Any]:
     return {"coreecg": __version__, "git": sha}
 
 
+_LEAD = r"(?:I{1,3}|aV[RLF]|AV[RLF]|V\d{1,2}|[XYZ])"
+# What a reason names before its kind, replaced by the bare noun so the kind groups across them:
+# "lead V6: LeadDataCRC32 mismatch", "SOP class 1.2.840...2 (CT Image Storage) is not an ECG waveform".
+_REASON_SUBJECTS = (
+    (re.compile(r"\bSOP class [\d.]+(?: \([^)]*\))?"), "SOP class"),
+    (re.compile(rf"\b(leads?|lead\(s\)) {_LEAD}(?:, {_LEAD})*(?![\w-])"), r"\1"),
+    (re.compile(r"\b(channel|member|array|signal|exam_id) (?:'[^']*'|\"[^\"]*\"|\d+)(?![\w-])"), r"\1"),
+)
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
 def reason_kind(reason: str) -> str:
-    """'record is 6.00 s, shorter than 10 s' -> 'record is N s, shorter than N s' (summary counts)."""
-    head = reason.split(", first seen at")[0].split(" (")[0].split(":")[0]
-    return re.sub(r"\b\d+(\.\d+)?\b", "N", head)
+    """A quarantine reason's kind, for the manifest's counts: what it names (a lead, a SOP class, a
+    quoted value, a number) taken out and the details after it cut, so one kind is one line.
+
+    'record is 6.00 s, shorter than 10 s' -> 'record is N s, shorter than N s';
+    'lead V6: LeadDataCRC32 mismatch (stored 1, ...)' -> 'LeadDataCRC32 mismatch';
+    'SOP class 1.2.3 (CT Image Storage) is not an ECG waveform (...)' -> 'SOP class is not an ECG waveform'.
+    """
+    text = reason.split(", first seen at")[0]
+    for pattern, noun in _REASON_SUBJECTS:
+        text = pattern.sub(noun, text)
+    # "lead: what" / "SOP class: what": the subject is generic now, the kind is what follows
+    subject = re.match(r"(?:leads?|lead\(s\)|channel|member|array|signal|exam_id|SOP class): (.+)", text)
+    if subject:
+        text = subject.group(1)
+    head = re.split(r" \(|: |; ", text, maxsplit=1)[0].rstrip(":")
+    head = _QUOTED.sub("'...'", head)
+    return re.sub(r"\b\d+(\.\d+)?\b", "N", head).strip()
 
 
 def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str | Path,
@@ -324,7 +356,6 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     downstream = load_downstream(exclude_overlap_with, out)
     check_finished(out, downstream)       # before anything is written over a finished corpus
     out.mkdir(parents=True, exist_ok=True)
-    shards, dupes = plan(refs, cfg.shard_records)
     # Everything that changes a shard's bytes; a shard whose key differs is rebuilt on resume.
     settings = {"format_version": FORMAT_VERSION, "coreecg": __version__, "data_revision": DATA_REVISION,
                 "source": source.name, "source_options": source_options or {},
@@ -333,22 +364,29 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
                 "class_names": list(source.class_names), "signal_dtype": np.dtype(SIGNAL_DTYPE).name}
     if downstream:   # only then: the keys of corpora built without an exclusion stay as they were
         settings["exclude_overlap_with"] = identities(downstream)
-    salt = None
+    keys, policy, record_map = Keys(), patient_ids or PatientIdPolicy(), None
     if getattr(source, "identifying_patient_ids", False):   # only then, for the same reason
-        settings["patient_ids"], salt = (patient_ids or PatientIdPolicy()).resolve(out)
+        settings["patient_ids"], keys = policy.resolve(out)
+    shards, dupes = plan(refs, cfg.shard_records, keys)
+    if keys.key_records:   # the owner's way back from a key to the file, written before any shard
+        record_map = write_record_map(policy.map_file(out), ((keys.record(r.record_id), r.record_id, r.path)
+                                                             for r in refs))
     t0 = time.perf_counter()
     markers: list[dict[str, Any]] = []
     if shards:
         items = [{"shard": i, "refs": json.dumps(s)} for i, s in enumerate(shards)]
         ds = ray.data.from_items(items, override_num_blocks=len(items))
         ds = ds.map(process_shard, fn_kwargs={"source": source, "settings": settings, "out_dir": str(out),
-                                              "exclude": downstream, "salt": salt}, num_cpus=1)
+                                              "exclude": downstream, "keys": keys}, num_cpus=1)
         markers = sorted((json.loads(r["marker"]) for r in ds.take_all()), key=lambda m: m["shard"])
     wall = time.perf_counter() - t0
 
     quarantine = dupes + [q for m in markers for q in m["quarantine"]]
     write_atomic(out / QUARANTINE, lambda tmp: _write_csv(tmp, quarantine))
-    manifest = _manifest(source, input_dir, cfg, settings, markers, refs, quarantine)
+    manifest = _manifest(source, None if keys.key_records else input_dir, cfg, settings, markers, refs, quarantine)
+    if keys.key_records:                  # the manifest names no input file: tables by their content
+        manifest["source_options"] = {k: _by_content(v) if k in _FILE_OPTIONS and v else v
+                                      for k, v in manifest["source_options"].items()}
     # the source's dataset key and table label, recorded now: fine-tuning and the report read them
     # from here, without the source's module (a plugin) importable then
     manifest.update(dataset_key=dataset_key(manifest), dataset_label=dataset_label(manifest))
@@ -369,8 +407,19 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
             seconds.update(m["seconds"])
     run = {"wall_s": wall, "shards": len(shards), "shards_skipped": sum(m["skipped"] for m in markers),
            "records_per_s": (sum(m["records_in"] for m in markers if not m["skipped"]) / wall) if wall else 0.0,
-           "task_seconds": dict(seconds), "fingerprint_s": t_fp, "stale_files_removed": stale}
+           "task_seconds": dict(seconds), "fingerprint_s": t_fp, "stale_files_removed": stale,
+           "record_map": str(record_map) if record_map else None}
     return {**manifest, "run": run}
+
+
+# Reader options that name input files (export readers' labels tables).
+_FILE_OPTIONS = ("labels", "class_map")
+
+
+def _by_content(path: str) -> str:
+    """A file option as the manifest of a keyed corpus records it: its content's hash, not its name."""
+    p = Path(path).expanduser()
+    return f"sha256:{sha256_file(p)[:16]}" if p.is_file() else "given (not recorded: the corpus names no input file)"
 
 
 def _write_csv(path: Path, rows: list[dict[str, str]]) -> None:

@@ -1,13 +1,19 @@
-"""DICOM ECG waveforms (12-lead ECG Waveform Storage and General ECG Waveform Storage), one
-recording per Part 10 file (listed by the 'DICM' marker, whatever the file's name).
+"""DICOM ECG waveforms (12-lead ECG Waveform Storage and General ECG Waveform Storage, and the
+ECG leads of Hemodynamic Waveform Storage), one recording per Part 10 file (listed by the 'DICM'
+marker, whatever the file's name).
 
 What is read, with pydicom (`dcmread`) and numpy:
 
-- the SOP Class UID: only the two ECG waveform classes are read; any other class (an image, a
-  Holter or hemodynamic waveform) is refused naming it;
+- the SOP Class UID: the two ECG waveform classes are read whole; of Hemodynamic Waveform
+  Storage (a cath lab's export: ECG leads beside pressure channels) only the channels whose
+  source code is a standard lead's (below; a Code Meaning alone does not count) are read, the
+  others named in meta["skipped_channels"], and meta["notes"] says so ("ECG leads read from
+  Hemodynamic Waveform Storage (...)"); one without such a channel is refused. Any other class
+  (an image, a Holter waveform) is refused naming it;
 - one multiplex group of the Waveform Sequence: the rhythm (its Multiplex Group Label holds
-  "rhythm"), else the first group that is not a median / representative / average beat. Median
-  beats are a summary of the recording, not a recording: a file with only those is refused;
+  "rhythm"), else the first group that is not a median / representative / average beat (of a
+  hemodynamic file, among the groups holding a standard-coded ECG lead). Median beats are a
+  summary of the recording, not a recording: a file with only those is refused;
 - that group's Waveform Data, decoded here: signed samples of 8, 16 or 32 bits (SB, SS, SL),
   interleaved as (samples, channels), in the file's byte order; then per channel
   value = raw x Channel Sensitivity x Correction Factor (default 1) + Channel Baseline (default 0,
@@ -41,6 +47,11 @@ from coreecg.data.sources.registry import register_source
 
 # SOP classes read: 12-lead ECG Waveform Storage, General ECG Waveform Storage
 ECG_SOP_CLASSES = ("1.2.840.10008.5.1.4.1.1.9.1.1", "1.2.840.10008.5.1.4.1.1.9.1.2")
+# Hemodynamic Waveform Storage: read for its channels of standard ECG lead codes only
+HEMODYNAMIC_SOP_CLASS = "1.2.840.10008.5.1.4.1.1.9.2.1"
+# meta["notes"] of such a file; {} is the number of channels left out
+HEMODYNAMIC_NOTE = ("ECG leads read from Hemodynamic Waveform Storage (by their standard lead codes; "
+                    "{} other channel(s) skipped)")
 # (Waveform Bits Allocated, Waveform Sample Interpretation) -> sample type (byte order added)
 SAMPLE_TYPES = {(8, "SB"): "i1", (16, "SS"): "i2", (32, "SL"): "i4"}
 # Lead numbers shared by SCP-ECG (5.6.3-9-<n>) and MDC partition 2 (2:<n>) -> standard lead
@@ -68,18 +79,22 @@ class DicomSource(ExportSource):
 
     def read_export(self, path: str) -> Export:
         ds = _dataset(path)
-        sop = _sop_class(ds, path)
-        index, group = rhythm_group(ds, path)
+        uid, sop = _sop_class(ds, path)
+        hemodynamic = uid == HEMODYNAMIC_SOP_CLASS
+        index, group = rhythm_group(ds, path, hemodynamic)
         raw = decode_waveform(group, ds.original_encoding[1], path)
         channels = list(group.get("ChannelDefinitionSequence") or [])
         if len(channels) != raw.shape[1]:
             raise RecordError(path, f"{raw.shape[1]} waveform channels but {len(channels)} channel definitions")
-        leads = tuple(lead_name(ch, j) for j, ch in enumerate(channels))
-        signal = np.empty((len(channels), raw.shape[0]), dtype=np.float64)
+        names = [lead_name(ch, j) for j, ch in enumerate(channels)]
+        # a hemodynamic group's pressure (and other) channels are not ECG: left out, named
+        kept = [j for j, ch in enumerate(channels) if not hemodynamic or lead_of_code(ch) is not None]
+        skipped = [channel_label(ch, j) for j, ch in enumerate(channels) if j not in kept]
+        signal = np.empty((len(kept), raw.shape[0]), dtype=np.float64)
         units = []
-        for j, ch in enumerate(channels):
-            scale, offset, unit = _channel_scale(ch, f"channel {j + 1} ({leads[j]})", path)
-            signal[j] = raw[:, j] * scale + offset
+        for row, j in enumerate(kept):
+            scale, offset, unit = _channel_scale(channels[j], f"channel {j + 1} ({names[j]})", path)
+            signal[row] = raw[:, j] * scale + offset
             units.append(unit)
         fs = group.get("SamplingFrequency")
         if fs is None:
@@ -87,10 +102,11 @@ class DicomSource(ExportSource):
         meta: dict[str, Any] = {"sop_class": sop, "waveform_group": str(group.get("MultiplexGroupLabel", "")),
                                 "waveform_group_index": index, "bits_allocated": int(group.WaveformBitsAllocated),
                                 "stored_units": sorted(set(units)), "samples": int(raw.shape[0]),
-                                "filters_hz": _filters(channels[0]),
-                                "device_model": str(ds.get("ManufacturerModelName", "")).strip() or None}
+                                "filters_hz": _filters(channels[kept[0]]), "skipped_channels": skipped,
+                                "device_model": str(ds.get("ManufacturerModelName", "")).strip() or None,
+                                "notes": [HEMODYNAMIC_NOTE.format(len(skipped))] if hemodynamic else []}
         pid = str(ds.get("PatientID", "") or "").strip() or None
-        return Export(signal, float(fs), leads, pid, meta)
+        return Export(signal, float(fs), tuple(names[j] for j in kept), pid, meta)
 
 
 def _dataset(path: str):
@@ -103,30 +119,41 @@ def _dataset(path: str):
         raise RecordError(path, f"unreadable DICOM: {exc}") from exc
 
 
-def _sop_class(ds, path: str) -> str:
-    """The SOP class's name; RecordError naming it (UID and name) when it is not an ECG waveform."""
+def _sop_class(ds, path: str) -> tuple[str, str]:
+    """(the SOP class's UID, its name); RecordError naming it (UID and name) when it is not a
+    class read here."""
     uid = ds.get("SOPClassUID") or getattr(ds, "file_meta", {}).get("MediaStorageSOPClassUID")
     if uid is None:
         raise RecordError(path, "no SOP Class UID: not a DICOM object this reader can identify")
     name = uid.name if uid.name != str(uid) else "unknown class"
-    if str(uid) not in ECG_SOP_CLASSES:
-        raise RecordError(path, f"SOP class {uid} ({name}) is not an ECG waveform (12-lead ECG or "
-                                "General ECG Waveform Storage)")
-    return name
+    if str(uid) not in (*ECG_SOP_CLASSES, HEMODYNAMIC_SOP_CLASS):
+        raise RecordError(path, f"SOP class {uid} ({name}) is not an ECG waveform (12-lead ECG, "
+                                "General ECG, or Hemodynamic Waveform Storage)")
+    return str(uid), name
 
 
-def rhythm_group(ds, path: str) -> tuple[int, Any]:
+def rhythm_group(ds, path: str, hemodynamic: bool = False) -> tuple[int, Any]:
     """(index, item) of the Waveform Sequence group to read: the first labelled rhythm, else the
-    first that is not a beat summary (median, representative beat); RecordError when none."""
+    first that is not a beat summary (median, representative beat); RecordError when none.
+    hemodynamic: only groups with a channel of a standard lead code count (pressure groups are
+    not ECG); RecordError naming the channels when no group has one."""
     groups = list(ds.get("WaveformSequence") or [])
     if not groups:
         raise RecordError(path, "no Waveform Sequence: the file holds no waveform")
     labels = [str(g.get("MultiplexGroupLabel", "") or "").strip().lower() for g in groups]
-    for i, label in enumerate(labels):
-        if "rhythm" in label:
+    usable = [i for i, g in enumerate(groups)
+              if not hemodynamic or any(lead_of_code(ch) for ch in g.get("ChannelDefinitionSequence") or [])]
+    if not usable:
+        found = dict.fromkeys(channel_label(ch, j) for g in groups
+                              for j, ch in enumerate(g.get("ChannelDefinitionSequence") or []))
+        raise RecordError(path, "Hemodynamic Waveform Storage without an ECG lead: no channel's source code is a "
+                                "standard lead's (SCP-ECG 5.6.3-9-<n>, MDC 2:<n>; channels: "
+                                f"{', '.join(found) or 'none'})")
+    for i in usable:
+        if "rhythm" in labels[i]:
             return i, groups[i]
-    for i, label in enumerate(labels):
-        if not any(word in label for word in _BEAT_SUMMARY):
+    for i in usable:
+        if not any(word in labels[i] for word in _BEAT_SUMMARY):
             return i, groups[i]
     found = ", ".join(repr(g.get("MultiplexGroupLabel", "")) for g in groups)
     raise RecordError(path, f"no rhythm waveform: only median / representative beats ({found})")
@@ -160,21 +187,38 @@ def decode_waveform(group, little_endian: bool, path: str) -> np.ndarray:
 def lead_name(channel, index: int) -> str:
     """A channel's lead: the standard name of its source code or meaning, else its meaning
     ('channel <n>' when the channel states no source)."""
-    source = (channel.get("ChannelSourceSequence") or [None])[0]
-    if source is None:
-        return f"channel {index + 1}"
-    code = str(source.get("CodeValue", "") or "").strip()
-    match = _CODE.fullmatch(code)
-    number = int(match.group(1)) if match else (int(code) - (2 << 16) if code.isdigit() else None)
-    if number in LEAD_NUMBERS:
-        return LEAD_NUMBERS[number]
-    meaning = str(source.get("CodeMeaning", "") or "").strip()
+    lead = lead_of_code(channel)
+    if lead is not None:
+        return lead
+    meaning = str(_source(channel).get("CodeMeaning", "") or "").strip()
     # "Lead I (Einthoven)" -> "I"; "aVR, augmented voltage, right" -> "aVR"
     short = re.sub(r"\(.*?\)", "", meaning.split(",")[0])
     short = re.sub(r"^lead\s+", "", short.strip(), flags=re.I).strip()
     if canonical_lead_name(short) in STANDARD_LEADS:
         return canonical_lead_name(short)
-    return meaning or code or f"channel {index + 1}"
+    return channel_label(channel, index)
+
+
+def lead_of_code(channel) -> str | None:
+    """The standard lead of a channel's source code (SCP-ECG "5.6.3-9-<n>", MDC "2:<n>" or its
+    numeric form), or None."""
+    code = str(_source(channel).get("CodeValue", "") or "").strip()
+    match = _CODE.fullmatch(code)
+    number = int(match.group(1)) if match else (int(code) - (2 << 16) if code.isdigit() else None)
+    return LEAD_NUMBERS.get(number)
+
+
+def channel_label(channel, index: int) -> str:
+    """A channel as the file names it: its source's Code Meaning, else its code, else
+    'channel <n>'."""
+    source = _source(channel)
+    return (str(source.get("CodeMeaning", "") or "").strip() or str(source.get("CodeValue", "") or "").strip()
+            or f"channel {index + 1}")
+
+
+def _source(channel):
+    """A channel's ChannelSourceSequence item ({} when it states none: every lookup gives the default)."""
+    return (channel.get("ChannelSourceSequence") or [{}])[0]
 
 
 def _channel_scale(channel, what: str, path: str) -> tuple[float, float, str]:
@@ -203,4 +247,5 @@ def _filters(channel) -> dict[str, float | None]:
             "notch": _number(channel, "NotchFilterFrequency")}
 
 
-__all__ = ["DicomSource", "DicomOptions", "ECG_SOP_CLASSES", "rhythm_group", "decode_waveform", "lead_name"]
+__all__ = ["DicomSource", "DicomOptions", "ECG_SOP_CLASSES", "HEMODYNAMIC_SOP_CLASS", "rhythm_group",
+           "decode_waveform", "lead_name", "lead_of_code", "channel_label"]

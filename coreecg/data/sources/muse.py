@@ -11,10 +11,13 @@ declare is never fetched, the declared encoding, ISO-8859-1 or UTF-8, is honoure
 - per `<LeadData>`: `LeadID`, `WaveFormData` (base64 of little-endian int16; line breaks inside),
   times `LeadAmplitudeUnitsPerBit` in `LeadAmplitudeUnits` (MICROVOLTS, MILLIVOLTS; missing or
   unknown: RecordError). The decoded bytes must fill `LeadByteCountTotal` and
-  2 x `LeadSampleCountTotal` (fewer: "truncated base64") and match `LeadDataCRC32` when given.
-  Samples other than 2 bytes, or a lead that starts late, at an offset or with a baseline
-  (`LeadTimeOffset`, `LeadOffsetFirstSample`, `FirstSampleBaseline` not 0), are refused: their
-  meaning is not documented, so the signal would be a guess;
+  2 x `LeadSampleCountTotal` (fewer: "truncated base64") and match `LeadDataCRC32` when given
+  (a mismatch: RecordError, the waveform is damaged). A `LeadDataCRC32` of 0 on every lead is a
+  writer that computed none, not damage: the samples are read unchecked, and meta["notes"] says
+  so ("no checksum: LeadDataCRC32 0 on every lead (...)"). Samples other than 2 bytes, or a lead
+  that starts late, at an offset or with a baseline (`LeadTimeOffset`, `LeadOffsetFirstSample`,
+  `FirstSampleBaseline` not 0), are refused: their meaning is not documented, so the signal would
+  be a guess;
 - `PatientDemographics/PatientID` (stripped; empty: None), hashed later by the corpus builder.
 
 Carts store 8 leads (I, II, V1-V6): the limb leads III, aVR, aVL and aVF are derived from I and II
@@ -74,17 +77,18 @@ class MuseSource(ExportSource):
     def read_export(self, path: str) -> Export:
         root = _parse(path)
         waveform = _rhythm_waveform(root, path)
-        names, rows, units, crc_checked = [], [], set(), 0
+        names, rows, units, crcs = [], [], set(), []
         for lead in waveform.findall("LeadData"):
-            name, samples, unit, crc = _read_lead(lead, path)
+            name, data, mv_per_bit, unit, crc = _read_lead(lead, path)
             if name in names:
                 raise RecordError(path, f"lead {name} stored twice in the rhythm waveform")
             names.append(name)
-            rows.append(samples)
+            rows.append(np.frombuffer(data, dtype="<i2") * mv_per_bit)
             units.add(unit)
-            crc_checked += crc
+            crcs.append((name, data, crc))
         if not rows:
             raise RecordError(path, "the rhythm waveform holds no LeadData")
+        crc_checked, notes = _check_crcs(crcs, path)
         counts = {n: r.size for n, r in zip(names, rows)}
         if len(set(counts.values())) > 1:
             raise RecordError(path, "leads of different lengths: " + ", ".join(f"{n} {c}" for n, c in counts.items()))
@@ -93,6 +97,7 @@ class MuseSource(ExportSource):
         patient = (root.findtext("PatientDemographics/PatientID") or "").strip() or None
         meta = {"waveform": "Rhythm", "stored_leads": names, "derived_leads": list(derived),
                 "samples": int(signal.shape[1]), "amplitude_units": sorted(units), "crc32_checked_leads": crc_checked,
+                "notes": notes,
                 "muse_version": (root.findtext("MuseInfo/MuseVersion") or "").strip() or None,
                 "acquisition_device": (root.findtext("TestDemographics/AcquisitionDevice") or "").strip() or None}
         return Export(signal, _sampling_rate(waveform, path), tuple(names) + tuple(derived), patient, meta)
@@ -127,9 +132,9 @@ def _sampling_rate(waveform: ET.Element, path: str) -> float:
     return base * 10.0 ** exponent
 
 
-def _read_lead(lead: ET.Element, path: str) -> tuple[str, np.ndarray, str, bool]:
-    """One `<LeadData>` -> (standard name, (n,) float64 millivolts, its units as stored, whether its
-    CRC32 was checked)."""
+def _read_lead(lead: ET.Element, path: str) -> tuple[str, bytes, float, str, int | None]:
+    """One `<LeadData>` -> (standard name, its samples' bytes (little-endian int16), millivolts per
+    bit, its units as stored, its LeadDataCRC32 as unsigned (None: not given))."""
     raw_name = (lead.findtext("LeadID") or "").strip()
     if not raw_name:
         raise RecordError(path, "a LeadData without LeadID")
@@ -149,10 +154,24 @@ def _read_lead(lead: ET.Element, path: str) -> tuple[str, np.ndarray, str, bool]
     mv_per_bit = per_bit * millivolts_per(unit, path, f"{what} (LeadAmplitudeUnits)")
     data = _decode(lead, path, what)
     crc = _number(lead, "LeadDataCRC32", path, required=False, what=what)
-    if crc is not None and zlib.crc32(data) != int(crc) % 2**32:   # % 2**32: a writer's signed int32
-        raise RecordError(path, f"{what}: LeadDataCRC32 mismatch (stored {int(crc)}, the decoded samples give "
-                                f"{zlib.crc32(data)}): the waveform is damaged")
-    return name, np.frombuffer(data, dtype="<i2") * mv_per_bit, unit, crc is not None
+    return name, data, mv_per_bit, unit, None if crc is None else int(crc) % 2**32   # % 2**32: a writer's signed int32
+
+
+def _check_crcs(leads: list[tuple[str, bytes, int | None]], path: str) -> tuple[int, list[str]]:
+    """Each lead's (name, bytes, stored CRC32 or None) checked -> (leads checked, notes for meta);
+    RecordError naming the first lead whose samples do not give its CRC32.
+
+    0 on every lead that states one is no checksum: a writer that computed none (samples whose
+    CRC32 is 0 in every lead are not to be expected); 0 on some leads only is checked like any
+    other value."""
+    stated = [crc for _, _, crc in leads if crc is not None]
+    if stated and not any(stated):
+        return 0, ["no checksum: LeadDataCRC32 0 on every lead (the writer computed none; samples not checked)"]
+    for name, data, crc in leads:
+        if crc is not None and zlib.crc32(data) != crc:
+            raise RecordError(path, f"lead {name}: LeadDataCRC32 mismatch (stored {crc}, the decoded samples "
+                                    f"give {zlib.crc32(data)}): the waveform is damaged")
+    return len(stated), []
 
 
 def _decode(lead: ET.Element, path: str, what: str) -> bytes:

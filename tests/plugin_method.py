@@ -23,7 +23,7 @@ class PatchRegressionOptions:          # the typed config section methods.patch_
 
 
 # hidden_dim decides the head's modules: a run cannot resume from a checkpoint with another one
-@register_method("patch_regression", "Patch regression", options=PatchRegressionOptions,
+@register_method("patch_regression", "Patch regression", options=PatchRegressionOptions, needs="grid",
                  structural=("methods.patch_regression.hidden_dim",))
 class PatchRegression(PretrainMethod):
     reported_losses = ("loss_patch",)                        # the console shows "patch"; a sweep objective

@@ -1,7 +1,6 @@
 """`Config`: every section, the checks across sections, and its plain/YAML form."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,9 @@ from coreecg.config.data import DataConfig
 from coreecg.config.sections import ModelConfig, OptimConfig, TrainConfig
 from coreecg.config.downstream import FinetuneConfig, ReportConfig
 from coreecg.config.methods import MethodOptions, MethodSpec, PretrainConfig, method_specs
+from coreecg.config.encoders import EncoderOptions
 from coreecg.config.plugins import import_plugins
+from coreecg.encoders.registry import encoder_spec
 
 
 @dataclass
@@ -29,6 +30,8 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)     # before methods: plugins add sections
     methods: MethodOptions = field(default_factory=MethodOptions)
+    # One typed section per registered encoder with options (its sizes); model.arch selects one
+    encoders: EncoderOptions = field(default_factory=EncoderOptions)
     report: ReportConfig = field(default_factory=ReportConfig)
 
     def __post_init__(self) -> None:
@@ -52,6 +55,7 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         out = to_plain(self)
         out["methods"] = {n: to_plain(getattr(self.methods, n)) for n in self.methods.names(self.pretrain.method)}
+        out["encoders"] = {n: to_plain(getattr(self.encoders, n)) for n in self.encoders.names(self.model.arch)}
         return out
 
     def to_yaml(self, path: str | Path | None = None) -> str:
@@ -65,10 +69,9 @@ class Config:
         """Checks across sections (each section checks its own keys when built), then the
         training method's own cross-checks (`check(config)` of its options, if it has one)."""
         m = self.model
-        # model.arch names a family of coreecg.model.published, checked where an encoder is built
-        # from the config (the config layer does not import the model layer)
-        if not re.fullmatch(r"[a-z][a-z0-9_]*", m.arch):
-            raise ConfigError(f"model.arch={m.arch!r} is not an encoder family name (coreecg, st_mem, ...)")
+        encoder_spec(m.arch)          # a registered encoder (coreecg.encoders), or the error names them
+        if m.arch in self.encoders.names(m.arch):     # its own sections' keys that go together
+            getattr(getattr(self.encoders, m.arch), "check", lambda: None)()
         if m.input_samples % m.patch_size:
             raise ConfigError(f"model.input_samples={m.input_samples} is not a multiple of model.patch_size={m.patch_size}")
         if m.embed_dim % m.num_heads:

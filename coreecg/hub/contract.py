@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from coreecg.encoders.registry import encoder_spec, is_published
 from coreecg.config import STANDARD_LEADS, Config
 from coreecg.loading import Kind, ModelSource, build_model, open_source
 
@@ -105,19 +106,30 @@ def input_contract(config: Config, kind: Kind = "encoder", *, class_names: Seque
                            "eps": p.zscore_eps, "flat": f"a window whose std < {p.zscore_eps:g} becomes zeros"}),
         "preprocessing": "coreecg.data.preprocess.preprocess_record(record, config.data.preprocess)",
     }
-    if m.arch != "coreecg":                       # a published encoder: whose contract this is
+    if is_published(m.arch):                      # a published encoder: whose contract this is
         from coreecg.model.published import family
 
         fam = family(m.arch)
         contract["encoder"] = {"arch": fam.name, "family": fam.title, "pooled": fam.pooling,
                                "normalisation": fam.normalisation, "licence": fam.licence}
     if kind == "encoder":
+        if encoder_spec(m.arch).output == "sequence":        # its width and stride, from the module's shape
+            import torch
+
+            from coreecg.encoders.build import build_encoder
+
+            with torch.device("meta"):
+                enc = build_encoder(config)
+            width, tokens = enc.dim, (f"(batch, steps, {enc.dim}): a sequence over time, one step per "
+                                      f"{enc.patch_size} input samples (Encoder(x).tokens)")
+        else:
+            width, tokens = m.embed_dim, (f"(batch, leads * {m.n_patches}, {m.embed_dim}): token encodings in "
+                                          "(lead, time) order (Encoder(x).tokens)")
         contract["output"] = {
-            "pooled": f"(batch, {m.embed_dim}): "
+            "pooled": f"(batch, {width}): "
                       + (contract["encoder"]["pooled"] if "encoder" in contract else "mean of all token encodings")
                       + " (pooled), the feature downstream tasks use",
-            "tokens": f"(batch, leads * {m.n_patches}, {m.embed_dim}): token encodings in (lead, time) order "
-                      "(Encoder(x).tokens)",
+            "tokens": tokens,
             "lead_subsets": "feed fewer rows with lead_idx (standard-order indices) in PyTorch; ONNX takes all leads"}
         return contract
     if class_names is None or multilabel is None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from coreecg.encoders.registry import is_published
 from coreecg.checkpoints import CheckpointError
 from coreecg.files import TEMP_GLOB, sha256_file, write_atomic, write_json, write_text
 from coreecg.hub.card import CARD_FILE, model_card
@@ -90,18 +91,17 @@ def _check_output(out: Path, source: Path) -> None:
 
 
 def _encoder_class(arch: str) -> str:
-    if arch == "coreecg":
-        return "coreecg.model.encoder.Encoder"
-    from coreecg.model.published import family
+    from coreecg.encoders.build import encoder_class
 
-    return family(arch).module
+    cls = encoder_class(arch)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _pooling(cfg) -> str:
     """How a classifier's head input is pooled from the encoder's tokens (padding never counts)."""
     if cfg.finetune.pooling == "attention":
         return "attention pooling: one learned query over all (lead, time) token encodings (AttentionPool)"
-    if cfg.model.arch != "coreecg":
+    if is_published(cfg.model.arch):
         from coreecg.model.published import family
 
         return f"{family(cfg.model.arch).title}: its own pooled feature (encoder.pooled)"
@@ -112,6 +112,8 @@ def _architecture(src: ModelSource) -> dict[str, Any]:
     """config.json's "architecture": the classes and sizes in words (the card reads it)."""
     cfg = src.config
     arch: dict[str, Any] = {"class": _encoder_class(cfg.model.arch), **dataclasses.asdict(cfg.model)}
+    if cfg.model.arch in cfg.encoders.names(cfg.model.arch):     # an encoder with its own sizes section
+        arch["options"] = dataclasses.asdict(getattr(cfg.encoders, cfg.model.arch))
     if src.kind == "classifier":
         arch = {"class": "coreecg.model.classifier.Classifier", "encoder": arch,
                 "n_classes": len(src.class_names), "mode": cfg.finetune.mode, "multilabel": bool(src.multilabel),

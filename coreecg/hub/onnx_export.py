@@ -13,6 +13,7 @@ from coreecg.hub.contract import load_model
 from coreecg.loading import Kind, ModelSource, build_model
 from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder, masked_mean
+from coreecg.model.sequence import SequenceEncoder
 
 ONNX_FILE = "model.onnx"
 ONNX_OPSET = 18
@@ -59,12 +60,12 @@ def onnx_entry(src: ModelSource, contract: dict[str, Any], file: Path) -> dict[s
     except ImportError:         # onnxruntime is optional: the file is written, unchecked
         diff = None
     c = contract["tensor"]["shape"]
+    tokens, dim = _token_shape(model, c[1], c[2])
     return {"file": ONNX_FILE, "sha256": sha256_file(file), "opset": ONNX_OPSET,
             "exporter": "torch.onnx.export(dynamo=True)",
             "input": {"ecg": ["batch", c[1], c[2]]},
             "outputs": ({"logits": ["batch", len(src.class_names)]} if src.kind == "classifier" else
-                        {"pooled": ["batch", src.config.model.embed_dim],
-                         "tokens": ["batch", c[1] * src.config.model.n_patches, src.config.model.embed_dim]}),
+                        {"pooled": ["batch", dim], "tokens": ["batch", tokens, dim]}),
             "max_abs_diff_vs_pytorch": diff,
             "checked_batch_sizes": list(ONNX_CHECK_BATCHES) if diff is not None else []}
 
@@ -75,21 +76,45 @@ def _onnx_wrapper(model: nn.Module, kind: Kind | None) -> tuple[nn.Module, torch
         if kind not in (None, "classifier"):
             raise ValueError(f"kind={kind!r} but the model is a Classifier (pass its .encoder for the encoder)")
         encoder, n_leads = model.encoder, len(model.leads)
-        if not isinstance(encoder, Encoder):
-            raise TypeError(f"ONNX export takes coreecg's Encoder only, not {type(encoder).__name__} (a published "
-                            "encoder: docs/published_encoders.md)")
+        if not _exportable(encoder):
+            raise TypeError(f"ONNX export takes coreecg's registered encoders, not {type(encoder).__name__} (a "
+                            "published encoder: docs/published_encoders.md)")
         wrapper: nn.Module = _ClassifierLogits(model)
         outputs = ["logits"]
-    elif isinstance(model, Encoder):
+    elif _exportable(model):
         if kind not in (None, "encoder"):
             raise ValueError(f"kind={kind!r} but the model is an Encoder")
         encoder, n_leads = model, model.n_leads
         wrapper, outputs = _EncoderOutputs(model), ["pooled", "tokens"]
     else:
         raise TypeError(f"export_onnx takes an Encoder or a Classifier, not {type(model).__name__}")
-    samples = encoder.embed.pos.shape[0] * encoder.patch_size     # n_patches * patch_size = input_samples
-    example = torch.randn(2, n_leads, samples, generator=torch.Generator().manual_seed(0))
+    example = torch.randn(2, n_leads, _samples(encoder), generator=torch.Generator().manual_seed(0))
     return wrapper.eval(), example.to(next(model.parameters()).device), outputs
+
+
+def _exportable(model: nn.Module) -> bool:
+    """coreecg's ViT or a sequence encoder (a published family's adapter is not exported)."""
+    return isinstance(model, (Encoder, SequenceEncoder))
+
+
+def _samples(encoder: nn.Module) -> int:
+    """The example input's length: the ViT's position table (n_patches x patch_size), else the
+    model's config (a loaded model carries it) or the paper's 2250."""
+    if isinstance(encoder, Encoder):
+        return encoder.embed.pos.shape[0] * encoder.patch_size
+    info = getattr(encoder, "pretrained_info", None)
+    return info.config.model.input_samples if info is not None else 2250
+
+
+@torch.no_grad()
+def _token_shape(model: nn.Module, leads: int, samples: int) -> tuple[int, int]:
+    """(tokens, width) of an encoder's output for one input of `leads` x `samples` (measured: the
+    ViT's leads x patches, a sequence encoder's steps)."""
+    encoder = getattr(model, "encoder", model)
+    x = torch.zeros(1, leads, samples, device=next(encoder.parameters()).device)
+    lead_idx = getattr(model, "lead_idx", None)
+    enc = encoder(x, lead_idx)
+    return int(enc.tokens.shape[1]), int(enc.tokens.shape[2])
 
 
 class _EncoderOutputs(nn.Module):

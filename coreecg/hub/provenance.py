@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from coreecg.encoders.registry import is_published
 from coreecg.checkpoints import CheckpointError
 from coreecg.config import Config
 from coreecg.loading import METRICS_FILE, ModelSource, corpus_manifest, open_source
@@ -40,7 +41,7 @@ def _corpus_info(config: Config, manifest: dict[str, Any] | None) -> dict[str, A
 def _pretraining_info(config: Config, file: Path | None) -> dict[str, Any]:
     """Method and corpus of the pretraining run whose config this is (a published encoder's:
     its family, licence and pretraining data as coreecg knows them)."""
-    if config.model.arch != "coreecg":
+    if is_published(config.model.arch):
         from coreecg.model.published import family
 
         fam = family(config.model.arch)

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 import torch
 from torch import nn
 
+from coreecg.encoders.registry import is_published
 from coreecg.checkpoints import (
     BEST_FILE, ENCODER_FILE, STEP_PREFIX, CheckpointError, checkpoint_config, is_coreecg_payload, latest_checkpoint,
     read_payload,
@@ -111,7 +112,7 @@ def open_source(path: str | Path, kind: Kind | None = None) -> ModelSource:
     if kind == "encoder" and src.kind == "classifier":
         src = dataclasses.replace(src, kind="encoder", state=_strip(src.state, "encoder."),
                                   class_names=None, multilabel=None)
-    if src.config.model.arch != "coreecg" and not src.entries.get("published"):
+    if is_published(src.config.model.arch) and not src.entries.get("published"):
         # an export or a fine-tuned run of published weights is still that family's encoder
         src = dataclasses.replace(src, entries={**src.entries, "published": src.config.model.arch})
     return src
@@ -121,14 +122,14 @@ def build_model(src: ModelSource) -> Encoder | Classifier:
     """The source's model with its weights, on the CPU, in eval mode; the caller's RNG untouched."""
     from coreecg.model.classifier import Classifier
     from coreecg.model.pretrained import PretrainedInfo
-    from coreecg.model.published import build_encoder
+    from coreecg.encoders.build import build_encoder
 
     cfg = src.config
     if src.kind == "method":
         raise CheckpointError(f"{src.weights}: a pretraining method's checkpoint: load it with load_method")
 
     def build() -> nn.Module:
-        encoder = build_encoder(cfg.model)
+        encoder = build_encoder(cfg)
         if src.kind == "encoder":
             return encoder
         return Classifier.for_mode(encoder, len(src.class_names), cfg.finetune.leads, bool(src.multilabel),

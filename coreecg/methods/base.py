@@ -12,8 +12,9 @@ from coreecg.model.encoder import default_lead_idx
 class PretrainMethod(nn.Module):
     """A self-supervised method around the one `Encoder`.
 
-    A subclass builds `self.encoder = Encoder.from_config(config.model)` (the network every
-    downstream use loads from `encoder.pt`) plus whatever heads and targets it needs, and
+    A subclass builds `self.encoder = build_encoder(config)` (coreecg.encoders: the encoder
+    `model.arch` names, the network every downstream use loads from `encoder.pt`; its width is
+    `self.encoder.dim`) plus whatever heads and targets it needs, and
     implements `forward`. Optional hooks:
 
     - momentum targets: return the student/target module pairs from `student_teacher_pairs`

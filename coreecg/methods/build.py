@@ -3,6 +3,7 @@ plugin's through `pretrain.plugins`) and the built model."""
 from __future__ import annotations
 
 from coreecg.config import Config, ConfigError, import_plugins, method_specs
+from coreecg.config.encoders import check_encoder_for_method
 from coreecg.methods.base import PretrainMethod
 # The built-in classes bind to their declarations (coreecg/methods/*/options.py) on import.
 from coreecg.methods.core_ecg.method import CoReECG
@@ -23,4 +24,5 @@ def method_class(name: str) -> type[PretrainMethod]:
 def build_method(config: Config) -> PretrainMethod:
     """The pretraining model of `config.pretrain.method` (plugins imported first)."""
     import_plugins(config.pretrain.plugins)
+    check_encoder_for_method(config)
     return method_class(config.pretrain.method)(config)

@@ -25,7 +25,7 @@ from coreecg.typed import field_type
 
 
 def register_method(name: str, label: str | None = None, options: type | None = None,
-                    structural: tuple[str, ...] = (), defining: tuple[str, ...] = ()
+                    structural: tuple[str, ...] = (), defining: tuple[str, ...] = (), needs: str = "any"
                     ) -> Callable[[type[PretrainMethod]], type[PretrainMethod]]:
     """Class decorator: `pretrain.method=<name>` builds this class. With only the name, it binds
     to the entry the method's options.py declared (the class then reports that entry's losses).
@@ -36,7 +36,8 @@ def register_method(name: str, label: str | None = None, options: type | None = 
     refused); `defining`: the config keys outside `methods.<name>` that define the method, so rows
     of a table may differ in them (coreecg/eval/fairness.py): "a.b", or a prefix "a.*" / "a.b_*"
     (its own section and `pretrain.*` always define it); the class's `reported_losses`: the loss
-    terms its forward returns besides `loss`."""
+    terms its forward returns besides `loss`; `needs`: what it needs of the encoder, "grid" (token
+    masks on the (lead, time) grid), "sequence" or "any" (pooled features; coreecg.encoders)."""
     def register(cls: type[PretrainMethod]) -> type[PretrainMethod]:
         if not (isinstance(cls, type) and issubclass(cls, PretrainMethod)):
             raise TypeError(f"@register_method({name!r}) needs a PretrainMethod subclass, got {cls!r}")
@@ -53,7 +54,7 @@ def register_method(name: str, label: str | None = None, options: type | None = 
         else:
             spec = MethodSpec(name, label or cls.__name__, options, tuple(structural), tuple(defining),
                               tuple(cls.reported_losses) if isinstance(cls.reported_losses, (tuple, list))
-                              else cls.reported_losses, cls=cls)
+                              else cls.reported_losses, cls=cls, needs=needs)
         _check_keys(spec)
         declare_method(spec)
         return cls

@@ -33,6 +33,8 @@ class MethodSpec:
         "a.b_*"; coreecg/eval/fairness.py): its own section and `pretrain.*` always define it.
     reported_losses: the loss terms its forward returns besides `loss`, each "loss_<label>".
     moved_keys: old dotted key -> its place now (configs written before a key moved still load).
+    needs: what it needs of the encoder (coreecg.encoders.registry): "grid" (tokens on the (lead,
+        time) grid: token masks), "sequence" (a sequence over time) or "any" (pooled features).
     """
 
     name: str
@@ -43,6 +45,7 @@ class MethodSpec:
     reported_losses: tuple[str, ...] = ()
     moved_keys: Mapping[str, str] = field(default_factory=dict)
     cls: type | None = None             # the PretrainMethod subclass (None until its module is imported)
+    needs: str = "any"
 
     @property
     def built_in(self) -> bool:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from coreecg.config import STANDARD_LEADS
+from coreecg.encoders.build import build_encoder
 from coreecg.model.encoder import Encoder, _with_a_key
 from coreecg.model.pretrained import PretrainedMixin
 
@@ -116,7 +117,7 @@ class Classifier(nn.Module, PretrainedMixin, pipeline_tag="other"):
     @classmethod
     def _build_for(cls, config, class_names, multilabel) -> "Classifier":
         """from_pretrained's (coreecg.model.pretrained): the classifier config.finetune describes."""
-        return cls.for_mode(Encoder.from_config(config.model), len(class_names), config.finetune.leads,
+        return cls.for_mode(build_encoder(config), len(class_names), config.finetune.leads,
                             bool(multilabel), config.finetune.mode, config.finetune.head)
 
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None,

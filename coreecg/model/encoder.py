@@ -56,13 +56,18 @@ class Encoder(nn.Module, PretrainedMixin, pipeline_tag="feature-extraction"):
         self.transformer = Transformer(dim, depth, num_heads, mlp_ratio, dropout)
         init_weights(self.transformer)
 
+    output_kind = "grid"
+
     @classmethod
-    def from_config(cls, m: ModelConfig) -> "Encoder":
+    def from_config(cls, config) -> "Encoder":
+        """The encoder of a Config (its `model` section: the paper's ViT keeps its sizes there) or
+        of a ModelConfig."""
+        m: ModelConfig = getattr(config, "model", config)
         return cls(m.n_leads, m.n_patches, m.patch_size, m.embed_dim, m.depth, m.num_heads, m.mlp_ratio, m.dropout)
 
     @classmethod
     def _build_for(cls, config, class_names=None, multilabel=None) -> "Encoder":
-        return cls.from_config(config.model)       # from_pretrained's (coreecg.model.pretrained)
+        return cls.from_config(config)       # from_pretrained's (coreecg.model.pretrained)
 
     def tokens(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, C, T) -> embedded tokens (B, C, N, D) before the transformer."""
@@ -142,3 +147,8 @@ def _with_a_key(valid: torch.Tensor | None) -> torch.Tensor | None:
         return None
     first = torch.arange(valid.shape[1], device=valid.device) == 0
     return valid | (first[None, :] & ~valid.any(dim=1, keepdim=True))
+
+
+from coreecg.encoders.build import register_encoder  # noqa: E402  (binds after the class exists)
+
+register_encoder("coreecg")(Encoder)

@@ -32,6 +32,7 @@ import torch
 from huggingface_hub import ModelHubMixin
 from torch import nn
 
+from coreecg.encoders.registry import is_published
 from coreecg.checkpoints import CheckpointError
 from coreecg.config import Config, ModelConfig
 from coreecg.files import sha256_file, write_atomic, write_json
@@ -155,7 +156,7 @@ class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)
         if cls.pretrained_kind == "classifier" and f.kind != "classifier":
             raise CheckpointError(f"{f.weights}: holds an encoder, not a fine-tuned classifier "
                                   "(Encoder.from_pretrained)")
-        if f.config.model.arch != "coreecg":
+        if is_published(f.config.model.arch):
             raise CheckpointError(f"{f.weights}: a published {f.config.model.arch} encoder, not coreecg's own; "
                                   "load it with coreecg.load_encoder / load_classifier")
         state = f.state
@@ -191,7 +192,7 @@ def check_describes(model: nn.Module, info: PretrainedInfo) -> None:
     with torch.device("meta"), torch.random.fork_rng(devices=[]):
         built = model._build_for(info.config, names, getattr(model, "multilabel", None))
     pairs = [(built, model)]
-    if hasattr(model, "encoder") and info.config.model.arch == "coreecg":   # a published family's: its own sizes
+    if hasattr(model, "encoder") and not is_published(info.config.model.arch):   # a published family's: its own sizes
         pairs.append((built.encoder, model.encoder))
     for want, have in pairs:
         for arg, value in (getattr(have, "_hub_mixin_config", None) or {}).items():

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from coreecg.encoders.registry import is_published
 from coreecg.checkpoints import CheckpointError
 from coreecg.config import Config, FinetuneConfig, ModelConfig, PreprocessConfig
 from coreecg.data.corpus import open_corpus
@@ -172,7 +173,7 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
     resolved; a scratch run keeps the config (no hash, "Supervised" unless finetune.method says
     otherwise, no pretraining)."""
     f = config.finetune
-    if config.model.arch != "coreecg":     # a family name the registry knows (the config cannot check it)
+    if is_published(config.model.arch):     # a family the registry declares: its adapter module too
         from coreecg.model.published import family
 
         try:

@@ -40,16 +40,16 @@ from coreecg.train.step import FinetuneStep, Schedule
 
 
 def random_encoder(config: Config):
-    """The encoder `finetune.encoder=random` trains on: `build_encoder(config.model)` initialised
+    """The encoder `finetune.encoder=random` trains on: `build_encoder(config)` initialised
     from its own generator, seeded by (train.seed, "random-encoder"). The global torch RNG is
     forked, so the draws of everything else (the head, dropout, crops) are those of a run with
     a loaded encoder: the same train.seed gives the same weights, another seed other weights."""
-    from coreecg.model.published import build_encoder
+    from coreecg.encoders.build import build_encoder
     from coreecg.train.ingest import seed_for
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed_for(config.train.seed, "random-encoder"))
-        return build_encoder(config.model)
+        return build_encoder(config)
 
 
 
@@ -82,7 +82,7 @@ class FinetuneTask:
 
     def build(self, ctx: WorkerContext):
         from coreecg.model.classifier import Classifier
-        from coreecg.model.published import build_encoder
+        from coreecg.encoders.build import build_encoder
 
         cfg, f = self.config, self.config.finetune
         # Loading (and the random encoder's own generator) draws no random numbers (coreecg.loading): the head below is initialised
@@ -90,7 +90,7 @@ class FinetuneTask:
         if self.spec.encoder == RANDOM_ENCODER:
             encoder = random_encoder(cfg)
         else:
-            encoder = load_encoder(self.spec.encoder) if self.spec.encoder else build_encoder(cfg.model)
+            encoder = load_encoder(self.spec.encoder) if self.spec.encoder else build_encoder(cfg)
         model = Classifier.for_mode(encoder, len(self.class_names), f.leads, self.multilabel, f.mode,
                                     f.head).to(ctx.device)
         self._core = model

@@ -11,7 +11,9 @@ from coreecg.config import OptimConfig
 
 
 def _decay_exempt(name: str, p: torch.Tensor) -> bool:
-    return p.ndim < 2 or name.endswith("mask_token") or ".embed.lead" in name or name.startswith("fda.")
+    # a state-space kernel's modes and steps (coreecg.model.s4) are no weights to shrink: S4's recipe
+    return (p.ndim < 2 or name.endswith("mask_token") or ".embed.lead" in name or name.startswith("fda.")
+            or "kernel." in name)
 
 
 def param_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0) -> list[dict]:

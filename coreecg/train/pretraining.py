@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from coreecg.config.encoders import check_encoder_for_method
 from coreecg.checkpoints import ENCODER_FILE, save_encoder
-from coreecg.config import Config
+from coreecg.config import Config, ConfigError
 from coreecg.methods import PretrainMethod, build_method
 from coreecg.train.ingest import to_model_input
 from coreecg.train.loop import RunWriter, WorkerContext, run_local
@@ -147,9 +148,10 @@ def plan_pretrain(config: Config) -> RunPlan:
 
     config = with_devices(config)       # train.use_gpu/num_workers=auto not resolved by a job (plan_run): here
     t = config.train
-    if config.model.arch != "coreecg":
-        raise PlanError(f"model.arch={config.model.arch}: a published encoder's adapter is for fine-tuning, "
-                        "predict and export; pretraining methods train coreecg's own encoder (model.arch=coreecg)")
+    try:                               # the method can train the encoder (and it is not a published family's)
+        check_encoder_for_method(config)
+    except ConfigError as e:
+        raise PlanError(str(e)) from None
     mixture = None
     corpora = open_corpora(training_corpora(config))   # each manifest read once; the plan keeps them
     _check_leads(config, corpora)

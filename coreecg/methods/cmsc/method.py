@@ -18,7 +18,8 @@ from coreecg.config import Config
 from coreecg.methods.base import PretrainMethod
 from coreecg.methods.contrastive import gather_no_grad, gather_with_grad
 from coreecg.methods.classes import register_method
-from coreecg.model.encoder import Encoder, masked_mean
+from coreecg.encoders.build import build_encoder
+from coreecg.model.encoder import masked_mean
 
 
 def segment_masks(segments: int, batch: int, n_leads: int, n_patches: int) -> torch.Tensor:
@@ -75,24 +76,30 @@ def cmsc_contrastive(a: torch.Tensor, b: torch.Tensor, tau: float, patient: torc
 
 @register_method("cmsc")             # declared in options.py: its section, structural keys, losses
 class CMSC(PretrainMethod):
-    """Encoder -> mean over the segment's tokens -> Linear(embed_dim, dim): CLOCS's embedding."""
+    """Encoder -> mean over the segment's tokens -> Linear(encoder width, dim): CLOCS's embedding.
+    Any registered encoder: a grid encoder (the ViT) sees each segment as its visible tokens (the
+    window's positions kept); a sequence encoder sees each segment as its own crop of the window."""
 
     needs_patient_ids = True
 
     def __init__(self, config: Config):
         super().__init__(config)
         self.options = config.methods.cmsc
-        self.encoder = Encoder.from_config(config.model)
-        self.head = nn.Linear(config.model.embed_dim, self.options.dim)
+        self.encoder = build_encoder(config)
+        self.head = nn.Linear(self.encoder.dim, self.options.dim)
 
     def embed_segments(self, x: torch.Tensor) -> torch.Tensor:
         """x: (B, C, T) -> (segments, B, dim): each segment encoded on its own (the visible-token
         path of the encoder: equal token counts, so no padding)."""
-        B, C, _ = x.shape
+        B, C, T = x.shape
         S, N = self.options.segments, self.config.model.n_patches
-        visible = segment_masks(S, B, C, N)
         lead_idx = self.lead_idx(C, x.device)
-        enc = self.encoder(x.repeat(S, 1, 1), lead_idx, visible)              # (S * B, C * N / S, D)
+        if getattr(self.encoder, "output_kind", "grid") == "sequence":      # each segment its own crop
+            crops = x[..., : T // S * S].reshape(B, C, S, T // S).permute(2, 0, 1, 3).reshape(S * B, C, T // S)
+            enc = self.encoder(crops, lead_idx)                                # (S * B, L / S, D)
+        else:
+            visible = segment_masks(S, B, C, N)
+            enc = self.encoder(x.repeat(S, 1, 1), lead_idx, visible)          # (S * B, C * N / S, D)
         # a short record's padded patches are left out of the mean (a segment of padding only: 0)
         return self.head(masked_mean(enc.tokens, enc.valid)).view(S, B, -1)
 

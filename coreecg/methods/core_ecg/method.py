@@ -16,7 +16,7 @@ from coreecg.methods.core_ecg.masking import exclude_padding, make_masks
 from coreecg.methods.classes import register_method
 from coreecg.model.decoders import LatentDecoder, Projection, TimeDecoder
 from coreecg.model.embed import patchify
-from coreecg.model.encoder import Encoder
+from coreecg.encoders.build import build_encoder
 from coreecg.model.padding import fill, padding_mask, sure_patches
 
 
@@ -40,7 +40,7 @@ class CoReECG(PretrainMethod):
             raise ConfigError(f"methods.core.masking.k={o.masking.k} must satisfy 0 < k < {leads}, the leads of "
                               f"data.preprocess.leads {list(config.data.preprocess.leads)}: lower k, or set "
                               "methods.core.masking.strategy=temporal (one lead has no spatial axis to mask)")
-        self.encoder = Encoder.from_config(m)
+        self.encoder = build_encoder(config)        # a grid encoder: the config check refused others
         self.time_decoder = self.latent_decoder = self.projection = None
         self.teacher_encoder = self.teacher_projection = self.fda = None
         if o.loss.alpha > 0:

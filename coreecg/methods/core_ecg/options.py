@@ -161,7 +161,7 @@ MOVED_KEYS = _moved()
 # checkpoint cannot resume across them. Everything else in methods.core defines the method (rows
 # of a table may differ in it), as its own section always does.
 SPEC = declare_method(MethodSpec(
-    "core", "CoRe-ECG", options=CoReOptions,
+    "core", "CoRe-ECG", options=CoReOptions, needs="grid",      # STDM masks tokens on the (lead, time) grid
     structural=("methods.core.loss.alpha>0", "methods.core.loss.beta>0", "methods.core.fda.enabled",
                 "methods.core.fda.learnable", "methods.core.time_decoder", "methods.core.latent_decoder",
                 "methods.core.projection"),

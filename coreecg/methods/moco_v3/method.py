@@ -17,7 +17,7 @@ from coreecg.methods.base import PretrainMethod
 from coreecg.methods.contrastive import gather_no_grad
 from coreecg.methods.classes import register_method
 from coreecg.methods.views import random_view
-from coreecg.model.encoder import Encoder
+from coreecg.encoders.build import build_encoder
 from coreecg.model.padding import fill
 
 
@@ -62,12 +62,12 @@ class MoCoV3(PretrainMethod):
 
     def __init__(self, config: Config):
         super().__init__(config)
-        o, m = config.methods.moco_v3, config.model
+        o = config.methods.moco_v3
         self.options = o
-        self.encoder = Encoder.from_config(m)
-        if o.freeze_patch_embed:
+        self.encoder = build_encoder(config)
+        if o.freeze_patch_embed and hasattr(self.encoder, "patch_embed"):     # a ViT's stabiliser only
             self.encoder.patch_embed.requires_grad_(False)
-        self.projector = mlp(o.proj_layers, m.embed_dim, o.hidden_dim, o.dim, last_bn=True)
+        self.projector = mlp(o.proj_layers, self.encoder.dim, o.hidden_dim, o.dim, last_bn=True)
         self.predictor = mlp(o.pred_layers, o.dim, o.hidden_dim, o.dim, last_bn=True)
         self.momentum_encoder = copy.deepcopy(self.encoder).requires_grad_(False)
         self.momentum_projector = copy.deepcopy(self.projector).requires_grad_(False)

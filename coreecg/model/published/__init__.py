@@ -58,7 +58,9 @@ def register(family: PublishedFamily) -> PublishedFamily:
 def family(name: str) -> PublishedFamily:
     """The registered family `name`; KeyError naming the known ones."""
     if name not in FAMILIES:
-        raise KeyError(f"unknown model.arch {name!r}; known: {', '.join([COREECG, *FAMILIES])}")
+        raise KeyError(f"unknown model.arch {name!r}: no published family of that name; known: "
+                       f"{', '.join([COREECG, *FAMILIES])} (an encoder of your own: its module in `plugins`, "
+                       "docs/encoders.md)")
     return FAMILIES[name]
 
 
@@ -79,13 +81,12 @@ def recognise(payload: Any) -> tuple[PublishedFamily, dict[str, Any], ModelConfi
     return None
 
 
-def build_encoder(m: ModelConfig) -> nn.Module:
-    """The encoder module `model.arch` names, randomly initialised (weights are loaded after)."""
-    if m.arch == COREECG:
-        from coreecg.model.encoder import Encoder
+def build_encoder(config) -> nn.Module:
+    """The encoder `model.arch` names, randomly initialised: coreecg.encoders.build_encoder (the
+    one place an encoder is built), kept here for callers of this module."""
+    from coreecg.encoders.build import build_encoder as build
 
-        return Encoder.from_config(m)
-    return family(m.arch).build(m)
+    return build(config)
 
 
 from coreecg.model.published import st_mem  # noqa: E402,F401  (registers the family)

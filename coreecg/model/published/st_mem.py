@@ -45,6 +45,7 @@ from torch import nn
 from coreecg.config import ModelConfig, PreprocessConfig
 from coreecg.model.encoder import Encoded, default_lead_idx, masked_mean
 from coreecg.model.padding import fill, padding_mask
+from coreecg.encoders.build import register_encoder
 from coreecg.model.published import PublishedFamily, register
 
 NAME = "st_mem"
@@ -135,7 +136,9 @@ class STMemEncoder(nn.Module):
         self.source = ""                  # the weights' file, named in errors (set by coreecg.loading)
 
     @classmethod
-    def from_config(cls, m: ModelConfig) -> "STMemEncoder":
+    def from_config(cls, config) -> "STMemEncoder":
+        """From a Config's `model` section (sizes read from the weights) or a ModelConfig."""
+        m: ModelConfig = getattr(config, "model", config)
         return cls(m.n_leads, m.n_patches, m.patch_size, m.embed_dim, m.depth, m.num_heads, m.mlp_ratio, m.dropout)
 
     def tokens(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
@@ -280,6 +283,8 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
                                patch_size=patch, embed_dim=dim, depth=depth, num_heads=heads, mlp_ratio=hidden / dim)
 
 
+STMemEncoder.output_kind = "grid"
+register_encoder(NAME)(STMemEncoder)
 register(PublishedFamily(
     name=NAME, title="ST-MEM (Na et al., ICLR 2024)", label="ST-MEM", recognise=recognise, read_architecture=read_architecture,
     build=STMemEncoder.from_config, preprocess=CONTRACT, module="coreecg.model.published.st_mem.STMemEncoder",

@@ -1,0 +1,121 @@
+"""A diagonal state-space encoder (S4D: Gu, Gupta, Goel, Ré, "On the Parameterization and
+Initialization of Diagonal State Space Models", NeurIPS 2022) behind a convolutional stem, as
+ECG-CPC (Al-Masud & Strodthoff 2026) uses S4 on ECGs; plain PyTorch, CPU and GPU.
+
+One S4D channel h (of d_model) is the linear recurrence, discretised by zero-order hold with its
+learned step dt_h:
+
+    x_k = exp(dt A) x_{k-1} + (exp(dt A) - 1) / A * u_k        (x: d_state/2 complex modes)
+    y_k = 2 Re(C x_k) + D u_k
+
+with A_n = -exp(log_a_n) + i pi n (S4D-Lin), unrolled into one convolution kernel
+K_l = 2 Re(sum_n C_n (exp(dt A_n) - 1) / A_n exp(dt A_n l)) applied by FFT (no Python loop over
+time or channels; tests/test_encoders.py checks it against the recurrence). A block: pre-norm,
+S4D (+ D skip), GELU, a GLU output projection, residual. Causal unless `bidirectional`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from coreecg.encoders.build import register_encoder
+from coreecg.model.sequence import SequenceEncoder
+
+
+class S4DKernel(nn.Module):
+    """The convolution kernel of d_model S4D channels: L -> (d_model, L)."""
+
+    def __init__(self, d_model: int, d_state: int = 64, dt_min: float = 0.001, dt_max: float = 0.1):
+        super().__init__()
+        n = d_state // 2
+        self.log_dt = nn.Parameter(torch.rand(d_model) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+        self.C = nn.Parameter(torch.view_as_real(torch.randn(d_model, n, dtype=torch.cfloat) * 0.5 ** 0.5))
+        self.log_a = nn.Parameter(torch.full((d_model, n), math.log(0.5)))
+        self.a_imag = nn.Parameter(math.pi * torch.arange(n, dtype=torch.float).expand(d_model, n).clone())
+
+    def modes(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(A (H, n), dt (H,), C (H, n)) as complex64 / float32."""
+        A = torch.complex(-torch.exp(self.log_a.float()), self.a_imag.float())
+        return A, torch.exp(self.log_dt.float()), torch.view_as_complex(self.C.float().contiguous())
+
+    def forward(self, L: int) -> torch.Tensor:
+        A, dt, C = self.modes()
+        dtA = A * dt[:, None]                                                    # (H, n)
+        coef = C * (torch.exp(dtA) - 1.0) / A                                    # (H, n)
+        powers = torch.exp(dtA[..., None] * torch.arange(L, device=A.device))   # (H, n, L)
+        return 2.0 * torch.einsum("hn,hnl->hl", coef, powers).real
+
+
+def fft_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Causal convolution of u (B, H, L) with one kernel per channel k (H, L), by FFT (float32)."""
+    L = u.shape[-1]
+    n = 2 * L
+    y = torch.fft.irfft(torch.fft.rfft(u.float(), n) * torch.fft.rfft(k.float(), n), n)
+    return y[..., :L]
+
+
+class S4DBlock(nn.Module):
+    """(B, L, H) -> (B, L, H): x + GLU(W GELU(S4D(norm(x)) + D norm(x)))."""
+
+    def __init__(self, d_model: int, d_state: int, bidirectional: bool, dt_min: float, dt_max: float,
+                 dropout: float):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.kernel = S4DKernel(d_model, d_state, dt_min, dt_max)
+        self.backward_kernel = S4DKernel(d_model, d_state, dt_min, dt_max) if bidirectional else None
+        self.D = nn.Parameter(torch.randn(d_model))
+        self.out = nn.Linear(d_model, 2 * d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.norm(x).transpose(1, 2)                                          # (B, H, L)
+        L = z.shape[-1]
+        y = fft_conv(z, self.kernel(L))
+        if self.backward_kernel is not None:
+            y = y + fft_conv(z.flip(-1), self.backward_kernel(L)).flip(-1)
+        y = F.gelu(y.to(z.dtype) + z * self.D[:, None].to(z.dtype))
+        y = F.glu(self.out(self.drop(y.transpose(1, 2))), dim=-1)
+        return x + self.drop(y)
+
+
+class S4Encoder(SequenceEncoder):
+    """Stem (Conv1d of kernel = stride, GELU, per entry of `stem`), a 1x1 projection to d_model,
+    `n_layers` S4D blocks, a final LayerNorm: (B, C, T) -> Encoded over T // patch_size steps."""
+
+    def __init__(self, n_leads: int = 12, d_model: int = 512, n_layers: int = 4, d_state: int = 64,
+                 stem: tuple[int, ...] = (512, 512, 512, 512), stem_strides: tuple[int, ...] = (5, 1, 1, 1),
+                 bidirectional: bool = False, dt_min: float = 0.001, dt_max: float = 0.1, dropout: float = 0.1):
+        super().__init__()
+        self.n_leads, self.dim, self.causal = n_leads, d_model, not bidirectional
+        chans = [n_leads, *stem]
+        convs: list[nn.Module] = []
+        for a, b, s in zip(chans, chans[1:], stem_strides):
+            convs += [nn.Conv1d(a, b, s, s), nn.GELU()]
+        self.stem = nn.Sequential(*convs, nn.Conv1d(chans[-1], d_model, 1))
+        self.patch_size = math.prod(stem_strides)
+        self.blocks = nn.ModuleList(S4DBlock(d_model, d_state, bidirectional, dt_min, dt_max, dropout)
+                                    for _ in range(n_layers))
+        self.norm = nn.LayerNorm(d_model)
+
+    @classmethod
+    def from_config(cls, config) -> "S4Encoder":
+        o = config.encoders.s4
+        return cls(config.model.n_leads, o.d_model, o.n_layers, o.d_state, tuple(o.stem), tuple(o.stem_strides),
+                   o.bidirectional, o.dt_min, o.dt_max, o.dropout)
+
+    @classmethod
+    def _build_for(cls, config, class_names=None, multilabel=None) -> "S4Encoder":
+        return cls.from_config(config)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[-1] // self.patch_size * self.patch_size       # whole steps only
+        h = self.stem(x[..., :T]).transpose(1, 2)                   # (B, L, d_model)
+        for block in self.blocks:
+            h = block(h)
+        return self.norm(h).transpose(1, 2)
+
+
+register_encoder("s4")(S4Encoder)

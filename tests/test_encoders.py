@@ -1,0 +1,223 @@
+"""Encoders as plugins (issue 55): the registry and the one build path, the output kinds and the
+refusal of a (method, encoder) pair that cannot work, the two families the field ranks highest
+(xresnet1d, a diagonal state-space encoder) against direct computations, the methods and the
+classifier on every encoder, and an encoder written outside the package taken through pretraining,
+fine-tuning, export and a fresh-process load."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from coreecg.config import ConfigError, load_config
+from tests.helpers import TINY
+
+REPO = Path(__file__).resolve().parents[1]
+XRES = ["model.arch=xresnet1d", "encoders.xresnet1d.stem=[8,8,16]", "encoders.xresnet1d.widths=[16,32]",
+        "encoders.xresnet1d.layers=[1,1]", "encoders.xresnet1d.expansion=1"]
+S4 = ["model.arch=s4", "encoders.s4.d_model=16", "encoders.s4.n_layers=2", "encoders.s4.d_state=8",
+      "encoders.s4.stem=[16,16]", "encoders.s4.stem_strides=[5,3]", "encoders.s4.dropout=0.0"]
+MOCO = ["pretrain.method=moco_v3", "methods.moco_v3.hidden_dim=32", "methods.moco_v3.dim=16"]
+ENCODERS = {"xresnet1d": XRES, "s4": S4}
+
+
+def test_every_encoder_is_built_through_the_registry():
+    from coreecg.encoders import build_encoder, encoder_specs
+    from coreecg.model.encoder import Encoder
+    from coreecg.model.s4 import S4Encoder
+    from coreecg.model.xresnet1d import XResNet1d
+
+    assert {"coreecg", "st_mem", "xresnet1d", "s4"} <= set(encoder_specs())
+    built = {a: build_encoder(load_config(overrides=[*TINY, *ENCODERS.get(a, [f"model.arch={a}"])]))
+             for a in ("coreecg", "xresnet1d", "s4")}
+    assert (type(built["coreecg"]), type(built["xresnet1d"]), type(built["s4"])) == (Encoder, XResNet1d, S4Encoder)
+    assert [encoder_specs()[a].output for a in built] == ["grid", "sequence", "sequence"]
+    with pytest.raises(ConfigError, match=r"model.arch='resnet9' is not a registered encoder; known: coreecg, "
+                                          r"st_mem, xresnet1d, s4.*plugins"):
+        load_config(overrides=["model.arch=resnet9"])
+    with pytest.raises(ConfigError, match=r"layers give one count per width"):
+        load_config(overrides=["model.arch=xresnet1d", "encoders.xresnet1d.layers=[1,1]"])
+    # a saved config holds the encoders' sections; an old one (without) loads with their defaults
+    plain = load_config(overrides=XRES).to_dict()
+    assert plain["encoders"]["xresnet1d"]["widths"] == [16, 32] and "s4" in plain["encoders"]
+
+
+def test_a_pair_that_cannot_work_is_refused_naming_the_pairs_that_do(tmp_path):
+    from coreecg.methods import build_method
+    from coreecg.train.plan import PlanError
+    from coreecg.train.pretraining import plan_pretrain
+
+    cfg = load_config(overrides=[*TINY, *S4, "pretrain.method=core"])
+    pattern = (r"pretrain.method=core needs an encoder whose output is a grid .* model.arch=s4 .* yields a sequence\. "
+               r"Pairs that work: core on coreecg; moco_v3 on coreecg, xresnet1d, s4; cmsc on coreecg, xresnet1d, s4")
+    with pytest.raises(ConfigError, match=pattern):
+        build_method(cfg)
+    with pytest.raises(PlanError, match=pattern):
+        plan_pretrain(load_config(overrides=[*TINY, *S4, "pretrain.method=core", f"train.storage_path={tmp_path}"]))
+    with pytest.raises(ConfigError, match=r"st_mem.*published weights.*not pretrained here"):
+        build_method(load_config(overrides=["model.arch=st_mem", "pretrain.method=moco_v3"]))
+
+
+def test_the_s4d_kernel_is_its_recurrence():
+    """The FFT convolution with the unrolled kernel equals stepping the discretised state x_k =
+    exp(dt A) x_{k-1} + (exp(dt A) - 1) / A u_k, y_k = 2 Re(C x_k), channel by channel."""
+    from coreecg.model.s4 import S4DKernel, fft_conv
+
+    torch.manual_seed(0)
+    kernel = S4DKernel(3, d_state=8, dt_min=0.01, dt_max=0.2)
+    L = 40
+    u = torch.randn(2, 3, L)
+    with torch.no_grad():
+        fast = fft_conv(u, kernel(L))
+        A, dt, C = (t.double() if not t.is_complex() else t.to(torch.cdouble) for t in kernel.modes())
+    a_bar, b_bar = torch.exp(A * dt[:, None]), (torch.exp(A * dt[:, None]) - 1) / A          # (H, n)
+    state = torch.zeros(2, 3, A.shape[1], dtype=torch.cdouble)
+    slow = torch.empty(2, 3, L, dtype=torch.double)
+    for k in range(L):
+        state = a_bar * state + b_bar * u[..., k, None].double()
+        slow[..., k] = 2 * (C * state).sum(-1).real
+    np.testing.assert_allclose(fast.double().numpy(), slow.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_causal_s4_encoder_does_not_see_the_future():
+    from coreecg.encoders import build_encoder
+
+    enc = build_encoder(load_config(overrides=S4)).eval()
+    x = torch.randn(1, 12, 1500)
+    y = x.clone()
+    y[..., 900:] = torch.randn(1, 12, 600)                         # only the future changes
+    a, b = enc(x).tokens, enc(y).tokens
+    step = 900 // enc.patch_size
+    assert torch.allclose(a[:, :step], b[:, :step], atol=1e-5) and not torch.allclose(a[:, step:], b[:, step:])
+
+
+def test_xresnet1d_shapes_and_receptive_field():
+    from coreecg.encoders import build_encoder
+
+    enc = build_encoder(load_config(overrides=XRES)).eval()
+    assert enc.patch_size == 8 and enc.dim == 32                     # stem 2, pool 2, one stride-2 stage
+    out = enc(torch.randn(3, 12, 2250))
+    assert out.tokens.shape == (3, math.ceil(2250 / 8), 32) and out.grid == (1, out.tokens.shape[1])
+    # the analytic receptive field bounds what one output step sees: the gradient of the middle
+    # step is zero outside it, and spreads over most of it
+    for m in enc.modules():                                         # a block's branch starts at 0 (XResNet)
+        if isinstance(m, torch.nn.BatchNorm1d):
+            torch.nn.init.ones_(m.weight)
+    x = torch.randn(1, 12, 2000, requires_grad=True)
+    mid = enc(x).tokens.shape[1] // 2
+    enc(x).tokens[0, mid].sum().backward()
+    seen = torch.nonzero(x.grad.abs().sum(1)[0]).flatten()
+    extent = int(seen.max() - seen.min() + 1)
+    assert extent <= enc.receptive_field and extent > enc.receptive_field // 2, (extent, enc.receptive_field)
+    # the default is xresnet1d101: 3, 4, 23, 3 bottleneck blocks
+    full = load_config(overrides=["model.arch=xresnet1d"]).encoders.xresnet1d
+    assert tuple(full.layers) == (3, 4, 23, 3) and full.expansion == 4 and full.kernel_size == 5
+
+
+@pytest.mark.parametrize("arch", sorted(ENCODERS))
+@pytest.mark.parametrize("method", ["moco_v3", "cmsc"])
+def test_contrastive_methods_train_every_sequence_encoder(arch, method):
+    from coreecg.methods import build_method
+
+    cfg = load_config(overrides=[*TINY, *ENCODERS[arch], *MOCO[1:], f"pretrain.method={method}"])
+    torch.manual_seed(0)
+    model = build_method(cfg)
+    x = torch.randn(4, 12, cfg.model.input_samples)
+    x[0, :, 1800:] = float("nan")                                     # a short record's padding
+    out = model(x, torch.Generator().manual_seed(0), patient=torch.arange(4))
+    out["loss"].backward()
+    assert torch.isfinite(out["loss"])
+    grads = [p.grad for p in model.encoder.parameters() if p.requires_grad]
+    assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert sum(float(g.abs().sum()) for g in grads) > 0
+
+
+@pytest.mark.parametrize("arch", sorted(ENCODERS))
+def test_the_classifier_reads_a_lead_subset_at_its_leads_channels(arch):
+    """finetune.leads [II, V1]: the rows go to the encoder's channels of II and V1, the rest 0, so a
+    model fine-tuned on a subset reads the weights pretrained for those leads; padding is not pooled."""
+    from coreecg.encoders import build_encoder
+    from coreecg.model.classifier import Classifier
+
+    enc = build_encoder(load_config(overrides=ENCODERS[arch])).eval()
+    clf = Classifier(enc, 3, ["II", "V1"], multilabel=False).eval()
+    x = torch.randn(2, 2, 2250)
+    full = torch.zeros(2, 12, 2250)
+    full[:, 1], full[:, 6] = x[:, 0], x[:, 1]
+    torch.testing.assert_close(clf.features(x), enc.pooled(full))
+    padded = x.clone()
+    padded[:, :, 1500:] = float("nan")
+    enc_out = enc(padded)
+    assert enc_out.valid is not None and 0 < int(enc_out.valid[0].sum()) < enc_out.valid.shape[1]
+    assert torch.isfinite(clf.features(padded)).all()
+
+
+def test_layer_wise_decay_reads_a_sequence_encoders_blocks():
+    from coreecg.encoders import build_encoder
+    from coreecg.model.classifier import Classifier
+    from coreecg.train.optim import layer_lr_scales, param_groups
+
+    cfg = load_config(overrides=[*XRES, "encoders.xresnet1d.layers=[2,2]"])
+    clf = Classifier(build_encoder(cfg), 3, ["I", "II"], multilabel=False)
+    scales = layer_lr_scales(clf, 0.5)
+    assert scales["encoder.stem.0.0.weight"] == 0.5 ** 5                     # 4 blocks: the stem below them
+    assert [scales[f"encoder.blocks.{i}.branch.0.0.weight"] for i in range(4)] == [0.5 ** 4, 0.5 ** 3, 0.5 ** 2, 0.5]
+    assert scales["head.weight"] == 1.0
+    s4 = Classifier(build_encoder(load_config(overrides=S4)), 3, ["I"], multilabel=False)
+    exempt = {id(p) for g in param_groups(s4, 0.05) if g["weight_decay"] == 0 for p in g["params"]}
+    assert id(s4.encoder.blocks[0].kernel.C) in exempt and id(s4.encoder.blocks[0].out.weight) not in exempt
+
+
+FRESH = """
+import json, sys, torch, coreecg
+enc = coreecg.load_encoder(sys.argv[1])
+x = torch.load(sys.argv[2])
+print(json.dumps({"class": type(enc).__name__, "pooled": enc.pooled(x).tolist()}))
+"""
+
+
+def test_a_plugin_encoder_pretrains_fine_tunes_exports_and_loads_in_a_fresh_process(tmp_path):
+    from coreecg.data import synthetic_windows
+    from coreecg.hub.export import export_model
+    from coreecg.loading import load_encoder
+    from coreecg.train.finetuning import FinetuneTask, plan_finetune
+    from coreecg.train.loop import run_local
+    from coreecg.train.pretraining import pretrain_local
+    from tests.helpers import build_synthetic
+
+    plugin = ["plugins=[tests.plugin_encoder]", "model.arch=tiny_resnet", "encoders.tiny_resnet.width=8"]
+    common = ["optim.epochs=1", "optim.warmup_epochs=0", "train.eval_every_epochs=0", "train.figures=false",
+              "train.device=cpu", "train.checkpoint_every_steps=0"]
+    windows, _ = synthetic_windows(16, seed=0)
+    pre = load_config(overrides=[*plugin, *MOCO, *common, "optim.batch_size=8"])
+    summary = pretrain_local(pre, windows, tmp_path / "pre")
+    assert np.isfinite(summary["loss"])
+    corpus = build_synthetic(tmp_path / "corpus", 64, 3)
+    ft = load_config(overrides=[*plugin, f"data.corpus={corpus}", f"finetune.encoder={tmp_path / 'pre'}",
+                                "finetune.epochs=1", "finetune.batch_size=8", "finetune.bootstrap_resamples=0",
+                                "finetune.tsne_max_points=0", "train.num_workers=1", "train.device=cpu",
+                                "train.checkpoint_every_steps=0", f"train.storage_path={tmp_path}", "train.name=ft"])
+    plan = plan_finetune(ft)
+    from coreecg.data.reading import read_split
+
+    run_local(plan, FinetuneTask(plan, torch.device("cpu")), read_split(corpus, "train", ["signal"], as_stored=True)["signal"])
+    metrics = json.loads((plan.run_dir / "metrics.json").read_text())
+    assert 0.0 <= metrics["test"]["auroc"] <= 1.0
+    export_model(plan.run_dir, tmp_path / "export")
+    x = torch.randn(2, 12, 2250, generator=torch.Generator().manual_seed(1))
+    torch.save(x, tmp_path / "x.pt")
+    here = load_encoder(tmp_path / "pre").pooled(x)
+    for source in (tmp_path / "pre", plan.run_dir, tmp_path / "export"):
+        done = subprocess.run([sys.executable, "-c", FRESH, str(source), str(tmp_path / "x.pt")], cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        assert got["class"] == "TinyResNet", got
+        if source == tmp_path / "pre":
+            np.testing.assert_allclose(got["pooled"], here.tolist(), rtol=1e-5, atol=1e-6)

@@ -24,8 +24,10 @@ def test_single_label_by_hand():
     assert m["f1_argmax"] == pytest.approx((0.8 + 0 + 1) / 3)
     # A: positives {.6, .4} vs negatives {.5, .2}: 3 of 4 pairs; B and C rank perfectly
     assert m["auroc"] == pytest.approx((0.75 + 1 + 1) / 3)
-    assert m["per_class"]["A"] == {"auroc": pytest.approx(0.75), "f1": pytest.approx(0.5), "positives": 2,
-                                     "positive_patients": 2}
+    assert m["per_class"]["A"] == {"auroc": pytest.approx(0.75), "f1": pytest.approx(0.5),
+                                     "f1_argmax": pytest.approx(0.8), "positives": 2, "positive_patients": 2}
+    # per-class argmax F1 (B 0, C 1): the report's rare-class rule averages them over the classes kept
+    assert [m["per_class"][c]["f1_argmax"] for c in "BC"] == [0.0, 1.0]
     assert m["classes_left_out"] == {"auroc": [], "f1": [], "rare": []}
     assert (m["n"], m["auroc_kind"], m["threshold"]) == (4, "one-vs-rest", 0.5)
 

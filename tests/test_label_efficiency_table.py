@@ -158,15 +158,18 @@ def test_verdicts_quote_the_differences(table):
 
 
 def test_the_detectable_difference_comes_from_each_cells_own_data(table):
-    """(t_{df, 1-alpha/2k} + t_{df, 0.8}) x SE, by hand from the Difference's SE and df, k = its
-    family's size; summarised under the table over the primary metric's family."""
+    """delta x SE / c4(df), delta the noncentrality at which the noncentral t of the Difference's df
+    passes the bar t_{df, 1-alpha/2k} with probability 0.8, k = its family's size; summarised under
+    the table over the primary metric's family."""
     from scipy import stats
 
     family = table.families["auroc"]
     for key in family:
         d, k = table.difference(*key), len(family)
-        by_hand = (stats.t.ppf(1 - 0.05 / (2 * k), d.df) + stats.t.ppf(0.8, d.df)) * d.se
-        assert table.detectable[key] == pytest.approx(by_hand, rel=1e-9) and d.se > 0
+        c4 = stats.chi(d.df).mean() / np.sqrt(d.df)
+        q, delta = stats.t.ppf(1 - 0.05 / (2 * k), d.df), table.detectable[key] * c4 / d.se
+        assert stats.nct.sf(q, d.df, delta) + stats.nct.sf(q, d.df, -delta) == pytest.approx(0.8, abs=1e-8)
+        assert d.se > 0
     summary = detectable_summary(table)
     sizes = sorted(100 * table.detectable[key] for key in family)
     assert (summary["family"], summary["n"], summary["untested"]) == (7, 7, 1)     # the 2-run 10 % cell

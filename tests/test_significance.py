@@ -507,6 +507,64 @@ def test_a_comparison_with_no_variance_is_not_testable_and_not_counted(tmp_path)
     assert not out["Flat"]["auroc"].testable and out["Sharp"]["auroc"].testable       # only Sharp in the family
 
 
+@pytest.mark.parametrize("n, m", [(3, 3), (4, 3), (5, 3), (5, 5)])
+def test_identical_runs_averaged_in_any_order_and_count_are_not_testable(n, m):
+    """Replicates that all give one value, each the mean of its 1-3 fine-tunings, in any order: their
+    means differ from it in the last bits, which an SE tested against 0 exactly counted testable in
+    13-96 % of such comparisons (experiments/zero_variance.py). Under ZERO_SPREAD of the metric's
+    scale they are not testable: no p, no interval, no TOST."""
+    from coreecg.eval.significance import _compare, equivalence_p, run_level_se
+
+    rng = np.random.default_rng(10 * n + m)
+    rounded = 0
+
+    def replicates(k: int, x: float, xb: np.ndarray):
+        sizes = rng.integers(1, 4, k)                      # fine-tunings of one pretraining, averaged
+        order = rng.permutation(k)
+        return (np.array([np.mean([x] * g) for g in sizes])[order],
+                np.stack([np.mean([xb] * g, axis=0) for g in sizes])[order])
+
+    for _ in range(200):
+        x, xb = rng.uniform(0.05, 0.95), rng.uniform(0.05, 0.95, 50)
+        (a, a_boot), (b, b_boot) = replicates(n, x, xb), replicates(m, x, xb)
+        rounded += bool(np.var(a, ddof=1) > 0 or np.var(b_boot.mean(0) - a_boot.mean(0), ddof=1) > 0)
+        assert run_level_se(a, b, a_boot, b_boot)[1:] == (0.0, np.inf)
+        diff, low, high, p, why, _, se, df = _compare(a, b, a_boot, b_boot, 0.95, 3, 30, 100)
+        assert p is None and why == significance.NOT_TESTABLE and se is None and low == high == diff
+    assert rounded > 20                        # the rounding the tolerance is there for
+    assert np.isnan(equivalence_p(0.0, 0.0, np.inf, 0.02))
+
+
+def test_class_prior_runs_are_not_testable_and_marked_so(tmp_path):
+    """5 runs against 3 that all output one class prior (the study design: 5 Random-init or
+    Supervised replicates, 3 pretraining seeds): ACC, F1 and AUROC not testable in the report, in
+    no family, no verdict but the reason, and their own mark and legend line under the table."""
+    task = make_task(False)
+    prior = np.tile([0.55, 0.2, 0.15, 0.1], (N_RECORDS, 1))
+    runs = [make_run(tmp_path / "runs", f"ref{s}", "CoRe-ECG", s, task, prior, False) for s in range(3)]
+    runs += [make_run(tmp_path / "runs", f"prior{s}", "Prior", 10 + s, task, prior, False) for s in range(5)]
+    runs += [make_run(tmp_path / "runs", f"one{s}", "One", 20 + s, task, make_probs(task[2], False, s), False)
+             for s in range(1)]
+    found = cell_differences({"CoRe-ECG": runs[:3], "Prior": runs[3:8]}, "CoRe-ECG", ["acc", "f1", "auroc"],
+                             False, CLASSES, n_resamples=50)["Prior"]
+    assert all(found[m].unmarkable == significance.NOT_TESTABLE and found[m].p_value is None for m in found)
+    write_report(runs, tmp_path / "out", report=ReportConfig(bootstrap_resamples=50))
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    diffs = md_rows(text.split("Differences to CoRe-ECG")[1])
+    assert all(diffs["Prior"][c] == "+0.0 [+0.0, +0.0]∅" for c in ("PTB-XL ACC", "PTB-XL F1", "PTB-XL AUROC"))
+    assert diffs["One"]["PTB-XL AUROC"].endswith("§")                       # fewer runs keeps its own mark
+    assert ("∅ not testable: every run of both methods gives the same value on every patient resample (to "
+            "rounding), no variance to test the difference against, no p]") in text
+    assert ("3 cell(s) are not testable (∅ under the differences): every run of both methods gives the same value "
+            "on every patient resample, to rounding") in text
+    assert "AUROC (primary): no testable comparison" in text
+    with open(tmp_path / "out" / "comparison.csv", newline="") as f:
+        prior = next(r for r in csv.DictReader(f) if r["method"] == "Prior")
+    assert prior["PTB-XL AUROC verdict"] == significance.NOT_TESTABLE
+    assert prior["PTB-XL AUROC equivalence p adjusted"] == prior["PTB-XL AUROC detectable"] == ""
+    assert r"$\emptyset$" in (tmp_path / "out" / "comparison.tex").read_text()
+
+
 def test_two_one_sided_tests_against_a_hand_computation():
     """TOST p = max(P(T > (d + m)/SE), P(T < (d - m)/SE)); below alpha exactly when the 1 - 2 alpha
     interval d -/+ t_{1-alpha} SE lies inside (-m, m)."""
@@ -522,14 +580,44 @@ def test_two_one_sided_tests_against_a_hand_computation():
         assert (equivalence_p(diff, s, df, m) < 0.05) == inside, (diff, s)
 
 
-def test_the_detectable_difference_against_a_hand_computation():
+def power_by_integration(delta: float, df: float, q: float) -> float:
+    """P(|T| > q) for T = (Z + delta) / sqrt(V / df), Z normal and V chi-square with df degrees of
+    freedom, integrated over V directly (no noncentral t): the power at noncentrality delta."""
+    from scipy import integrate
+
+    def given(v: float) -> float:
+        bar = q * np.sqrt(v / df)
+        return (stats.norm.sf(bar - delta) + stats.norm.cdf(-bar - delta)) * stats.chi2.pdf(v, df)
+
+    return integrate.quad(given, 0, np.inf, limit=200)[0]
+
+
+def test_the_detectable_difference_against_a_direct_power_computation():
+    """The stated difference is delta x SE / c4(df): at delta the t-test's power, integrated over the
+    SE's chi-square, is the stated power at the family's level alpha / k, and SE / c4 is the mean
+    of SE over that chi-square scaled to the SD. The normal-theory sum (t_{df, 1-alpha/2k} + t_{df,
+    power}) x SE it replaced falls short at few df and a family of 12."""
+    from scipy import integrate
+
     from coreecg.eval.significance import detectable_difference
 
-    # df 4, Holm family of 6 at 5 %, power 0.8: t_{4, 1 - 0.05/12} = 4.8509, t_{4, 0.8} = 0.9410
-    assert detectable_difference(0.02, 4.0, 0.05, 6) == pytest.approx((4.8509 + 0.9410) * 0.02, rel=1e-3)
-    # many patients and runs: the normal quantiles 1.96 + 0.8416 for one test
+    for df, k, power in [(2.0, 12, 0.8), (3.0, 1, 0.8), (4.0, 12, 0.8), (2.5, 6, 0.9), (10.0, 3, 0.8), (40.0, 12, 0.7)]:
+        se = 0.02
+        # E[sqrt(V / df)] for V chi-square(df), integrated: the c4 that turns SE into the SD's estimate
+        c4 = integrate.quad(lambda v, df=df: np.sqrt(v / df) * stats.chi2.pdf(v, df), 0, np.inf)[0]
+        found = detectable_difference(se, df, 0.05, k, power)
+        q = stats.t.ppf(1 - 0.05 / (2 * k), df)
+        assert power_by_integration(found * c4 / se, df, q) == pytest.approx(power, abs=1e-6), (df, k)
+        normal_theory = (q + stats.t.ppf(power, df)) * se
+        assert found > normal_theory
+        if df <= 4 and k == 12:
+            assert found > 1.15 * normal_theory and power_by_integration(normal_theory / se, df, q) < 0.74
+    # many patients and runs: the normal power, 1.96 + 0.8416 for one test (the far tail adds 1e-6)
     assert detectable_difference(0.01, np.inf, 0.05, 1) == pytest.approx(0.028016, rel=1e-4)
+    assert detectable_difference(0.01, 1e9, 0.05, 1) == pytest.approx(0.028016, rel=1e-4)
     assert detectable_difference(0.01, 10.0, 0.05, 3) > detectable_difference(0.01, 10.0, 0.05, 1)
+    with pytest.raises(ValueError, match="power 0.001 must lie between"):
+        detectable_difference(0.01, 4.0, 0.05, 1, 0.001)
 
 
 def test_a_cell_below_chance_is_flagged_in_the_table(tmp_path):
@@ -571,7 +659,7 @@ def test_the_calibration_scenarios_with_method_specific_patient_effects(tmp_path
     for r in (shared, own):
         assert 0.7 < r["mean_se_auroc"] / r["sd_auroc_diff"] < 1.3
         assert r["auroc_raw"] <= binomial_upper(0.05, 60)
-        assert r["detectable_auroc"] > 2.8 * r["mean_se_auroc"]       # (t_{df,0.975} + t_{df,0.8}) > 1.96 + 0.84
+        assert r["detectable_auroc"] > 2.8 * r["mean_se_auroc"]       # the noncentral t at finite df: > 1.96 + 0.84
     assert own["detectable_auroc"] > shared["detectable_auroc"]
 
 
@@ -599,3 +687,47 @@ def test_rare_classes_are_named_in_the_tables_legend(tmp_path):
     write_report([*runs, old], tmp_path / "all", report=ReportConfig(bootstrap_resamples=0, min_positive_patients=1))
     assert md_rows((tmp_path / "all" / "comparison.md").read_text())["CoRe-ECG"]["PTB-XL AUROC"].strip("*") \
         .startswith("90.0")                                                       # the stored macro: every class
+
+
+def test_the_argmax_f1_cell_leaves_out_the_rare_class_its_difference_leaves_out(tmp_path):
+    """report.f1 = argmax with a class of 2 positive patients (under min_positive_patients 5): the
+    printed F1 is the mean over runs of the macro argmax F1 over the kept classes, the classes its
+    difference is tested on, not metrics.json's stored macro (which holds the rare class); a run
+    written before per-class argmax F1 keeps its stored value and the legend says so."""
+    from coreecg.eval.metrics import kept_classes, resample_metrics
+
+    rids, pids, _ = make_task(False)
+    labels = np.arange(N_RECORDS) % 3
+    labels[:2] = 3                                      # CD: records 0 and 1, patients P00 and P01
+    task = (rids, pids, np.eye(4, dtype=int)[labels])
+    y = task[2]
+    runs = {m: [make_run(tmp_path / "runs", f"{m}{s}", m, s, task, make_probs(y, False, 10 * i + s, sharpen), False)
+                for s in range(3)] for i, (m, sharpen) in enumerate((("CoRe-ECG", 0.0), ("Sharp", 0.3)))}
+    keep = kept_classes(y, pids, 5)
+    assert list(keep) == [True, True, True, False]
+    printed, stored = {}, {}
+    for m, folders in runs.items():
+        tested = [resample_metrics(y.astype(bool), read_predictions(r / "predictions.csv", CLASSES).probs, False,
+                                   np.ones((1, N_RECORDS)), keep)["f1_argmax"][0] for r in folders]
+        printed[m] = np.mean(tested)
+        stored[m] = np.mean([json.loads((r / "metrics.json").read_text())["test"]["f1_argmax"] for r in folders])
+    assert abs(printed["Sharp"] - stored["Sharp"]) > 0.005           # the rare class moves the stored macro
+    write_report([r for rs in runs.values() for r in rs], tmp_path / "out",
+                 report=ReportConfig(f1="argmax", bootstrap_resamples=50))
+    text = (tmp_path / "out" / "comparison.md").read_text()
+    rows = md_rows(text)
+    for m in runs:
+        assert re.search(r"(\d+\.\d) ±", rows[m]["PTB-XL F1"]).group(1) == f"{100 * printed[m]:.1f}", (m, rows[m])
+    with open(tmp_path / "out" / "comparison.csv", newline="") as f:
+        sharp = next(r for r in csv.DictReader(f) if r["method"] == "Sharp")
+    assert float(sharp["PTB-XL F1 diff"]) == pytest.approx(100 * (printed["Sharp"] - printed["CoRe-ECG"]), abs=0.006)
+    assert "stored argmax F1" not in text
+    # a run written before per-class argmax F1: its stored macro is printed, and the legend names it
+    record = json.loads((runs["Sharp"][0] / "metrics.json").read_text())
+    for v in record["test"]["per_class"].values():
+        del v["f1_argmax"]
+    (runs["Sharp"][0] / "metrics.json").write_text(json.dumps(record))
+    write_report([r for rs in runs.values() for r in rs], tmp_path / "old",
+                 report=ReportConfig(f1="argmax", bootstrap_resamples=0))
+    assert ("Rare classes: PTB-XL: the F1 column prints run(s)' stored argmax F1 (metrics.json test.f1_argmax, "
+            "written before per-class argmax F1), which holds the rare classes") in (tmp_path / "old" / "comparison.md").read_text()

@@ -150,7 +150,7 @@ class ReportConfig:
         "equivalent within +-margin" only where two one-sided tests show it (TOST at 1 - level,
         corrected like the family); otherwise it is "inconclusive", with the smallest difference
         the cell could detect.
-    power: the power at which that smallest detectable difference is stated.
+    power: the power at which that smallest detectable difference is stated (above 1 - level).
     min_positive_patients: a class with fewer positive test patients is left out of the tables'
         macro F1 and AUROC and of the differences' resamples (named in the table's legend; a
         run's metrics.json keeps every class and records each class's positive patients): its
@@ -173,8 +173,9 @@ class ReportConfig:
     def __post_init__(self) -> None:
         if self.equivalence_margin <= 0:
             raise ConfigError(f"report.equivalence_margin={self.equivalence_margin} must be > 0 (percentage points)")
-        if not 0 < self.power < 1:
-            raise ConfigError(f"report.power={self.power} must lie in (0, 1)")
+        if not 1 - self.level < self.power < 1:
+            raise ConfigError(f"report.power={self.power} must lie in (1 - report.level, 1) = ({1 - self.level:g}, 1): "
+                              "a test passes its own level with that probability at a true difference of 0")
         if self.min_positive_patients < 1:
             raise ConfigError(f"report.min_positive_patients={self.min_positive_patients} must be >= 1")
         if not self.reference:

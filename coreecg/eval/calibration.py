@@ -28,8 +28,8 @@ from typing import Sequence
 
 import numpy as np
 
-from coreecg.eval.metrics import resample_metrics
-from coreecg.eval.significance import adjust_p, cell_differences, detectable_difference
+from coreecg.eval.metrics import patient_resample_weights, resample_metrics
+from coreecg.eval.significance import adjust_p, cell_differences, detectable_difference, run_level_se
 
 CLASSES = ("A", "B", "C", "D")
 METRICS = ("acc", "f1", "auroc")
@@ -78,21 +78,43 @@ def write_run(folder: Path, method: str, seed: int, task, logits: np.ndarray) ->
     return folder
 
 
-def simulate_table(root: Path, scenario: Scenario, rng: np.random.Generator) -> dict[str, list[Path]]:
-    """The run folders of one simulated table under `root`: {"reference": seeds 0..runs-1,
-    "other": seeds runs..2 runs-1 (disjoint)}."""
+def table_logits(scenario: Scenario, rng: np.random.Generator) -> tuple[tuple, dict[str, list[np.ndarray]]]:
+    """One simulated table's test set (record ids, patient ids, one-hot labels) and its runs' logits:
+    {"reference": [runs x (n, 4)], "other": [...]} (module docstring)."""
     task = _test_set(scenario.n_patients, rng)
     y = task[2]
     shared = rng.normal(0, scenario.hard_sd, y.shape)
-    out: dict[str, list[Path]] = {}
-    for i, (method, skill) in enumerate((("reference", scenario.skill), ("other", scenario.skill + scenario.effect))):
-        out[method] = []
+    out: dict[str, list[np.ndarray]] = {}
+    for method, skill in (("reference", scenario.skill), ("other", scenario.skill + scenario.effect)):
         own = rng.normal(0, scenario.hard_sd, y.shape)
         hard = np.sqrt(1 - scenario.specific) * shared + np.sqrt(scenario.specific) * own
-        for seed in range(i * scenario.runs, (i + 1) * scenario.runs):
-            logits = y * (skill + rng.normal(0, scenario.run_sd)) + hard + rng.normal(0, scenario.noise_sd, y.shape)
-            out[method].append(write_run(root / f"{method}-s{seed}", method, seed, task, logits))
-    return out
+        out[method] = [y * (skill + rng.normal(0, scenario.run_sd)) + hard + rng.normal(0, scenario.noise_sd, y.shape)
+                       for _ in range(scenario.runs)]
+    return task, out
+
+
+def simulate_table(root: Path, scenario: Scenario, rng: np.random.Generator) -> dict[str, list[Path]]:
+    """The run folders of one simulated table under `root`: {"reference": seeds 0..runs-1,
+    "other": seeds runs..2 runs-1 (disjoint)}."""
+    task, logits = table_logits(scenario, rng)
+    return {method: [write_run(root / f"{method}-s{i * scenario.runs + r}", method, i * scenario.runs + r, task, x)
+                     for r, x in enumerate(runs)] for i, (method, runs) in enumerate(logits.items())}
+
+
+def table_statistics(scenario: Scenario, rng: np.random.Generator, n_resamples: int = 200,
+                     metric: str = "auroc") -> tuple[float, float, float]:
+    """(D, SE, df) of one simulated table's `metric` by `run_level_se`, in memory: the same runs as
+    `simulate_table` without the files (and their 8-digit rounding), for scans of thousands of tables."""
+    (_, pids, y), logits = table_logits(scenario, rng)
+    w = np.vstack([np.ones((1, len(y))), patient_resample_weights(pids, n_resamples, rng)])
+    values = {}
+    for method, runs in logits.items():
+        probs = [np.exp(x - x.max(1, keepdims=True)) for x in runs]
+        values[method] = np.stack([resample_metrics(y, p / p.sum(1, keepdims=True), False, w)[metric] for p in probs])
+    a, b = values["reference"], values["other"]
+    ok = ~np.isnan(np.vstack([a, b])).any(0)
+    ok[0] = False                                              # column 0: the full test set
+    return run_level_se(a[:, 0], b[:, 0], a[:, ok], b[:, ok])
 
 
 def table_marks(runs: dict[str, list[Path]], n_resamples: int, seed: int, adjust: str, alpha: float = 0.05,

@@ -104,9 +104,9 @@ def classification_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
     for single-label, sigmoid for multi-label); patient_ids (n,): whose records (None: each row its
     own patient). Returns a JSON-ready dict: acc, f1, auroc (and f1_argmax, macro F1 of argmax
     decisions, for single-label), each None when no class can be scored; per_class {name: {auroc,
-    f1, positives, positive_patients}}; classes_left_out {auroc: [...], f1: [...], rare: [...]}
-    (rare: fewer than min_positive_patients positive patients, out of the macro means; their
-    per-class values stay); min_positive_patients; n; auroc_kind; threshold.
+    f1, f1_argmax (single-label), positives, positive_patients}}; classes_left_out {auroc: [...],
+    f1: [...], rare: [...]} (rare: fewer than min_positive_patients positive patients, out of the
+    macro means; their per-class values stay); min_positive_patients; n; auroc_kind; threshold.
     """
     from sklearn.metrics import accuracy_score, f1_score
 
@@ -121,17 +121,22 @@ def classification_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
     for k in np.flatnonzero(f1_scored):
         f1[k] = f1_score(y[:, k], pred[:, k], zero_division=0.0)
     out = {"n": len(y)}
+    f1_argmax = np.full(len(class_names), np.nan)
     if multilabel:
         out["acc"] = float(accuracy_score(y.ravel(), pred.ravel()))
     else:
         true, argmax = y.argmax(1), probs.argmax(1)
         out["acc"] = float(accuracy_score(true, argmax))
-        out["f1_argmax"] = (float(f1_score(true, argmax, labels=np.flatnonzero(f1_scored & kept), average="macro",
-                                           zero_division=0.0)) if (f1_scored & kept).any() else None)
+        scored = np.flatnonzero(f1_scored)
+        if len(scored):
+            f1_argmax[scored] = f1_score(true, argmax, labels=scored, average=None, zero_division=0.0)
+        # the macro over the classes kept: the report prints it for another min_positive_patients too
+        out["f1_argmax"] = float(np.mean(f1_argmax[f1_scored & kept])) if (f1_scored & kept).any() else None
     macro_f1, macro_auroc = np.where(kept, f1, np.nan), np.where(kept, auroc, np.nan)
     out["f1"] = _json_float(np.nanmean(macro_f1)) if (~np.isnan(macro_f1)).any() else None
     out["auroc"] = _json_float(np.nanmean(macro_auroc)) if (~np.isnan(macro_auroc)).any() else None
     out["per_class"] = {name: {"auroc": _json_float(auroc[k]), "f1": _json_float(f1[k]),
+                               **({} if multilabel else {"f1_argmax": _json_float(f1_argmax[k])}),
                                "positives": int(positives[k]), "positive_patients": int(patients[k])}
                         for k, name in enumerate(class_names)}
     out["classes_left_out"] = {"auroc": [class_names[k] for k in np.flatnonzero(np.isnan(auroc))],

@@ -1,8 +1,8 @@
 """What a table can detect, from its own data: per testable difference, the smallest true
-difference the report's rule would mark with `report.power`, (t_{df, 1-alpha/2k} + t_{df, power})
-x SE from that comparison's own standard error and degrees of freedom, k its family's size
+difference the report's rule would mark with `report.power` at its family's level alpha / k, from
+the noncentral t of that comparison's own standard error and degrees of freedom
 (`coreecg.eval.significance.detectable_difference`, set by `Table.set_significance`); and the
-table's run-to-run SD beside it (docs/evaluation.md, "What a table can detect").
+table's run-to-run SD beside it (docs/evaluation.md, "What a comparison can detect").
 
 This replaced a lookup in a simulated calibration (issue 43): the calibration shared every
 patient's difficulty between the methods, so its figures left out the test-set term of a
@@ -52,8 +52,9 @@ def detectable_note(table: Table) -> str:
     sig, label = table.significance, METRICS.get(summary["metric"], summary["metric"])
     text = "Smallest detectable difference. "
     if summary["n"]:
-        text += (f"{label}, per comparison from its own standard error and degrees of freedom (with power "
-                 f"{sig.power:g} at {1 - sig.level:g} after {sig.adjust} over its family of {summary['family']}): "
+        text += (f"{label}, per comparison from the noncentral t of its own standard error and degrees of freedom "
+                 f"(with power {sig.power:g} at {1 - sig.level:g} after {sig.adjust} over its family of "
+                 f"{summary['family']}): "
                  f"median {summary['median']:.1f} points, range {summary['low']:.1f}-{summary['high']:.1f} over "
                  f"{summary['n']} comparison(s); each one's in the CSV ('detectable'). A difference not marked "
                  f"is equivalent within ±{sig.equivalence_margin:g} points only where two one-sided tests show it; "

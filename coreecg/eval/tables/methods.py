@@ -70,7 +70,7 @@ def method_table(name: str, title: str, methods: Sequence[str], runs: Sequence[R
     why = {m: r for m, r in (unavailable or {}).items() if m in methods}
     return Table(spec, full.columns, {m: full.cells.get(m, empty) for m in methods}, why, f1, full.f1_fallback,
                  full.members, leaks=full.leaks, below_chance=full.below_chance, rare=full.rare,
-                 rare_unknown=full.rare_unknown)
+                 rare_unknown=full.rare_unknown, rare_argmax_stored=full.rare_argmax_stored)
 
 
 def table_runs(spec: TableSpec, runs: Sequence[Run]) -> list[Run]:

@@ -13,12 +13,14 @@ from typing import Sequence
 import numpy as np
 
 from coreecg.eval.runs import DATASETS, METRICS
-from coreecg.eval.significance import Difference
+from coreecg.eval.significance import NOT_TESTABLE, Difference
 from coreecg.eval.tables.table import BELOW, LEAK, MISSING, UNAVAILABLE, Table, format_cell
 
 ADJUST_NAMES = {"holm": "Holm's correction", "bh": "the Benjamini-Hochberg correction (false discovery rate)",
                 "none": "no correction for multiple comparisons"}
 SAMPLING_ONLY = "test-set sampling only, not a claim about the methods"
+FEW_RUNS = "§"          # a difference from fewer than min_runs runs: its interval is test-set sampling only
+UNTESTABLE = "∅"        # a difference with no variance to test it against (NOT_TESTABLE)
 
 
 def _leak_notes(table: Table) -> list[str]:
@@ -36,7 +38,12 @@ def _rare_notes(table: Table) -> list[str]:
                    "(docs/evaluation.md, \"Rare classes\").")
     for dataset in sorted(table.rare_unknown):
         out.append(f"Rare classes: {DATASETS.get(dataset, dataset)}: run(s) written before report.min_positive_patients "
-                   "hold every class in their macro means.")
+                   "hold every class in their macro means; their differences, scored from predictions.csv, leave "
+                   "out the classes under it, so a printed mean and its difference can hold other classes.")
+    for dataset in sorted(table.rare_argmax_stored):
+        out.append(f"Rare classes: {DATASETS.get(dataset, dataset)}: the F1 column prints run(s)' stored argmax F1 "
+                   "(metrics.json test.f1_argmax, written before per-class argmax F1), which holds the rare classes; "
+                   "its differences leave them out, so the printed means and the difference hold other classes.")
     return out
 
 
@@ -47,8 +54,10 @@ def _below_notes(table: Table) -> list[str]:
     cells = ", ".join(f"{m} {table.columns[j].label} (up to {100 * high:.1f})"
                       for (m, j), high in table.below_chance.items())
     return [f"{BELOW} below chance: the cell's 95 % AUROC interval lies under 50 (over its runs: mean ± t x SE; one "
-            "run: its patient-bootstrap interval), so its scores rank the classes worse than constant outputs "
-            f"would (docs/evaluation.md, \"Below chance\"): {cells}"]
+            "run: its patient-bootstrap interval), so on this test set its scores rank the classes worse than "
+            "constant outputs would. The interval over runs leaves out the sampling of the test set, which every "
+            "run shares: runs that fail alike can sit under 50 on one test set and not on another "
+            f"(docs/evaluation.md, \"Below chance\"): {cells}"]
 
 
 def _markdown_row(cells: Sequence[str]) -> str:
@@ -76,7 +85,7 @@ def _unmarkable_counts(table: Table) -> dict[str, int]:
             why = d if isinstance(d, str) else d.unmarkable if isinstance(d, Difference) else None
             for part in why.split("; ") if why else ():      # a cell may lack both runs and patients
                 kind = ("runs" if part.startswith("fewer than") else "patients" if part.endswith(
-                    f"fewer than {sig.min_test_patients}") else part)
+                    f"fewer than {sig.min_test_patients}") else "untestable" if part == NOT_TESTABLE else part)
                 counts[kind] = counts.get(kind, 0) + 1
     return counts
 
@@ -113,6 +122,10 @@ def _significance_note(table: Table, mark: str) -> str:
                  f"{SAMPLING_ONLY}; never marked.")
     if n := counts.pop("patients", 0):
         text += f" {n} cell(s) have fewer than {sig.min_test_patients} test patients: not marked."
+    if n := counts.pop("untestable", 0):
+        text += (f" {n} cell(s) are not testable ({UNTESTABLE} under the differences): every run of both methods "
+                 "gives the same value on every patient resample, to rounding, so there is no variance to test the "
+                 "difference against; no p, never marked.")
     if counts:
         text += (f" {sum(counts.values())} cell(s) have no difference: "
                  + ", ".join(f"{n} with {why}" for why, n in counts.items()) + ".")
@@ -145,8 +158,9 @@ def _verdicts_text(table: Table) -> str:
     return (f" {label}: {kinds.count('different')} different, {kinds.count('equivalent')} equivalent within "
             f"±{sig.equivalence_margin:g} points (two one-sided tests, report.equivalence_margin), "
             f"{kinds.count('inconclusive')} inconclusive. The smallest {label} difference each comparison could "
-            f"detect with power {sig.power:g} (from its own standard error and degrees of freedom, for its family's "
-            f"size; the CSV's 'detectable'): median {np.median(sizes):.1f} points, range {sizes[0]:.1f}-{sizes[-1]:.1f}.")
+            f"detect with power {sig.power:g} (the noncentral t of its own standard error and degrees of freedom, at "
+            f"its family's level; the CSV's 'detectable'): median {np.median(sizes):.1f} points, range "
+            f"{sizes[0]:.1f}-{sizes[-1]:.1f}.")
 
 
 def _pp(x: float | None) -> str:
@@ -200,9 +214,14 @@ def table_markdown(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _untestable(d) -> bool:
+    return isinstance(d, Difference) and NOT_TESTABLE in (d.unmarkable or "")
+
+
 def _differences_markdown(table: Table) -> list[str]:
     """The differences to the reference in percentage points with their intervals; an interval from
-    test-set sampling alone (fewer than min_runs runs) is flagged §."""
+    test-set sampling alone (fewer than min_runs runs) is flagged FEW_RUNS, a difference with no
+    variance to test it against UNTESTABLE."""
     cols, sig = table.columns, table.significance
     diffs = {m: [table.difference(m, j) for j in range(len(cols))] for m in table.cells}
     diffs = {m: row for m, row in diffs.items() if any(isinstance(d, Difference) for d in row)}
@@ -212,7 +231,8 @@ def _differences_markdown(table: Table) -> list[str]:
     def text(d) -> str:
         if not isinstance(d, Difference) or d.diff is None:
             return MISSING
-        return f"{_pp(d.diff)} [{_pp(d.low)}, {_pp(d.high)}]" + ("§" if d.p_value is None else "")
+        mark = UNTESTABLE if _untestable(d) else FEW_RUNS if d.p_value is None else ""
+        return f"{_pp(d.diff)} [{_pp(d.low)}, {_pp(d.high)}]{mark}"
 
     if table.references is not None:
         head = ("Differences to each row's baseline in percentage points (the row's mean over its runs minus the "
@@ -222,9 +242,12 @@ def _differences_markdown(table: Table) -> list[str]:
         head = (f"Differences to {sig.reference} in percentage points (the method's mean over its runs minus "
                 f"{sig.reference}'s)")
         names = {m: m for m in diffs}
-    lines = ["", f"{head} [{100 * sig.level:g} % interval over training runs and test patients; § "
-                 f"fewer than {sig.min_runs} runs of a method: {SAMPLING_ONLY}]; p-values, run counts and why a "
-                 "cell is not marked in the CSV:", "",
+    untestable = (f"; {UNTESTABLE} not testable: every run of both methods gives the same value on every patient "
+                  "resample (to rounding), no variance to test the difference against, no p"
+                  if any(_untestable(d) for row in diffs.values() for d in row) else "")
+    lines = ["", f"{head} [{100 * sig.level:g} % interval over training runs and test patients; {FEW_RUNS} "
+                 f"fewer than {sig.min_runs} runs of a method: {SAMPLING_ONLY}{untestable}]; p-values, run counts "
+                 "and why a cell is not marked in the CSV:", "",
              _markdown_row(["Method"] + [c.label for c in cols]), _markdown_row(["---"] * (len(cols) + 1))]
     return lines + [_markdown_row([names[method]] + [text(d) for d in row]) for method, row in diffs.items()]
 
@@ -274,7 +297,8 @@ def write_table_csv(table: Table, path: Path) -> None:
 MARK = "\x00"      # stands for the significance mark until the caption is escaped
 _LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
                   "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
-                  "–": "--", "±": r"$\pm$", BELOW: r"$\downarrow$", "†": r"\textsuperscript{\dag}", LEAK: r"\textsuperscript{\ddag}"}
+                  "–": "--", "±": r"$\pm$", BELOW: r"$\downarrow$", UNTESTABLE: r"$\emptyset$",
+                  "†": r"\textsuperscript{\dag}", LEAK: r"\textsuperscript{\ddag}"}
 
 
 def latex_escape(text: str) -> str:

@@ -29,7 +29,7 @@ MISSING = "–"
 UNAVAILABLE = "n/a"
 NO_PREDICTIONS = "no predictions.csv"
 LEAK = "‡"      # a method with a run that the leakage guard let through (--allow-overlap)
-BELOW = "↓"     # a cell whose AUROC interval lies under 0.5: worse than constant outputs
+BELOW = "↓"     # a cell whose AUROC interval over runs lies under 0.5: worse than constant outputs, on this test set
 CHANCE = 0.5
 
 
@@ -127,6 +127,9 @@ class Table:
     # datasets with runs written before the rule (their macro means hold every class)
     rare: dict[str, dict[str, int]] = field(default_factory=dict)
     rare_unknown: set[str] = field(default_factory=set)
+    # datasets whose printed argmax F1 is a run's stored macro with its rare classes (written before
+    # per-class argmax F1), where its difference leaves them out
+    rare_argmax_stored: set[str] = field(default_factory=set)
 
     def runs_behind(self, runs: Sequence[Run]) -> set[Path]:
         """The folders of `runs` that fill the table's cells (its protocol check, its line in a
@@ -248,7 +251,7 @@ def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold", min
     cells: dict[str, list[list[float]]] = {}
     seeds: dict[tuple, Run] = {}
     cell_members: dict[str, set[Cell]] = {}
-    fallback = []
+    fallback, argmax_stored = [], []
     for run, (leads, fraction, _) in members:
         key = (run.method, run.dataset, leads, fraction, run.seed)
         if key in seeds:
@@ -262,6 +265,8 @@ def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold", min
             if f1 == "argmax" and metric == "f1" and name == "f1":
                 fallback.append(run.dataset)
             value = require(run.record["test"], name, (int, float, type(None)), run.path, parent="test.")
+            if rule_unapplied(run.record["test"], name, min_positive_patients):
+                argmax_stored.append(run.dataset)
             value = rule_value(run.record["test"], name, value, min_positive_patients)
             if value is not None and value == value:     # null (or NaN): undefined in this run
                 row[index[(run.dataset, leads, fraction, metric)]].append(float(value))
@@ -272,7 +277,8 @@ def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold", min
         if note := leakage_note(run.record):
             leaks.setdefault(run.method, []).append(f"{DATASETS.get(run.dataset, run.dataset)}, seed {run.seed}: {note}")
     return Table(spec, columns, cells, f1=f1, f1_fallback=tuple(dict.fromkeys(fallback)), members=cell_members,
-                 leaks=leaks, below_chance=table_below, rare=rare, rare_unknown=rare_unknown)
+                 leaks=leaks, below_chance=table_below, rare=rare, rare_unknown=rare_unknown,
+                 rare_argmax_stored=set(argmax_stored))
 
 
 def rare_classes(members: list, min_positive_patients: int) -> tuple[dict[str, dict[str, int]], set[str]]:
@@ -302,25 +308,42 @@ def patient_counts(test: dict) -> dict[str, int] | None:
     return {name: int(v["positive_patients"]) for name, v in per_class.items()}
 
 
+RULE_KEYS = ("auroc", "f1", "f1_argmax")     # the macro means the rare-class rule recomputes from per_class
+
+
+def _has_rare(test: dict, min_positive_patients: int) -> bool:
+    """The run's test set holds a class with positives under `min_positive_patients` patients."""
+    counts = patient_counts(test) if min_positive_patients > 1 else None
+    return counts is not None and any(0 < n < min_positive_patients for n in counts.values())
+
+
 def rule_value(test: dict, key: str, value: float | None, min_positive_patients: int) -> float | None:
-    """The macro F1 or AUROC of a run without the classes under `min_positive_patients` positive
-    test patients: the mean of test.per_class's values over the classes kept (None when none is).
-    ACC, f1_argmax (no per-class values) and runs written before per-class patient counts keep
-    their stored value."""
-    if key not in ("auroc", "f1") or min_positive_patients <= 1:
+    """The macro F1, argmax F1 or AUROC of a run without the classes under `min_positive_patients`
+    positive test patients: the mean of test.per_class's values over the classes kept (None when
+    none is), the classes its difference is tested on. ACC (every class) keeps its stored value; so
+    do runs written before per-class patient counts or, for f1_argmax, before per-class argmax F1
+    (`rule_unapplied`; the legend names them)."""
+    if key not in RULE_KEYS or not _has_rare(test, min_positive_patients) \
+            or rule_unapplied(test, key, min_positive_patients):
         return value
     counts = patient_counts(test)
-    if counts is None or all(n >= min_positive_patients or n == 0 for n in counts.values()):
-        return value
     kept = [v[key] for name, v in test["per_class"].items()
             if counts[name] >= min_positive_patients and v.get(key) is not None]
     return float(np.mean(kept)) if kept else None
 
 
+def rule_unapplied(test: dict, key: str, min_positive_patients: int) -> bool:
+    """The run has rare classes but no per-class values of `key` to leave them out with (argmax F1
+    of a run written before per-class argmax F1): its printed value holds them."""
+    return (key in RULE_KEYS and _has_rare(test, min_positive_patients)
+            and any(key not in v for v in test["per_class"].values()))
+
+
 def chance_interval_high(values: Sequence[float], single_ci_high: float | None, level: float = 0.95) -> float | None:
     """The upper end of a cell's AUROC interval: over its runs, mean + t_{n-1} x SD / sqrt(n) (two or
-    more runs: the training runs are the replicates); one run: its own patient-bootstrap interval's
-    (metrics.json test.ci.auroc.high); None where there is none."""
+    more runs: the training runs are the replicates, on one test set: its sampling, shared by every
+    run, is not in it); one run: its own patient-bootstrap interval's (metrics.json
+    test.ci.auroc.high); None where there is none."""
     if len(values) >= 2:
         return float(np.mean(values) + stats.t.ppf((1 + level) / 2, len(values) - 1)
                      * np.std(values, ddof=1) / np.sqrt(len(values)))
@@ -330,7 +353,8 @@ def chance_interval_high(values: Sequence[float], single_ci_high: float | None, 
 def below_chance_cells(cells: dict[str, list[list[float]]], columns: list[Column], members: list,
                        index: dict) -> dict[tuple[str, int], float]:
     """(row, AUROC column) -> the upper end of its interval, where that lies under 0.5: the row ranks
-    its classes worse than constant outputs would (flagged BELOW in the table)."""
+    its classes worse than constant outputs would on this test set (flagged BELOW in the table; the
+    interval over runs leaves out the test set's sampling, which its runs share)."""
     single: dict[tuple[str, int], float] = {}
     for run, (leads, fraction, _) in members:
         ci = (run.record.get("test", {}).get("ci") or {}).get("auroc") or {}

@@ -221,3 +221,50 @@ def test_a_plugin_encoder_pretrains_fine_tunes_exports_and_loads_in_a_fresh_proc
         assert got["class"] == "TinyResNet", got
         if source == tmp_path / "pre":
             np.testing.assert_allclose(got["pooled"], here.tolist(), rtol=1e-5, atol=1e-6)
+
+
+def test_cpc_infonce_is_its_hand_computation():
+    """Two windows, four steps, two heads: every (k, t, b) term by hand, as cross-entropy of the
+    dot products against the windows' encodings at step t + k; a padded step drops its terms."""
+    from coreecg.methods.cpc.method import cpc_infonce
+
+    torch.manual_seed(0)
+    c, z = torch.randn(2, 4, 3), torch.randn(2, 4, 5)
+    heads = torch.nn.ModuleList(torch.nn.Linear(3, 5, bias=False) for _ in range(2))
+    valid = torch.tensor([[True, True, True, True], [True, True, True, False]])
+    with torch.no_grad():
+        loss, acc = cpc_infonce(c, z, heads, valid, temperature=0.5)
+        terms, hits = [], []
+        for k, head in enumerate(heads, start=1):
+            for t in range(4 - k):
+                for b in range(2):
+                    if not (valid[b, t] and valid[b, t + k]):
+                        continue
+                    scores = np.array([float(head(c[b, t]) @ z[o, t + k]) / 0.5 for o in range(2)])
+                    terms.append(np.log(np.exp(scores).sum()) - scores[b])
+                    hits.append(scores.argmax() == b)
+    assert len(terms) == 8                          # 5 + 4 (k = 1, 2) less the terms padding drops
+    np.testing.assert_allclose(float(loss), np.mean(terms), rtol=1e-5)
+    np.testing.assert_allclose(float(acc), np.mean(hits), rtol=1e-6)
+
+
+@pytest.mark.parametrize("arch, mode", [("s4", "frames"), ("xresnet1d", "segments"), ("coreecg", "segments")])
+def test_cpc_trains_every_encoder(arch, mode):
+    """Frames on the causal S4 (ECG-CPC's form), segments on the others (the ViT too); gradients
+    reach the encoder; a bidirectional S4 cannot give frames (its output sees the future)."""
+    from coreecg.methods import build_method
+
+    extra = ["methods.cpc.steps=3", "methods.cpc.context_dim=16", "methods.cpc.segment_samples=450"]
+    cfg = load_config(overrides=[*TINY, *ENCODERS.get(arch, []), "pretrain.method=cpc", *extra])
+    torch.manual_seed(0)
+    model = build_method(cfg)
+    assert model.mode == mode
+    x = torch.randn(4, 12, cfg.model.input_samples)
+    out = model(x)
+    out["loss"].backward()
+    assert torch.isfinite(out["loss"]) and 0 <= float(out["cpc_accuracy"]) <= 1
+    grads = [p.grad for p in model.encoder.parameters() if p.requires_grad]
+    assert sum(float(g.abs().sum()) for g in grads if g is not None) > 0
+    with pytest.raises(ConfigError, match="context=frames needs a causal encoder"):
+        build_method(load_config(overrides=[*TINY, *S4, "encoders.s4.bidirectional=true", "pretrain.method=cpc",
+                                            "methods.cpc.context=frames"]))

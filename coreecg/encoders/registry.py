@@ -12,8 +12,8 @@ Output kinds (what an encoder yields and so which methods can train it):
   so masked modelling (STDM, the reconstruction rows) can train it. The paper's ViT.
 - SEQUENCE: a sequence over time (`Encoded` with grid (1, L)); no token masks. CNNs and
   state-space models.
-A method declares what it needs (`MethodSpec.needs`): GRID, SEQUENCE (a grid encoder gives a
-sequence too: its tokens averaged over leads per time step) or ANY (pooled features only).
+A method declares what it needs (`MethodSpec.needs`): GRID, SEQUENCE or ANY (pooled features, or
+an encoder of each kind handled by the method itself: CPC).
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class EncoderSpec:
 
     def yields(self, needs: str) -> bool:
         """Whether this encoder gives what a method that `needs` it trains on."""
-        return needs == ANY or needs == self.output or (needs == SEQUENCE and self.output == GRID)
+        return needs == ANY or needs == self.output
 
 
 ENCODERS: dict[str, EncoderSpec] = {}

@@ -3,7 +3,8 @@
     from coreecg.methods import build_method
     model = build_method(load_config(overrides=["pretrain.method=moco_v3"]))
 
-Built in: `core` (CoRe-ECG, the paper), `moco_v3` (MoCo v3), `cmsc` (CLOCS's CMSC). Each is a
+Built in: `core` (CoRe-ECG, the paper), `moco_v3` (MoCo v3), `cmsc` (CLOCS's CMSC), `cpc`
+(contrastive predictive coding, on any encoder: docs/encoders.md). Each is a
 package: `options.py` (torch-free: its config section `methods.<name>` and its registry entry)
 and `method.py` (the PretrainMethod subclass). A method of your own is one module: a
 `PretrainMethod` subclass decorated with `@register_method(...)`, imported through
@@ -21,6 +22,7 @@ from typing import Any
 from coreecg.methods.core_ecg import options as _core_options  # noqa: F401
 from coreecg.methods.moco_v3 import options as _moco_v3_options  # noqa: F401
 from coreecg.methods.cmsc import options as _cmsc_options  # noqa: F401
+from coreecg.methods.cpc import options as _cpc_options  # noqa: F401
 from coreecg.methods.registry import MethodSpec, declare_method, method_specs
 
 
@@ -32,11 +34,11 @@ def __getattr__(name: str) -> Any:
     if name == "register_method":
         from coreecg.methods.classes import register_method
         return register_method
-    if name in ("build_method", "method_class", "CoReECG", "MoCoV3", "CMSC"):
+    if name in ("build_method", "method_class", "CoReECG", "MoCoV3", "CMSC", "CPC"):
         from coreecg.methods import build
         return getattr(build, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["MethodSpec", "declare_method", "method_specs", "PretrainMethod", "register_method", "build_method",
-           "method_class", "CoReECG", "MoCoV3", "CMSC"]
+           "method_class", "CoReECG", "MoCoV3", "CMSC", "CPC"]

@@ -9,8 +9,9 @@ from coreecg.methods.base import PretrainMethod
 from coreecg.methods.core_ecg.method import CoReECG
 from coreecg.methods.moco_v3.method import MoCoV3
 from coreecg.methods.cmsc.method import CMSC
+from coreecg.methods.cpc.method import CPC
 
-BUILT_IN_CLASSES = (CoReECG, MoCoV3, CMSC)
+BUILT_IN_CLASSES = (CoReECG, MoCoV3, CMSC, CPC)
 
 
 def method_class(name: str) -> type[PretrainMethod]:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from coreecg.encoders.build import register_encoder
+from coreecg.model.padding import fill
 from coreecg.model.sequence import SequenceEncoder
 
 
@@ -110,9 +111,17 @@ class S4Encoder(SequenceEncoder):
     def _build_for(cls, config, class_names=None, multilabel=None) -> "S4Encoder":
         return cls.from_config(config)
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
+    def _stem(self, x: torch.Tensor) -> torch.Tensor:
         T = x.shape[-1] // self.patch_size * self.patch_size       # whole steps only
-        h = self.stem(x[..., :T]).transpose(1, 2)                   # (B, L, d_model)
+        return self.stem(x[..., :T]).transpose(1, 2)                # (B, L, d_model)
+
+    def local_features(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, C, T) -> the stem's frames (B, L, d_model): each sees its own `patch_size` samples
+        only (CPC's targets, predicted from the causal output: coreecg.methods.cpc)."""
+        return self._stem(self.placed(fill(x), lead_idx))
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        h = self._stem(x)
         for block in self.blocks:
             h = block(h)
         return self.norm(h).transpose(1, 2)

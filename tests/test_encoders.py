@@ -268,3 +268,21 @@ def test_cpc_trains_every_encoder(arch, mode):
     with pytest.raises(ConfigError, match="context=frames needs a causal encoder"):
         build_method(load_config(overrides=[*TINY, *S4, "encoders.s4.bidirectional=true", "pretrain.method=cpc",
                                             "methods.cpc.context=frames"]))
+
+
+def test_one_plugins_key_and_older_configs_read_into_it(tmp_path):
+    """`plugins` is the one key for sources, methods, encoders and tables: an older config's
+    `pretrain.plugins` (a file, a saved config, an override) is read into it, the lists merged."""
+    import yaml
+
+    from coreecg.config import config_from_dict
+
+    old = load_config().to_dict()
+    old["plugins"], old["pretrain"]["plugins"] = ["tests.plugin_encoder"], ["tests.plugin_method"]
+    cfg = config_from_dict(old)
+    assert cfg.plugins == ("tests.plugin_encoder", "tests.plugin_method") and not hasattr(cfg.pretrain, "plugins")
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump({"pretrain": {"plugins": ["tests.plugin_method"],
+                                                                    "method": "patch_regression"}}))
+    assert load_config(tmp_path / "old.yaml").plugins == ("tests.plugin_method",)
+    over = load_config(overrides=["pretrain.plugins=[tests.plugin_encoder]", "model.arch=tiny_resnet"])
+    assert over.plugins == ("tests.plugin_encoder",) and "plugins" not in over.to_dict()["pretrain"]

@@ -1,5 +1,5 @@
 """A method is one module (issue 27, item 5): the test plugin (tests/plugin_method.py, named in
-pretrain.plugins) brings its typed options section, their check and its structural keys, and no
+plugins) brings its typed options section, their check and its structural keys, and no
 file in coreecg names it; the config and the training code name no built-in method either."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from coreecg.train.resume_check import CheckpointError, check_compatible
 from tests.helpers import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
-PLUGIN = ["pretrain.plugins=[tests.plugin_method]", "pretrain.method=patch_regression"]
+PLUGIN = ["plugins=[tests.plugin_method]", "pretrain.method=patch_regression"]
 
 
 def test_the_plugins_section_is_typed_checked_and_saved(tmp_path):

@@ -289,7 +289,7 @@ def test_the_documented_plugin_is_the_tested_one_and_trains(tmp_path):
     assert block == (REPO / "tests" / "plugin_method.py").read_text()
     from coreecg.train.pretraining import pretrain_local
 
-    cfg = tiny_config("pretrain.plugins=[tests.plugin_method]", "pretrain.method=patch_regression",
+    cfg = tiny_config("plugins=[tests.plugin_method]", "pretrain.method=patch_regression",
                       "methods.patch_regression.ratio=0.3", "optim.batch_size=8", "optim.epochs=3",
                       "optim.lr=1e-3", "optim.warmup_epochs=0", "train.eval_every_epochs=0")
     assert cfg.method_label == "Patch regression"
@@ -302,7 +302,7 @@ def test_the_documented_plugin_is_the_tested_one_and_trains(tmp_path):
 
     enc = coreecg.load_encoder(tmp_path / "encoder.pt")          # the one encoder, as for every method
     assert enc.pooled(_x(2)).shape == (2, 32)
-    # Re-read in a fresh process: the plugin is re-imported from pretrain.plugins; and a plain
+    # Re-read in a fresh process: the plugin is re-imported from plugins; and a plain
     # config written here, after the plugin was imported, holds no section of it.
     core_yaml = tmp_path / "core.yaml"
     tiny_config().to_yaml(core_yaml)
@@ -316,10 +316,10 @@ def test_the_documented_plugin_is_the_tested_one_and_trains(tmp_path):
 
 @pytest.mark.slow
 def test_a_plugin_method_runs_through_the_pretrain_job_on_ray_workers(ray_session, tmp_path):
-    """What docs/methods.md promises: a module named in pretrain.plugins (resolved from the folder
+    """What docs/methods.md promises: a module named in plugins (resolved from the folder
     the job runs in) trains on Ray Train workers through jobs/pretrain.py."""
     env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
-    sets = ["pretrain.plugins=[tests.plugin_method]", "pretrain.method=patch_regression",
+    sets = ["plugins=[tests.plugin_method]", "pretrain.method=patch_regression",
             "methods.patch_regression.ratio=0.3", "optim.epochs=2", "data.synthetic_records=128",
             "optim.batch_size=16", f"train.storage_path={tmp_path}", "train.name=plug",
             f"data.cache_dir={tmp_path / 'corpora'}", "data.probe_max_windows=64",

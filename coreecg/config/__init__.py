@@ -16,7 +16,7 @@ and EMA among them), its checks and its structural keys are declared with the me
 and read through that registry; this package names no source (docs/data_sources.md).
 
     base        ConfigError, STANDARD_LEADS
-    plugins     import_plugins: the modules `plugins` and `pretrain.plugins` name, imported first
+    plugins     import_plugins: the modules `plugins` names, imported first
     data        data.preprocess, the open data.sources section, data
     sections    model, optim, train
     downstream  finetune, report

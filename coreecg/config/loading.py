@@ -46,7 +46,10 @@ def apply_overrides(cfg: Config, overrides: Iterable[str], origin: str = "overri
 # of a section that moved away entirely and that has no new place is an error naming where the
 # section's keys went (never silently dropped).
 MOVED_KEYS = {"data.sources.synthetic_seed": "data.sources.synthetic.seed",
-              "loss.gather_negatives": "optim.gather_negatives"}
+              "loss.gather_negatives": "optim.gather_negatives",
+              "pretrain.plugins": "plugins"}
+# Moved keys whose lists are merged with the new key's (one plugins key, not two: both are imported)
+MERGED_KEYS = {"pretrain.plugins"}
 
 
 def all_moved_keys() -> dict[str, str]:
@@ -108,7 +111,9 @@ def moved_to_new_places(data: dict[str, Any], origin: str) -> dict[str, Any]:
         target = _section_at(data, new_path, create=True)
         if target is None:
             raise ConfigError(f"{origin}: {old} moved to {new}, and {'.'.join(new_path)} is not a section")
-        if new_leaf in target and target[new_leaf] != value:
+        if old in MERGED_KEYS and isinstance(value, list) and isinstance(target.get(new_leaf, []), list):
+            value = list(dict.fromkeys([*target.get(new_leaf, []), *value]))
+        elif new_leaf in target and target[new_leaf] != value:
             raise ConfigError(f"{origin}: {old} (moved to {new}) and {new} are both given: keep {new}")
         target[new_leaf] = value
     for section, places in _gone_sections(moved).items():

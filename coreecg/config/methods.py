@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from coreecg.typed import OpenSection
 from coreecg.config.base import ConfigError
-from coreecg.config.plugins import import_plugins
 # Importing the registry declares the built-in methods (coreecg/methods/*/options.py, no torch).
 from coreecg.methods.registry import METHODS, MethodSpec, method_specs
 
@@ -18,25 +17,23 @@ class PretrainConfig:
     """Which self-supervised method trains the encoder (coreecg/methods; docs/methods.md).
 
     method: a registered method (`core` is the paper's CoRe-ECG; docs/methods.md lists the others).
-    plugins: modules imported before the method is looked up (on the driver and on every
-    worker), each registering methods with `coreecg.methods.register_method`.
+    A method of your own is a module named in the config's one plugins key, `plugins` (the
+    `pretrain.plugins` of older configs is read there).
     """
 
     method: str = "core"
-    plugins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        import_plugins(self.plugins)
         if self.method not in method_specs():
             raise ConfigError(f"pretrain.method={self.method!r} is not a registered method; known: "
-                              f"{', '.join(sorted(METHODS))} (a plugin's module goes in pretrain.plugins)")
+                              f"{', '.join(sorted(METHODS))} (a plugin's module goes in plugins)")
 
 
 class MethodOptions(OpenSection):
     """The `methods` section: one typed options section per registered method that has one
     (`methods.<name>.<key>`). A section not set holds its dataclass's defaults."""
 
-    unknown_reason = "no registered method with options of that name; a plugin's module goes in pretrain.plugins"
+    unknown_reason = "no registered method with options of that name; a plugin's module goes in plugins"
 
     @classmethod
     def section_type(cls, name: str) -> type | None:

@@ -1,6 +1,6 @@
-"""Plugins: the modules named in `plugins` and `pretrain.plugins`, imported before anything is
-looked up, so that the sources, methods and tables they register are known when a file, a saved
-config or an override sets their sections."""
+"""Plugins: the modules named in `plugins` (older configs' `pretrain.plugins` is read there too),
+imported before anything is looked up, so that the sources, methods, encoders and tables they
+register are known when a file, a saved config or an override sets their sections."""
 from __future__ import annotations
 
 import importlib
@@ -11,8 +11,8 @@ import yaml
 from coreecg.config.base import ConfigError
 
 
-def import_plugins(modules: Iterable[str], key: str = "pretrain.plugins") -> None:
-    """Import the modules that register sources, methods or tables (`plugins`, `pretrain.plugins`),
+def import_plugins(modules: Iterable[str], key: str = "plugins") -> None:
+    """Import the modules that register sources, methods, encoders or tables (`plugins`),
     once each. Module names resolve as with `python -m`: from the current directory first, then
     the installed packages (a job script's own folder, which Python puts on the path instead, does
     not hold them). `key`: the config key that named them (for the error)."""
@@ -29,7 +29,7 @@ def import_plugins(modules: Iterable[str], key: str = "pretrain.plugins") -> Non
             raise ConfigError(f"{key}: cannot import {module!r}: {e}") from e
 
 
-# The config keys that name plugins: the top-level one and the method section's.
+# The config keys that name plugins: the one key, and where older configs named method plugins.
 PLUGIN_KEYS = ("plugins", "pretrain.plugins")
 
 

@@ -49,7 +49,7 @@ def _pretraining_info(config: Config, file: Path | None) -> dict[str, Any]:
                 "published": fam.name, "title": fam.title, "licence": fam.licence, "corpus": None,
                 "note": fam.pretraining, "checkpoint": str(file.resolve()) if file else None}
     return {"method": config.pretrain.method, "label": config.method_label, "variant": config.train.variant or None,
-            "plugins": list(config.pretrain.plugins), "corpus": _corpus_info(config, corpus_manifest(config)),
+            "plugins": list(config.plugins), "corpus": _corpus_info(config, corpus_manifest(config)),
             "checkpoint": str(file.resolve()) if file else None}
 
 

@@ -8,7 +8,7 @@ Built in: `core` (CoRe-ECG, the paper), `moco_v3` (MoCo v3), `cmsc` (CLOCS's CMS
 package: `options.py` (torch-free: its config section `methods.<name>` and its registry entry)
 and `method.py` (the PretrainMethod subclass). A method of your own is one module: a
 `PretrainMethod` subclass decorated with `@register_method(...)`, imported through
-`pretrain.plugins` (docs/methods.md); every job then runs it.
+`plugins` (docs/methods.md); every job then runs it.
 
 Importing this package declares the built-ins (their options modules, no torch); the classes
 and builders load on first use (the names below), so the config reads `methods.<name>` without

@@ -1,5 +1,5 @@
 """A pretraining method from a config: its class (the built-ins' modules imported here, a
-plugin's through `pretrain.plugins`) and the built model."""
+plugin's through `plugins`) and the built model."""
 from __future__ import annotations
 
 from coreecg.config import Config, ConfigError, import_plugins, method_specs
@@ -24,6 +24,6 @@ def method_class(name: str) -> type[PretrainMethod]:
 
 def build_method(config: Config) -> PretrainMethod:
     """The pretraining model of `config.pretrain.method` (plugins imported first)."""
-    import_plugins(config.pretrain.plugins)
+    import_plugins(config.plugins, "plugins")
     check_encoder_for_method(config)
     return method_class(config.pretrain.method)(config)

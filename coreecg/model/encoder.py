@@ -66,8 +66,10 @@ class Encoder(nn.Module, PretrainedMixin, pipeline_tag="feature-extraction"):
         return cls(m.n_leads, m.n_patches, m.patch_size, m.embed_dim, m.depth, m.num_heads, m.mlp_ratio, m.dropout)
 
     @classmethod
-    def _build_for(cls, config, class_names=None, multilabel=None) -> "Encoder":
-        return cls.from_config(config)       # from_pretrained's (coreecg.model.pretrained)
+    def _build_for(cls, config, class_names=None, multilabel=None) -> nn.Module:
+        """from_pretrained's (coreecg.model.pretrained): the encoder the folder's config names, so
+        `Encoder.from_pretrained` opens every registered encoder's export."""
+        return build_encoder(config)
 
     def tokens(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, C, T) -> embedded tokens (B, C, N, D) before the transformer."""
@@ -149,6 +151,6 @@ def _with_a_key(valid: torch.Tensor | None) -> torch.Tensor | None:
     return valid | (first[None, :] & ~valid.any(dim=1, keepdim=True))
 
 
-from coreecg.encoders.build import register_encoder  # noqa: E402  (binds after the class exists)
+from coreecg.encoders.build import build_encoder, register_encoder  # noqa: E402  (binds after the class exists)
 
 register_encoder("coreecg")(Encoder)

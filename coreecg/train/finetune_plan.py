@@ -204,10 +204,27 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
                 if getattr(saved.model, k.name) != getattr(config.model, k.name)]
         raise CheckpointError(f"{path}: an encoder of another shape than the config asks for ({'; '.join(diff[:4])})")
     config = dataclasses.replace(
-        config, model=saved.model, data=dataclasses.replace(config.data, crop_samples=saved.model.input_samples),
+        config, model=saved.model, encoders=_encoder_sections(config, saved, path),
+        # the encoder's plugins travel with it: the fine-tuned run (and what is made from it) loads
+        # in a fresh process that has only its config
+        plugins=tuple(dict.fromkeys([*config.plugins, *saved.plugins])),
+        data=dataclasses.replace(config.data, crop_samples=saved.model.input_samples),
         finetune=dataclasses.replace(f, encoder=str(path))).validate()
     return (config, config_hash(saved), config.finetune.method or saved.method_label, pretraining_of(src),
             saved.data.preprocess)
+
+
+def _encoder_sections(config: Config, saved: Config, path: Path):
+    """The config's `encoders` with the checkpoint's own section of its encoder (its sizes, as
+    `model` for the ViT); CheckpointError when the config asks for other sizes than the default."""
+    arch = saved.model.arch
+    if arch not in saved.encoders.names(arch):
+        return config.encoders
+    mine, theirs = getattr(config.encoders, arch), getattr(saved.encoders, arch)
+    if mine != type(mine)() and mine != theirs:
+        raise CheckpointError(f"{path}: an encoder of another shape than the config asks for (encoders.{arch}: "
+                              f"{theirs} in the checkpoint, {mine} asked)")
+    return type(config.encoders)({**config.encoders._sections, arch: theirs})
 
 
 def _train_subset(corpus: Path, config: Config, names: list[str]) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:

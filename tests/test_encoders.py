@@ -286,3 +286,57 @@ def test_one_plugins_key_and_older_configs_read_into_it(tmp_path):
     assert load_config(tmp_path / "old.yaml").plugins == ("tests.plugin_method",)
     over = load_config(overrides=["pretrain.plugins=[tests.plugin_encoder]", "model.arch=tiny_resnet"])
     assert over.plugins == ("tests.plugin_encoder",) and "plugins" not in over.to_dict()["pretrain"]
+
+
+@pytest.mark.parametrize("arch", sorted(ENCODERS))
+def test_every_downstream_path_takes_a_sequence_encoder(arch, tmp_path, ecg_data):
+    """A pretrained xresnet1d / S4 encoder: a linear probe on cached features (the fine-tune takes
+    the encoder's own sizes from its checkpoint), an export with its ONNX checked against PyTorch,
+    Encoder.from_pretrained on the export, and coreecg.embed on a raw PTB-XL record."""
+    import wfdb
+
+    import coreecg
+    from coreecg.checkpoints import save_encoder
+    from coreecg.data.reading import read_split
+    from coreecg.hub.export import export_model
+    from coreecg.methods import build_method
+    from coreecg.model.encoder import Encoder
+    from coreecg.train.finetuning import FinetuneTask, plan_finetune
+    from coreecg.train.loop import run_local
+    from tests.helpers import build_synthetic
+
+    cfg = load_config(overrides=[*TINY, *ENCODERS[arch], *MOCO])
+    torch.manual_seed(0)
+    save_encoder(tmp_path / "pre" / "encoder.pt", build_method(cfg), cfg, step=1)
+    corpus = build_synthetic(tmp_path / "corpus", 64, 3)
+    ft = load_config(overrides=[f"data.corpus={corpus}", f"finetune.encoder={tmp_path / 'pre' / 'encoder.pt'}",
+                                "finetune.mode=linear", "finetune.epochs=2", "finetune.batch_size=8",
+                                "finetune.bootstrap_resamples=0", "finetune.tsne_max_points=0", "train.num_workers=1",
+                                "train.device=cpu", "train.checkpoint_every_steps=0", f"train.storage_path={tmp_path}",
+                                "train.name=probe"])
+    plan = plan_finetune(ft)
+    assert plan.config.model.arch == arch and plan.config.encoders.names(arch) and \
+        getattr(plan.config.encoders, arch) == getattr(cfg.encoders, arch)        # the checkpoint's sizes
+    run_local(plan, FinetuneTask(plan, torch.device("cpu")), read_split(corpus, "train", ["signal"], as_stored=True)["signal"])
+    metrics = json.loads((plan.run_dir / "metrics.json").read_text())
+    assert 0.0 <= metrics["test"]["auroc"] <= 1.0
+    out = export_model(plan.run_dir, tmp_path / "export", onnx=True)
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["onnx"]["max_abs_diff_vs_pytorch"] is not None and meta["onnx"]["max_abs_diff_vs_pytorch"] < 1e-3, meta["onnx"]
+    encoder = Encoder.from_pretrained(out)
+    assert type(encoder).__name__ == {"xresnet1d": "XResNet1d", "s4": "S4Encoder"}[arch]
+    x = torch.randn(2, 12, 2250, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(encoder.pooled(x), coreecg.load_encoder(tmp_path / "pre").pooled(x))
+    hea = sorted((ecg_data / "ptbxl").rglob("records500/*/*.hea"))[0]
+    rec = wfdb.rdrecord(str(hea.with_suffix("")))
+    emb = coreecg.embed(rec.p_signal.T, rec.fs, rec.sig_name, model=tmp_path / "pre")
+    assert emb.shape == (encoder.dim,) and np.isfinite(emb).all()
+
+
+def test_the_s4_convolution_by_fft_equals_the_direct_sum():
+    """What an ONNX export runs (a grouped Conv1d over the kernel) is what training runs (FFT)."""
+    from coreecg.model.s4 import S4DKernel, direct_conv, fft_conv
+
+    torch.manual_seed(0)
+    u, k = torch.randn(3, 4, 57), S4DKernel(4, d_state=8)(57).detach()
+    torch.testing.assert_close(fft_conv(u, k), direct_conv(u, k), rtol=1e-4, atol=1e-4)

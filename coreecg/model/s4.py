@@ -38,24 +38,48 @@ class S4DKernel(nn.Module):
         self.a_imag = nn.Parameter(math.pi * torch.arange(n, dtype=torch.float).expand(d_model, n).clone())
 
     def modes(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(A (H, n), dt (H,), C (H, n)) as complex64 / float32."""
+        """(A (H, n), dt (H,), C (H, n)) as complex64 / float32 (for reading; the kernel is computed
+        in real arithmetic, which ONNX can export)."""
         A = torch.complex(-torch.exp(self.log_a.float()), self.a_imag.float())
         return A, torch.exp(self.log_dt.float()), torch.view_as_complex(self.C.float().contiguous())
 
     def forward(self, L: int) -> torch.Tensor:
-        A, dt, C = self.modes()
-        dtA = A * dt[:, None]                                                    # (H, n)
-        coef = C * (torch.exp(dtA) - 1.0) / A                                    # (H, n)
-        powers = torch.exp(dtA[..., None] * torch.arange(L, device=A.device))   # (H, n, L)
-        return 2.0 * torch.einsum("hn,hnl->hl", coef, powers).real
+        dt = torch.exp(self.log_dt.float())[:, None]                             # (H, 1)
+        a_re, a_im = -torch.exp(self.log_a.float()), self.a_imag.float()         # A = a_re + i a_im
+        re, im = a_re * dt, a_im * dt                                            # dt A
+        # coef = C (exp(dt A) - 1) / A, written out in real and imaginary parts
+        e_re, e_im = torch.exp(re) * torch.cos(im) - 1.0, torch.exp(re) * torch.sin(im)
+        norm = a_re ** 2 + a_im ** 2
+        q_re, q_im = (e_re * a_re + e_im * a_im) / norm, (e_im * a_re - e_re * a_im) / norm
+        c_re, c_im = self.C[..., 0].float(), self.C[..., 1].float()
+        k_re, k_im = c_re * q_re - c_im * q_im, c_re * q_im + c_im * q_re          # (H, n)
+        steps = torch.arange(L, device=dt.device, dtype=torch.float32)
+        decay = torch.exp(re[..., None] * steps)                                 # (H, n, L)
+        phase = im[..., None] * steps
+        # K_l = 2 Re(sum_n coef_n exp(dt A_n l))
+        return 2.0 * (decay * (k_re[..., None] * torch.cos(phase) - k_im[..., None] * torch.sin(phase))).sum(1)
 
 
 def fft_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Causal convolution of u (B, H, L) with one kernel per channel k (H, L), by FFT (float32)."""
+    """Causal convolution of u (B, H, L) with one kernel per channel k (H, L), by FFT (float32);
+    under an export (ONNX has no complex tensors) the same sum as a grouped Conv1d (`direct_conv`)."""
+    if _exporting():
+        return direct_conv(u, k)
     L = u.shape[-1]
     n = 2 * L
     y = torch.fft.irfft(torch.fft.rfft(u.float(), n) * torch.fft.rfft(k.float(), n), n)
     return y[..., :L]
+
+
+def direct_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """y[b, h, t] = sum_{j <= t} k[h, j] u[b, h, t - j]: O(L^2), real ops only."""
+    H, L = k.shape
+    return F.conv1d(F.pad(u.float(), (L - 1, 0)), k.float().flip(-1)[:, None, :], groups=H)
+
+
+def _exporting() -> bool:
+    compiler = getattr(torch, "compiler", None)
+    return bool(getattr(compiler, "is_exporting", lambda: False)() or torch.onnx.is_in_onnx_export())
 
 
 class S4DBlock(nn.Module):

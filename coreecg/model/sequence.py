@@ -57,8 +57,10 @@ class SequenceEncoder(nn.Module, PretrainedMixin, pipeline_tag="feature-extracti
         index = torch.arange(L, device=x.device).expand(B, -1)
         if pad is None:
             return Encoded(tokens, index, None, (1, L))
-        # a step is real when any sample of its share of the input is real
-        real = F.adaptive_max_pool1d((~pad).float()[:, None, :], L)[:, 0] > 0
+        # a step is real when any sample of its stride's share of the input is real (the input cut
+        # or padded with padding to L x patch_size samples)
+        s, T = self.patch_size, pad.shape[1]
+        real = F.pad(~pad, (0, max(0, L * s - T)), value=False)[:, : L * s].reshape(B, L, s).any(dim=2)
         return Encoded(tokens, index, real, (1, L), ~real)
 
     def pooled(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:

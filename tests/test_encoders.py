@@ -340,3 +340,22 @@ def test_the_s4_convolution_by_fft_equals_the_direct_sum():
     torch.manual_seed(0)
     u, k = torch.randn(3, 4, 57), S4DKernel(4, d_state=8)(57).detach()
     torch.testing.assert_close(fft_conv(u, k), direct_conv(u, k), rtol=1e-4, atol=1e-4)
+
+
+def test_encoder_cost_is_the_vits_hand_count():
+    """Parameters are the module's; train FLOPs per sample of the tiny ViT by hand: every matmul
+    2 x m x n x k forward, twice that backward (inputs and weights), but no input gradient for the
+    patch embedding (the ECG needs none); attention's two L x L products per layer likewise."""
+    from coreecg.encoders import build_encoder
+    from coreecg.encoders.cost import encoder_cost
+
+    cfg = load_config(overrides=TINY)
+    m = cfg.model
+    L, D, P = m.n_leads * m.n_patches, m.embed_dim, m.patch_size
+    embed = 2 * L * P * D
+    linear = m.depth * 2 * L * (3 * D * D + D * D + 2 * int(m.mlp_ratio * D) * D)
+    attention = m.depth * 2 * (2 * L * L * D)
+    expected = 3 * (embed + linear + attention) - embed
+    cost = encoder_cost(cfg)
+    assert cost["parameters"] == sum(p.numel() for p in build_encoder(cfg).parameters())
+    np.testing.assert_allclose(cost["train_gflop_per_sample"] * 1e9, expected, rtol=1e-6)

@@ -52,13 +52,14 @@ def main(argv=None) -> int:
     from coreecg.config import load_config
     from coreecg.tune.plots import importance_plot
     from coreecg.tune.spaces import SpaceError, load_space, optuna_space, trial_config
-    from coreecg.tune.sweep import SweepError, best_row, result_rows, run_sweep, write_results
+    from coreecg.tune.sweep import SweepError, best_row, rank_rows, result_rows, run_sweep, write_results
 
     try:
         space = load_space(args.space, args.config, args.overrides)
         if not space.params:
             return fail(f"{args.space}: needs a 'params' section of Optuna distributions")
         epochs = load_config(args.config, args.overrides).optim.epochs
+        s.swept = tuple(space.params)
         distributions = optuna_space(space)
         searcher = OptunaSearch(space=distributions, metric=s.metric, mode=s.mode, seed=args.search_seed)
         if args.concurrency:
@@ -69,15 +70,17 @@ def main(argv=None) -> int:
         return fail(str(e))
     rows = result_rows(grid, list(space.params), s)
     out = s.output
+    compared = rank_rows(rows, s.metric, s.mode)       # equal budget: the trials that ran furthest
     write_results(rows, out / "results.csv")
-    importance_plot(rows, distributions, out / "importance.png", key=s.metric)
+    importance_plot(compared, distributions, out / "importance.png", key=s.metric)
     best = best_row(rows, s.metric, s.mode)
     if best is None:
         print(f"no trial finished with a {s.metric}: see {out / 'results.csv'}", file=sys.stderr)
         return 1
     cfg = trial_config(args.config, [*args.overrides, "train.name=best"], {k: best[k] for k in space.params})
     cfg.to_yaml(out / "best_config.yaml")
-    print(f"{len(rows)} trials; best {s.metric} {best[s.metric]:.4f} (trial {best['trial_id']}): "
+    print(f"{len(rows)} trials, {len(compared)} compared at epoch {best['compared_at_epoch']}; best {s.metric} "
+          f"{best[s.metric]:.4f} (trial {best['trial_id']}): "
           + ", ".join(f"{k}={best[k]:.4g}" if isinstance(best[k], float) else f"{k}={best[k]}" for k in space.params))
     print(f"results: {out / 'results.csv'}, {out / 'importance.png'}, {out / 'best_config.yaml'}")
     return 0

@@ -74,6 +74,10 @@ class TrainConfig:
     keep_checkpoints: int = 3
     max_failures: int = 3             # worker-group restarts from the last checkpoint
     eval_every_epochs: int = 1        # probe + reconstruction figure; 0 disables
+    # A collapse (coreecg.eval.objectives.collapse_reason): RankMe under this, or embeddings whose
+    # spread is ~0, is a named warning at each evaluation; stop_on_collapse: a sweep stops the trial
+    collapse_rankme: float = 2.0
+    stop_on_collapse: bool = False
     figures: bool = True              # the reconstruction figure at eval epochs (1.5-2 s each at tiny
                                       # scale: sweeps turn it off, configs/sweep.yaml)
     # Speed and memory (coreecg/train/speed.py, docs/performance.md); none changes the numbers.

@@ -133,6 +133,12 @@ def run_probe(encoder: torch.nn.Module, data: ProbeData, crop: int, device: torc
     probe_auroc_full (the whole probe train split)."""
     train_x = embed(encoder, data.train.windows, crop, device, leads=data.leads)
     val_x = embed(encoder, data.val.windows, crop, device, leads=data.leads)
+    return probe_scores(train_x, val_x, data, per_class, n_subsets)
+
+
+def probe_scores(train_x: np.ndarray, val_x: np.ndarray, data: ProbeData, per_class: int = 10,
+                 n_subsets: int = 5) -> dict[str, float]:
+    """`run_probe`'s scores on embeddings already made: (n_train, D), (n_val, D)."""
     full = fit_probe(train_x, data.train, val_x, data.val, data.multilabel)
     out = {"probe_auroc_full": full["probe_auroc"]}
     if per_class == 0:

@@ -35,6 +35,9 @@ class MethodSpec:
     moved_keys: old dotted key -> its place now (configs written before a key moved still load).
     needs: what it needs of the encoder (coreecg.encoders.registry): "grid" (tokens on the (lead,
         time) grid: token masks), "sequence" (a sequence over time) or "any" (pooled features).
+    loss_scales: loss term ("loss" or one of reported_losses) -> the config keys that change its
+        scale (a temperature, a loss weight): a sweep of such a key cannot rank trials by that term
+        (coreecg.tune.sweep.check_objective); a term not listed is taken as comparable.
     """
 
     name: str
@@ -46,6 +49,7 @@ class MethodSpec:
     moved_keys: Mapping[str, str] = field(default_factory=dict)
     cls: type | None = None             # the PretrainMethod subclass (None until its module is imported)
     needs: str = "any"
+    loss_scales: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def built_in(self) -> bool:

@@ -78,8 +78,10 @@ class PretrainTask:
             writer.line({"event": "mixture", "step": 0, "epoch": 0, **self.mixture.record()})
         if self.probe is None or not self.config.train.eval_every_epochs:
             return {}
-        auroc = self._probe(bare, ctx)["probe_auroc"]
-        writer.line({"event": "probe_init", "step": 0, "epoch": 0, "probe_auroc": auroc})
+        scores = self._objectives(bare, ctx)
+        auroc = scores["probe_auroc"]
+        writer.line({"event": "probe_init", "step": 0, "epoch": 0, "probe_auroc": auroc,
+                     **{k: scores[k] for k in ("knn_auroc", "rankme") if k in scores}})
         log.info("probe_auroc of the randomly initialised encoder: %.4f", auroc)
         return {"probe_auroc_init": auroc}
 
@@ -102,21 +104,32 @@ class PretrainTask:
         every = self.config.train.eval_every_epochs
         return bool(every) and (epoch_number % every == 0 or epoch_number == self.epochs)
 
-    def _probe(self, bare: PretrainMethod, ctx: WorkerContext) -> dict[str, float]:
-        from coreecg.eval.probe import run_probe
+    def _objectives(self, bare: PretrainMethod, ctx: WorkerContext) -> dict[str, float]:
+        """Every registered objective (coreecg.eval.objectives) on the probe corpus, embedded once."""
+        from coreecg.eval.objectives import Embeddings, compute_objectives
+        from coreecg.eval.probe import embed
 
-        d = self.config.data
-        return run_probe(bare.encoder, self.probe, d.crop_samples, ctx.device, d.probe_labels_per_class,
-                         d.probe_subsets)
+        d, p = self.config.data, self.probe
+        train_x = embed(bare.encoder, p.train.windows, d.crop_samples, ctx.device, leads=p.leads)
+        val_x = embed(bare.encoder, p.val.windows, d.crop_samples, ctx.device, leads=p.leads)
+        return compute_objectives(Embeddings(train_x, val_x, p, d.probe_labels_per_class, d.probe_subsets))
 
     def evaluate(self, bare: PretrainMethod, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int,
                  state: dict[str, Any]) -> dict[str, float]:
-        """The representation probe and the reconstruction figure."""
+        """The objectives on the probe corpus (with the collapse check) and the reconstruction figure."""
+        from coreecg.eval.objectives import collapse_reason
+
         out: dict[str, float] = {}
         if self.probe is not None:
             t0 = time.perf_counter()
-            out.update(self._probe(bare, ctx))
+            out.update(self._objectives(bare, ctx))
             out["probe_seconds"] = time.perf_counter() - t0
+            reason = collapse_reason(out, self.config.train.collapse_rankme)
+            out["collapsed"] = float(reason is not None)
+            if reason is not None:
+                stop = " (train.stop_on_collapse: a sweep stops this trial)" if self.config.train.stop_on_collapse else ""
+                log.warning("collapse at epoch %d: %s%s", epoch, reason, stop)
+                writer.line({"event": "collapse", "epoch": epoch, "step": step, "reason": reason})
         if self.figure_windows is not None and bare.can_reconstruct:
             from coreecg.eval.figures import reconstruction_figure
 
@@ -134,7 +147,7 @@ class PretrainTask:
                             step=int(summary.get("step", 0)), metrics=summary)
         log.info("encoder exported: %s", path)
         final = {k: summary[k] for k in ("loss", *bare.reported_losses, "probe_auroc", "probe_auroc_full",
-                                         "probe_auroc_init") if k in summary}
+                                         "probe_auroc_init", "knn_auroc", "rankme") if k in summary}
         writer.hparams(hparams(self.config), final, int(summary.get("step", 0)))
 
 

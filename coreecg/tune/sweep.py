@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from coreecg.config import Config, load_config
+from coreecg.eval.objectives import objective_directions
 from coreecg.train.tracking import track_trials
 from coreecg.tune.trials import TrialSpec, concurrency_for, cpus_per_trial, error_text, run_trials
 
@@ -29,9 +30,14 @@ EXPERIMENT = "tune"
 # Every report is an epoch end with probe_auroc, so ASHA can compare and stop trials at every epoch.
 FORCED = ("train.eval_every_epochs=1", "train.checkpoint_every_steps=0")
 METRIC = "probe_auroc"
-# What every sweep may optimise (each is in every epoch's report) and in which direction; the loss
-# terms the method reports (its registry entry's `reported_losses`, `objectives`) join them, minimised.
-OBJECTIVES = {"probe_auroc": "max", "probe_auroc_full": "max", "loss": "min"}
+# What every sweep may optimise (each is in every epoch's report) and in which direction: the
+# registered objectives (coreecg.eval.objectives: the probe, kNN, RankMe, plugins'), and the loss;
+# the loss terms the method reports (its registry entry's `reported_losses`) join them, minimised.
+def base_objectives() -> dict[str, str]:
+    return {**objective_directions(), "loss": "min"}
+
+
+OBJECTIVES = base_objectives()          # the built-ins, for help texts (plugins add theirs once imported)
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +55,13 @@ class SweepSettings:
     gpus_per_trial: float | str = 0.0        # single-worker trials: a fraction of a GPU, or auto (gpu_share)
     resume: bool = False
     metric: str = METRIC                     # the objective (`objectives`); its direction follows
+    swept: tuple[str, ...] = ()              # the keys the search varies (a loss objective is checked against them)
 
     @property
     def mode(self) -> str:
         """The objective's direction: OBJECTIVES', else a method's loss term (minimised; whether the
         method reports it, `check_objective` decides before any trial starts)."""
-        return OBJECTIVES.get(self.metric, "min")
+        return base_objectives().get(self.metric, "min")
 
 
 def reported_losses(config: Config) -> tuple[str, ...]:
@@ -64,16 +71,26 @@ def reported_losses(config: Config) -> tuple[str, ...]:
 
 def objectives(config: Config) -> dict[str, str]:
     """What a sweep of `config`'s method may optimise -> "max" or "min"."""
-    return {**OBJECTIVES, **{k: "min" for k in reported_losses(config)}}
+    return {**base_objectives(), **{k: "min" for k in reported_losses(config)}}
 
 
-def check_objective(metric: str, config: Config) -> str:
-    """`metric`'s direction; SweepError naming what the method reports when it is not an objective."""
+def check_objective(metric: str, config: Config, swept: tuple[str, ...] | list[str] = ()) -> str:
+    """`metric`'s direction; SweepError naming what the method reports when it is not an objective,
+    and when it is a loss whose scale a swept key moves (a temperature, a loss weight, the method
+    itself: the method's `loss_scales`), naming the key and the objectives that stay comparable."""
     allowed = objectives(config)
     if metric not in allowed:
         raise SweepError(f"--metric {metric}: not an objective of pretrain.method={config.pretrain.method}, which "
                          f"reports {', '.join(reported_losses(config)) or 'no loss term'} besides loss; "
                          f"objectives: {', '.join(allowed)}")
+    if metric not in objective_directions():                  # a loss: its scale may move with a key
+        scale = set(config.method.loss_scales.get(metric, ())) | {"pretrain.method", "train.variant"}
+        moving = [k for k in swept if k in scale]
+        if moving:
+            comparable = list(objective_directions())
+            raise SweepError(f"--metric {metric}: the sweep varies {', '.join(moving)}, which changes the scale of "
+                             f"{metric} itself, so trials would be ranked by the key, not by what they learned; "
+                             f"objectives that stay comparable: {', '.join(comparable)}")
     return allowed[metric]
 
 
@@ -86,7 +103,7 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
 
     out = settings.output.resolve()
     cfg = load_config(settings.config_file, settings.base)
-    check_objective(settings.metric, cfg)
+    check_objective(settings.metric, cfg, (*settings.swept, *param_space))
     devices = find_devices()                 # joins a shared cluster; else before this job's own starts
     cfg, lines = resolve_devices(cfg, devices)
     for line in lines:
@@ -137,8 +154,11 @@ def absolute_data_paths(settings: SweepSettings) -> list[str]:
 def _status(result, epochs: int) -> str:
     if result.error is not None:
         return "error"
-    done = int((result.metrics or {}).get("epoch", 0))       # epochs count from 1
-    return "completed" if done >= epochs else "stopped_early"
+    m = result.metrics or {}
+    done = int(m.get("epoch", 0))       # epochs count from 1
+    if done >= epochs:
+        return "completed"
+    return "stopped_collapse" if m.get("collapsed", 0) >= 1 else "stopped_early"
 
 
 def result_rows(grid, params: list[str], settings: SweepSettings) -> list[dict[str, Any]]:
@@ -158,6 +178,7 @@ def result_rows(grid, params: list[str], settings: SweepSettings) -> list[dict[s
             "seed": conf.get("train.seed", cfg.train.seed),
             "probe_auroc": m.get(METRIC, math.nan), "probe_auroc_best": best,
             "probe_auroc_init": m.get("probe_auroc_init", math.nan),
+            **{k: m.get(k, math.nan) for k in ("knn_auroc", "rankme", "collapsed")},
             **{k: m.get(k, math.nan) for k in ("loss", *reported_losses(cfg))},
             **_objective_columns(settings, history),
             "steps": m.get("step"), "epochs": int(m.get("epoch", 0)),
@@ -188,8 +209,22 @@ def write_results(rows: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def best_row(rows: list[dict[str, Any]], key: str = "probe_auroc", mode: str = "max") -> dict[str, Any] | None:
+def rank_rows(rows: list[dict[str, Any]], key: str = "probe_auroc", mode: str = "max") -> list[dict[str, Any]]:
+    """The trials compared at equal budget: those that reached the largest number of epochs any
+    trial with a `key` reached (ASHA stopped the others earlier), ranked by `key` at that epoch
+    (their last report). Every row gets "compared_at_epoch" and "rank" (1 = best; None for a trial
+    stopped before that budget, however high its early score). -> the compared rows, best first."""
     scored = [r for r in rows if isinstance(r.get(key), float) and not math.isnan(r[key])]
-    if not scored:
-        return None
-    return (max if mode == "max" else min)(scored, key=lambda r: r[key])
+    budget = max((int(r.get("epochs") or 0) for r in scored), default=0)
+    compared = sorted((r for r in scored if int(r.get("epochs") or 0) == budget),
+                      key=lambda r: r[key], reverse=mode == "max")
+    ranks = {id(r): i for i, r in enumerate(compared, start=1)}
+    for r in rows:
+        r["compared_at_epoch"], r["rank"] = budget or None, ranks.get(id(r))
+    return compared
+
+
+def best_row(rows: list[dict[str, Any]], key: str = "probe_auroc", mode: str = "max") -> dict[str, Any] | None:
+    """The best trial at equal budget (`rank_rows`): never one ASHA stopped before trials that ran further."""
+    compared = rank_rows(rows, key, mode)
+    return compared[0] if compared else None

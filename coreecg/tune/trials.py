@@ -152,6 +152,12 @@ def concurrency_for(config: Config, requested: int = 0) -> int:
     return max(1, (os.cpu_count() or 1) // cpus_per_trial(config))
 
 
+def _stop_on_collapse(trial_id: str, result: dict[str, Any]) -> bool:
+    """Tune's stopper under train.stop_on_collapse: an epoch whose evaluation found a collapse
+    (a report without an evaluation carries no "collapsed" and never stops a trial)."""
+    return float(result.get("collapsed", 0.0)) >= 1.0
+
+
 def run_trials(param_space: dict[str, Any], *, storage: Path, name: str, config: Config, concurrency: int,
                gpus_per_trial: float | str = 0.0, metric: str | None = None, mode: str | None = None,
                search_alg=None, scheduler=None, num_samples: int = 1, restore: bool = False,
@@ -190,7 +196,9 @@ def run_trials(param_space: dict[str, Any], *, storage: Path, name: str, config:
         run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=0, callbacks=callbacks,
                                   # a trial whose process or node died restarts from its newest
                                   # checkpoint; one that keeps failing is recorded as an error
-                                  failure_config=tune.FailureConfig(max_failures=config.train.max_failures)))
+                                  failure_config=tune.FailureConfig(max_failures=config.train.max_failures),
+                                  # a collapsed encoder's trial ends at that epoch (train.stop_on_collapse)
+                                  stop=_stop_on_collapse if config.train.stop_on_collapse else None))
     return tuner.fit()
 
 

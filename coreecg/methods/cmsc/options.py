@@ -32,4 +32,6 @@ class CMSCOptions:
 
 
 SPEC = declare_method(MethodSpec("cmsc", "CMSC", options=CMSCOptions, structural=("methods.cmsc.dim",),
+                                 loss_scales={k: ("methods.cmsc.temperature", "methods.cmsc.segments")
+                                              for k in ("loss", "loss_con")},
                                  reported_losses=("loss_con",)))   # the mean CMSC loss over segment pairs (= loss)

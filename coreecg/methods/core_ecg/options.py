@@ -162,6 +162,9 @@ MOVED_KEYS = _moved()
 # of a table may differ in it), as its own section always does.
 SPEC = declare_method(MethodSpec(
     "core", "CoRe-ECG", options=CoReOptions, needs="grid",      # STDM masks tokens on the (lead, time) grid
+    # loss = alpha * loss_rec + beta * loss_con; loss_con's InfoNCE scale moves with tau
+    loss_scales={"loss": ("methods.core.loss.alpha", "methods.core.loss.beta", "methods.core.loss.tau"),
+                 "loss_con": ("methods.core.loss.tau",)},
     structural=("methods.core.loss.alpha>0", "methods.core.loss.beta>0", "methods.core.fda.enabled",
                 "methods.core.fda.learnable", "methods.core.time_decoder", "methods.core.latent_decoder",
                 "methods.core.projection"),

@@ -46,5 +46,8 @@ class CPCOptions:
 # A checkpoint cannot resume across these: they change the heads.
 SPEC = declare_method(MethodSpec(
     "cpc", "CPC", options=CPCOptions,
+    # the temperature scales the logits; the steps and segments change how many candidates and terms
+    loss_scales={k: ("methods.cpc.temperature", "methods.cpc.steps", "methods.cpc.segment_samples")
+                 for k in ("loss", "loss_con")},
     structural=tuple(f"methods.cpc.{k}" for k in ("steps", "context", "context_dim")),
     reported_losses=("loss_con",)))          # the mean InfoNCE over the prediction steps (= loss)

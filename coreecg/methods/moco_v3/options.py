@@ -36,6 +36,7 @@ class MoCoV3Options:
 # A checkpoint cannot resume across these: they change the heads or which parameters train.
 SPEC = declare_method(MethodSpec(
     "moco_v3", "MoCo V3", options=MoCoV3Options,
+    loss_scales={k: ("methods.moco_v3.temperature",) for k in ("loss", "loss_con")},
     structural=tuple(f"methods.moco_v3.{k}" for k in ("dim", "hidden_dim", "proj_layers", "pred_layers",
                                                       "freeze_patch_embed")),
     reported_losses=("loss_con",)))          # the symmetric contrastive loss (= loss)

@@ -1,0 +1,150 @@
+"""What a pretraining epoch scores its encoder by, and what a sweep may optimise: registered
+objectives, each computed from the probe corpus's embeddings made once per evaluation.
+
+    @register_objective("my_score", "max", "what it measures")
+    def my_score(e: Embeddings) -> dict[str, float]:
+        return {"my_score": ...}
+
+A plugin objective is one module of that shape, named in `plugins`; every pretraining evaluation
+then reports it and `jobs/sweep.py --metric my_score` may optimise it. Built in:
+
+- probe_auroc (max): the few-label logistic-regression probe (coreecg.eval.probe), with probe_acc and
+  probe_auroc_full (every probe train window, max) beside it;
+- knn_auroc (max): a k-nearest-neighbour probe on the same embeddings (cosine, `KNN_K` neighbours of
+  the full train split: a window's class scores are its neighbours' label shares), with knn_acc;
+- rankme (max): RankMe (Garrido et al., ICML 2023), the effective rank exp(H(p)) of the embeddings'
+  singular values p = s / sum(s): near 1 when the encoder has collapsed, up to D when every
+  direction is used.
+The loss terms (`loss` and each method's `reported_losses`) are objectives too, minimised: the loop
+reports them (coreecg.tune.sweep.objectives).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import numpy as np
+from sklearn.neighbors import NearestNeighbors
+
+from coreecg.eval.metrics import macro_auroc
+from coreecg.eval.probe import ProbeData, probe_scores
+
+KNN_K = 20
+# RankMe's epsilon (its paper's): keeps log p finite for zero singular values
+RANKME_EPS = 1e-7
+
+
+@dataclass
+class Embeddings:
+    """The probe corpus's embeddings of one evaluation: train_x (n_train, D), val_x (n_val, D),
+    their labels (data.train / data.val) and the probe's settings."""
+
+    train_x: np.ndarray
+    val_x: np.ndarray
+    data: ProbeData
+    per_class: int = 10
+    n_subsets: int = 5
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str
+    direction: Literal["max", "min"]
+    compute: Callable[[Embeddings], dict[str, float]]
+    description: str = ""
+    also: tuple[str, ...] = ()            # other keys its compute reports that a sweep may optimise (same direction)
+
+
+OBJECTIVES: dict[str, Objective] = {}
+
+
+def register_objective(name: str, direction: Literal["max", "min"], description: str = "",
+                       also: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+    """Decorator: `fn(Embeddings) -> {name: value, ...}` computed at every pretraining evaluation;
+    ValueError for a direction other than max/min or a name another function holds."""
+    if direction not in ("max", "min"):
+        raise ValueError(f"objective {name!r}: direction must be 'max' or 'min', got {direction!r}")
+
+    def register(fn: Callable[[Embeddings], dict[str, float]]) -> Callable:
+        known = OBJECTIVES.get(name)
+        if known is not None and known.compute is not fn and known.compute.__module__ != fn.__module__:
+            raise ValueError(f"objective {name!r} is already registered by {known.compute.__module__}")
+        OBJECTIVES[name] = Objective(name, direction, fn, description, tuple(also))
+        return fn
+    return register
+
+
+def objective_directions() -> dict[str, str]:
+    """Every registered objective's name (and the keys it also reports) -> its direction."""
+    out = {}
+    for o in OBJECTIVES.values():
+        out[o.name] = o.direction
+        out.update({k: o.direction for k in o.also})
+    return out
+
+
+def compute_objectives(e: Embeddings) -> dict[str, float]:
+    """Every registered objective on one evaluation's embeddings (a failing plugin names itself)."""
+    out: dict[str, float] = {}
+    for o in OBJECTIVES.values():
+        try:
+            out.update(o.compute(e))
+        except Exception as exc:
+            raise RuntimeError(f"objective {o.name!r} ({o.compute.__module__}) failed: {exc}") from exc
+    return out
+
+
+@register_objective("probe_auroc", "max", "few-label logistic-regression probe, macro AUROC on the probe's val split",
+                    also=("probe_auroc_full",))
+def _probe(e: Embeddings) -> dict[str, float]:
+    return probe_scores(e.train_x, e.val_x, e.data, e.per_class, e.n_subsets)
+
+
+def knn_scores(train_x: np.ndarray, train_multihot: np.ndarray, val_x: np.ndarray, k: int = KNN_K) -> np.ndarray:
+    """(n_val, K) class scores: each val window's share of each class among its k nearest train
+    windows by cosine distance (sklearn's NearestNeighbors, brute force)."""
+    k = min(k, len(train_x))
+    nn = NearestNeighbors(n_neighbors=k, metric="cosine", algorithm="brute").fit(train_x)
+    idx = nn.kneighbors(val_x, return_distance=False)                 # (n_val, k)
+    return train_multihot[idx].mean(axis=1)
+
+
+@register_objective("knn_auroc", "max", f"{KNN_K}-nearest-neighbour probe (cosine), macro AUROC")
+def _knn(e: Embeddings) -> dict[str, float]:
+    scores = knn_scores(e.train_x, e.data.train.multihot, e.val_x)
+    auroc, _ = macro_auroc(e.data.val.multihot, scores)
+    if e.data.multilabel:
+        acc = float(((scores >= 0.5) == (e.data.val.multihot > 0.5)).mean())
+    else:
+        acc = float((scores.argmax(1) == e.data.val.label).mean())
+    return {"knn_auroc": auroc, "knn_acc": acc}
+
+
+def rankme(x: np.ndarray, eps: float = RANKME_EPS) -> float:
+    """RankMe of embeddings x (n, D): exp(-sum p log p), p = s / ||s||_1 + eps, s the singular values."""
+    s = np.linalg.svd(np.asarray(x, dtype=np.float64), compute_uv=False)
+    if not s.any():
+        return 1.0                                  # all zero: nothing spread, the degenerate rank
+    p = s / s.sum() + eps
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+@register_objective("rankme", "max", "RankMe: the effective rank of the probe windows' embeddings")
+def _rankme(e: Embeddings) -> dict[str, float]:
+    x = np.concatenate([e.train_x, e.val_x])
+    return {"rankme": rankme(x), "embedding_std": float(x.std(axis=0).mean())}
+
+
+def collapse_reason(metrics: dict[str, float], rankme_floor: float, std_floor: float = 1e-6) -> str | None:
+    """Why an evaluation's embeddings look collapsed (RankMe under `rankme_floor`, or a per-dimension
+    standard deviation near 0), or None."""
+    r, sd = metrics.get("rankme"), metrics.get("embedding_std")
+    if sd is not None and sd < std_floor:
+        return f"embeddings collapsed: their mean per-dimension std is {sd:.2e} (< {std_floor:g})"
+    if r is not None and r < rankme_floor:
+        return f"embeddings collapsed: RankMe {r:.2f} < train.collapse_rankme={rankme_floor:g}"
+    return None
+
+
+__all__ = ["Embeddings", "Objective", "OBJECTIVES", "register_objective", "objective_directions",
+           "compute_objectives", "knn_scores", "rankme", "collapse_reason", "KNN_K"]

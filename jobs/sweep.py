@@ -10,7 +10,10 @@ trial reaches Optuna with its last probe_auroc. Sampling is seeded (--search-see
 trains with train.seed, --set train.seed=N). Writes into
 --output: results.csv, importance.png (Optuna's fANOVA parameter importances), best_config.yaml
 (the best trial's full config: `python jobs/pretrain.py --config best_config.yaml` runs it as
-is), tune/ and trials/<id>/. Exit codes: 0 done, 2 bad arguments, space or config.
+is), tune/ and trials/<id>/, and optuna.db: the Optuna study, stored as it runs (an SQLite file
+by default; --optuna-storage postgresql://... for a sweep that spans machines), which
+`optuna-dashboard sqlite:///<output>/optuna.db` shows live and --resume continues. Exit codes: 0
+done, 2 bad arguments, space or config.
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ def build_parser():
     parser.add_argument("--num-samples", type=int, default=8, metavar="N", help="trials to sample")
     parser.add_argument("--search-seed", type=int, default=0, metavar="N",
                         help="the seed of Optuna's sampler (not the trials' train.seed)")
+    parser.add_argument("--optuna-storage", default="", metavar="URL",
+                        help="where the Optuna study is stored (an RDB URL; default: sqlite:///<output>/optuna.db)")
     renamed(parser, "--seed", "--search-seed (Optuna's sampler seed; the trials' training seed is "
                               "--set train.seed=N)")
     parser.add_argument("--metric", default="probe_auroc", metavar="NAME",
@@ -51,6 +56,7 @@ def main(argv=None) -> int:
 
     from coreecg.config import load_config
     from coreecg.tune.plots import importance_plot
+    from coreecg.tune.storage import load_stored_study, open_storage, study_storage
     from coreecg.tune.spaces import SpaceError, load_space, optuna_space, trial_config
     from coreecg.tune.sweep import SweepError, best_row, rank_rows, result_rows, run_sweep, write_results
 
@@ -61,7 +67,11 @@ def main(argv=None) -> int:
         epochs = load_config(args.config, args.overrides).optim.epochs
         s.swept = tuple(space.params)
         distributions = optuna_space(space)
-        searcher = OptunaSearch(space=distributions, metric=s.metric, mode=s.mode, seed=args.search_seed)
+        storage_url, study_name = study_storage(s.output, args.optuna_storage)
+        searcher = OptunaSearch(space=distributions, metric=s.metric, mode=s.mode, seed=args.search_seed,
+                                storage=open_storage(storage_url), study_name=study_name)
+        print(f"Optuna study {study_name!r} in {storage_url}: watch it with `optuna-dashboard {storage_url}`",
+              flush=True)
         if args.concurrency:
             searcher = ConcurrencyLimiter(searcher, max_concurrent=args.concurrency)
         scheduler = ASHAScheduler(time_attr="training_iteration", max_t=epochs, grace_period=1, reduction_factor=2)
@@ -72,7 +82,8 @@ def main(argv=None) -> int:
     out = s.output
     compared = rank_rows(rows, s.metric, s.mode)       # equal budget: the trials that ran furthest
     write_results(rows, out / "results.csv")
-    importance_plot(compared, distributions, out / "importance.png", key=s.metric)
+    importance_plot(compared, distributions, out / "importance.png", key=s.metric,
+                    study=load_stored_study(storage_url, study_name))
     best = best_row(rows, s.metric, s.mode)
     if best is None:
         print(f"no trial finished with a {s.metric}: see {out / 'results.csv'}", file=sys.stderr)

@@ -55,19 +55,66 @@ def test_optuna_sweep_writes_results_plot_and_a_usable_best_config(env, tmp_path
     space.write_text("params:\n  methods.core.masking.p_time: {type: uniform, low: 0.3, high: 0.7}\n"
                      "  methods.core.loss.tau: {type: loguniform, low: 0.1, high: 0.4}\n")
     out = tmp_path / "sweep"
-    _run("sweep.py", "--space", str(space), "--num-samples", "4", "--output", str(out), *sets, env=environ)
+    done = _run("sweep.py", "--space", str(space), "--num-samples", "4", "--output", str(out), *sets, env=environ)
+    url = f"sqlite:///{out.resolve() / 'optuna.db'}"
+    assert f"Optuna study 'coreecg-sweep' in {url}: watch it with `optuna-dashboard {url}`" in done.stdout
     rows = _rows(out / "results.csv")
     assert len(rows) == 4 and {r["status"] for r in rows} <= {"completed", "stopped_early"}
+    _check_stored_study(url, rows)
     assert all(0.0 <= float(r["probe_auroc"]) <= 1.0 and 0.3 <= float(r["methods.core.masking.p_time"]) <= 0.7 for r in rows)
     assert len({r["methods.core.masking.p_time"] for r in rows}) == 4                     # sampled, not repeated
     assert (out / "importance.png").read_bytes()[:4] == b"\x89PNG"
-    best = max(rows, key=lambda r: float(r["probe_auroc"]))
+    best = next(r for r in rows if r["rank"] == "1")               # compared at equal budget (rank_rows)
+    assert all(int(r["epochs"]) <= int(best["epochs"]) for r in rows)
     cfg = load_config(out / "best_config.yaml")                              # what jobs/pretrain.py --config reads
     assert cfg.methods.core.masking.p_time == pytest.approx(float(best["methods.core.masking.p_time"]), rel=1e-4)
     assert cfg.methods.core.loss.tau == pytest.approx(float(best["methods.core.loss.tau"]), rel=1e-4) and cfg.model.embed_dim == 32
     for r in rows:                                                           # every trial logs to TensorBoard
         assert any((Path(r["run_dir"]) / "tensorboard").iterdir())
         assert all("probe_auroc" in e for e in _epoch_lines(Path(r["run_dir"])))
+
+
+    # --resume continues the same stored study: nothing is sampled twice, the study reads back whole
+    _run("sweep.py", "--space", str(space), "--num-samples", "4", "--output", str(out), "--resume", *sets, env=environ)
+    _check_stored_study(url, _rows(out / "results.csv"))
+    _check_dashboard_serves(url)
+
+
+def _check_stored_study(url: str, rows: list[dict]) -> None:
+    """The study, read back in this process (the sweep's is gone): one trial per row, same parameters."""
+    import optuna
+
+    study = optuna.load_study(study_name="coreecg-sweep", storage=url)
+    stored = sorted(round(t.params["methods.core.masking.p_time"], 6) for t in study.trials)
+    assert stored == sorted(round(float(r["methods.core.masking.p_time"]), 6) for r in rows)
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+
+
+def _check_dashboard_serves(url: str) -> None:
+    """optuna-dashboard on localhost answers its JSON API for the stored study."""
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(["optuna-dashboard", url, "--host", "127.0.0.1", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, body = time.monotonic() + 60, None
+        while body is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5) as r:
+                    body = json.loads(r.read())
+            except OSError:
+                time.sleep(0.5)
+        assert body is not None, "optuna-dashboard did not answer"
+        (study,) = [x for x in body["study_summaries"] if x["study_name"] == "coreecg-sweep"]
+        assert study["directions"] == ["maximize"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def test_mask_rate_grid_records_a_failing_trial_and_goes_on(env, tmp_path):

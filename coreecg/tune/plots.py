@@ -61,9 +61,21 @@ def heatmap(rows: Sequence[dict], x: str, y: str, path: Path, key: str = "probe_
     return path
 
 
-def importance_plot(rows: Sequence[dict], distributions: dict, path: Path, key: str = "probe_auroc") -> Path:
-    """Optuna's parameter importances (fANOVA) of `key` over the finished trials, as a bar chart;
-    with fewer than 2 scored trials (importances undefined) a parallel-coordinates plot instead."""
+def _stored_trials(study, rows: Sequence[dict], distributions: dict) -> list[tuple[dict, object]]:
+    """(row, the stored trial with its parameters) for each row the stored study holds."""
+    def key(params: dict) -> tuple:
+        return tuple(round(float(params[k]), 9) if isinstance(params[k], (int, float)) else params[k]
+                     for k in distributions)
+    stored = {key(t.params): t for t in study.get_trials(deepcopy=False) if set(distributions) <= set(t.params)}
+    return [(r, stored[key(r)]) for r in rows if key(r) in stored]
+
+
+def importance_plot(rows: Sequence[dict], distributions: dict, path: Path, key: str = "probe_auroc",
+                    study=None) -> Path:
+    """Optuna's parameter importances (fANOVA) of `key` over `rows` (the trials compared at equal
+    budget: coreecg.tune.sweep.rank_rows), as a bar chart; with fewer than 2 scored trials
+    (importances undefined) a parallel-coordinates plot instead. `study`: the sweep's stored Optuna
+    study: its trials (those of `rows`, matched by their parameters) are what the plot reads."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,11 +84,15 @@ def importance_plot(rows: Sequence[dict], distributions: dict, path: Path, key: 
     import warnings
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize")
-    for r in rows:
-        if r["status"] != "error" and _finite(r[key]) and all(r.get(k) is not None for k in distributions):
-            study.add_trial(optuna.trial.create_trial(params={k: r[k] for k in distributions},
-                                                      distributions=distributions, value=float(r[key])))
+    kept = [r for r in rows if r["status"] != "error" and _finite(r[key]) and all(r.get(k) is not None
+                                                                               for k in distributions)]
+    if study is not None:
+        kept = [{**r, key: t.value} for r, t in _stored_trials(study, kept, distributions) if t.value is not None]
+    plotted = optuna.create_study(direction="maximize")
+    for r in kept:
+        plotted.add_trial(optuna.trial.create_trial(params={k: r[k] for k in distributions},
+                                                    distributions=distributions, value=float(r[key])))
+    study = plotted
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")    # Optuna marks its matplotlib plots experimental
         scored = len(study.trials)

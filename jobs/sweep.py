@@ -29,6 +29,11 @@ def build_parser():
     parser.add_argument("--num-samples", type=int, default=8, metavar="N", help="trials to sample")
     parser.add_argument("--search-seed", type=int, default=0, metavar="N",
                         help="the seed of Optuna's sampler (not the trials' train.seed)")
+    parser.add_argument("--validate", type=int, default=0, metavar="K",
+                        help="after the sweep, fine-tune the K best and K worst trials' encoders on --finetune and "
+                             "write validation.csv: Spearman's rho of each objective against the fine-tuned AUROC")
+    parser.add_argument("--finetune", action="append", default=[], metavar="CORPUS",
+                        help="a labelled corpus (repeatable) the --validate trials are fine-tuned on")
     parser.add_argument("--optuna-storage", default="", metavar="URL",
                         help="where the Optuna study is stored (an RDB URL; default: sqlite:///<output>/optuna.db)")
     renamed(parser, "--seed", "--search-seed (Optuna's sampler seed; the trials' training seed is "
@@ -94,7 +99,34 @@ def main(argv=None) -> int:
           f"{best[s.metric]:.4f} (trial {best['trial_id']}): "
           + ", ".join(f"{k}={best[k]:.4g}" if isinstance(best[k], float) else f"{k}={best[k]}" for k in space.params))
     print(f"results: {out / 'results.csv'}, {out / 'importance.png'}, {out / 'best_config.yaml'}")
+    if args.validate:
+        return validate(args, s, compared)
     return 0
+
+
+def validate(args, s, compared: list[dict]) -> int:
+    """--validate K: the K best and K worst trials fine-tuned (the study machinery), rho per objective."""
+    from coreecg.cli import run_study_job
+    from coreecg.study.reader import study_from_dict
+    from coreecg.tune.validate import VALIDATION, chosen_trials, validation_rows, validation_study, write_validation
+
+    if not args.finetune:
+        return fail("--validate needs --finetune CORPUS (the labelled corpus the trials are fine-tuned on)")
+    try:
+        picked = chosen_trials(compared, args.validate)
+    except ValueError as e:
+        return fail(str(e))
+    data = validation_study(s.output, picked, config=args.config, overrides=args.overrides, finetune=args.finetune)
+    study = study_from_dict(data, s.output / f"{VALIDATION}.yaml")
+    code = run_study_job(study, s.output / VALIDATION, resume=args.resume, concurrency=s.concurrency)
+    extra = () if s.metric in ("probe_auroc", "loss") else (s.metric,)
+    rows = validation_rows(study, s.output, picked, extra)
+    path = write_validation(rows, s.output / "validation.csv")
+    for r in rows:
+        print(f"  {r['corpus']}: rho({r['objective']}, fine-tuned AUROC) = {r['rho']:.3f} [{r['low']:.3f}, "
+              f"{r['high']:.3f}] over {r['cells']} trials" + (f" ({r['note']})" if r["note"] else ""))
+    print(f"validation: {path}")
+    return code
 
 
 if __name__ == "__main__":

@@ -129,3 +129,46 @@ def test_a_collapsed_encoder_is_a_named_warning(tmp_path, caplog):
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any(x.get("event") == "collapse" for x in lines)
     assert [x["collapsed"] for x in lines if x.get("kind") == "epoch"] == [1.0]
+
+
+def test_validation_picks_the_best_and_worst_at_equal_budget_and_correlates_each_objective(tmp_path):
+    """--validate 2: the two best and two worst trials that ran the full budget; each objective's rho
+    against the fine-tuned AUROC read from the study's runs (the mask-rate study's closed form)."""
+    import json
+
+    from coreecg.tune.validate import chosen_trials, validation_rows, validation_study
+
+    rows = []
+    for i, (epochs, auroc, knn) in enumerate([(4, .60, .50), (4, .70, .65), (1, .99, .9), (4, .80, .70),
+                                              (4, .90, .80), (4, .75, .60)]):
+        run = tmp_path / "trials" / f"t{i}"
+        run.mkdir(parents=True)
+        (run / "encoder.pt").write_bytes(b"x")
+        rows.append({"trial_id": f"t{i}", "epochs": epochs, "probe_auroc": auroc, "knn_auroc": knn,
+                     "rankme": [10.0, 15.0, 12.0, 11.0, 9.0, 13.0][i], "run_dir": str(run)})
+    compared = rank_rows(rows)
+    picked = chosen_trials(compared, 2)
+    assert [r["trial_id"] for r in picked] == ["t4", "t3", "t1", "t0"]      # t2 stopped after 1 epoch: never picked
+    from tests.helpers import build_synthetic
+
+    corpus = build_synthetic(tmp_path / "corpus", 16, 5)
+    data = validation_study(tmp_path, picked, config=None, overrides=[], finetune=[str(corpus)])
+    assert data["pretrain"] == {"methods": []} and data["downstream"]["methods"] == [f"trial t{i}" for i in (4, 3, 1, 0)]
+    assert data["downstream"]["encoders"]["trial t4"] == str(tmp_path / "trials" / "t4" / "encoder.pt")
+
+    class Run:                                   # what study.finetune_runs() yields, as far as this reads
+        def __init__(self, method):
+            self.method, self.corpus, self.name = method, "synthetic", method.replace(" ", "-")
+
+    class Study:
+        def finetune_runs(self):
+            return [Run(m) for m in data["downstream"]["methods"]]
+
+    for trial, auroc in {"t4": 0.9, "t3": 0.8, "t1": 0.7, "t0": 0.6}.items():
+        d = tmp_path / "validation" / "runs" / "finetune" / f"trial-{trial}"
+        d.mkdir(parents=True)
+        (d / "metrics.json").write_text(json.dumps({"test": {"auroc": auroc}}))
+    out = {r["objective"]: r for r in validation_rows(Study(), tmp_path, picked)}
+    assert out["probe_auroc"]["rho"] == pytest.approx(1.0) and out["probe_auroc"]["cells"] == 4
+    assert out["rankme"]["rho"] == pytest.approx(-0.4)              # by hand: 1 - 6 x 14 / (4 x 15)
+    assert "loss" not in out                                         # not recorded by these trials

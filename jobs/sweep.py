@@ -108,7 +108,7 @@ def validate(args, s, compared: list[dict]) -> int:
     """--validate K: the K best and K worst trials fine-tuned (the study machinery), rho per objective."""
     from coreecg.cli import run_study_job
     from coreecg.study.reader import study_from_dict
-    from coreecg.tune.validate import VALIDATION, chosen_trials, validation_rows, validation_study, write_validation
+    from coreecg.study.validate import VALIDATION, chosen_trials, validation_rows, validation_study, write_validation
 
     if not args.finetune:
         return fail("--validate needs --finetune CORPUS (the labelled corpus the trials are fine-tuned on)")

@@ -50,11 +50,13 @@ LAYERS = [
                 "coreecg.data.sources.registry",       # the config reads data.sources.<name> through it
                 "coreecg.methods.registry", "coreecg.methods.view_options",     # ... and methods.<name>
                 "coreecg.methods.core_ecg.options", "coreecg.methods.moco_v3.options",
-                "coreecg.methods.cmsc.options"}),
+                "coreecg.methods.cmsc.options", "coreecg.methods.cpc.options",
+                # ... and model.arch, encoders.<name> (the encoder registry and the built-ins' options)
+                "coreecg.encoders.registry", "coreecg.encoders.options"}),
     ("devices", {"coreecg.devices"}),
     ("checkpoint store", {"coreecg.checkpoints"}),
     ("weights in", {"coreecg.loading.weights"}),      # the loader's part from_pretrained (model) uses
-    ("model", {"coreecg.model"}),
+    ("model", {"coreecg.model", "coreecg.encoders"}),     # build_encoder, the one build path; cost
     ("models in", {"coreecg.loading"}),
     ("runtime", {"coreecg.run_record", "coreecg.cluster"}),
     ("data", {"coreecg.data"}),

@@ -136,7 +136,7 @@ def test_validation_picks_the_best_and_worst_at_equal_budget_and_correlates_each
     against the fine-tuned AUROC read from the study's runs (the mask-rate study's closed form)."""
     import json
 
-    from coreecg.tune.validate import chosen_trials, validation_rows, validation_study
+    from coreecg.study.validate import chosen_trials, validation_rows, validation_study
 
     rows = []
     for i, (epochs, auroc, knn) in enumerate([(4, .60, .50), (4, .70, .65), (1, .99, .9), (4, .80, .70),

@@ -79,7 +79,10 @@ def main(argv=None) -> int:
               flush=True)
         if args.concurrency:
             searcher = ConcurrencyLimiter(searcher, max_concurrent=args.concurrency)
-        scheduler = ASHAScheduler(time_attr="training_iteration", max_t=epochs, grace_period=1, reduction_factor=2)
+        # max_t one past the last epoch: a trial that reaches its last epoch ends by itself, writing
+        # encoder.pt and done.json (at max_t ASHA stops the trial at that report, before either)
+        scheduler = ASHAScheduler(time_attr="training_iteration", max_t=epochs + 1, grace_period=1,
+                                  reduction_factor=2)
         grid = run_sweep(s, {}, search_alg=searcher, scheduler=scheduler, num_samples=args.num_samples)
     except (SpaceError, SweepError, ValueError) as e:
         return fail(str(e))

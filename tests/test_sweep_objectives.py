@@ -143,7 +143,9 @@ def test_validation_picks_the_best_and_worst_at_equal_budget_and_correlates_each
                                               (4, .90, .80), (4, .75, .60)]):
         run = tmp_path / "trials" / f"t{i}"
         run.mkdir(parents=True)
-        (run / "encoder.pt").write_bytes(b"x")
+        (run / "encoder.pt").write_bytes(b"x") if i != 3 else None    # t3: its checkpoint only
+        (run / "checkpoint_step000000010").mkdir()
+        (run / "checkpoint_step000000010" / "checkpoint.pt").write_bytes(b"x")
         rows.append({"trial_id": f"t{i}", "epochs": epochs, "probe_auroc": auroc, "knn_auroc": knn,
                      "rankme": [10.0, 15.0, 12.0, 11.0, 9.0, 13.0][i], "run_dir": str(run)})
     compared = rank_rows(rows)
@@ -155,6 +157,8 @@ def test_validation_picks_the_best_and_worst_at_equal_budget_and_correlates_each
     data = validation_study(tmp_path, picked, config=None, overrides=[], finetune=[str(corpus)])
     assert data["pretrain"] == {"methods": []} and data["downstream"]["methods"] == [f"trial t{i}" for i in (4, 3, 1, 0)]
     assert data["downstream"]["encoders"]["trial t4"] == str(tmp_path / "trials" / "t4" / "encoder.pt")
+    assert data["downstream"]["encoders"]["trial t3"] == str(tmp_path / "trials" / "t3" / "checkpoint_step000000010"
+                                                             / "checkpoint.pt")
 
     class Run:                                   # what study.finetune_runs() yields, as far as this reads
         def __init__(self, method):

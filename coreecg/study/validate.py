@@ -22,14 +22,28 @@ RECORDED = ("probe_auroc", "probe_auroc_full", "knn_auroc", "rankme", "loss")
 
 
 def chosen_trials(compared: Sequence[dict], k: int) -> list[dict]:
-    """The K best and K worst of the trials compared at equal budget (all of them when 2K or fewer)."""
+    """The K best and K worst of the trials compared at equal budget (all of them when 2K or fewer),
+    each with "encoder": its encoder.pt, else its newest checkpoint (a trial the scheduler ended at
+    its last report wrote the checkpoint of that epoch, not encoder.pt)."""
     if k < 1:
         raise ValueError(f"--validate {k}: needs K >= 1 (the K best and K worst trials)")
     picked = list(compared) if len(compared) <= 2 * k else [*compared[:k], *compared[-k:]]
-    missing = [r["trial_id"] for r in picked if not (Path(r["run_dir"]) / "encoder.pt").is_file()]
+    out, missing = [], []
+    for r in picked:
+        source = trial_encoder(Path(r["run_dir"]))
+        (missing.append(r["trial_id"]) if source is None else out.append({**r, "encoder": str(source)}))
     if missing:
-        raise ValueError(f"--validate: trial(s) {', '.join(missing)} wrote no encoder.pt (not finished)")
-    return picked
+        raise ValueError(f"--validate: trial(s) {', '.join(missing)} have no encoder.pt and no checkpoint")
+    return out
+
+
+def trial_encoder(run_dir: Path) -> Path | None:
+    """A trial's encoder: encoder.pt, else its newest checkpoint file (the same weights at that step)."""
+    from coreecg.checkpoints import latest_checkpoint
+
+    if (run_dir / "encoder.pt").is_file():
+        return run_dir / "encoder.pt"
+    return latest_checkpoint(run_dir)
 
 
 def trial_label(row: dict) -> str:
@@ -43,7 +57,7 @@ def validation_study(output: Path, picked: Sequence[dict], *, config: str | None
     from coreecg.study.presets import preset_study
 
     head, corpora = preset_study(output / VALIDATION, config, overrides, finetune)
-    encoders = {trial_label(r): str(Path(r["run_dir"]) / "encoder.pt") for r in picked}
+    encoders = {trial_label(r): r.get("encoder") or str(Path(r["run_dir"]) / "encoder.pt") for r in picked}
     return {**head, "pretrain": {"methods": []},
             "downstream": {"corpora": corpora, "methods": list(encoders), "modes": ["finetune"],
                            "seeds": list(seeds), "encoders": encoders},

@@ -138,14 +138,19 @@ def test_validation_picks_the_best_and_worst_at_equal_budget_and_correlates_each
 
     from coreecg.study.validate import chosen_trials, validation_rows, validation_study
 
+    import shutil
+
+    from tests.helpers import tiny_models
+
+    encoder = tiny_models(tmp_path / "models")["encoder"] / "encoder.pt"        # a real one: the study opens it
     rows = []
     for i, (epochs, auroc, knn) in enumerate([(4, .60, .50), (4, .70, .65), (1, .99, .9), (4, .80, .70),
                                               (4, .90, .80), (4, .75, .60)]):
         run = tmp_path / "trials" / f"t{i}"
         run.mkdir(parents=True)
-        (run / "encoder.pt").write_bytes(b"x") if i != 3 else None    # t3: its checkpoint only
+        shutil.copy(encoder, run / "encoder.pt") if i != 3 else None    # t3: its checkpoint only
         (run / "checkpoint_step000000010").mkdir()
-        (run / "checkpoint_step000000010" / "checkpoint.pt").write_bytes(b"x")
+        shutil.copy(encoder, run / "checkpoint_step000000010" / "checkpoint.pt")
         rows.append({"trial_id": f"t{i}", "epochs": epochs, "probe_auroc": auroc, "knn_auroc": knn,
                      "rankme": [10.0, 15.0, 12.0, 11.0, 9.0, 13.0][i], "run_dir": str(run)})
     compared = rank_rows(rows)
@@ -157,6 +162,10 @@ def test_validation_picks_the_best_and_worst_at_equal_budget_and_correlates_each
     data = validation_study(tmp_path, picked, config=None, overrides=[], finetune=[str(corpus)])
     assert data["pretrain"] == {"methods": []} and data["downstream"]["methods"] == [f"trial t{i}" for i in (4, 3, 1, 0)]
     assert data["downstream"]["encoders"]["trial t4"] == str(tmp_path / "trials" / "t4" / "encoder.pt")
+    from coreecg.study.reader import study_from_dict
+
+    study = study_from_dict(data, tmp_path / "validation.yaml")          # a valid study, checked before Ray
+    assert sorted(r.method for r in study.finetune_runs()) == sorted(data["downstream"]["methods"])
     assert data["downstream"]["encoders"]["trial t3"] == str(tmp_path / "trials" / "t3" / "checkpoint_step000000010"
                                                              / "checkpoint.pt")
 

@@ -56,9 +56,12 @@ def validation_study(output: Path, picked: Sequence[dict], *, config: str | None
     every `finetune` corpus: 12 leads, all training data, mode finetune."""
     from coreecg.study.presets import preset_study
 
+    from coreecg.cli import shipped
+
     head, corpora = preset_study(output / VALIDATION, config, overrides, finetune)
     encoders = {trial_label(r): r.get("encoder") or str(Path(r["run_dir"]) / "encoder.pt") for r in picked}
-    return {**head, "pretrain": {"methods": []},
+    # the variants file every study names (none of its variants runs here: the rows are the trials)
+    return {**head, "variants": str(shipped("tune_spaces/ablations.yaml")), "pretrain": {"methods": []},
             "downstream": {"corpora": corpora, "methods": list(encoders), "modes": ["finetune"],
                            "seeds": list(seeds), "encoders": encoders},
             "report": {"tables": []}}

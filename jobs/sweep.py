@@ -121,7 +121,10 @@ def validate(args, s, compared: list[dict]) -> int:
         return fail(str(e))
     data = validation_study(s.output, picked, config=args.config, overrides=args.overrides, finetune=args.finetune)
     study = study_from_dict(data, s.output / f"{VALIDATION}.yaml")
-    code = run_study_job(study, s.output / VALIDATION, resume=args.resume, concurrency=s.concurrency)
+    folder = s.output / VALIDATION
+    # --resume continues a validation that began; one that never ran starts
+    code = run_study_job(study, folder, resume=args.resume and (folder / "study.json").exists(),
+                         concurrency=s.concurrency)
     extra = () if s.metric in ("probe_auroc", "loss") else (s.metric,)
     rows = validation_rows(study, s.output, picked, extra)
     path = write_validation(rows, s.output / "validation.csv")

@@ -119,7 +119,10 @@ def validate(args, s, compared: list[dict]) -> int:
         picked = chosen_trials(compared, args.validate)
     except ValueError as e:
         return fail(str(e))
-    data = validation_study(s.output, picked, config=args.config, overrides=args.overrides, finetune=args.finetune)
+    from coreecg.cli import shipped
+
+    data = validation_study(s.output, picked, config=args.config, overrides=args.overrides, finetune=args.finetune,
+                            variants=shipped("tune_spaces/ablations.yaml"))
     study = study_from_dict(data, s.output / f"{VALIDATION}.yaml")
     folder = s.output / VALIDATION
     # --resume continues a validation that began; one that never ran starts

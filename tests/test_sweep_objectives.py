@@ -159,7 +159,10 @@ def test_validation_picks_the_best_and_worst_at_equal_budget_and_correlates_each
     from tests.helpers import build_synthetic
 
     corpus = build_synthetic(tmp_path / "corpus", 16, 5)
-    data = validation_study(tmp_path, picked, config=None, overrides=[], finetune=[str(corpus)])
+    from coreecg.cli import shipped
+
+    data = validation_study(tmp_path, picked, config=None, overrides=[], finetune=[str(corpus)],
+                            variants=shipped("tune_spaces/ablations.yaml"))
     assert data["pretrain"] == {"methods": []} and data["downstream"]["methods"] == [f"trial t{i}" for i in (4, 3, 1, 0)]
     assert data["downstream"]["encoders"]["trial t4"] == str(tmp_path / "trials" / "t4" / "encoder.pt")
     from coreecg.study.reader import study_from_dict

@@ -51,17 +51,15 @@ def trial_label(row: dict) -> str:
 
 
 def validation_study(output: Path, picked: Sequence[dict], *, config: str | None, overrides: list[str],
-                     finetune: list[str], seeds: Sequence[int] = (0,)) -> dict[str, Any]:
+                     finetune: list[str], variants: str | Path, seeds: Sequence[int] = (0,)) -> dict[str, Any]:
     """The study (a study file's data, absolute paths) that fine-tunes each picked trial's encoder on
-    every `finetune` corpus: 12 leads, all training data, mode finetune."""
+    every `finetune` corpus: 12 leads, all training data, mode finetune. `variants`: the variants
+    file every study names (none of its variants runs here: the rows are the trials)."""
     from coreecg.study.presets import preset_study
-
-    from coreecg.cli import shipped
 
     head, corpora = preset_study(output / VALIDATION, config, overrides, finetune)
     encoders = {trial_label(r): r.get("encoder") or str(Path(r["run_dir"]) / "encoder.pt") for r in picked}
-    # the variants file every study names (none of its variants runs here: the rows are the trials)
-    return {**head, "variants": str(shipped("tune_spaces/ablations.yaml")), "pretrain": {"methods": []},
+    return {**head, "variants": str(Path(variants).resolve()), "pretrain": {"methods": []},
             "downstream": {"corpora": corpora, "methods": list(encoders), "modes": ["finetune"],
                            "seeds": list(seeds), "encoders": encoders},
             "report": {"tables": []}}

@@ -4,6 +4,8 @@
                        variants file's own tables (ablation_<name>)
     label_efficiency   does pretraining help when labels are scarce (rows per method and mode)
     benchmark          macro AUROC per corpus x mode beside published numbers
+    encoder_objective  encoders x objectives: each encoder's rows against its own baselines, beside
+                       its parameters and train GFLOP per sample (torch: imported when built)
 
 and what they share: table (a results table as data), render (Markdown, CSV, LaTeX), protocol
 (one protocol per table), detectable (the label-efficiency table's minimal detectable effect).
@@ -18,6 +20,7 @@ from coreecg.eval.tables.registry import (REFERENCE, RegisteredTable, TableError
 import coreecg.eval.tables.methods  # noqa: E402,F401 - the built-ins register themselves
 import coreecg.eval.tables.label_efficiency  # noqa: E402,F401
 import coreecg.eval.tables.benchmark  # noqa: E402,F401
+import coreecg.eval.tables.encoder_objective  # noqa: E402,F401
 
 __all__ = ["REFERENCE", "RegisteredTable", "TableError", "TableInputs", "default_tables", "index_line",
            "known_tables", "register_table", "table_for"]

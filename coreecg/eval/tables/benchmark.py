@@ -250,7 +250,13 @@ def _split_rules(table: BenchmarkTable, column: tuple[str, str]) -> set[str]:
 def _column_shares(table: BenchmarkTable, pub: Published, column: tuple[str, str]) -> tuple[str, bool]:
     """(what the published numbers of `column` share with its measured rows, whether they go apart
     into the context block: sharing neither, or undeclared)."""
-    shared = pub.shared(column[0], _split_rules(table, column))
+    return shares_text(pub, column[0], _split_rules(table, column))
+
+
+def shares_text(pub: Published, dataset: str, split_rules: set[str]) -> tuple[str, bool]:
+    """(what `pub`'s numbers on `dataset` share with measured runs of `split_rules`, in words;
+    whether they go apart into a context block: sharing neither, or not declared in its file)."""
+    shared = pub.shared(dataset, split_rules)
     if shared is None:
         return "not declared", True
     records, classes = shared

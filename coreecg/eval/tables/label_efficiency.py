@@ -19,14 +19,16 @@ row: `Table.references`).
                                                          #   label_efficiency_verdicts.md
 
 Registered as `label_efficiency` (coreecg.eval.tables.registry): a study asks for it by name; the
-report job writes it when a run has a random encoder (`extra_tables`).
+report job writes it when a run has a random encoder (`extra_tables`). The encoder x objective table
+(coreecg/eval/tables/encoder_objective.py) is this table with its rows found within each encoder
+(`label_efficiency_table(..., group=)`), written by the same writer under its own name.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from math import isclose
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from coreecg.config import ReportConfig
 from coreecg.eval.runs import DATASETS, Run, RunError
@@ -44,7 +46,8 @@ SUFFIX = {"linear": "linear", "frozen": "frozen", "finetune": "fine-tune"}
 UNDER = {"linear": "under the linear probe", "frozen": "with the encoder frozen", "finetune": "under fine-tuning"}
 LEADS = "12"
 VERDICT_METRIC = "auroc"
-VERDICTS_FILE = "label_efficiency_verdicts.md"
+VERDICTS_SUFFIX = "_verdicts.md"
+VERDICTS_FILE = f"{LABEL_EFFICIENCY_TABLE}{VERDICTS_SUFFIX}"
 
 
 def is_random_init(run: Run) -> bool:
@@ -101,12 +104,31 @@ def label_efficiency_rows(runs: Sequence[Run]) -> list[Row]:
     return rows
 
 
+def grouped_rows(runs: Sequence[Run], group: Callable[[Run], str]) -> list[Row]:
+    """`label_efficiency_rows` within each group of `runs` (group(run) -> key, first-seen order),
+    one group after the other: each group's rows have its own baselines. RunError for a row whose
+    runs fall in two groups."""
+    groups: dict[str, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(group(r), []).append(r)
+    rows, seen = [], {}
+    for key, members in groups.items():
+        for row in label_efficiency_rows(members):
+            if row.name in seen:
+                raise RunError(f"{row.name}: its runs fall in two groups ({seen[row.name]}; {key}): give each its "
+                               "own method name")
+            seen[row.name] = key
+            rows.append(row)
+    return rows
+
+
 @dataclass
 class LabelEfficiencyTable(Table):
     """A report Table (every renderer of coreecg.eval.report takes it) with its rows' roles."""
 
     rows: list[Row] = field(default_factory=list)
     encoders: dict[tuple[str, Cell], set[str]] = field(default_factory=dict)   # (row, cell) -> its encoders
+    heading: str = "Label efficiency"       # the verdicts file's heading
 
     @property
     def run_paths(self) -> set:
@@ -118,18 +140,22 @@ class LabelEfficiencyTable(Table):
     replicates: dict[tuple[str, Cell], int] = field(default_factory=dict)      # (row, cell) -> replicates
 
 
-def label_efficiency_table(runs: Sequence[Run], report: ReportConfig | None = None) -> LabelEfficiencyTable:
+def label_efficiency_table(runs: Sequence[Run], report: ReportConfig | None = None, *,
+                           group: Callable[[Run], str] | None = None, name: str = LABEL_EFFICIENCY_TABLE,
+                           title: str = "Label efficiency (12 leads)") -> LabelEfficiencyTable:
     """The table of `runs` (12-lead runs of modes linear, frozen, finetune and scratch; the others
     are left out) with its differences attached (report.bootstrap_resamples = 0: none). RunError
-    for two runs of one row, cell and seed, or runs of a cell that cannot be compared."""
+    for two runs of one row, cell and seed, or runs of a cell that cannot be compared.
+    `group` (run -> key): rows and their baselines are found within each group, groups in
+    first-seen order (the encoder x objective table: each encoder's rows against its own Random
+    init and Supervised); a row with runs in two groups is a RunError."""
     report = report or ReportConfig()
     kept = label_efficiency_runs(runs)
-    rows = label_efficiency_rows(kept)
+    rows = grouped_rows(kept, group) if group else label_efficiency_rows(kept)
     relabelled = [replace(r, method=row_name(r)) for r in kept]
     fractions = sorted({r.train_fraction for r in kept}, reverse=True)
     distinct = [f for i, f in enumerate(fractions) if not any(isclose(f, g) for g in fractions[:i])]
-    spec = TableSpec(LABEL_EFFICIENCY_TABLE, "Label efficiency (12 leads)",
-                     tuple((LEADS, f, f"{f:.0%}") for f in distinct), "Data ratio", modes=MODES)
+    spec = TableSpec(name, title, tuple((LEADS, f, f"{f:.0%}") for f in distinct), "Data ratio", modes=MODES)
     built = build_table(spec, relabelled, report.f1, report.min_positive_patients)
     table = LabelEfficiencyTable(**{f.name: getattr(built, f.name) for f in fields(Table)}, rows=rows)
     empty = [[] for _ in table.columns]
@@ -257,8 +283,8 @@ def difference_list(table: Table) -> list[str]:
 
 
 
-def verdicts_markdown(table: Table) -> str:
-    lines = ["# Label efficiency: verdicts", "",
+def verdicts_markdown(table: LabelEfficiencyTable) -> str:
+    lines = [f"# {table.heading}: verdicts", "",
              "Pretrained encoder vs Random init under the same probe, and pretraining + fine-tuning vs Supervised "
              f"(from scratch); {VERDICT_METRIC.upper()} difference in percentage points "
              f"[{100 * table.significance.level:g} % "
@@ -267,13 +293,14 @@ def verdicts_markdown(table: Table) -> str:
     return "\n".join(lines + ["", detectable_note(table)]) + "\n"
 
 
-def write_label_efficiency(table: Table, out_dir: str | Path) -> list[Path]:
+def write_label_efficiency(table: LabelEfficiencyTable, out_dir: str | Path) -> list[Path]:
     """label_efficiency.md (the table, its differences, each difference with p, the verdicts and the
-    minimal detectable effect), .csv, .tex and label_efficiency_verdicts.md in out_dir."""
+    minimal detectable effect), .csv, .tex and label_efficiency_verdicts.md in out_dir (named by
+    the table's spec: <name>.md, ..., <name>_verdicts.md)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    md, csv_path, tex = (out / f"{LABEL_EFFICIENCY_TABLE}.{e}" for e in ("md", "csv", "tex"))
-    verdict_path = out / VERDICTS_FILE
+    md, csv_path, tex = (out / f"{table.spec.name}.{e}" for e in ("md", "csv", "tex"))
+    verdict_path = out / f"{table.spec.name}{VERDICTS_SUFFIX}"
     extra = []
     if table.significance is not None and table.significance.n_resamples:
         extra += ["", "Each difference with its p-values:", "", *(difference_list(table) or ["(none)"])]
@@ -313,8 +340,8 @@ def build_for_report(name: str, inputs: TableInputs) -> LabelEfficiencyTable:
 
 def index(name: str, files: Sequence[str], runs: Sequence[str]) -> str:
     """The study index's line: the table's files, then its verdicts (when written), then its runs."""
-    verdicts = "".join(f", verdicts in [`{f}`]({f})" for f in files if f.endswith(VERDICTS_FILE))
-    head, _, tail = index_line(name, [f for f in files if not f.endswith(VERDICTS_FILE)], runs).partition("; ")
+    verdicts = "".join(f", verdicts in [`{f}`]({f})" for f in files if f.endswith(VERDICTS_SUFFIX))
+    head, _, tail = index_line(name, [f for f in files if not f.endswith(VERDICTS_SUFFIX)], runs).partition("; ")
     return f"{head}{verdicts}; {tail}"
 
 

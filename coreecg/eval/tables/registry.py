@@ -9,7 +9,7 @@ own checks before Ray starts and indexes what each table wrote in report/README.
     write(table, folder) -> the files written (the first is linked from the study's index)
     runs(table) -> the run folders behind it (the index, all_runs.csv and the protocol check)
 
-The built-ins (coreecg/eval/tables/: methods, label_efficiency, benchmark) register themselves
+The built-ins (coreecg/eval/tables/: methods, label_efficiency, benchmark, encoder_objective) register themselves
 when `coreecg.eval.tables` is imported; a plugin module does the same, imported through the
 config's plugins (tests/plugin_table.py, docs/evaluation.md "Adding a table").
 """

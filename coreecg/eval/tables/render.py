@@ -60,6 +60,11 @@ def _below_notes(table: Table) -> list[str]:
             f"(docs/evaluation.md, \"Below chance\"): {cells}"]
 
 
+def _lead(table: Table, row: str) -> list[str]:
+    """The row's texts in the table's lead columns (Table.lead_columns), '' where it has none."""
+    return [by_row.get(row, "") for by_row in table.lead_columns.values()]
+
+
 def _markdown_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
@@ -177,10 +182,12 @@ def table_markdown(table: Table) -> str:
              "Test-set metrics in percent: mean ± sample standard deviation over seeds (the mean alone "
              f"for one run). Best per column in **bold**, second <u>underlined</u>; {MISSING}: no run. "
              f"{_f1_note(table)}", "",
-             _markdown_row(["Method"] + [c.label for c in cols]), _markdown_row(["---"] * (len(cols) + 1))]
+             _markdown_row(["Method", *table.lead_columns] + [c.label for c in cols]),
+             _markdown_row(["---"] * (len(cols) + 1 + len(table.lead_columns)))]
     for method, row in table.cells.items():
+        lead = _lead(table, method)
         if method in table.unavailable:
-            lines.append(_markdown_row([f"{method}†"] + [UNAVAILABLE] * len(cols)))
+            lines.append(_markdown_row([f"{method}†", *lead] + [UNAVAILABLE] * len(cols)))
             continue
         label = method + (LEAK if method in table.leaks else "")
         out = []
@@ -193,12 +200,14 @@ def table_markdown(table: Table) -> str:
                 text = f"<u>{text}</u>"          # GitHub renders it, as the paper underlines
             out.append(text + ("\\*" if table.marked(method, j) else "") + (BELOW if (method, j) in table.below_chance
                                                                              else ""))
-        lines.append(_markdown_row([label] + out))
+        lines.append(_markdown_row([label, *lead] + out))
+    lines += [_markdown_row([label, *[""] * len(table.lead_columns)] + [texts.get(j, "") for j in range(len(cols))])
+              for label, texts in table.context]
     notes = [f"† {UNAVAILABLE}: {m}: {why}" for m, why in table.unavailable.items()] + _leak_notes(table) \
         + _rare_notes(table)
     if note := _significance_note(table, "\\*"):
         notes.append(note)
-    notes += [f"Protocol: {n}" for n in table.footnotes]
+    notes += [f"Protocol: {n}" for n in table.footnotes] + table.notes
     if notes:
         lines += [""] + notes
     groups = list(dict.fromkeys(c.group for c in cols))
@@ -281,10 +290,10 @@ def write_table_csv(table: Table, path: Path) -> None:
     per_row = table.references is not None      # a reference per row: its own column after the method
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["method"] + (["baseline"] if per_row else [])
+        w.writerow(["method"] + (["baseline"] if per_row else []) + list(table.lead_columns)
                    + [h for c in table.columns for h in (c.label, f"{c.label} n")] + ["note"] + diff_header)
         for method, row in table.cells.items():
-            first = [method] + ([table.references.get(method, "")] if per_row else [])
+            first = [method] + ([table.references.get(method, "")] if per_row else []) + _lead(table, method)
             if method in table.unavailable:
                 w.writerow(first + [UNAVAILABLE, 0] * len(table.columns) + [table.unavailable[method]]
                            + [""] * len(diff_header))
@@ -292,6 +301,10 @@ def write_table_csv(table: Table, path: Path) -> None:
             w.writerow(first + [x for values in row for x in (format_cell(values), len(values))]
                        + ["; ".join(table.leaks.get(method, []))]
                        + [x for j in range(len(table.columns)) for x in _diff_fields(table, method, j)])
+        for label, texts in table.context:      # placed for context: no run count, no difference
+            w.writerow([label] + ([""] if per_row else []) + [""] * len(table.lead_columns)
+                       + [x for j in range(len(table.columns)) for x in (texts.get(j, ""), "")]
+                       + ["context, not run here"] + [""] * len(diff_header))
 
 
 MARK = "\x00"      # stands for the significance mark until the caption is escaped
@@ -330,24 +343,28 @@ def table_latex(table: Table) -> str:
     datasets = list(dict.fromkeys(c.dataset for c in cols))
     index = {(c.dataset, c.leads, c.fraction, c.metric): j for j, c in enumerate(cols)}
     lead = 2 if len(variants) > 1 else 1
+    extra = len(table.lead_columns)
     k = len(METRICS)
     caption = [f"{table.spec.title}. Test-set metrics in percent, mean ± standard deviation over seeds; best per "
                "column in bold, second underlined.", _f1_note(table)]
     caption += [f"† {UNAVAILABLE}: {m}: {why}." for m, why in table.unavailable.items()]
     caption += [f"{note}." for note in _leak_notes(table)]
     caption += [note] if (note := _significance_note(table, MARK)) else []
-    caption += [f"Protocol: {n}." for n in table.footnotes]
+    caption += [f"Protocol: {n}." for n in table.footnotes] + table.notes
     lines = [f"% {table.spec.name}: written by coreecg/eval/tables/render.py; needs \\usepackage{{booktabs,multirow}}",
              r"\begin{table}[t]", r"\centering",
              r"\caption{" + latex_escape(" ".join(caption)).replace(MARK, r"\textsuperscript{*}") + "}",
              rf"\label{{tab:{table.spec.name}}}",
-             r"\begin{tabular}{" + "l" * lead + " " + " ".join("c" * k for _ in datasets) + "}", r"\toprule"]
+             r"\begin{tabular}{" + "l" * lead + "r" * extra + " " + " ".join("c" * k for _ in datasets) + "}",
+             r"\toprule"]
     head = ([rf"\multirow{{2}}{{*}}{{\textbf{{{latex_escape(table.spec.block)}}}}}"] if lead == 2 else [])
     head += [r"\multirow{2}{*}{\textbf{Method}}"]
+    head += [rf"\multirow{{2}}{{*}}{{\textbf{{{latex_escape(h)}}}}}" for h in table.lead_columns]
     head += [rf"\multicolumn{{{k}}}{{c}}{{\textbf{{{latex_escape(DATASETS.get(d, d))}}}}}" for d in datasets]
+    before = lead + extra      # the columns before the metrics
     lines += [" & ".join(head) + r" \\",
-              " ".join(rf"\cmidrule(lr){{{lead + 1 + i * k}-{lead + (i + 1) * k}}}" for i in range(len(datasets))),
-              " & ".join([""] * lead + [label for _ in datasets for label in METRICS.values()]) + r" \\", r"\midrule"]
+              " ".join(rf"\cmidrule(lr){{{before + 1 + i * k}-{before + (i + 1) * k}}}" for i in range(len(datasets))),
+              " & ".join([""] * before + [label for _ in datasets for label in METRICS.values()]) + r" \\", r"\midrule"]
     blocks = []
     for leads, fraction, label in variants:
         js = [index[(d, leads, fraction, m)] for d in datasets for m in METRICS]
@@ -359,7 +376,12 @@ def table_latex(table: Table) -> str:
                 (r"\textsuperscript{\dag}" if method in table.unavailable else "")
             first = ([rf"\multirow{{{len(methods)}}}{{*}}{{{latex_escape(label.replace('-lead', ''))}}}" if i == 0
                       else ""] if lead == 2 else [])
-            rows.append(" & ".join(first + [name] + [_latex_cell(table, method, j) for j in js]) + r" \\")
+            rows.append(" & ".join(first + [name] + [latex_escape(t) for t in _lead(table, method)]
+                                   + [_latex_cell(table, method, j) for j in js]) + r" \\")
+        # published numbers placed for context, under the block of the columns they fill
+        rows += [" & ".join([""] * (lead - 1) + [latex_escape(context)] + [""] * extra
+                            + [latex_escape(texts.get(j, "")) for j in js]) + r" \\"
+                 for context, texts in table.context if set(texts) & set(js)]
         if rows:
             blocks.append(rows)
     for i, rows in enumerate(blocks):

@@ -130,6 +130,13 @@ class Table:
     # datasets whose printed argmax F1 is a run's stored macro with its rare classes (written before
     # per-class argmax F1), where its difference leaves them out
     rare_argmax_stored: set[str] = field(default_factory=set)
+    # columns printed between a row's name and its metrics: header -> row -> text (e.g. an encoder's
+    # parameters and FLOPs, coreecg/eval/tables/encoder_objective.py)
+    lead_columns: dict[str, dict[str, str]] = field(default_factory=dict)
+    # rows placed under the measured ones for context (published numbers), never compared, bold or
+    # marked: (label, {column index: text})
+    context: list[tuple[str, dict[int, str]]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)       # further lines under the table (the context's)
 
     def runs_behind(self, runs: Sequence[Run]) -> set[Path]:
         """The folders of `runs` that fill the table's cells (its protocol check, its line in a

@@ -294,7 +294,7 @@ def run_variant(args) -> dict:
         "recompile_reasons_after_first_step": after_first["recompile_reasons"],
         # FLOPs of one training step: torch's count (FlopCounterMode, one extra step after the timed
         # window) and the analytic one (bench.common.pretrain_flops_per_sample) as a cross-check
-        "train_flops_per_sample": per_sample,
+        "train_flops_per_sample": analytic if cfg.model.arch == "coreecg" else per_sample,
         "forward_flops_per_sample": flops["forward"] if cfg.model.arch == "coreecg" else math.nan,
         **torch_flops, "flops_per_sample_analytic": analytic,
         "flops_ratio_analytic_over_torch": analytic / torch_flops["flops_per_sample_torch"]

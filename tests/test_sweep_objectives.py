@@ -79,11 +79,10 @@ def test_the_knn_probe_is_scikit_learns():
     np.testing.assert_allclose(ours, ref)
 
 
-def _embeddings(train_x, val_x, k=3, seed=0):
+def _embeddings(train_x, val_x, k=3):
     from coreecg.eval.objectives import Embeddings
     from coreecg.eval.probe import ProbeData, ProbeSplit
 
-    rng = np.random.default_rng(seed)
     split = lambda n: ProbeSplit(np.zeros((n, 1, 1), np.float32), np.eye(k, dtype=np.float32)[np.arange(n) % k],
                                  np.arange(n) % k)
     return Embeddings(train_x, val_x, ProbeData(split(len(train_x)), split(len(val_x)), [f"c{i}" for i in range(k)],

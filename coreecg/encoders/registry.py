@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from coreecg.config.base import ConfigError
 
@@ -93,12 +92,3 @@ def is_published(arch: str) -> bool:
     """Whether `model.arch` names a published family (sizes from its weights, not trained here)."""
     spec = ENCODERS.get(arch)
     return spec is not None and spec.published
-
-
-def pairs_that_work(needs: str, methods: dict[str, Any]) -> str:
-    """'method on encoder, ...' for a refusal: which registered pairs do work."""
-    out = []
-    for m, spec in methods.items():
-        encs = [e.name for e in ENCODERS.values() if e.yields(getattr(spec, "needs", ANY)) and not e.published]
-        out.append(f"{m}: {', '.join(encs) or 'none'}")
-    return "; ".join(out)

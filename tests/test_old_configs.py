@@ -150,3 +150,38 @@ def test_a_moved_key_is_mapped_or_refused_naming_its_new_place(tmp_path):
     with pytest.raises(ConfigError, match=r"masking\.p_time \(moved to methods\.core\.masking\.p_time\) and "
                                           r"methods\.core\.masking\.p_time are both given"):
         load_config(f)
+
+
+RUN_94BC297 = REPO / "tests" / "data" / "run-94bc297"
+
+
+def test_a_run_folder_of_94bc297_opens_builds_and_resumes_after_the_encoder_registry():
+    """A run folder written by 94bc297's code (before encoders were registered, with `pretrain.plugins`
+    and no `encoders` section): its config reads as today's (the plugins key moved to `plugins`), its
+    encoder loads as the registered ViT, its method rebuilds from the checkpoint, and today's config
+    of the same run may resume it."""
+    from coreecg.loading import load_encoder, load_method, open_method
+    from coreecg.methods import build_method
+    from coreecg.model.encoder import Encoder
+    from coreecg.train.resume_check import check_compatible, structural_differences
+
+    saved = yaml.safe_load((RUN_94BC297 / "config.yaml").read_text())
+    assert saved["pretrain"]["plugins"] == [] and "encoders" not in saved and saved["model"]["arch"] == "coreecg"
+    config = config_from_dict(saved)
+    assert config.plugins == () and not hasattr(config.pretrain, "plugins")
+    assert config.model.arch == "coreecg" and config.methods.core.masking.p_time == 0.4
+    encoder = load_encoder(RUN_94BC297)
+    assert type(encoder) is Encoder and encoder.pooled(torch.zeros(1, 12, 2250)).shape == (1, 32)
+    method = load_method(RUN_94BC297, build_method)
+    state = torch.load(RUN_94BC297 / "checkpoint_step000000001" / "checkpoint.pt", map_location="cpu",
+                       weights_only=False)["model"]
+    assert torch.equal(method.model.state_dict()["time_decoder.head.weight"], state["time_decoder.head.weight"])
+    today = load_config(overrides=["model.embed_dim=32", "model.depth=2", "model.num_heads=2",
+                                   "methods.core.time_decoder.dim=32", "methods.core.time_decoder.depth=2",
+                                   "methods.core.time_decoder.heads=2", "methods.core.latent_decoder.dim=32",
+                                   "methods.core.latent_decoder.depth=1", "methods.core.latent_decoder.heads=2",
+                                   "methods.core.projection.hidden_dim=64", "methods.core.projection.dim=32",
+                                   "methods.core.masking.p_time=0.4"])
+    assert structural_differences(config, today) == []
+    check_compatible(RUN_94BC297, config, today)
+    assert open_method(RUN_94BC297).config == config

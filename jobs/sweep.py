@@ -4,6 +4,8 @@ representation probe (probe_auroc), which (unlike the loss) compares across mask
     python jobs/sweep.py                                            # tune_spaces/core.yaml, 8 trials, this machine
     python jobs/sweep.py --space tune_spaces/core.yaml --num-samples 64 --output sweeps/core
     python jobs/sweep.py --output sweeps/core --resume              # continue after a crash
+    python jobs/sweep.py --num-samples 8 --validate 2 --finetune corpora/ptbxl   # does the objective predict fine-tuning?
+    optuna-dashboard sqlite:///sweeps/core/optuna.db                # watch the stored study while it runs
 
 ASHA stops weak trials after any epoch (grace period 1 epoch, reduction factor 2); a stopped
 trial reaches Optuna with its last probe_auroc. Sampling is seeded (--search-seed; every trial

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from coreecg.config.base import ConfigError
+from coreecg.encoders.registry import GRID, encoder_spec
 from coreecg.methods.registry import MethodSpec, declare_method
 
 
@@ -38,9 +39,10 @@ class CPCOptions:
         if self.context != "frames" and segments < 2:
             raise ConfigError(f"methods.cpc.segment_samples={self.segment_samples} leaves {segments} segment(s) "
                               f"of a {config.model.input_samples}-sample crop: need 2 or more to predict one")
-        if config.model.arch in ("coreecg", "st_mem") and self.segment_samples % config.model.patch_size:
+        grid = encoder_spec(config.model.arch).output == GRID          # a patch encoder reads whole patches
+        if grid and self.segment_samples % config.model.patch_size:
             raise ConfigError(f"methods.cpc.segment_samples={self.segment_samples} must be whole patches of "
-                              f"model.patch_size={config.model.patch_size} for the ViT")
+                              f"model.patch_size={config.model.patch_size} for model.arch={config.model.arch}")
 
 
 # A checkpoint cannot resume across these: they change the heads.

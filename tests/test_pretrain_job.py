@@ -82,3 +82,46 @@ def test_resume_refuses_a_different_model(tmp_path):
     summary = pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "train.eval_every_epochs=0"),
                                   windows, tmp_path)
     assert summary["epoch"] == 2 and summary["step"] == 2
+
+
+def _epoch_lines(run_dir):
+    return [x for x in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if x.get("kind") == "epoch"]
+
+
+def test_a_worker_lost_before_an_epochs_checkpoint_leaves_no_line_of_that_epoch(tmp_path, monkeypatch):
+    """Lost between the epoch's last step and its checkpoint: the resumed run trains that epoch
+    again, and metrics.jsonl still has one line per epoch (a line written before the checkpoint
+    was seen twice in the multi-node test)."""
+    cfg = tiny_config("optim.batch_size=8", "optim.epochs=2", "optim.warmup_epochs=1",
+                      "train.checkpoint_every_steps=0", "train.eval_every_epochs=0")
+    windows = np.random.default_rng(2).standard_normal((16, 12, 2500)).astype(np.float32)
+
+    def lost(*a, **k):
+        raise KeyboardInterrupt("lost before the epoch's checkpoint")
+
+    real_save = loop.save_step
+    monkeypatch.setattr(loop, "save_step", lost)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain_local(cfg, windows, tmp_path)
+    assert _epoch_lines(tmp_path) == [] and latest_checkpoint(tmp_path) is None
+    monkeypatch.setattr(loop, "save_step", real_save)
+    pretrain_local(cfg, windows, tmp_path)
+    assert [x["epoch"] for x in _epoch_lines(tmp_path)] == [1, 2]
+
+
+def test_a_worker_lost_after_an_epochs_checkpoint_gets_its_line_back_on_resume(tmp_path, monkeypatch):
+    """Lost between the epoch's checkpoint and its line: the resumed run starts the next epoch and
+    writes the missing line from the checkpoint, marked as restored, with the same figures."""
+    cfg = tiny_config("optim.batch_size=8", "optim.epochs=2", "optim.warmup_epochs=1",
+                      "train.checkpoint_every_steps=0", "train.eval_every_epochs=0")
+    windows = np.random.default_rng(3).standard_normal((16, 12, 2500)).astype(np.float32)
+    pretrain_local(cfg, windows, tmp_path / "a")
+    crash_on_save(monkeypatch, 1)                 # epoch 1's checkpoint is written, then the worker is lost
+    with pytest.raises(KeyboardInterrupt):
+        pretrain_local(cfg, windows, tmp_path / "b")
+    assert _epoch_lines(tmp_path / "b") == [] and _latest(tmp_path / "b")["epoch_record"]["epoch"] == 1
+    monkeypatch.undo()
+    pretrain_local(cfg, windows, tmp_path / "b")
+    a, b = _epoch_lines(tmp_path / "a"), _epoch_lines(tmp_path / "b")
+    assert [x["epoch"] for x in b] == [1, 2] and "restored_from" in b[0] and "restored_from" not in b[1]
+    assert b[0]["loss"] == a[0]["loss"] and b[1]["loss"] == a[1]["loss"] and b[0]["step"] == a[0]["step"]

@@ -237,6 +237,7 @@ class _Run:
         if ctx.is_main and "torch_rng" in payload:
             torch.set_rng_state(payload["torch_rng"])
         if done >= epoch_steps:
+            self._restore_epoch_line(payload, path)
             self.epoch, done = self.epoch + 1, 0
         self.writer.line({"event": "resume", "step": self.step.step, "epoch": self.epoch + 1, "batches_done": done,
                           "checkpoint": str(path)})
@@ -322,12 +323,43 @@ class _Run:
                 summary.update(task.evaluate(self.bare, ctx, self.writer, epoch_number, self.step.step, self.state))
         summary.update({k: v for k, v in self.state.items() if isinstance(v, float)})
         extra = task.epoch_record(ctx) if hasattr(task, "epoch_record") else {}   # every rank (collective)
-        self.writer.line({"kind": "epoch", **summary, **extra, "graphs_compiled_after_first_step": self.recompiled})
-        self.writer.scalars("epoch", {k: v for k, v in summary.items() if k not in ("epoch", "step")}, self.step.step)
-        if ctx.is_main:
-            progress_log.info("%s", progress_line(summary, task.epochs, getattr(self.bare, "reported_losses", ())))
-        ctx.report(summary, self.payload(ctx.steps_per_epoch, summary))
+        record = {"kind": "epoch", **summary, **extra, "graphs_compiled_after_first_step": self.recompiled}
+        payload = self.payload(ctx.steps_per_epoch, summary)
+        if payload is not None:
+            payload["epoch_record"] = record
+        # The epoch's line follows its checkpoint: a worker lost between the two would otherwise leave
+        # the line of an epoch the resumed run trains again (twice in metrics.jsonl); a checkpoint
+        # whose line is missing gets it back on resume (resume_or_start).
+        ctx.report(summary, payload)
+        self._write_epoch(record, summary)
         return summary
+
+    def _write_epoch(self, record: dict[str, Any], summary: dict[str, float]) -> None:
+        """The epoch's line in metrics.jsonl, its summary's TensorBoard scalars and its console line
+        (rank 0)."""
+        self.writer.line(record)
+        self.writer.scalars("epoch", {k: v for k, v in summary.items() if k not in ("epoch", "step")}, self.step.step)
+        if self.ctx.is_main:
+            progress_log.info("%s", progress_line(record, self.task.epochs,
+                                                  getattr(self.bare, "reported_losses", ())))
+
+    def _restore_epoch_line(self, payload: dict[str, Any], path: Path) -> None:
+        """Resumed from an epoch's last checkpoint whose line never reached metrics.jsonl (the worker
+        was lost between the two): write that line now, from the checkpoint, so that every epoch has
+        exactly one (rank 0)."""
+        record = payload.get("epoch_record")
+        log_path = self.ctx.run_dir / "metrics.jsonl"
+        if not self.ctx.is_main or record is None or not log_path.is_file():
+            return
+        number = record.get("epoch")
+        for line in log_path.read_text().splitlines():
+            try:
+                old = json.loads(line)
+            except ValueError:             # a line cut off by the loss of its writer
+                continue
+            if old.get("kind") == "epoch" and old.get("epoch") == number:
+                return
+        self._write_epoch({**record, "restored_from": str(path)}, payload.get("metrics") or {})
 
 
 def progress_record(epoch_number: int, epochs: int, batch: int, steps_per_epoch: int, step: int, global_batch: int,

@@ -28,7 +28,7 @@ What comes from where:
 - every pretraining and fine-tuning run: `coreecg.study.spec.load_study(--study)` (the plan
   `jobs/study.py` runs), each run's config built with the study's own overrides.
 - training FLOPs per sample: `bench.common.pretrain_flops_per_sample` (the fine-tuned
-  encoder with its `transformer_flops`, on the run's `finetune.leads` x `model.n_patches` tokens),
+  encoder with its `transformer_flops`, on the run's `finetune.leads` x `Config.n_patches` tokens),
   samples per epoch as `coreecg.train.plan.steps_per_epoch` counts full batches.
 - a study's pretraining mixture (pretrain.corpora): each corpus priced by its source with the
   records, seconds and rate of PRETRAIN_SOURCES (--records / --record-seconds / --record-rate for
@@ -275,10 +275,10 @@ def n_classes(kind: dict) -> int:
 
 
 def encoder_forward(cfg: Config, n_leads: int, n_out: int = 0) -> float:
-    """The fine-tuned encoder on `n_leads` x model.n_patches tokens, forward, as
+    """The fine-tuned encoder on `n_leads` x Config.n_patches tokens, forward, as
     `pretrain_flops_per_sample` counts the pretraining encoder (patch embedding + blocks), plus a linear head of `n_out`."""
-    m = cfg.model
-    tokens = n_leads * m.n_patches
+    m = cfg.encoders.coreecg                           # the ViT's sizes
+    tokens = n_leads * cfg.n_patches
     return 2 * tokens * m.patch_size * m.embed_dim + transformer_flops(tokens, m.embed_dim, m.depth, m.mlp_ratio) \
         + 2 * m.embed_dim * n_out
 
@@ -302,7 +302,7 @@ def finetune_cost(rc: Config, ds: dict) -> tuple[float, float]:
     # fewer windows than one batch: the run itself stops with a PlanError (no_full_batch); priced
     # as if it took them all as one step per epoch
     spe = train_windows if no_full_batch(rc, ds) else samples_per_epoch(train_windows, ft.batch_size)
-    head_only = 2 * rc.model.embed_dim * ds["classes"]
+    head_only = 2 * rc.encoders.coreecg.embed_dim * ds["classes"]
     every = rc.train.eval_every_epochs or ft.epochs
     evals = sum(1 for e in range(1, ft.epochs + 1) if e % every == 0 or e == ft.epochs)
     if ft.mode == "linear" and ft.cache_features:

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("COREECG_SHARED_DATA", REPO.parent / "shared" / "ecg-data"))
 # tests/helpers.TINY: the model of the fast tests, for --quick runs (tests/ is not a package here).
-TINY = ["model.embed_dim=32", "model.depth=2", "model.num_heads=2",
+TINY = ["encoders.coreecg.embed_dim=32", "encoders.coreecg.depth=2", "encoders.coreecg.num_heads=2",
         "methods.core.time_decoder.dim=32", "methods.core.time_decoder.depth=2", "methods.core.time_decoder.heads=2",
         "methods.core.latent_decoder.dim=32", "methods.core.latent_decoder.depth=1", "methods.core.latent_decoder.heads=2",
         "methods.core.projection.hidden_dim=64", "methods.core.projection.dim=32"]
@@ -170,9 +170,9 @@ def pretrain_flops_per_sample(cfg) -> dict[str, float]:
     """
     if cfg.pretrain.method != "core":
         return _baseline_flops(cfg)
-    m, o = cfg.model, cfg.methods.core
+    m, o = cfg.encoders.coreecg, cfg.methods.core      # m: the ViT's sizes
     k, td, ld, pj = o.masking, o.time_decoder, o.latent_decoder, o.projection
-    C, N, P = m.n_leads, m.n_patches, m.patch_size
+    C, N, P = cfg.model.n_leads, cfg.n_patches, m.patch_size
     grid = C * N
     if k.strategy == "stdm":
         visible = (1 - k.p_time) * N * k.k
@@ -210,8 +210,8 @@ def _baseline_flops(cfg) -> dict[str, float]:
     """MoCo v3: two views through the query path (encoder, projector, predictor: trained, 3x) and
     the key path (momentum encoder, projector: forward only, 1x). CMSC: `segments` segments of
     C * N / segments tokens each through the encoder and its linear head (3x)."""
-    m = cfg.model
-    grid = m.n_leads * m.n_patches
+    m = cfg.encoders.coreecg                           # the ViT's sizes
+    grid = cfg.model.n_leads * cfg.n_patches
     patch = 2 * grid * m.patch_size * m.embed_dim
     if cfg.pretrain.method == "moco_v3":
         o = cfg.methods.moco_v3

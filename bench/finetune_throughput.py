@@ -266,15 +266,15 @@ def main() -> None:
         spec = {"classes": len(manifest["class_names"]), "multilabel": bool(manifest["multilabel"]),
                 "stored_samples": int(manifest["signal"]["shape"][-1]), "steps_per_epoch": spe,
                 "warmup": args.warmup, "eval_crops": [3, 1], "overrides": overrides}
-        m = cfg.model
+        m = cfg.encoders.coreecg                       # the ViT's sizes
         out: dict = {
             "config": {"file": str(Path(args.config).resolve().relative_to(REPO))
                        if Path(args.config).resolve().is_relative_to(REPO) else args.config,
                        "overrides": args.set, "mode": args.mode,
                        "model": {"embed_dim": m.embed_dim, "depth": m.depth, "num_heads": m.num_heads,
                                  "mlp_ratio": m.mlp_ratio, "patch_size": m.patch_size,
-                                 "input_samples": m.input_samples, "leads": len(cfg.finetune.leads),
-                                 "tokens": len(cfg.finetune.leads) * m.n_patches},
+                                 "input_samples": cfg.model.input_samples, "leads": len(cfg.finetune.leads),
+                                 "tokens": len(cfg.finetune.leads) * cfg.n_patches},
                        "global_batch": args.batch, "per_worker_batch": args.batch // args.workers,
                        "workers": args.workers, "cpus_per_worker": args.cpus_per_worker,
                        "bare_threads": threads, "epochs": args.epochs, "precision": cfg.train.precision,

@@ -5,7 +5,7 @@
 (`finetune.probe_crops=random`, uncached training; its val/test features are cached).
 
     python -m bench.linear_probe                      # PTB-XL from ../shared/ecg-data/ptbxl, tiny model, 50 epochs
-    python -m bench.linear_probe --set model.embed_dim=192 --set model.depth=6 --set model.num_heads=3
+    python -m bench.linear_probe --set encoders.coreecg.embed_dim=192 --set encoders.coreecg.depth=6 --set encoders.coreecg.num_heads=3
     python -m bench.linear_probe --quick              # 3 epochs: a smoke run
     python -m bench.linear_probe --variants cached,uncached   # without the random-crop probe
 
@@ -30,10 +30,10 @@ costs ~6 ms:
       load 27: cached 18.75 s wall (loop 4.64 + features 1.33), uncached 76.74 s (loop 60.85),
       random crops 69.51 s (loop 44.89): 4.1x wall (was 1.0x), 10.2x loop
       load 5.3 (--variants cached,uncached): 25.67 s vs 75.83 s: 3.0x wall
-    python -m bench.linear_probe --set model.embed_dim=64 --variants cached,uncached
+    python -m bench.linear_probe --set encoders.coreecg.embed_dim=64 --variants cached,uncached
       load 21: cached 33.78 s (loop 7.75 + features 5.07), uncached 125.5 s (loop 104.87): 3.7x wall, 8.2x loop
       load 6: cached 28.03 s (loop 5.40 + features 3.42), uncached 121.52 s (loop 101.98): 4.3x wall, 11.8x loop
-    python -m bench.linear_probe --set model.embed_dim=128 --set model.depth=3 --variants cached,uncached
+    python -m bench.linear_probe --set encoders.coreecg.embed_dim=128 --set encoders.coreecg.depth=3 --variants cached,uncached
       load 1: cached 23.6 s (loop 4.06 + features 6.50), uncached 260.42 s (loop 248.19):
       11.0x wall, 23.5x loop
     Every run: the same test AUROC and best epoch cached and uncached.

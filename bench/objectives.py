@@ -25,7 +25,7 @@ from coreecg.encoders import build_encoder
 from coreecg.eval.objectives import OBJECTIVES, Embeddings
 from coreecg.eval.probe import ProbeData, ProbeSplit, embed
 
-SIZES = {"tiny": ["model.embed_dim=32", "model.depth=2", "model.num_heads=2"], "paper": []}
+SIZES = {"tiny": ["encoders.coreecg.embed_dim=32", "encoders.coreecg.depth=2", "encoders.coreecg.num_heads=2"], "paper": []}
 
 
 def split(windows: np.ndarray, labels: np.ndarray, k: int) -> ProbeSplit:

@@ -64,7 +64,7 @@ def main() -> None:
     overrides = list(args.set)
     if args.quick:
         args.records, overrides = 40, [*TINY, "model.input_samples=1500", "data.crop_samples=1500",
-                                       "model.patch_size=150", *overrides]
+                                       "encoders.coreecg.patch_size=150", *overrides]
 
     from coreecg.cluster import init_ray
     from coreecg.hub import load_model

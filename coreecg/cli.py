@@ -125,7 +125,7 @@ def job_parser(doc: str, *, config: bool = True, default_config: str | Path | No
     p = argparse.ArgumentParser(prog=prog or _prog(), description=doc, formatter_class=HelpFormatter)
     if config:
         p.add_argument("--config", default=str(default_config) if default_config else None,
-                       help="YAML config layered over the paper defaults (coreecg/config.py)"
+                       help="YAML config over the paper defaults (docs/configuration.md)"
                        + ("" if default_config else "; none: the paper defaults"))
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="A.B=C",
                        help="override one config value (repeatable), e.g. --set methods.core.masking.p_time=0.6")

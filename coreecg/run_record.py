@@ -174,13 +174,12 @@ def flat_params(config) -> dict[str, Any]:
 
 # The knobs a pretraining table compares (TensorBoard's HParams view shows these columns), and
 # every scalar of the training method's own section (methods.<name>.*: CoRe-ECG's masking rates,
-# loss weights, decoder depths, ...).
-HPARAM_KEYS = ("pretrain.method", "train.variant", "optim.lr", "optim.batch_size", "optim.epochs",
-               "optim.warmup_epochs", "model.embed_dim", "model.depth", "data.corpus", "train.seed",
-               "train.num_workers")
+# loss weights, decoder depths, ...) and of the encoder's (encoders.<arch>.*: its sizes).
+HPARAM_KEYS = ("pretrain.method", "train.variant", "model.arch", "optim.lr", "optim.batch_size", "optim.epochs",
+               "optim.warmup_epochs", "data.corpus", "train.seed", "train.num_workers")
 
 
 def hparams(config) -> dict[str, Any]:
     flat = flat_params(config)
-    own = f"methods.{config.pretrain.method}."
+    own = (f"methods.{config.pretrain.method}.", f"encoders.{config.model.arch}.")
     return {**{k: flat[k] for k in HPARAM_KEYS if k in flat}, **{k: v for k, v in flat.items() if k.startswith(own)}}

@@ -4,7 +4,7 @@
     python jobs/preprocess.py --source ptbxl --input ../shared/ecg-data/ptbxl --output corpora/ptbxl \\
         --set data.sources.ptbxl.label_view=multi --set data.shard_records=32
 
-Every setting is a `data.*` key of the typed config (coreecg/config.py): preprocessing
+Every setting is a `data.*` key of the typed config (coreecg/config/data.py): preprocessing
 (`data.preprocess.*`), splits, shard size and the readers' options (`data.sources.*`).
 Re-running with the same arguments skips finished shards. A source of your own is a module named
 in the config's `plugins` (docs/data_sources.md, "Adding a source"):

@@ -2,7 +2,7 @@
 from coreecg.config import load_config
 
 TINY = [
-    "model.embed_dim=32", "model.depth=2", "model.num_heads=2",
+    "encoders.coreecg.embed_dim=32", "encoders.coreecg.depth=2", "encoders.coreecg.num_heads=2",
     "methods.core.time_decoder.dim=32", "methods.core.time_decoder.depth=2", "methods.core.time_decoder.heads=2",
     "methods.core.latent_decoder.dim=32", "methods.core.latent_decoder.depth=1", "methods.core.latent_decoder.heads=2",
     "methods.core.projection.hidden_dim=64", "methods.core.projection.dim=32",
@@ -132,7 +132,7 @@ def tiny_models(root, classes=("NORM", "MI", "STTC"), multilabel: bool = False) 
     from coreecg.model.classifier import Classifier
     from coreecg.config import STANDARD_LEADS
 
-    small = ["model.input_samples=1500", "data.crop_samples=1500", "model.patch_size=150"]
+    small = ["model.input_samples=1500", "data.crop_samples=1500", "encoders.coreecg.patch_size=150"]
     torch.manual_seed(0)
     cfg = tiny_config(*small)
     save_encoder(root / "pre" / "encoder.pt", CoReECG(cfg), cfg, step=1)

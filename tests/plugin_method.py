@@ -8,7 +8,7 @@ from torch import nn
 from coreecg.methods.core_ecg.masking import random_token_mask
 from coreecg.methods import PretrainMethod, register_method
 from coreecg.model.embed import patchify
-from coreecg.model.encoder import Encoder
+from coreecg.encoders import build_encoder
 
 
 @dataclass
@@ -30,18 +30,19 @@ class PatchRegression(PretrainMethod):
 
     def __init__(self, config):
         super().__init__(config)
-        m, o = config.model, config.methods.patch_regression
-        self.encoder = Encoder.from_config(m)                 # the one encoder: exported, probed, fine-tuned
-        self.head = (nn.Linear(m.embed_dim, m.patch_size) if o.hidden_dim == 0 else nn.Sequential(
-            nn.Linear(m.embed_dim, o.hidden_dim), nn.GELU(), nn.Linear(o.hidden_dim, m.patch_size)))
+        o = config.methods.patch_regression
+        self.encoder = build_encoder(config)       # model.arch's encoder (a grid one): exported, probed, fine-tuned
+        width, patch = self.encoder.dim, config.patch_size
+        self.head = (nn.Linear(width, patch) if o.hidden_dim == 0 else nn.Sequential(
+            nn.Linear(width, o.hidden_dim), nn.GELU(), nn.Linear(o.hidden_dim, patch)))
 
     def forward(self, x, generator=None, patient=None):
         """x: (B, C, T) -> {"loss", "loss_patch"}: visible tokens regress their own input patches."""
         B, C, _ = x.shape
-        visible, _, _ = random_token_mask(B, C, self.config.model.n_patches,
+        visible, _, _ = random_token_mask(B, C, self.config.n_patches,
                                           self.config.methods.patch_regression.ratio, generator)
         enc = self.encoder(x, visible=visible)
-        target = patchify(x, self.config.model.patch_size).flatten(1, 2)          # (B, C * N, P)
+        target = patchify(x, self.config.patch_size).flatten(1, 2)          # (B, C * N, P)
         target = torch.gather(target, 1, enc.index[..., None].expand(-1, -1, target.shape[-1]))
         loss = (self.head(enc.tokens) - target).pow(2).mean()
         return {"loss": loss, "loss_patch": loss.detach()}

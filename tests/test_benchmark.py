@@ -191,9 +191,9 @@ def test_a_study_fine_tunes_external_encoders_as_rows(tmp_path, ecg_data):
     from coreecg.checkpoints import save_encoder
     from coreecg.config import load_config
 
-    cfg = load_config(REPO / "configs" / "quickstart.yaml", ["model.embed_dim=32", "model.depth=1", "model.num_heads=2"])
+    cfg = load_config(REPO / "configs" / "quickstart.yaml", ["encoders.coreecg.embed_dim=32", "encoders.coreecg.depth=1", "encoders.coreecg.num_heads=2"])
     holder = nn.Module()
-    holder.encoder = Encoder.from_config(cfg.model)
+    holder.encoder = Encoder.from_config(cfg)
     save_encoder(enc, holder, cfg)
     study = load_study(_bench_study(tmp_path, ecg_data, {"Mine": str(enc)},
                                     published=[str(REPO / "studies" / "published" / "ecg_fm_benchmark.yaml")]))
@@ -231,7 +231,7 @@ def test_the_shipped_benchmark_studies_are_valid_and_tiny_is_the_same_protocol(t
 
     cfg = load_config(REPO / "configs" / "paper.yaml", [])
     holder = nn.Module()
-    holder.encoder = Encoder.from_config(cfg.model)
+    holder.encoder = Encoder.from_config(cfg)
     save_encoder(tmp_path / "encoder.pt", holder, cfg)
     monkeypatch.setenv("COREECG_ENCODER", str(tmp_path / "encoder.pt"))
     monkeypatch.setenv("STMEM_WEIGHTS", str(REPO.parent / "shared" / "fixtures" / "st-mem" / "full.pth"))

@@ -139,7 +139,7 @@ def test_print_config_is_the_resolved_config_and_runs_nothing(tmp_path):
     done = _job("jobs/pretrain.py", "--set", "optim.lr=0.002", "--output", str(tmp_path / "run"), "--print-config")
     assert done.returncode == 0, done.stderr
     cfg = yaml.safe_load(done.stdout)
-    assert cfg["optim"]["lr"] == 0.002 and cfg["model"]["embed_dim"] == 64          # quickstart + --set
+    assert cfg["optim"]["lr"] == 0.002 and cfg["encoders"]["coreecg"]["embed_dim"] == 64   # quickstart + --set
     assert cfg["train"]["name"] == "run" and cfg["train"]["storage_path"] == str(tmp_path)  # the job's flag
     assert not (tmp_path / "run").exists()
     conflict = _job("jobs/pretrain.py", "--output", str(tmp_path / "run"), "--set", "train.name=x", "--print-config")

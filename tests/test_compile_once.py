@@ -35,7 +35,7 @@ def _losses(mode: str, padded: bool, compiled: bool) -> tuple[list[float], list[
     step.unpadded = not padded            # no padding: exact STDM then runs with no attention mask at all
     x = torch.randn(4, cfg.model.n_leads, cfg.model.input_samples, generator=torch.Generator().manual_seed(1))
     if padded:
-        x[1, :, -3 * cfg.model.patch_size:] = float("nan")    # a short record: the key-padding mask is on
+        x[1, :, -3 * cfg.patch_size:] = float("nan")    # a short record: the key-padding mask is on
     gen, losses, counts = torch.Generator(), [], []
     for i in range(STEPS):
         gen.manual_seed(1000 + i)         # fresh masks every step, the same for eager and compiled

@@ -6,9 +6,9 @@ from coreecg.config import Config, ConfigError, ReportConfig, config_from_dict, 
 
 def test_defaults_are_the_papers_values():
     c = load_config()
-    m = c.model
-    assert (m.patch_size, m.input_samples, m.n_leads, m.n_patches) == (75, 2250, 12, 30)
-    assert (m.depth, m.embed_dim, m.num_heads) == (10, 256, 4)
+    m, v = c.model, c.encoders.coreecg
+    assert (m.arch, v.patch_size, m.input_samples, m.n_leads, c.n_patches) == ("coreecg", 75, 2250, 12, 30)
+    assert (v.depth, v.embed_dim, v.num_heads, v.mlp_ratio, v.dropout) == (10, 256, 4, 4.0, 0.0)
     o = c.methods.core
     assert (o.latent_decoder.depth, o.latent_decoder.dim, o.latent_decoder.heads) == (8, 256, 4)
     assert (o.time_decoder.depth, o.time_decoder.dim, o.time_decoder.heads) == (10, 256, 4)
@@ -36,7 +36,8 @@ def test_yaml_then_overrides(tmp_path):
 @pytest.mark.parametrize("override, needle", [
     ("masking.p_tim=0.3", "masking.p_tim"),
     ("modle.depth=3", "modle"),
-    ("model.depth=3.5", "model.depth"),
+    ("encoders.coreecg.depth=3.5", "encoders.coreecg.depth"),
+    ("model.depth=3.5", "encoders.coreecg.depth: expects an integer"),      # a moved key: named at its place now
     ("methods.core.masking.strategy=checkerboard", "methods.core.masking.strategy"),
     ("methods.core.fda.enabled=maybe", "methods.core.fda.enabled"),
     ("methods.core.masking.p_time=1.5", "methods.core.masking: p_time=1.5 must lie in"),
@@ -142,3 +143,23 @@ def test_the_moved_synthetic_seed_key_still_loads_at_its_new_place(tmp_path):
     with pytest.raises(ConfigError, match=rf"^{f}: data\.sources\.synthetic_seed \(moved to data\.sources\.synthetic"
                                           r"\.seed\) and data\.sources\.synthetic\.seed are both given"):
         load_config(f)
+
+
+def test_the_vits_sizes_moved_from_model_to_its_encoder_section(tmp_path):
+    """model.<size> (before the encoder registry) is read at encoders.<arch>.<size>: from a file, an
+    override and a saved config; a published ViT family's saved config (model.arch=st_mem) moves
+    them to its own section; both places given differently is an error naming both."""
+    f = tmp_path / "old.yaml"
+    f.write_text("model:\n  embed_dim: 64\n  depth: 3\n  num_heads: 4\n")
+    c = load_config(f, overrides=["model.patch_size=50"])
+    assert (c.encoders.coreecg.embed_dim, c.encoders.coreecg.depth, c.patch_size, c.n_patches) == (64, 3, 50, 45)
+    assert set(c.to_dict()["model"]) == {"arch", "n_leads", "input_samples"}
+    saved = config_from_dict({"model": {"arch": "st_mem", "embed_dim": 192, "depth": 3, "num_heads": 3,
+                                        "patch_size": 75, "input_samples": 2250}})
+    assert saved.encoder == saved.encoders.st_mem and (saved.encoder.embed_dim, saved.encoder.depth) == (192, 3)
+    assert saved.encoders.coreecg.embed_dim == 256          # the paper ViT's section keeps its defaults
+    with pytest.raises(ConfigError, match=r"model\.depth \(moved to encoders\.coreecg\.depth\) and "
+                                          r"encoders\.coreecg\.depth are both given"):
+        config_from_dict({"model": {"depth": 3}, "encoders": {"coreecg": {"depth": 4}}})
+    with pytest.raises(ConfigError, match=r"encoders\.coreecg.*embed_dim=30 is not divisible.*num_heads=4"):
+        load_config(overrides=["encoders.coreecg.embed_dim=30"])

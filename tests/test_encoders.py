@@ -5,6 +5,7 @@ classifier on every encoder, and an encoder written outside the package taken th
 fine-tuning, export and a fresh-process load."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -325,6 +326,10 @@ def test_every_downstream_path_takes_a_sequence_encoder(arch, tmp_path, ecg_data
     assert meta["onnx"]["max_abs_diff_vs_pytorch"] is not None and meta["onnx"]["max_abs_diff_vs_pytorch"] < 1e-3, meta["onnx"]
     encoder = Encoder.from_pretrained(out)
     assert type(encoder).__name__ == {"xresnet1d": "XResNet1d", "s4": "S4Encoder"}[arch]
+    # the card and config.json describe this encoder (its own sizes), not the ViT's
+    card = (out / "README.md").read_text()
+    assert f"`model.arch: {arch}`" in card and "transformer encoder" not in card
+    assert meta["architecture"]["encoder"]["options"] == json.loads(json.dumps(dataclasses.asdict(getattr(plan.config.encoders, arch))))
     x = torch.randn(2, 12, 2250, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(encoder.pooled(x), coreecg.load_encoder(tmp_path / "pre").pooled(x))
     hea = sorted((ecg_data / "ptbxl").rglob("records500/*/*.hea"))[0]
@@ -350,8 +355,8 @@ def test_encoder_cost_is_the_vits_hand_count():
     from coreecg.encoders.cost import encoder_cost
 
     cfg = load_config(overrides=TINY)
-    m = cfg.model
-    L, D, P = m.n_leads * m.n_patches, m.embed_dim, m.patch_size
+    m = cfg.encoders.coreecg
+    L, D, P = cfg.model.n_leads * cfg.n_patches, m.embed_dim, m.patch_size
     embed = 2 * L * P * D
     linear = m.depth * 2 * L * (3 * D * D + D * D + 2 * int(m.mlp_ratio * D) * D)
     attention = m.depth * 2 * (2 * L * L * D)

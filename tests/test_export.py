@@ -140,11 +140,13 @@ def test_config_json_carries_the_contract_from_the_config_and_the_card_names_met
     assert meta["kind"] == "encoder" and meta["format_version"] == FORMAT_VERSION and meta["coreecg_version"] == coreecg.__version__
     assert (c["sampling_rate"], c["window_samples"]) == (p.sampling_rate, 1500)
     assert c["window_seconds"] == 1500 / p.sampling_rate
-    assert (c["stored_window_samples"], c["patch_size"]) == (p.window_samples, made["cfg"].model.patch_size)
+    assert (c["stored_window_samples"], c["patch_size"]) == (p.window_samples, made["cfg"].patch_size)
     assert c["leads"] == list(p.leads)
     assert (c["bandpass"]["highpass_hz"], c["bandpass"]["lowpass_hz"], c["bandpass"]["order"]) == (0.5, 45.0, 2)
     assert c["normalisation"]["method"] == "z-score" and c["normalisation"]["eps"] == 1e-5
-    assert meta["architecture"]["embed_dim"] == 32 and meta["config"] == made["cfg"].to_dict()
+    arch = meta["architecture"]         # the encoder's own sizes beside its class, title and width
+    assert arch["options"]["embed_dim"] == arch["width"] == 32 and arch["title"].startswith("CoRe-ECG ViT")
+    assert meta["config"] == made["cfg"].to_dict()
 
     card = (made["enc_export"] / "README.md").read_text()
     assert "CoRe-ECG" in card and "pretrain.method=core" in card

@@ -34,7 +34,7 @@ def test_what_defines_a_method_and_what_only_bookkeeps_may_differ():
 @pytest.mark.parametrize("override, key", [
     ("optim.lr=0.001", "optim.lr"),                       # pretraining budget and optimiser
     ("optim.epochs=3", "optim.epochs"),
-    ("model.depth=3", "model.depth"),                     # the encoder
+    ("encoders.coreecg.depth=3", "encoders.coreecg.depth"),                  # the encoder
     (f"optim.gather_negatives={str(not OptimConfig().gather_negatives).lower()}", "optim.gather_negatives"),  # negatives
     ("train.num_workers=4", "train.num_workers"),         # workers x per-worker batch
     ("data.corpus=/other/corpus", "data.corpus"),         # pretraining data
@@ -185,7 +185,7 @@ def test_defining_keys_come_from_the_registrations_and_classify_every_key_as_bef
            for k in keys}
     assert {k: is_compared(k) for k in keys} == old
     assert not is_compared("methods.core.masking.p_time") and not is_compared("methods.core.time_decoder.depth")   # CoRe-ECG's own
-    assert is_compared("model.depth") and is_compared("optim.lr")
+    assert is_compared("encoders.coreecg.depth") and is_compared("optim.lr")
     # how a step is run (compiled, CUDA graphs) changes its speed, not what it computes
     assert not is_compared("train.compile") and not is_compared("train.compile_mode")
 

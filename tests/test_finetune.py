@@ -144,9 +144,9 @@ def _ft(tmp: Path, name: str, corpora: Path, *extra: str):
 def test_bad_input_is_refused_before_training(corpora, encoder, tmp_path):
     with pytest.raises(FinetuneError, match="no labels"):
         plan_finetune(load_config(overrides=[f"data.corpus={corpora / 'mimic'}", f"finetune.encoder={encoder}"]))
-    other = load_config(overrides=[*TINY, "model.embed_dim=64", f"data.corpus={corpora / 'ptbxl'}",
+    other = load_config(overrides=[*TINY, "encoders.coreecg.embed_dim=64", f"data.corpus={corpora / 'ptbxl'}",
                                    f"finetune.encoder={encoder}"])
-    with pytest.raises(CheckpointError, match=r"another shape.*model\.embed_dim: 32 in the checkpoint, 64"):
+    with pytest.raises(CheckpointError, match=r"another shape.*encoders\.coreecg\.embed_dim: 32 in the checkpoint, 64 asked"):
         plan_finetune(other)
     broken = tmp_path / "broken.pt"
     broken.write_bytes(Path(encoder).read_bytes()[:1000])
@@ -199,14 +199,14 @@ def test_finetune_end_to_end_on_real_ptbxl(runs, corpora, encoder):
     assert (run / "figures" / "tsne.png").stat().st_size > 10_000
     assert any(f.name.startswith("events.out.tfevents") for f in (run / "tensorboard").iterdir())
     saved = load_config(run / "config.yaml")
-    assert saved.model.embed_dim == 32 and saved.finetune.encoder == m["encoder"]
+    assert saved.encoders.coreecg.embed_dim == 32 and saved.finetune.encoder == m["encoder"]
 
     # The selected weights fit the training set well above chance (macro AUROC over the classes
     # with at least 5 training records: this subset has one HYP record, whose AUROC is noise).
     payload, cfg = load_checkpoint(r.model)
     assert payload["epoch"] == best + 1                               # epochs count from 1
     assert payload["class_names"] == ["NORM", "MI", "STTC", "CD", "HYP"] and payload["multilabel"] is False
-    model = Classifier(Encoder.from_config(cfg.model), 5, STANDARD_LEADS, multilabel=False)
+    model = Classifier(Encoder.from_config(cfg), 5, STANDARD_LEADS, multilabel=False)
     model.load_state_dict(payload["model"])
     train = load_split(corpora / "ptbxl", "train")
     probs, feats = predict(model, train.signal, list(range(12)), 2250, 3, torch.device("cpu"))

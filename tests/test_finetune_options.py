@@ -87,7 +87,7 @@ def _expected_scale(name: str, decay: float, depth: int) -> float:
 
 def test_layer_decay_groups_cover_every_parameter_once_at_the_specified_lr():
     model = _classifier(pooling="attention")
-    cfg = tiny_config("finetune.layer_decay=0.5", "finetune.lr=1e-3", "model.depth=3")
+    cfg = tiny_config("finetune.layer_decay=0.5", "finetune.lr=1e-3", "encoders.coreecg.depth=3")
     step = FinetuneStep(model, cfg, Schedule(10, 1, 0))
     names = {id(p): n for n, p in model.named_parameters()}
     seen = [names[id(p)] for g in step.optimizer.param_groups for p in g["params"]]

@@ -31,7 +31,7 @@ GUANGXI_DCM = HOSPITAL / "dicom" / "guangxi_teaching_sinus_rhythm.dcm"
 GUANGXI_XML = HOSPITAL / "muse" / "guangxi_teaching_sinus_rhythm.xml"
 MUSE_PHI = HOSPITAL / "muse" / "musePHI_muse_ecg1.xml"
 AECG_MIN = HOSPITAL / "aecg" / "FDA_minimum_aecg.xml"
-SMALL = [*TINY, "model.input_samples=1500", "data.crop_samples=1500", "model.patch_size=150"]
+SMALL = [*TINY, "model.input_samples=1500", "data.crop_samples=1500", "encoders.coreecg.patch_size=150"]
 # What the EDF files written here carry in their headers, never to be copied into a corpus.
 EDF_PATIENT = {"code": "MRN-4471902", "name": "Doe_Janet", "birthdate": datetime.date(1951, 5, 2)}
 

@@ -50,7 +50,7 @@ def _front(card: str) -> dict:
 def test_encoder_round_trip_is_bit_identical(tmp_path, umask022):
     torch.manual_seed(0)
     cfg = tiny_config("model.input_samples=750", "data.crop_samples=750")
-    enc = Encoder.from_config(cfg.model).eval()
+    enc = Encoder.from_config(cfg).eval()
     enc.save_pretrained(tmp_path / "enc")           # a bare encoder: coreecg's config from its constructor
     assert sorted(p.name for p in (tmp_path / "enc").iterdir()) == ["README.md", "config.json", "model.safetensors"]
     for p in (tmp_path / "enc").iterdir():
@@ -73,7 +73,7 @@ def test_encoder_round_trip_is_bit_identical(tmp_path, umask022):
 def test_classifier_round_trip_keeps_its_task(tmp_path, umask022):
     torch.manual_seed(0)
     cfg = tiny_config("model.input_samples=750", "data.crop_samples=750", f"finetune.leads=[{','.join(LEADS)}]")
-    clf = Classifier(Encoder.from_config(cfg.model), len(CLASSES), LEADS, multilabel=True).eval()
+    clf = Classifier(Encoder.from_config(cfg), len(CLASSES), LEADS, multilabel=True).eval()
     torch.nn.init.normal_(clf.head.bias)
     with pytest.raises(ValueError, match="class_names"):
         clf.save_pretrained(tmp_path / "bare")       # a task needs its class names
@@ -169,13 +169,13 @@ def _tiny_classifier(leads=LEADS, head="auto"):
     cfg = tiny_config("model.input_samples=750", "data.crop_samples=750", f"finetune.leads=[{','.join(leads)}]",
                       f"finetune.head={head}")
     torch.manual_seed(0)
-    return cfg, Classifier.for_mode(Encoder.from_config(cfg.model), len(CLASSES), leads, True, "finetune", head)
+    return cfg, Classifier.for_mode(Encoder.from_config(cfg), len(CLASSES), leads, True, "finetune", head)
 
 
 @pytest.mark.parametrize("change, named", [
     ("finetune.leads=[I,II,III,aVR,aVL,aVF,V1,V2,V3,V4,V5,V6]", "finetune.leads"),   # lead_idx is not in the weights
     ("finetune.head=attention", "finetune.head"),
-    ("model.embed_dim=64", "model.embed_dim"),
+    ("encoders.coreecg.embed_dim=64", r"\(encoders\.coreecg\.embed_dim\)"),
     ("model.input_samples=1500 data.crop_samples=1500", "model.input_samples"),
 ])
 def test_save_pretrained_refuses_a_config_that_describes_another_model(tmp_path, change, named):

@@ -271,7 +271,7 @@ def test_method_options_are_typed_validated_and_saved():
                        ("methods.moco_v3.views.crop_min=0", "crop_min"),
                        ("methods.cmsc.segments=7", None)]:
         with pytest.raises(ConfigError, match=words):
-            load_config(overrides=["pretrain.method=cmsc" if "segments" in bad else "model.depth=10", bad])
+            load_config(overrides=["pretrain.method=cmsc" if "segments" in bad else "encoders.coreecg.depth=10", bad])
 
 
 def test_a_checkpoint_of_another_method_is_refused():

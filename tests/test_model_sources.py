@@ -22,7 +22,7 @@ from coreecg.model.classifier import Classifier
 from tests.helpers import TINY, InProcessDataset
 
 # Small inputs (120 tokens for 12 leads), as in tests/test_predict.py: cheap on 2 CPU cores.
-SMALL = [*TINY, "model.input_samples=1500", "data.crop_samples=1500", "model.patch_size=150"]
+SMALL = [*TINY, "model.input_samples=1500", "data.crop_samples=1500", "encoders.coreecg.patch_size=150"]
 RECORDS = 90           # 30 synthetic patients, 60/20/20 by patient: val and test get windows of their own
 
 

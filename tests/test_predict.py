@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 LIMB = STANDARD_LEADS[:6]
 # Smaller than tests.helpers.TINY's inputs: 1,500-sample crops of 150-sample patches (120 tokens
 # for 12 leads, not 360), so every forward pass here is cheap on 2 CPU cores.
-SMALL = [*TINY, "model.input_samples=1500", "data.crop_samples=1500", "model.patch_size=150"]
+SMALL = [*TINY, "model.input_samples=1500", "data.crop_samples=1500", "encoders.coreecg.patch_size=150"]
 N_RECORDS = 100        # the first PTB-XL records: ~85 single-label, enough for labelled val and test splits
 
 
@@ -238,7 +238,7 @@ def test_an_encoder_writes_one_embedding_per_record(runs, ecg_data, tmp_path):
     assert table.column("record_id").to_pylist() == ["A0002", "A0005", "A0011"]
     emb = np.asarray(table.column("embedding").to_pylist(), dtype=np.float32)
     loaded = load_model(runs["encoder"])
-    assert loaded.kind == "encoder" and emb.shape == (3, loaded.config.model.embed_dim) == (3, 32)
+    assert loaded.kind == "encoder" and emb.shape == (3, loaded.config.encoders.coreecg.embed_dim) == (3, 32)
 
     # The oracle: mean over the record's windows of the mean over 3 crops of Encoder.pooled.
     spec = input_spec(loaded)

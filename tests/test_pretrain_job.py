@@ -76,8 +76,8 @@ def test_resume_refuses_a_different_model(tmp_path):
     windows = np.zeros((8, 12, 2500), dtype=np.float32)
     pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=1", "train.eval_every_epochs=0"),
                         windows, tmp_path)
-    with pytest.raises(CheckpointError, match=r"checkpoint\.pt.*model\.depth"):
-        pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "model.depth=3"), windows, tmp_path)
+    with pytest.raises(CheckpointError, match=r"checkpoint\.pt.*encoders\.coreecg\.depth: 2 -> 3"):
+        pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "encoders.coreecg.depth=3"), windows, tmp_path)
     # a longer schedule on the same model is a legitimate resume
     summary = pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "train.eval_every_epochs=0"),
                                   windows, tmp_path)

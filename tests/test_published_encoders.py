@@ -63,11 +63,12 @@ def test_the_encoder_and_the_full_checkpoint_hold_the_same_encoder(fx):
     assert a.kind == b.kind == "encoder" and a.entries["published"] == b.entries["published"] == "st_mem"
     assert a.state.keys() == b.state.keys() and not any(k.startswith(("decoder", "mask_")) for k in b.state)
     assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
-    m = a.config.model
-    assert (m.arch, m.embed_dim, m.depth, m.num_heads, m.patch_size, m.input_samples, m.n_leads) == (
+    m, v = a.config.model, a.config.encoders.st_mem          # sizes: ST-MEM's own section
+    assert a.config.encoder is v
+    assert (m.arch, v.embed_dim, v.depth, v.num_heads, v.patch_size, m.input_samples, m.n_leads) == (
         "st_mem", fx.arch["width"], fx.arch["depth"], fx.arch["heads"], fx.arch["patch_size"], fx.arch["seq_len"],
         fx.arch["num_leads"])
-    assert m.mlp_ratio * m.embed_dim == fx.arch["mlp_dim"]
+    assert v.mlp_ratio * v.embed_dim == fx.arch["mlp_dim"]
     # the input contract: ST-MEM's, not coreecg's defaults
     p = a.config.data.preprocess
     assert (p.sampling_rate, p.highpass_hz, p.lowpass_hz, p.standardize) == (250, 0.67, 40.0, "record")
@@ -92,14 +93,14 @@ def test_the_architecture_is_read_from_the_state_dict(tmp_path, recorded):
     torch.save(payload, tmp_path / "other.pth")
     loaded = load_encoder(tmp_path / "other.pth")
     assert (loaded.dim, loaded.depth, loaded.patch_size, loaded.n_patches, loaded.n_leads) == (192, 3, 50, 40, 12)
-    m = open_source(tmp_path / "other.pth").config.model
-    assert (m.num_heads, m.input_samples, m.mlp_ratio) == (3, 2000, 2.0)
+    config = open_source(tmp_path / "other.pth").config
+    assert (config.encoder.num_heads, config.model.input_samples, config.encoder.mlp_ratio) == (3, 2000, 2.0)
     x = torch.randn(2, 12, 2000)
     with torch.no_grad():
         torch.testing.assert_close(loaded.pooled(x), made.pooled(x), atol=1e-6, rtol=0)
     # the heads rule when a checkpoint records none: attention width / 64
-    assert read_architecture(recognise(made.state_dict())).num_heads == 3
-    assert read_architecture(recognise(made.state_dict()), {"heads": 6}).num_heads == 6
+    assert read_architecture(recognise(made.state_dict())).encoders.st_mem.num_heads == 3
+    assert read_architecture(recognise(made.state_dict()), {"heads": 6}).encoders.st_mem.num_heads == 6
 
 
 def test_an_input_longer_than_the_position_table_names_the_file(fx):
@@ -260,7 +261,7 @@ def test_finetuning_starts_from_the_published_weights(fx, stmem_corpus, tmp_path
 
     cfg = load_config(overrides=[f"data.corpus={stmem_corpus}", f"finetune.encoder={fx.encoder}",
                                  f"train.storage_path={tmp_path}", "train.name=plan", "finetune.batch_size=8",
-                                 "train.num_workers=1", "model.embed_dim=32", "model.depth=2"])   # a study's model
+                                 "train.num_workers=1", "encoders.coreecg.embed_dim=32", "encoders.coreecg.depth=2"])   # a study's model
     plan = plan_finetune(cfg)
     assert plan.config.model == open_source(fx.encoder).config.model and plan.config.data.crop_samples == 2250
     assert plan.finetune.meta["method"] == "ST-MEM" and "preprocess_mismatch" not in plan.finetune.meta
@@ -301,7 +302,7 @@ def test_finetune_predict_and_export_from_the_published_weights(fx, stmem_corpus
     x = fx.x[:2]
     from coreecg.model.classifier import Classifier
 
-    rebuilt = Classifier(STMemEncoder.from_config(config.model), len(metrics["class_names"]), config.finetune.leads,
+    rebuilt = Classifier(STMemEncoder.from_config(config), len(metrics["class_names"]), config.finetune.leads,
                          metrics["multilabel"]).eval()
     rebuilt.load_state_dict(payload["model"])
     with torch.no_grad():
@@ -369,8 +370,8 @@ def test_a_study_fine_tunes_a_given_published_encoder_as_a_method(fx, tmp_path, 
     assert {r.mode for r in runs} == {"finetune"}
     assert "ST-MEM" not in study.pretrain_methods and "ST-MEM" in study.table_rows()["comparison"]
     # its own architecture is a declared difference of its row, not an unfair table
-    assert any(a.covers("ST-MEM", "model.embed_dim") for a in study.allow)
-    assert not any(a.covers("CoRe-ECG", "model.embed_dim") for a in study.allow)
+    assert any(a.covers("ST-MEM", "encoders.st_mem.embed_dim") for a in study.allow)
+    assert not any(a.covers("CoRe-ECG", "encoders.coreecg.embed_dim") for a in study.allow)
     with pytest.raises(StudyError, match=r"downstream\.encoders\.ST-MEM: .*nowhere\.pth: no such file"):
         load_study(_study(tmp_path, ecg_data, downstream__methods=["ST-MEM"],
                           downstream__encoders={"ST-MEM": str(tmp_path / "nowhere.pth")}))

@@ -123,7 +123,7 @@ def test_mlflow_run_holds_the_params_and_every_epoch(tracked_run):
     assert mrun.info.run_name == "tracked" and mrun.data.tags["coreecg.run_dir"] == str(run)
     params = mrun.data.params
     assert float(params["optim.lr"]) == cfg.optim.lr and params["pretrain.method"] == "core"
-    assert int(params["model.embed_dim"]) == 32
+    assert int(params["encoders.coreecg.embed_dim"]) == 32
     history = client.get_metric_history(mrun.info.run_id, "loss_rec")
     epochs = [x for x in _lines(run) if x.get("kind") == "epoch"]
     assert [h.step for h in history] == [e["step"] for e in epochs]

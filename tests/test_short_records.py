@@ -27,7 +27,7 @@ from tests.helpers import TINY, tiny_config
 
 CFG = PreprocessConfig()          # min_duration_s = 5 (the default)
 PTBXL_500 = "ptbxl/records500/00000"
-P = 75                             # model.patch_size
+P = 75                             # encoders.coreecg.patch_size
 REAL = 7 * 250                     # samples of a 7 s record at 250 Hz
 
 

@@ -21,7 +21,7 @@ from tests.helpers import TINY, tiny_config
 REPO = Path(__file__).resolve().parents[1]
 # The loader (coreecg/loading/) and the checkpoint store it reads .pt files with.
 ALLOWED = ("coreecg/loading/", "coreecg/checkpoints.py")
-SMALL = [*TINY, "model.input_samples=1500", "data.crop_samples=1500", "model.patch_size=150"]
+SMALL = [*TINY, "model.input_samples=1500", "data.crop_samples=1500", "encoders.coreecg.patch_size=150"]
 LEADS = ["I", "II", "V1", "V5"]
 CLASSES = ["NORM", "MI", "STTC"]
 
@@ -175,7 +175,7 @@ def test_load_method_refuses_what_holds_no_method_naming_the_file(pretrain_run, 
 
 
 def _classifier(cfg) -> Classifier:
-    return Classifier.for_mode(Encoder.from_config(cfg.model), len(CLASSES), LEADS, True, cfg.finetune.mode,
+    return Classifier.for_mode(Encoder.from_config(cfg), len(CLASSES), LEADS, True, cfg.finetune.mode,
                                cfg.finetune.head)
 
 
@@ -202,7 +202,7 @@ def test_load_finetuned_gives_back_the_classifier_with_its_config_and_task(tmp_p
 def test_from_pretrained_loads_through_the_loader_like_load_encoder(tmp_path):
     cfg = tiny_config(*SMALL[len(TINY):])
     torch.manual_seed(2)
-    saved = _changed(Encoder.from_config(cfg.model))
+    saved = _changed(Encoder.from_config(cfg))
     saved.save_pretrained(tmp_path / "export", config=cfg)
     x = torch.randn(2, 12, 1500)
     rng = torch.get_rng_state()

@@ -54,7 +54,7 @@ def test_checkpointing_is_off_outside_autograd(monkeypatch):
         model.encoder.pooled(x)
     assert calls == []
     model.encoder.pooled(x)
-    assert len(calls) == cfg.model.depth
+    assert len(calls) == cfg.encoders.coreecg.depth
 
 
 def test_adamw_is_fused_for_pretraining_and_finetuning():

@@ -68,7 +68,7 @@ def test_optuna_sweep_writes_results_plot_and_a_usable_best_config(env, tmp_path
     assert all(int(r["epochs"]) <= int(best["epochs"]) for r in rows)
     cfg = load_config(out / "best_config.yaml")                              # what jobs/pretrain.py --config reads
     assert cfg.methods.core.masking.p_time == pytest.approx(float(best["methods.core.masking.p_time"]), rel=1e-4)
-    assert cfg.methods.core.loss.tau == pytest.approx(float(best["methods.core.loss.tau"]), rel=1e-4) and cfg.model.embed_dim == 32
+    assert cfg.methods.core.loss.tau == pytest.approx(float(best["methods.core.loss.tau"]), rel=1e-4) and cfg.encoders.coreecg.embed_dim == 32
     for r in rows:                                                           # every trial logs to TensorBoard
         assert any((Path(r["run_dir"]) / "tensorboard").iterdir())
         assert all("probe_auroc" in e for e in _epoch_lines(Path(r["run_dir"])))

@@ -90,7 +90,7 @@ def test_a_single_run_logs_its_params_and_every_epoch_to_wandb_offline(tmp_path)
     epochs = _epochs(tmp_path / "tracked")
     assert _history(records, "loss_rec") == [(e["step"], pytest.approx(e["loss_rec"])) for e in epochs]
     config = _config(records)
-    assert config["optim.lr"] == cfg.optim.lr and config["model.embed_dim"] == 32
+    assert config["optim.lr"] == cfg.optim.lr and config["encoders.coreecg.embed_dim"] == 32
     assert "exit" in records and "WANDB_MODE" not in os.environ        # finished; the process keeps no mode
 
 

@@ -143,7 +143,7 @@ def test_corrupted_and_foreign_checkpoints_stop_before_training(finished_run, tm
     Path(f"{latest}.sha256").unlink()
     with pytest.raises(CheckpointError, match="unreadable|truncated"):
         preflight(run, cfg)
-    other = load_config(overrides=[*TINY, "model.embed_dim=48", "methods.core.latent_decoder.dim=48",
+    other = load_config(overrides=[*TINY, "encoders.coreecg.embed_dim=48", "methods.core.latent_decoder.dim=48",
                                    f"train.storage_path={tmp_path}", "train.name=mimic"])
     with pytest.raises(CheckpointError, match=r"config\.yaml.*model\.embed_dim"):
         fit(plan_run(other, "pretrain"))

@@ -43,9 +43,9 @@ def test_the_context_is_scoped():
 def test_encoder_gives_the_same_tokens_with_or_without_the_mask(mode, masks_seen):
     cfg = tiny_config()
     torch.manual_seed(0)
-    enc = Encoder.from_config(cfg.model).eval()
+    enc = Encoder.from_config(cfg).eval()
     x = torch.randn(6, 12, 2250)
-    n = cfg.model.input_samples // cfg.model.patch_size
+    n = cfg.n_patches
     visible = stdm(6, 12, n, 0.5, 0.5, 3, generator=torch.Generator().manual_seed(0), mode=mode)[0]
     with torch.no_grad():
         masked = enc(x, visible=visible)
@@ -60,14 +60,14 @@ def test_encoder_gives_the_same_tokens_with_or_without_the_mask(mode, masks_seen
     if mode == "exact":
         assert len(set(counts.tolist())) == 1
         assert free.valid is None and free.pad is None
-        assert masks_seen[n_masked_calls:] == [None] * cfg.model.depth       # flash-eligible
+        assert masks_seen[n_masked_calls:] == [None] * cfg.encoders.coreecg.depth       # flash-eligible
     else:   # visible sets of different sizes still need their padding mask
         assert len(set(counts.tolist())) > 1 and free.valid is not None
         assert torch.equal(free.valid, torch.arange(free.valid.shape[1])[None] < counts[:, None])
 
 
 def test_a_full_sequence_has_no_mask_when_unpadded(masks_seen):
-    enc = Encoder.from_config(tiny_config().model).eval()
+    enc = Encoder.from_config(tiny_config()).eval()
     x = torch.randn(2, 12, 2250)
     with torch.no_grad(), unpadded():
         out = enc(x)

@@ -27,10 +27,12 @@ class EncoderOptions(OpenSection):
         return sorted(n for n, s in encoder_specs().items() if s.options is not None)
 
     def names(self, selected: str | None = None) -> list[str]:
-        """The sections a saved config holds: the built-ins', those set and the selected encoder's
-        (never one only because a plugin was imported in this process)."""
+        """The sections a saved config holds: the built-ins' (a published family's only when set or
+        selected), those set and the selected encoder's (never one only because a plugin was
+        imported in this process)."""
         specs = encoder_specs()
-        keep = [*(n for n, s in specs.items() if s.built_in), *self._sections, *([selected] if selected else [])]
+        keep = [*(n for n, s in specs.items() if s.built_in and not s.published), *self._sections,
+                *([selected] if selected else [])]
         return [n for n in dict.fromkeys(keep) if n in specs and specs[n].options is not None]
 
 

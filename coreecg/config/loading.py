@@ -11,6 +11,7 @@ from coreecg.typed import TypedError, load, override, read_yaml
 from coreecg.config.base import ConfigError
 from coreecg.config.plugins import import_plugins_in, import_plugins_of
 from coreecg.config.schema import Config
+from coreecg.encoders.registry import ENCODERS
 from coreecg.methods.registry import moved_keys as method_moved_keys
 
 
@@ -45,9 +46,13 @@ def apply_overrides(cfg: Config, overrides: Iterable[str], origin: str = "overri
 # still load, at the new place; one that gives both differently is an error naming them; a key
 # of a section that moved away entirely and that has no new place is an error naming where the
 # section's keys went (never silently dropped).
+# The ViT's sizes left `model` for the encoder's own section (the encoder registry); a saved config
+# of a published ViT family (model.arch=st_mem) moves them to encoders.<arch> (_vit_sizes_moved).
+VIT_SIZES = ("patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "dropout")
 MOVED_KEYS = {"data.sources.synthetic_seed": "data.sources.synthetic.seed",
               "loss.gather_negatives": "optim.gather_negatives",
-              "pretrain.plugins": "plugins"}
+              "pretrain.plugins": "plugins",
+              **{f"model.{k}": f"encoders.coreecg.{k}" for k in VIT_SIZES}}
 # Moved keys whose lists are merged with the new key's (one plugins key, not two: both are imported)
 MERGED_KEYS = {"pretrain.plugins"}
 
@@ -99,6 +104,7 @@ def moved_override(item: str, origin: str = "overrides", error: type[Exception] 
 def moved_to_new_places(data: dict[str, Any], origin: str) -> dict[str, Any]:
     """`data` (a nested mapping: a file, a saved config) with every moved key at its new place (a
     copy, if any moved); ConfigError for a key left in a section that moved away."""
+    data = _vit_sizes_moved(data)
     moved = all_moved_keys()
     for old, new in moved.items():
         *path, leaf = old.split(".")
@@ -142,3 +148,26 @@ def config_from_dict(data: dict[str, Any], origin: str = "config") -> Config:
     import_plugins_in(data, origin)
     data = moved_to_new_places(data, origin)
     return load(Config, data, origin=origin, error=ConfigError).validate()
+
+
+def _vit_sizes_moved(data: dict[str, Any]) -> dict[str, Any]:
+    """A saved config whose model.arch is a published ViT family with the same size keys (st_mem):
+    its `model.<size>` keys moved to `encoders.<arch>` (a copy); any other `data` as it is (the
+    generic MOVED_KEYS then take `model.<size>` to `encoders.coreecg`)."""
+    model = data.get("model") if isinstance(data, dict) else None
+    arch = model.get("arch") if isinstance(model, dict) else None
+    if not arch or arch == "coreecg" or not any(k in model for k in VIT_SIZES):
+        return data
+    spec = ENCODERS.get(arch)
+    fields = {f.name for f in dataclasses.fields(spec.options)} if spec is not None and spec.options else set()
+    if not set(VIT_SIZES) <= fields:
+        return data
+    data = copy.deepcopy(data)
+    sizes = {k: data["model"].pop(k) for k in VIT_SIZES if k in data["model"]}
+    section = _section_at(data, ["encoders", arch], create=True)
+    for k, v in sizes.items():
+        if k in section and section[k] != v:
+            raise ConfigError(f"model.{k} (moved to encoders.{arch}.{k}) and encoders.{arch}.{k} are both given: "
+                              f"keep encoders.{arch}.{k}")
+        section[k] = v
+    return data

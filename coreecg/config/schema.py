@@ -52,6 +52,24 @@ class Config:
         """The selected method's options section (None for a method without one)."""
         return getattr(self.methods, self.pretrain.method) if self.method.options is not None else None
 
+    @property
+    def encoder(self) -> Any:
+        """The selected encoder's options section, `encoders.<model.arch>` (None for an encoder
+        without one)."""
+        return getattr(self.encoders, self.model.arch) if encoder_spec(self.model.arch).options is not None else None
+
+    @property
+    def patch_size(self) -> int:
+        """Samples per token along time of the (lead, time) grid: the selected encoder's
+        `patch_size`, else the paper ViT's (`encoders.coreecg.patch_size`: the grid a sequence
+        encoder's run still shares, e.g. CMSC's segments and the short-record rule)."""
+        return getattr(self.encoder, "patch_size", None) or self.encoders.coreecg.patch_size
+
+    @property
+    def n_patches(self) -> int:
+        """Tokens per lead along time: model.input_samples / patch_size."""
+        return self.model.input_samples // self.patch_size
+
     def to_dict(self) -> dict[str, Any]:
         out = to_plain(self)
         out["methods"] = {n: to_plain(getattr(self.methods, n)) for n in self.methods.names(self.pretrain.method)}
@@ -65,6 +83,12 @@ class Config:
             Path(path).write_text(text)
         return text
 
+    @property
+    def _patch_key(self) -> str:
+        """The dotted key `patch_size` comes from (for errors)."""
+        arch = self.model.arch if getattr(self.encoder, "patch_size", None) else "coreecg"
+        return f"encoders.{arch}.patch_size"
+
     def validate(self) -> "Config":
         """Checks across sections (each section checks its own keys when built), then the
         training method's own cross-checks (`check(config)` of its options, if it has one)."""
@@ -72,10 +96,9 @@ class Config:
         encoder_spec(m.arch)          # a registered encoder (coreecg.encoders), or the error names them
         if m.arch in self.encoders.names(m.arch):     # its own sections' keys that go together
             getattr(getattr(self.encoders, m.arch), "check", lambda: None)()
-        if m.input_samples % m.patch_size:
-            raise ConfigError(f"model.input_samples={m.input_samples} is not a multiple of model.patch_size={m.patch_size}")
-        if m.embed_dim % m.num_heads:
-            raise ConfigError(f"model.embed_dim={m.embed_dim} is not divisible by its head count {m.num_heads}")
+        if m.input_samples % self.patch_size:
+            raise ConfigError(f"model.input_samples={m.input_samples} is not a multiple of {self._patch_key}="
+                              f"{self.patch_size}")
         if self.data.crop_samples != m.input_samples:
             raise ConfigError(f"data.crop_samples={self.data.crop_samples} must equal model.input_samples={m.input_samples}")
         if self.data.crop_samples > self.data.preprocess.window_samples:
@@ -85,9 +108,9 @@ class Config:
             raise ConfigError(f"data.corpus_weights={list(d.corpus_weights)}: one weight per corpus of data.corpus "
                               f"({len(d.corpora)})")
         pre = self.data.preprocess
-        if pre.min_duration_s * pre.sampling_rate < m.patch_size:
+        if pre.min_duration_s * pre.sampling_rate < self.patch_size:
             raise ConfigError(f"data.preprocess.min_duration_s={pre.min_duration_s} keeps records shorter than "
-                              f"one patch (model.patch_size={m.patch_size} samples at {pre.sampling_rate} Hz)")
+                              f"one patch ({self._patch_key}={self.patch_size} samples at {pre.sampling_rate} Hz)")
         for what, batch in (("finetune", self.finetune.batch_size), ("optim", self.optim.batch_size)):
             # train.num_workers=auto: checked on the resolved config (coreecg.cluster.resolve_devices)
             if isinstance(self.train.num_workers, int) and batch % self.train.num_workers:

@@ -1,5 +1,5 @@
-"""The model, optimisation and training sections: the encoder's sizes, the optimiser, and where and
-how a run trains (a method's own options: its section methods.<name>, coreecg/methods)."""
+"""The model, optimisation and training sections: the encoder and its input, the optimiser, and where
+and how a run trains (a method's own options: its section methods.<name>, coreecg/methods)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,23 +14,15 @@ CPU_WORKERS = 2        # train.num_workers=auto where the run trains on the CPU
 
 @dataclass
 class ModelConfig:
-    """The encoder (paper: Implementation Details); a method's decoders and heads: its section."""
+    """What the encoder reads (paper: Implementation Details): which encoder, and its input. The
+    encoder's sizes are its own section, `encoders.<arch>` (the paper's ViT: `encoders.coreecg`);
+    a method's decoders and heads: its section `methods.<name>`."""
 
-    # Which encoder module: coreecg's own Encoder, or a published family's adapter (its name in
-    # coreecg.model.published, e.g. st_mem), whose sizes below are read from its weights.
+    # Which registered encoder (coreecg.encoders): the paper's ViT, xresnet1d, s4, a plugin's, or a
+    # published family (st_mem) whose sizes `encoders.<arch>` are read from its weights.
     arch: str = "coreecg"
     n_leads: int = 12
     input_samples: int = 2250
-    patch_size: int = 75
-    embed_dim: int = 256
-    depth: int = 10
-    num_heads: int = 4
-    mlp_ratio: float = 4.0
-    dropout: float = 0.0
-
-    @property
-    def n_patches(self) -> int:
-        return self.input_samples // self.patch_size
 
 
 @dataclass

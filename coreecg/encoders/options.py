@@ -2,8 +2,10 @@
 `encoders.<name>` and checks a method against an encoder without building either).
 
     coreecg     the paper's ViT (coreecg.model.encoder.Encoder): tokens on the (lead, time) grid;
-                its sizes are `model.*` (patch_size, embed_dim, depth, num_heads, mlp_ratio, dropout)
-    st_mem      ST-MEM's published ViT (coreecg.model.published): sizes read from its weights
+                its sizes `encoders.coreecg.*` (patch_size, embed_dim, depth, num_heads, mlp_ratio,
+                dropout; `model.*` before: moved keys, coreecg.config.loading)
+    st_mem      ST-MEM's published ViT (coreecg.model.published): `encoders.st_mem.*`, the same
+                keys, written from its weights when they are loaded
     xresnet1d   the PTB-XL benchmark's strongest supervised family (Strodthoff et al. 2021):
                 a 1-D XResNet, bottleneck blocks; default xresnet1d101
     s4          a diagonal state-space encoder (S4D: Gu et al. 2022) behind a convolutional stem,
@@ -17,6 +19,42 @@ from dataclasses import dataclass
 
 from coreecg.config.base import ConfigError
 from coreecg.encoders.registry import GRID, SEQUENCE, EncoderSpec, declare_encoder
+
+
+@dataclass
+class ViTOptions:
+    """`encoders.coreecg`: the paper's ViT (Implementation Details): patches of `patch_size`
+    samples per lead (75 at 250 Hz: 0.3 s), `depth` pre-norm transformer blocks of width
+    `embed_dim` with `num_heads` heads and an MLP of `mlp_ratio` x the width."""
+
+    patch_size: int = 75
+    embed_dim: int = 256
+    depth: int = 10
+    num_heads: int = 4
+    mlp_ratio: float = 4.0
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:     # model.input_samples against patch_size: Config.validate
+        if min(self.patch_size, self.embed_dim, self.depth, self.num_heads) < 1 or self.mlp_ratio <= 0:
+            raise ConfigError("patch_size, embed_dim, depth and num_heads must be >= 1 and mlp_ratio > 0")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"dropout={self.dropout} must be in [0, 1)")
+        if self.embed_dim % self.num_heads:
+            raise ConfigError(f"embed_dim={self.embed_dim} is not divisible by its head count num_heads={self.num_heads}")
+
+    @classmethod
+    def tiny(cls) -> "ViTOptions":
+        return cls(embed_dim=32, depth=2, num_heads=2)
+
+
+@dataclass
+class StMemOptions(ViTOptions):
+    """`encoders.st_mem`: ST-MEM's ViT-B (Na et al. 2024) by default; loading its weights
+    (coreecg.model.published.st_mem) writes the sizes they hold."""
+
+    embed_dim: int = 768
+    depth: int = 12
+    num_heads: int = 12
 
 
 @dataclass
@@ -92,9 +130,9 @@ class S4Options:
         return out
 
 
-VIT = declare_encoder(EncoderSpec("coreecg", "CoRe-ECG ViT (the paper's encoder)", GRID,
+VIT = declare_encoder(EncoderSpec("coreecg", "CoRe-ECG ViT (the paper's encoder)", GRID, options=ViTOptions,
                                   module="coreecg.model.encoder"))
-ST_MEM = declare_encoder(EncoderSpec("st_mem", "ST-MEM ViT (published weights)", GRID,
+ST_MEM = declare_encoder(EncoderSpec("st_mem", "ST-MEM ViT (published weights)", GRID, options=StMemOptions,
                                      module="coreecg.model.published.st_mem", published=True,
                                      input="(B, C, T): ST-MEM's leads and 2250 samples at 250 Hz"))
 XRESNET1D = declare_encoder(EncoderSpec("xresnet1d", "xresnet1d", SEQUENCE, options=XResNet1dOptions,

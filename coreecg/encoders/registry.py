@@ -31,8 +31,8 @@ class EncoderSpec:
     """What the rest of coreecg knows of an encoder, without building it.
 
     name: `model.arch`; title: for messages, tables and model cards; output: GRID or SEQUENCE;
-    options: the dataclass of its section `encoders.<name>` (None: its sizes are `model.*`, the
-    paper's ViT, or are read from published weights); module: where its class lives (imported on
+    options: the dataclass of its section `encoders.<name>` (its sizes; None: it has none);
+    module: where its class lives (imported on
     first build); published: its sizes come from another project's weights (not pretrained here);
     input: its input contract in words (leads, samples: for errors and model cards).
     Parameter groups for layer-wise decay: an encoder names its stacked blocks `blocks.<i>.`

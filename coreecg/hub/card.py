@@ -50,9 +50,7 @@ def _method_lines(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any])
              else f"coreecg {method} classifier for {ft.get('dataset') or 'a labelled corpus'}")
     lines = [*_front_matter(meta, pre, ft), "", f"# {title}", ""]
     lines += [
-        "A 12-lead ECG transformer encoder (patch embedding + lead and time embeddings + pre-norm transformer, "
-        f"{enc['depth']} blocks, width {enc['embed_dim']}, {enc['num_heads']} heads, patches of {enc['patch_size']} "
-        f"samples), exported by coreecg {meta['coreecg_version']}"
+        _encoder_words(enc) + f", exported by coreecg {meta['coreecg_version']}"
         + (f" with a linear head on its pooled token encodings ({_pooling(arch)})." if kind == "classifier"
            else "."), "",
         "## Method", "",
@@ -188,6 +186,30 @@ def _use_lines(kind: str) -> list[str]:
     ]
 
 
+def _sizes(enc: dict[str, Any]) -> dict[str, Any]:
+    """The encoder's sizes: its options section (`encoders.<arch>`), or, in an export written before
+    the encoder registry, the ViT's sizes beside model's keys."""
+    if "options" in enc:
+        return enc["options"]
+    return {k: enc[k] for k in ("patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "dropout") if k in enc}
+
+
+def _width(enc: dict[str, Any]) -> int:
+    return int(enc.get("width") or _sizes(enc)["embed_dim"])
+
+
+def _encoder_words(enc: dict[str, Any]) -> str:
+    """The encoder in a sentence: a ViT's blocks, width, heads and patches; another's sizes as keys."""
+    sizes = _sizes(enc)
+    if all(k in sizes for k in ("depth", "embed_dim", "num_heads", "patch_size")):
+        return ("A 12-lead ECG transformer encoder (patch embedding + lead and time embeddings + pre-norm "
+                f"transformer, {sizes['depth']} blocks, width {sizes['embed_dim']}, {sizes['num_heads']} heads, "
+                f"patches of {sizes['patch_size']} samples)")
+    shown = "".join(f"; {k} {v}" for k, v in sizes.items())
+    return f"A 12-lead ECG encoder, {enc.get('title') or enc['arch']} (`model.arch: {enc['arch']}`{shown}; width " \
+           f"{_width(enc)})"
+
+
 def _load_lines(meta: dict[str, Any], kind: str, c: dict[str, Any]) -> list[str]:
     """How to load: coreecg, plain safetensors, ONNX; the weights' sha256."""
     arch = meta["architecture"]
@@ -200,7 +222,7 @@ def _load_lines(meta: dict[str, Any], kind: str, c: dict[str, Any]) -> list[str]
         "with torch.no_grad():",
         ("    probs = model.probabilities(model(x)[\"logits\"])   # (1, %d), classes: contract[\"class_names\"]"
          % len(c["class_names"])) if kind == "classifier" else
-        "    embedding = model.pooled(x)   # (1, %d)" % enc["embed_dim"],
+        "    embedding = model.pooled(x)   # (1, %d)" % _width(enc),
         "```", "",
         *_hub_lines(kind, published=bool(c.get("encoder"))),
         "Without coreecg: `safetensors.torch.load_file(\"model.safetensors\")` gives the state dict "

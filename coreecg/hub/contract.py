@@ -92,8 +92,8 @@ def input_contract(config: Config, kind: Kind = "encoder", *, class_names: Seque
         "window_seconds": m.input_samples / p.sampling_rate,
         "stored_window_samples": stored,
         "stored_window_seconds": stored / p.sampling_rate,
-        "patch_size": m.patch_size,
-        "patches_per_lead": m.n_patches,
+        "patch_size": config.patch_size,
+        "patches_per_lead": config.n_patches,
         "leads": leads,
         "bandpass": {"highpass_hz": p.highpass_hz, "lowpass_hz": p.lowpass_hz, "order": p.filter_order,
                      "filter": "Butterworth high-pass then low-pass (cascaded SOS), zero-phase (sosfiltfilt), "
@@ -113,18 +113,19 @@ def input_contract(config: Config, kind: Kind = "encoder", *, class_names: Seque
         contract["encoder"] = {"arch": fam.name, "family": fam.title, "pooled": fam.pooling,
                                "normalisation": fam.normalisation, "licence": fam.licence}
     if kind == "encoder":
-        if encoder_spec(m.arch).output == "sequence":        # its width and stride, from the module's shape
-            import torch
+        import torch
 
-            from coreecg.encoders.build import build_encoder
+        from coreecg.encoders.build import build_encoder
 
-            with torch.device("meta"):
-                enc = build_encoder(config)
-            width, tokens = enc.dim, (f"(batch, steps, {enc.dim}): a sequence over time, one step per "
-                                      f"{enc.patch_size} input samples (Encoder(x).tokens)")
+        with torch.device("meta"):                    # its width and token stride, from the module's shape
+            enc = build_encoder(config)
+        width = enc.dim
+        if encoder_spec(m.arch).output == "sequence":
+            tokens = (f"(batch, steps, {width}): a sequence over time, one step per {enc.patch_size} input "
+                      "samples (Encoder(x).tokens)")
         else:
-            width, tokens = m.embed_dim, (f"(batch, leads * {m.n_patches}, {m.embed_dim}): token encodings in "
-                                          "(lead, time) order (Encoder(x).tokens)")
+            tokens = (f"(batch, leads * {config.n_patches}, {width}): token encodings in (lead, time) order "
+                      "(Encoder(x).tokens)")
         contract["output"] = {
             "pooled": f"(batch, {width}): "
                       + (contract["encoder"]["pooled"] if "encoder" in contract else "mean of all token encodings")

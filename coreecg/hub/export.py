@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import torch
 
-from coreecg.encoders.registry import is_published
+from coreecg.encoders.build import build_encoder, encoder_class
+from coreecg.encoders.registry import encoder_spec, is_published
 from coreecg.checkpoints import CheckpointError
 from coreecg.files import TEMP_GLOB, sha256_file, write_atomic, write_json, write_text
 from coreecg.hub.card import CARD_FILE, model_card
@@ -91,8 +93,6 @@ def _check_output(out: Path, source: Path) -> None:
 
 
 def _encoder_class(arch: str) -> str:
-    from coreecg.encoders.build import encoder_class
-
     cls = encoder_class(arch)
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -111,9 +111,12 @@ def _pooling(cfg) -> str:
 def _architecture(src: ModelSource) -> dict[str, Any]:
     """config.json's "architecture": the classes and sizes in words (the card reads it)."""
     cfg = src.config
-    arch: dict[str, Any] = {"class": _encoder_class(cfg.model.arch), **dataclasses.asdict(cfg.model)}
-    if cfg.model.arch in cfg.encoders.names(cfg.model.arch):     # an encoder with its own sizes section
-        arch["options"] = dataclasses.asdict(getattr(cfg.encoders, cfg.model.arch))
+    with torch.device("meta"):                    # its width, from the module's shape
+        width = build_encoder(cfg).dim
+    arch: dict[str, Any] = {"class": _encoder_class(cfg.model.arch), "title": encoder_spec(cfg.model.arch).title,
+                            **dataclasses.asdict(cfg.model), "width": width}
+    if cfg.encoder is not None:                   # the encoder's own sizes, encoders.<arch>
+        arch["options"] = dataclasses.asdict(cfg.encoder)
     if src.kind == "classifier":
         arch = {"class": "coreecg.model.classifier.Classifier", "encoder": arch,
                 "n_classes": len(src.class_names), "mode": cfg.finetune.mode, "multilabel": bool(src.multilabel),

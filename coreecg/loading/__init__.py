@@ -282,7 +282,7 @@ def _open_checkpoint(file: Path, shown: Path, kind: Kind | None) -> ModelSource:
 
 def _open_published(file: Path, shown: Path, payload: Any) -> ModelSource:
     """Another project's encoder checkpoint (`coreecg.model.published`) -> an encoder ModelSource
-    whose config is coreecg's defaults with model (arch and sizes) read from the weights,
+    whose config is coreecg's defaults with model (arch, input) and encoders.<arch> (sizes) read from the weights,
     data.preprocess the family's input contract and train.variant its name for report tables."""
     from coreecg.model.published import FAMILIES, recognise
 
@@ -294,10 +294,10 @@ def _open_published(file: Path, shown: Path, payload: Any) -> ModelSource:
         keys = list(payload.get("model", payload))[:4] if isinstance(payload, dict) else type(payload).__name__
         raise CheckpointError(f"{file}: neither a coreecg checkpoint (no 'config'/'model' entry) nor a published "
                               f"encoder coreecg knows ({', '.join(FAMILIES)}); it holds {keys}")
-    family, state, model = found
-    data = dataclasses.replace(DataConfig(), preprocess=family.preprocess, crop_samples=model.input_samples)
+    family, state, read = found
+    data = dataclasses.replace(DataConfig(), preprocess=family.preprocess, crop_samples=read.model.input_samples)
     try:
-        config = dataclasses.replace(Config(), model=model, data=data,
+        config = dataclasses.replace(read, data=data,
                                      train=dataclasses.replace(TrainConfig(), variant=family.label)).validate()
     except ConfigError as e:
         raise CheckpointError(f"{file}: a {family.title} encoder coreecg cannot run as configured: {e}") from e

@@ -6,7 +6,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from coreecg.config import ModelConfig
+from coreecg.config import Config
 from coreecg.devices import to_device
 from coreecg.model.embed import LeadTimeEmbedding, PatchEmbedding
 from coreecg.model.layers import Transformer, init_weights
@@ -59,11 +59,12 @@ class Encoder(nn.Module, PretrainedMixin, pipeline_tag="feature-extraction"):
     output_kind = "grid"
 
     @classmethod
-    def from_config(cls, config) -> "Encoder":
-        """The encoder of a Config (its `model` section: the paper's ViT keeps its sizes there) or
-        of a ModelConfig."""
-        m: ModelConfig = getattr(config, "model", config)
-        return cls(m.n_leads, m.n_patches, m.patch_size, m.embed_dim, m.depth, m.num_heads, m.mlp_ratio, m.dropout)
+    def from_config(cls, config: Config) -> "Encoder":
+        """The encoder of a Config: its input (`model.n_leads`, `model.input_samples`) and its
+        sizes (`encoders.coreecg`)."""
+        o = config.encoders.coreecg
+        return cls(config.model.n_leads, config.n_patches, o.patch_size, o.embed_dim, o.depth, o.num_heads,
+                   o.mlp_ratio, o.dropout)
 
     @classmethod
     def _build_for(cls, config, class_names=None, multilabel=None) -> nn.Module:

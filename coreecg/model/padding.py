@@ -67,6 +67,6 @@ def sure_patches(config) -> int:
     """Leading patches of a training crop that are real signal whatever the record: a record of
     at least `min_duration_s` gives a crop whose first min(min_duration, crop) samples are real
     (short windows are cropped at offset 0, `ingest.to_model_input`)."""
-    pre, m = config.data.preprocess, config.model
-    real = min(int(pre.min_duration_s * pre.sampling_rate), m.input_samples)
-    return max(1, real // m.patch_size)
+    pre = config.data.preprocess
+    real = min(int(pre.min_duration_s * pre.sampling_rate), config.model.input_samples)
+    return max(1, real // config.patch_size)

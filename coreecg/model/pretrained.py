@@ -35,6 +35,8 @@ from torch import nn
 from coreecg.encoders.registry import is_published
 from coreecg.checkpoints import CheckpointError
 from coreecg.config import Config, ModelConfig
+from coreecg.config.encoders import EncoderOptions
+from coreecg.encoders.options import ViTOptions
 from coreecg.files import sha256_file, write_atomic, write_json
 # the export folder's format and reading: the loader's (re-exported here, where they were)
 from coreecg.loading.weights import (  # noqa: F401
@@ -199,16 +201,17 @@ def check_describes(model: nn.Module, info: PretrainedInfo) -> None:
             expected = (getattr(want, "_hub_mixin_config", None) or {}).get(arg)
             if arg != "dropout" and _plain(expected) != _plain(value):
                 raise ValueError(f"{kind}.save_pretrained: the config gives {arg}={_shown(expected)} "
-                                 f"({CONFIG_KEYS.get(arg, arg)}) but the model has {_shown(value)}; it would "
+                                 f"({CONFIG_KEYS.get(arg, arg).replace('<arch>', info.config.model.arch)}) but the model has {_shown(value)}; it would "
                                  "load as another model: pass the config it was built from")
 
 
 # constructor argument -> the config keys that set it (check_describes's messages)
 CONFIG_KEYS = {"leads": "finetune.leads", "pooling": "finetune.head / finetune.mode",
                "frozen_encoder": "finetune.mode", "n_classes": "class_names", "n_leads": "model.n_leads",
-               "n_patches": "model.input_samples / model.patch_size", "patch_size": "model.patch_size",
-               "dim": "model.embed_dim", "depth": "model.depth", "num_heads": "model.num_heads",
-               "mlp_ratio": "model.mlp_ratio"}
+               "n_patches": "model.input_samples / encoders.<arch>.patch_size",
+               "patch_size": "encoders.<arch>.patch_size", "dim": "encoders.<arch>.embed_dim",
+               "depth": "encoders.<arch>.depth", "num_heads": "encoders.<arch>.num_heads",
+               "mlp_ratio": "encoders.<arch>.mlp_ratio"}
 
 
 def _plain(value: Any) -> Any:
@@ -287,9 +290,10 @@ def _default_info(model: nn.Module) -> PretrainedInfo:
         raise ValueError(f"{type(model).__name__}.save_pretrained: this model has no coreecg config; "
                          "pass config=<its coreecg Config> and class_names=[...] once")
     a = model._hub_mixin_config or {}
-    m = dataclasses.replace(ModelConfig(), n_leads=a["n_leads"], input_samples=a["n_patches"] * a["patch_size"],
-                            patch_size=a["patch_size"], embed_dim=a["dim"], depth=a["depth"],
-                            num_heads=a["num_heads"], mlp_ratio=a["mlp_ratio"], dropout=a["dropout"])
+    m = ModelConfig(n_leads=a["n_leads"], input_samples=a["n_patches"] * a["patch_size"])
+    sizes = ViTOptions(patch_size=a["patch_size"], embed_dim=a["dim"], depth=a["depth"], num_heads=a["num_heads"],
+                       mlp_ratio=a["mlp_ratio"], dropout=a["dropout"])
     cfg = Config()
-    cfg = dataclasses.replace(cfg, model=m, data=dataclasses.replace(cfg.data, crop_samples=m.input_samples))
+    cfg = dataclasses.replace(cfg, model=m, encoders=EncoderOptions({"coreecg": sizes}),
+                              data=dataclasses.replace(cfg.data, crop_samples=m.input_samples))
     return PretrainedInfo(cfg.validate())

@@ -280,7 +280,7 @@ class StudyReader:
                      figures=s.report.figures, report_set=s.report.set, mask_rates=mask_rates, encoders=encoders,
                      published=self.table_checks(tables),
                      extra=self.extra, pretrain_corpora=pretrain_corpora,
-                     allow=(*space.allow, *(Allowance((name,), ("model.*",), f"{name} is a given encoder ({path}): its "
+                     allow=(*space.allow, *(Allowance((name,), ("model.*", "encoders.*"), f"{name} is a given encoder ({path}): its "
                                                   "architecture is its own") for name, path in encoders.items())))
 
 

@@ -215,15 +215,16 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
 
 
 def _encoder_sections(config: Config, saved: Config, path: Path):
-    """The config's `encoders` with the checkpoint's own section of its encoder (its sizes, as
-    `model` for the ViT); CheckpointError when the config asks for other sizes than the default."""
+    """The config's `encoders` with the checkpoint's own section of its encoder (its sizes);
+    CheckpointError when the config asks for other sizes than the default."""
     arch = saved.model.arch
     if arch not in saved.encoders.names(arch):
         return config.encoders
     mine, theirs = getattr(config.encoders, arch), getattr(saved.encoders, arch)
     if mine != type(mine)() and mine != theirs:
-        raise CheckpointError(f"{path}: an encoder of another shape than the config asks for (encoders.{arch}: "
-                              f"{theirs} in the checkpoint, {mine} asked)")
+        diff = [f"encoders.{arch}.{k.name}: {getattr(theirs, k.name)} in the checkpoint, {getattr(mine, k.name)} asked"
+                for k in dataclasses.fields(mine) if getattr(theirs, k.name) != getattr(mine, k.name)]
+        raise CheckpointError(f"{path}: an encoder of another shape than the config asks for ({'; '.join(diff[:4])})")
     return type(config.encoders)({**config.encoders._sections, arch: theirs})
 
 

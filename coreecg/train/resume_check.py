@@ -13,16 +13,21 @@ from coreecg.checkpoints import CheckpointError
 from coreecg.config import Config
 
 # Config keys that decide which modules exist and their shapes: a checkpoint written under
-# other values cannot be loaded into this run's model. Beside these two, each method declares its
+# other values cannot be loaded into this run's model. Beside these, each method declares its
 # own (`register_method(structural=...)`, read through `config.method.structural`).
-STRUCTURAL = ("model", "pretrain.method")
+STRUCTURAL = ("model", "encoders.<model.arch>", "pretrain.method")
 
 
 def structural_differences(saved: Config, current: Config) -> list[str]:
-    """Config keys (dotted) whose values change the model's modules or shapes: `STRUCTURAL` and
-    the saved method's own structural keys (when both configs train that method)."""
+    """Config keys (dotted) whose values change the model's modules or shapes: `STRUCTURAL` (the
+    encoder's input and its own sizes section) and the saved method's own structural keys (when
+    both configs train that method)."""
     a, b = saved.to_dict(), current.to_dict()
     diffs = [f"model.{k}" for k in a["model"] if a["model"][k] != b["model"].get(k)]
+    arch = saved.model.arch
+    if arch == current.model.arch:
+        mine, theirs = a["encoders"].get(arch) or {}, b["encoders"].get(arch) or {}
+        diffs += [f"encoders.{arch}.{k}" for k in mine if mine[k] != theirs.get(k)]
     if saved.pretrain.method != current.pretrain.method:
         return diffs + ["pretrain.method"]
     spec = saved.method

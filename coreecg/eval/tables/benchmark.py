@@ -151,7 +151,7 @@ def benchmark_table(runs: Sequence[Run], published: Sequence[Published] = ()) ->
 
 
 # A benchmark compares encoders: their architecture and input contract are each one's own.
-ENCODER_KEYS = ("model.*", "data.preprocess.*", "data.crop_samples")
+ENCODER_KEYS = ("model.*", "encoders.*", "data.preprocess.*", "data.crop_samples")
 ENCODER_REASON = "the rows are different encoders: architecture and input contract are each encoder's own"
 
 

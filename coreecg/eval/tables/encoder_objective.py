@@ -8,7 +8,7 @@ train GFLOP per sample; under the measured rows, published numbers placed for co
     table = encoder_objective_table(runs, report, published=[load_published("studies/published/encoders.yaml")])
     write_encoder_objective(table, out_dir)   # encoder_objective.md, .csv, .tex, encoder_objective_verdicts.md
 
-A row's encoder is what its runs' config.yaml builds (model.arch, model.*, encoders.<arch>,
+A row's encoder is what its runs' config.yaml builds (model.arch and input, model.*; its sizes, encoders.<arch>;
 plugins: `encoder_key`), never its name: a "Supervised" run trained as another architecture than
 its name says sits with that architecture, and its Encoder column says which. Parameters and
 FLOPs: `coreecg.encoders.cost.encoder_cost`, once per encoder; the differences, intervals, marks
@@ -56,8 +56,8 @@ def run_config(run: Run):
 
 
 def encoder_key(config) -> str:
-    """What names an encoder as built: model.arch and sizes (model.*), its own encoders.<arch>
-    section, the plugins that register it."""
+    """What names an encoder as built: model.arch and its input (model.*), its sizes (its own
+    encoders.<arch> section), the plugins that register it."""
     own = getattr(config.encoders, config.model.arch, None)
     return repr((config.model, own, tuple(config.plugins)))
 

@@ -92,7 +92,7 @@ class CMSC(PretrainMethod):
         """x: (B, C, T) -> (segments, B, dim): each segment encoded on its own (the visible-token
         path of the encoder: equal token counts, so no padding)."""
         B, C, T = x.shape
-        S, N = self.options.segments, self.config.model.n_patches
+        S, N = self.options.segments, self.config.n_patches
         lead_idx = self.lead_idx(C, x.device)
         if getattr(self.encoder, "output_kind", "grid") == "sequence":      # each segment its own crop
             crops = x[..., : T // S * S].reshape(B, C, S, T // S).permute(2, 0, 1, 3).reshape(S * B, C, T // S)

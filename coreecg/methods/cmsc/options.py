@@ -25,10 +25,10 @@ class CMSCOptions:
 
     def check(self, config: Any) -> None:
         """Against the rest of the config (Config.validate calls it when CMSC trains)."""
-        n = config.model.n_patches
+        n = config.n_patches
         if n % self.segments:
             raise ConfigError(f"methods.cmsc.segments={self.segments} must divide the {n} patches of a "
-                              "window (model.input_samples / model.patch_size)")
+                              f"window (model.input_samples / {config._patch_key})")
 
 
 SPEC = declare_method(MethodSpec("cmsc", "CMSC", options=CMSCOptions, structural=("methods.cmsc.dim",),

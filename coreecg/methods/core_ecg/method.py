@@ -43,19 +43,22 @@ class CoReECG(PretrainMethod):
         self.encoder = build_encoder(config)        # a grid encoder: the config check refused others
         self.time_decoder = self.latent_decoder = self.projection = None
         self.teacher_encoder = self.teacher_projection = self.fda = None
+        # The decoders share the encoder's width, grid and MLP shape (the paper's ViT: encoders.coreecg)
+        width, n, patch = self.encoder.dim, config.n_patches, config.patch_size
+        mlp, dropout = getattr(config.encoder, "mlp_ratio", 4.0), getattr(config.encoder, "dropout", 0.0)
         if o.loss.alpha > 0:
             t = o.time_decoder
-            self.time_decoder = TimeDecoder(m.embed_dim, t.dim, t.depth, t.heads, m.n_leads, m.n_patches,
-                                            m.patch_size, m.mlp_ratio, m.dropout, t.layout)
+            self.time_decoder = TimeDecoder(width, t.dim, t.depth, t.heads, m.n_leads, n, patch, mlp, dropout,
+                                            t.layout)
         if o.loss.beta > 0:
             d = o.latent_decoder
-            if d.dim != m.embed_dim:
+            if d.dim != width:
                 # The teacher projection is an EMA of the student projection, so both heads
                 # must read embeddings of the same width.
-                raise ValueError("methods.core.latent_decoder.dim must equal model.embed_dim")
-            self.latent_decoder = LatentDecoder(m.embed_dim, d.dim, d.depth, d.heads, m.n_leads, m.n_patches,
-                                                m.mlp_ratio, m.dropout, d.layout)
-            self.projection = Projection(m.embed_dim, o.projection.hidden_dim, o.projection.dim)
+                raise ValueError(f"methods.core.latent_decoder.dim={d.dim} must equal the encoder's width {width} "
+                                 f"(encoders.{m.arch}.embed_dim)")
+            self.latent_decoder = LatentDecoder(width, d.dim, d.depth, d.heads, m.n_leads, n, mlp, dropout, d.layout)
+            self.projection = Projection(width, o.projection.hidden_dim, o.projection.dim)
             self.teacher_encoder = copy.deepcopy(self.encoder).requires_grad_(False)
             self.teacher_projection = copy.deepcopy(self.projection).requires_grad_(False)
             a = o.fda
@@ -108,7 +111,7 @@ class CoReECG(PretrainMethod):
         lead_idx = self.lead_idx(C, x.device)
         visible, masked, dropped = self._masks(B, C, generator, x.device)
         enc = self.encoder(x, lead_idx, visible, self.varying_visible)   # leaves padding out itself
-        pad = padding_mask(x, cfg.model.patch_size)
+        pad = padding_mask(x, cfg.patch_size)
         visible, masked, dropped = exclude_padding((visible, masked, dropped), pad)
 
         zero = x.new_zeros((), dtype=torch.float32)
@@ -117,7 +120,7 @@ class CoReECG(PretrainMethod):
         loss = zero
         if self.time_decoder is not None:
             recon = self.time_decoder(enc, lead_idx)
-            out["loss_rec"] = masked_mse(recon, patchify(fill(x), cfg.model.patch_size), masked)
+            out["loss_rec"] = masked_mse(recon, patchify(fill(x), cfg.patch_size), masked)
             loss = loss + self.options.loss.alpha * out["loss_rec"]
         if self.latent_decoder is not None:
             h_s = self.projection(self.latent_decoder(enc, lead_idx))
@@ -148,14 +151,14 @@ class CoReECG(PretrainMethod):
         lead_idx = self.lead_idx(C, x.device)
         visible, masked, dropped = masks if masks is not None else self._masks(B, C, generator, x.device)
         recon = self.time_decoder(self.encoder(x, lead_idx, visible, self.varying_visible), lead_idx)
-        return recon, *exclude_padding((visible, masked, dropped), padding_mask(x, self.config.model.patch_size))
+        return recon, *exclude_padding((visible, masked, dropped), padding_mask(x, self.config.patch_size))
 
     def _masks(self, B: int, C: int, generator: torch.Generator | None, device: torch.device):
         """(visible, masked, dropped), each (B, C, N) bool, drawn on the generator's device (else
         on `device`). The training loop's generator lives on the host, so on a GPU the masks
         and the encoder's padding plan are built there and copied over without a device sync."""
         where = generator.device if generator is not None else device
-        return make_masks(self.options.masking, B, C, self.config.model.n_patches, generator=generator, device=where,
+        return make_masks(self.options.masking, B, C, self.config.n_patches, generator=generator, device=where,
                           n_sure=sure_patches(self.config))
 
     def _teacher(self, x: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -40,9 +40,9 @@ class CPCOptions:
             raise ConfigError(f"methods.cpc.segment_samples={self.segment_samples} leaves {segments} segment(s) "
                               f"of a {config.model.input_samples}-sample crop: need 2 or more to predict one")
         grid = encoder_spec(config.model.arch).output == GRID          # a patch encoder reads whole patches
-        if grid and self.segment_samples % config.model.patch_size:
+        if grid and self.segment_samples % config.patch_size:
             raise ConfigError(f"methods.cpc.segment_samples={self.segment_samples} must be whole patches of "
-                              f"model.patch_size={config.model.patch_size} for model.arch={config.model.arch}")
+                              f"{config._patch_key}={config.patch_size} for model.arch={config.model.arch}")
 
 
 # A checkpoint cannot resume across these: they change the heads.

@@ -6,9 +6,10 @@ A family is one module here that calls `register(PublishedFamily(...))` with:
     recognise(state)            a checkpoint's state dict -> the encoder's state (prefixes removed)
                                 or None when the keys are not this family's
     read_architecture(state, recorded)
-                                -> a ModelConfig with arch=<name>, every size read from the
-                                weights (`recorded`: the checkpoint's own "config" entry, if any)
-    build(model_config)         -> an nn.Module with coreecg's Encoder interface: pooled(x,
+                                -> a Config with model.arch=<name> and every size read from the
+                                weights in encoders.<name> (`recorded`: the checkpoint's own
+                                "config" entry, if any)
+    build(config)               -> an nn.Module with coreecg's Encoder interface: pooled(x,
                                 lead_idx) (B, C, T) -> (B, D), forward(x, lead_idx, visible) ->
                                 Encoded, attributes n_leads, patch_size, dim
     preprocess                  the family's input contract as a PreprocessConfig (a corpus built
@@ -24,7 +25,7 @@ from typing import Any, Callable
 
 from torch import nn
 
-from coreecg.config import ModelConfig, PreprocessConfig
+from coreecg.config import Config, PreprocessConfig
 
 COREECG = "coreecg"
 
@@ -35,8 +36,8 @@ class PublishedFamily:
     title: str                                                   # for messages and model cards
     label: str                                                   # the method name in report tables
     recognise: Callable[[dict[str, Any]], dict[str, Any] | None]
-    read_architecture: Callable[[dict[str, Any], dict[str, Any] | None], ModelConfig]
-    build: Callable[[ModelConfig], nn.Module]
+    read_architecture: Callable[[dict[str, Any], dict[str, Any] | None], Config]
+    build: Callable[[Config], nn.Module]
     preprocess: PreprocessConfig
     module: str                                                  # the class, as export config.json names it
     licence: str = ""
@@ -64,9 +65,9 @@ def family(name: str) -> PublishedFamily:
     return FAMILIES[name]
 
 
-def recognise(payload: Any) -> tuple[PublishedFamily, dict[str, Any], ModelConfig] | None:
+def recognise(payload: Any) -> tuple[PublishedFamily, dict[str, Any], Config] | None:
     """A torch.load'ed checkpoint (a dict with a "model" state dict, or a bare state dict) ->
-    (its family, the encoder's state, its ModelConfig); None when no family knows its keys.
+    (its family, the encoder's state, its config: model and encoders.<family>); None when no family knows its keys.
     ValueError when a family knows the keys but the shapes do not fit together."""
     if not isinstance(payload, dict):
         return None

@@ -34,7 +34,6 @@ published state dicts do, so those load with `load_state_dict` unchanged.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 from typing import Any
 
@@ -42,7 +41,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coreecg.config import ModelConfig, PreprocessConfig
+from coreecg.config import Config, ModelConfig, PreprocessConfig
+from coreecg.config.encoders import EncoderOptions
+from coreecg.encoders.options import StMemOptions
 from coreecg.model.encoder import Encoded, default_lead_idx, masked_mean
 from coreecg.model.padding import fill, padding_mask
 from coreecg.encoders.build import register_encoder
@@ -136,10 +137,11 @@ class STMemEncoder(nn.Module):
         self.source = ""                  # the weights' file, named in errors (set by coreecg.loading)
 
     @classmethod
-    def from_config(cls, config) -> "STMemEncoder":
-        """From a Config's `model` section (sizes read from the weights) or a ModelConfig."""
-        m: ModelConfig = getattr(config, "model", config)
-        return cls(m.n_leads, m.n_patches, m.patch_size, m.embed_dim, m.depth, m.num_heads, m.mlp_ratio, m.dropout)
+    def from_config(cls, config: Config) -> "STMemEncoder":
+        """From a Config: its input (`model`) and sizes (`encoders.st_mem`, read from the weights)."""
+        o = config.encoders.st_mem
+        return cls(config.model.n_leads, config.n_patches, o.patch_size, o.embed_dim, o.depth, o.num_heads,
+                   o.mlp_ratio, o.dropout)
 
     def tokens(self, x: torch.Tensor, lead_idx: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, C, T) -> embedded tokens (B, C, n + 2, D) before the transformer: SEP, n patches, SEP."""
@@ -259,9 +261,10 @@ def _is_encoder_key(key: str) -> bool:
         or _BLOCK.match(key) is not None
 
 
-def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] | None = None) -> ModelConfig:
-    """The ModelConfig (arch "st_mem") of an ST-MEM encoder state dict; ValueError for one
-    whose shapes do not fit together. `recorded`: the checkpoint's own "config" entry (heads)."""
+def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] | None = None) -> Config:
+    """The config of an ST-MEM encoder state dict (defaults elsewhere): `model` (arch "st_mem", its
+    leads and input samples) and `encoders.st_mem` (its sizes); ValueError for one whose shapes do
+    not fit together. `recorded`: the checkpoint's own "config" entry (heads)."""
     dim = int(state["sep_embedding"].shape[0])
     patch = int(state["to_patch_embedding.1.weight"].shape[0])
     n_patches = int(state["pos_embedding"].shape[1]) - 2
@@ -279,8 +282,9 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
                if k not in state]
     if missing:
         raise ValueError(f"blocks missing: {missing[:3]}")
-    return dataclasses.replace(ModelConfig(), arch=NAME, n_leads=n_leads, input_samples=n_patches * patch,
-                               patch_size=patch, embed_dim=dim, depth=depth, num_heads=heads, mlp_ratio=hidden / dim)
+    sizes = StMemOptions(patch_size=patch, embed_dim=dim, depth=depth, num_heads=heads, mlp_ratio=hidden / dim)
+    return Config(model=ModelConfig(arch=NAME, n_leads=n_leads, input_samples=n_patches * patch),
+                  encoders=EncoderOptions({NAME: sizes}))
 
 
 STMemEncoder.output_kind = "grid"

@@ -145,7 +145,7 @@ def test_corrupted_and_foreign_checkpoints_stop_before_training(finished_run, tm
         preflight(run, cfg)
     other = load_config(overrides=[*TINY, "encoders.coreecg.embed_dim=48", "methods.core.latent_decoder.dim=48",
                                    f"train.storage_path={tmp_path}", "train.name=mimic"])
-    with pytest.raises(CheckpointError, match=r"config\.yaml.*model\.embed_dim"):
+    with pytest.raises(CheckpointError, match=r"config\.yaml.*encoders\.coreecg\.embed_dim: 32 -> 48"):
         fit(plan_run(other, "pretrain"))
 
 

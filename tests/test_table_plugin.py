@@ -1,10 +1,12 @@
 """A table is one module (issue 42, must-have 3): the test plugin (tests/plugin_table.py, named in
 the config's plugins) is a table a study may ask for, and its report writes it and indexes it,
-with nothing in coreecg naming it; coreecg/study names no table either."""
+with nothing in coreecg naming it; coreecg/study names no table either. jobs/report.py writes it
+through --tables, and refuses a name no module registered, listing the registered ones."""
 from __future__ import annotations
 
 import ast
 import csv
+import importlib.util
 import json
 import subprocess
 import sys
@@ -93,3 +95,45 @@ def test_no_core_file_names_the_plugin_and_the_study_names_no_table():
     with pytest.raises(ValueError, match="'comparison' is already registered by coreecg.eval.tables.methods"):
         tables.register_table("comparison", build=_string_constants, write=_string_constants, runs=set)
     assert tables.table_for("comparison").build.__module__ == "coreecg.eval.tables.methods"
+
+
+def _report_runs(tmp_path: Path) -> list[Path]:
+    """Four finished fine-tuning runs of two methods x two seeds (no predictions: no differences)."""
+    runs = []
+    for method, aurocs in (("Supervised", (0.8, 0.84)), ("CoRe-ECG", (0.9, 0.93))):
+        for seed, auroc in enumerate(aurocs):
+            runs.append(tmp_path / "runs" / f"{method}-{seed}")
+            _finish(runs[-1], method, "finetune" if method == "CoRe-ECG" else "scratch", seed, auroc)
+    return runs
+
+
+def test_the_report_job_writes_a_plugins_table_asked_for_with_tables(tmp_path):
+    """In a fresh process the table exists only through --set plugins=[...]; --tables writes just
+    the tables it names (and all_runs.csv)."""
+    out = tmp_path / "report"
+    done = subprocess.run([sys.executable, "jobs/report.py", *map(str, _report_runs(tmp_path)), "--output", str(out),
+                           "--set", PLUGIN, "--set", "report.bootstrap_resamples=0",
+                           "--tables", "best_auroc", "comparison"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = (out / "best_auroc.md").read_text()
+    assert "| Supervised | 2 | 84.0 | 82.0 |" in table and "| CoRe-ECG | 2 | 93.0 | 91.5 |" in table
+    assert {p.stem for p in out.iterdir()} == {"best_auroc", "comparison", "all_runs"}   # no lead_reduction
+    assert done.stdout.splitlines()[0] == str(out / "best_auroc.md")                    # in the order asked
+    with open(out / "all_runs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 4 and all(r["tables"] == "best_auroc;comparison" for r in rows)
+
+
+def test_the_report_job_refuses_an_unknown_table_naming_the_registered_ones(tmp_path, capsys):
+    # this checkout's job by path: an editable install may map coreecg.jobs to another checkout's
+    spec = importlib.util.spec_from_file_location("table_plugin_report_job", REPO / "jobs" / "report.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    with pytest.raises(SystemExit) as e:
+        job.main([*map(str, _report_runs(tmp_path)), "--output", str(tmp_path / "out"),
+                  "--tables", "comparison", "best_aurco"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--tables: unknown table(s) ['best_aurco']; registered: [" in err
+    assert all(f"'{name}'" in err for name in ("comparison", "lead_reduction", "train_fraction", "label_efficiency"))
+    assert not (tmp_path / "out").exists()             # refused before anything is written

@@ -125,7 +125,8 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
                  method_tables: dict[str, Sequence[str]] | None = None,
                  unavailable: dict[str, str] | None = None, *, report: ReportConfig | None = None,
                  allow: Sequence[Allowance] = (),
-                 extra: Callable[[list[Run], ReportConfig], Sequence[str]] | None = None) -> list[Path]:
+                 extra: Callable[[list[Run], ReportConfig], Sequence[str]] | None = None,
+                 tables: Sequence[str] | None = None) -> list[Path]:
     """Read every run folder, write the default tables (comparison / lead_reduction /
     train_fraction: .md, .csv, .tex) and all_runs.csv into `output`, plus one table per
     `method_tables` entry (name -> methods in row order; `ablation_<name>`, except that an entry
@@ -136,13 +137,16 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
     been trained under one protocol (coreecg/eval/fairness.py; `allow`: the variants file's
     declared differences, printed as footnotes): UnfairTableError names an undeclared difference.
     `extra`: (runs, report) -> the names of more registered tables to write, e.g. the
-    label-efficiency table's (coreecg.eval.label_efficiency.extra_tables).
+    label-efficiency table's (coreecg.eval.label_efficiency.extra_tables). `tables`: the
+    registered tables to write instead of all those (jobs/report.py --tables; a plugin's too), in
+    that order; TableError for a name not registered.
     -> the files written. RunError on an unreadable folder."""
     if not run_dirs:
         raise RunError("no run folders given")
     runs = [load_run(d) for d in run_dirs]
     inputs = TableInputs(runs, report or ReportConfig(), dict(method_tables or {}), dict(unavailable or {}),
                          tuple(allow))
-    names = [*default_tables(), *inputs.rows, *(extra(runs, inputs.report) if extra else ())]
+    names = (list(tables) if tables is not None else
+             [*default_tables(), *inputs.rows, *(extra(runs, inputs.report) if extra else ())])
     written = write_tables(names, inputs, output)
     return [f for w in written for f in w.files] + [Path(output) / ALL_RUNS]

@@ -49,6 +49,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from coreecg.log import TRACE_MANIFEST_ENV
+
 REACH_TIMEOUT_S = 5.0
 # Ray Train's controller poll on a private cluster (module docstring); Ray's default is 2.0 s.
 TRAIN_POLL_ENV, TRAIN_POLL_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", 0.1
@@ -178,7 +180,7 @@ def console_options() -> dict:
 
 def _passed_env() -> dict[str, str]:
     """The job's own variables its Ray processes need: the run record's command line, the console."""
-    return {k: os.environ[k] for k in ("COREECG_COMMAND", "COREECG_VERBOSE") if k in os.environ}
+    return {k: os.environ[k] for k in ("COREECG_COMMAND", "COREECG_VERBOSE", TRACE_MANIFEST_ENV) if k in os.environ}
 
 
 def quiet_data() -> None:
@@ -282,8 +284,11 @@ def init_ray(worker_cpus: int = 0, reserve_for_data: int = 2, gpus: int | None =
                 maybe_enable_token_auth_if_token_available)
 
             maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+        # A joined cluster's processes get the job's variables only through its runtime env; the
+        # diagnostic trace is the one a joined job needs there
+        trace = {k: v for k, v in _passed_env().items() if k == TRACE_MANIFEST_ENV}
         try:
-            ray.init(address=address, **console)
+            ray.init(address=address, **console, **({"runtime_env": {"env_vars": trace}} if trace else {}))
         except Exception as e:        # refused (auth), or gone between the check and the join
             raise ClusterError(
                 f"{source}: the Ray cluster at {address} did not accept this job ({type(e).__name__}: {e}); "

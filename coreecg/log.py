@@ -14,6 +14,9 @@ import sys
 
 ROOT = "coreecg"
 _HANDLER_NAME = "coreecg-console"
+# A diagnostic trace: every corpus manifest read appends a JSON line to the file this names
+# (coreecg.data.corpus); a job passes it to its Ray processes (coreecg.cluster).
+TRACE_MANIFEST_ENV = "COREECG_TRACE_MANIFEST_READS"
 
 
 def console(level: int = logging.INFO, stream=None) -> logging.Logger:

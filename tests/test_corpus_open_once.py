@@ -1,6 +1,7 @@
 """A corpus opened once (coreecg.data.corpus.open_corpus): one pretraining fit reads each corpus
 manifest once and hashes each corpus file at most once, from the plan through the fingerprint
-check and the run record to the ingest; and the opened corpus behaves as its path does.
+check and the run record to the ingest; a process parses a manifest once until its file changes;
+and the opened corpus behaves as its path does.
 
 Counted by wrapping io.open / open (every Python read of a manifest.json, the hashing one
 included) and coreecg.files.sha256_file where the modules bound it. The fits run in this process
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from coreecg.data import corpus as corpus_module
 from coreecg.data.corpus import MANIFEST, CorpusError, OpenCorpus, load_manifest, open_corpus, verify_corpus
 from coreecg.data.fingerprints import FINGERPRINT_FILE, corpus_record
 from tests.helpers import build_synthetic, tiny_config
@@ -67,6 +69,7 @@ def _fit(corpus: str, out: Path, monkeypatch) -> Reads:
                       "train.num_workers=1", f"train.storage_path={out.parent}", f"train.name={out.name}")
     monkeypatch.setattr(fitmod, "start_ray", lambda config: None)
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(corpus_module, "_MANIFESTS", {})       # as a fresh process: nothing read yet
     reads = Reads(monkeypatch)
     fit(plan_pretrain(cfg), report_fn=lambda metrics: None)
     monkeypatch.undo()
@@ -94,6 +97,33 @@ def test_one_pretraining_reads_its_manifest_once_and_hashes_each_file_once(corpo
     assert max(again.hashes.values()) == 1
 
 
+def test_a_manifest_is_parsed_once_per_process_until_its_file_changes(corpora, tmp_path, monkeypatch):
+    """The per-process read (coreecg.data.corpus._MANIFESTS): a second open reads nothing; a
+    rewritten manifest (a rebuilt corpus) is read anew; a caller's edit of its copy changes no
+    other caller's; a worker adopts the driver's read (RunPlan.to_dict) unless its file differs."""
+    import os
+
+    from coreecg.data.corpus import adopt_corpus
+
+    corpus = tmp_path / "c"
+    shutil.copytree(corpora["a"], corpus)
+    first = open_corpus(corpus)
+    f = corpus / MANIFEST
+    text = f.read_text()
+    reads = Reads(monkeypatch)
+    second = open_corpus(corpus)
+    second.manifest["class_names"] = ["edited"]
+    assert reads.manifests == {} and first.manifest["class_names"] != ["edited"]
+    assert load_manifest(corpus)["class_names"] == first.manifest["class_names"]
+    assert adopt_corpus(first.to_dict()).manifest == first.manifest and reads.manifests == {}
+    f.write_text(text)                                    # rewritten: a new modification time
+    os.utime(f, ns=(f.stat().st_atime_ns, first.stamp[0] + 10**9))
+    assert open_corpus(corpus).stamp != first.stamp and reads.manifests == {f.resolve(): 1}
+    stale = adopt_corpus(first.to_dict())                # the driver's read is older than this file
+    assert stale.stamp != first.stamp and reads.manifests == {f.resolve(): 1}     # this process's newer one
+    monkeypatch.undo()
+
+
 def test_a_mixture_reads_each_manifest_once(corpora, tmp_path, monkeypatch):
     reads = _fit(f"[{corpora['a']}, {corpora['b']}]", tmp_path / "mix", monkeypatch)
     assert reads.manifests == {corpora[c].resolve() / MANIFEST: 1 for c in ("a", "b")}
@@ -111,7 +141,7 @@ def test_an_opened_corpus_reads_as_its_path(corpora, tmp_path, monkeypatch):
     assert load_manifest(opened) is opened.manifest == load_manifest(path)
     assert opened.split_files("train") == opened.split_files("train") and opened.signal_shape == (12, 2500)
     assert opened.manifest_sha256 == opened.sha256(MANIFEST) and corpus_record(opened) == corpus_record(path)
-    assert reads.manifests[path.resolve() / MANIFEST] == 2        # the two `path` calls above, not the opened one
+    assert reads.manifests == {}          # neither: this process read the manifest when it opened `opened`
     monkeypatch.undo()
 
     with pytest.raises(CorpusError, match=f"no {MANIFEST}.*{tmp_path}"):
@@ -131,6 +161,7 @@ def test_a_fine_tuning_plan_reads_its_corpus_manifest_once(tmp_path, monkeypatch
     corpus = build_synthetic(tmp_path / "labelled", 96, 1)
     cfg = tiny_config(f"data.corpus={corpus}", "finetune.mode=scratch", "finetune.batch_size=4",
                       "train.num_workers=1", "train.use_gpu=false", f"train.storage_path={tmp_path / 'runs'}")
+    monkeypatch.setattr(corpus_module, "_MANIFESTS", {})       # as a fresh process (the build read it)
     reads = Reads(monkeypatch)
     plan = plan_finetune(cfg)
     monkeypatch.undo()

@@ -204,6 +204,35 @@ def test_resume_after_the_driver_is_killed(fresh_ray, tmp_path):
     assert [sum(f"epoch {e}/4 |" in line for line in console.splitlines()) for e in (3, 4)] == [1, 1], console[-3000:]
 
 
+def test_a_pretraining_job_reads_each_manifest_once_in_the_driver_and_none_in_its_workers(fresh_ray, tmp_path):
+    """jobs/pretrain.py on Ray with two Train workers, the corpus built beforehand: with
+    COREECG_TRACE_MANIFEST_READS every manifest read is a line (pid, path); the driver reads the
+    corpus's once, and the workers none (they adopt the driver's, RunPlan.to_dict)."""
+    trace = tmp_path / "reads.jsonl"
+    sets = [*TINY, "optim.batch_size=8", "optim.epochs=1", "data.synthetic_records=96", "train.num_workers=2",
+            f"data.cache_dir={tmp_path / 'cache'}", "train.eval_every_epochs=0"]
+    from coreecg.data import locate
+
+    locate.synthetic_corpus(load_config(overrides=sets))      # built here: its reads are not the job's
+    args = [sys.executable, "jobs/pretrain.py", *sum((["--set", s] for s in sets), [])]
+    env = {**os.environ, "RAY_ADDRESS": fresh_ray.get_runtime_context().gcs_address}
+    job = subprocess.Popen([*args, "--output", str(tmp_path / "run")], cwd=REPO,
+                           env={**env, "COREECG_TRACE_MANIFEST_READS": str(trace)}, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    out, err = job.communicate(timeout=400)
+    assert job.returncode == 0, err[-3000:]
+    reads = [json.loads(x) for x in trace.read_text().splitlines()]
+    by_process: dict[int, list[str]] = {}
+    for r in reads:
+        by_process.setdefault(r["pid"], []).append(r["path"])
+    corpus = next(iter(reads))["path"]
+    assert corpus.endswith("manifest.json") and "synthetic" in corpus
+    assert by_process == {job.pid: [corpus]}, by_process      # the driver once; no worker at all
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["sessions"][-1]["status"] == "completed"
+    assert "train:\n" in (tmp_path / "run" / "config.yaml").read_text() and "  num_workers: 2\n" in \
+        (tmp_path / "run" / "config.yaml").read_text()          # two Train workers, each a process
+
+
 def test_the_quickstart_job_prints_progress_and_no_warning(fresh_ray, tmp_path):
     """The default job (quickstart config, 2 Ray Train workers), shortened: its console is
     coreecg's lines only: no Warning line (FutureWarnings, Ray deprecations, hints), no Ray INFO

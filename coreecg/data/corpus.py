@@ -28,11 +28,15 @@ Arrays from `coreecg.data.reading.read_split` instead carry
     plus the other columns asked for; training reads the float16 signal through
     `coreecg.train.ingest.training_dataset` (`read_windows` below).
 
-One run opens its corpus once (`open_corpus`): an `OpenCorpus` holds the manifest, read once, its
-sha256 (of the very bytes parsed) and, computed on first use and kept, the shard lists per split
-and the digests of its other files. The plan, the fingerprint checks, the run record and the
-ingest are handed that object, not the path; it is os.PathLike and `load_manifest` of it reads
-nothing, so every reader that takes a corpus path takes it too.
+One run opens its corpus once (`open_corpus`): an `OpenCorpus` holds the manifest, its sha256
+(of the very bytes parsed) and, computed on first use and kept, the shard lists per split and the
+digests of its other files. The plan, the fingerprint checks, the run record and the ingest are
+handed that object, not the path; it is os.PathLike and `load_manifest` of it reads nothing, so
+every reader that takes a corpus path takes it too. A manifest file is parsed once per process
+(`_MANIFESTS`, checked against the file's modification time and size, so a rebuilt corpus is read
+anew); a Ray worker adopts what the driver read (`adopt_corpus`, from `RunPlan.to_dict`) and reads
+none. With COREECG_TRACE_MANIFEST_READS=<file> every read appends a JSON line (pid, host, path)
+there: the count per process is a figure of docs/performance.md and a test.
 
 Layout choices, measured in docs/data_pipeline.md: float16 (windows are z-scored, so the
 11-bit mantissa costs an rms error ~2e-4 and halves the size), one fixed-size binary blob per
@@ -42,8 +46,11 @@ costs a third of the read speed), 128-row groups.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -54,6 +61,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from coreecg.files import sha256_file, write_atomic
+from coreecg.log import TRACE_MANIFEST_ENV
 
 FORMAT_VERSION = 1
 SIGNAL_DTYPE = np.float16
@@ -101,16 +109,40 @@ def write_parquet(table: pa.Table, path: Path, compression: str = COMPRESSION,
 # ---------------------------------------------------------------------------- reading
 
 
-def _read_manifest(path: str | Path) -> tuple[dict[str, Any], bytes]:
-    """(the manifest, the bytes it was parsed from): the one read of a manifest file."""
+# The manifests this process parsed, by corpus folder: (stamp, manifest, sha256 of its bytes)
+_MANIFESTS: dict[str, tuple[tuple[int, int], dict[str, Any], str]] = {}
+
+
+def _stamp(f: Path) -> tuple[int, int]:
+    """What says a manifest file changed: its modification time (ns) and size."""
+    st = f.stat()
+    return st.st_mtime_ns, st.st_size
+
+
+def _read_manifest(path: str | Path) -> tuple[dict[str, Any], str, tuple[int, int]]:
+    """(the manifest, the sha256 of the bytes it was parsed from, the file's stamp), parsed once
+    per process while the file is unchanged; CorpusError if the folder is not a finished corpus."""
     f = Path(path) / MANIFEST
     if not f.is_file():
         raise CorpusError(f"not a coreecg corpus (no {MANIFEST}): {path}")
-    raw = f.read_bytes()
-    manifest = json.loads(raw)
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise CorpusError(f"{f}: format_version {manifest.get('format_version')} != {FORMAT_VERSION}")
-    return manifest, raw
+    key, stamp = str(Path(path).resolve()), _stamp(f)
+    known = _MANIFESTS.get(key)
+    if known is None or known[0] != stamp:
+        raw = f.read_bytes()
+        _trace(f)
+        manifest = json.loads(raw)
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise CorpusError(f"{f}: format_version {manifest.get('format_version')} != {FORMAT_VERSION}")
+        known = _MANIFESTS[key] = (stamp, manifest, hashlib.sha256(raw).hexdigest())
+    return copy.deepcopy(known[1]), known[2], known[0]      # a copy: callers may edit theirs
+
+
+def _trace(f: Path) -> None:
+    """One line per manifest read, where COREECG_TRACE_MANIFEST_READS names a file."""
+    out = os.environ.get(TRACE_MANIFEST_ENV)
+    if out:
+        with open(out, "a") as log:
+            log.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "path": str(f)}) + "\n")
 
 
 def load_manifest(path: str | Path | OpenCorpus) -> dict[str, Any]:
@@ -132,6 +164,12 @@ class OpenCorpus:
     manifest: dict[str, Any]
     manifest_sha256: str                        # of the bytes `manifest` was parsed from
     memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+    stamp: tuple[int, int] = (0, 0)             # the manifest file's (mtime ns, size) when read
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for a worker (`adopt_corpus`): the manifest, its sha256 and stamp."""
+        return {"path": str(self.path), "manifest": self.manifest, "manifest_sha256": self.manifest_sha256,
+                "stamp": list(self.stamp)}
 
     def __fspath__(self) -> str:
         return str(self.path)
@@ -180,8 +218,22 @@ def open_corpus(corpus: str | Path | OpenCorpus) -> OpenCorpus:
     An OpenCorpus is returned as it is."""
     if isinstance(corpus, OpenCorpus):
         return corpus
-    manifest, raw = _read_manifest(corpus)
-    return OpenCorpus(Path(corpus), manifest, hashlib.sha256(raw).hexdigest())
+    manifest, sha, stamp = _read_manifest(corpus)
+    return OpenCorpus(Path(corpus), manifest, sha, stamp=stamp)
+
+
+def adopt_corpus(d: dict[str, Any]) -> OpenCorpus:
+    """An OpenCorpus from another process's `OpenCorpus.to_dict` (a worker's, from the driver's
+    plan), kept as this process's read of that manifest when the file here has the same stamp
+    (shared storage); where it differs (another copy, or rebuilt since) it is read here."""
+    path, stamp = Path(d["path"]), tuple(d["stamp"])
+    f = path / MANIFEST
+    if not f.is_file() or _stamp(f) != stamp:
+        return open_corpus(path)
+    key = str(path.resolve())
+    if _MANIFESTS.get(key, ((),))[0] != stamp:
+        _MANIFESTS[key] = (stamp, copy.deepcopy(d["manifest"]), d["manifest_sha256"])
+    return OpenCorpus(path, d["manifest"], d["manifest_sha256"], stamp=stamp)
 
 
 def open_corpora(corpora: Iterable[str | Path | OpenCorpus]) -> list[OpenCorpus]:

@@ -23,12 +23,12 @@ import numpy as np
 import torch
 
 from coreecg.train.augment import ecg_randaugment
-from coreecg.checkpoints import BEST_FILE, load_checkpoint, save_checkpoint
+from coreecg.checkpoints import BEST_FILE, save_checkpoint
 from coreecg.config import Config
 from coreecg.data.corpus import unpadded_split
 from coreecg.data.reading import read_split
 from coreecg.files import write_json
-from coreecg.loading import load_encoder
+from coreecg.loading import load_encoder, open_source
 from coreecg.train.finetune_plan import (  # noqa: F401 - the planner's names, importable here as before
     CONTRACT_KEYS, RANDOM_ENCODER, RANDOM_LABEL, SAME_RUN, FinetuneError, _with_encoder, config_hash,
     leads_label, parse_leads, plan_finetune, preprocess_mismatch,
@@ -218,8 +218,9 @@ class FinetuneTask:
         from coreecg.eval.figures import tsne_figure
 
         cfg, f = self.config, self.config.finetune
-        payload, _ = load_checkpoint(ctx.run_dir / BEST_FILE, self.device)
-        bare.load_state_dict(payload["model"])
+        best = open_source(ctx.run_dir / BEST_FILE, kind="classifier")       # the one loader: verified
+        bare.load_state_dict(best.state)
+        payload = best.entries                                                 # epoch, step, val
         seed, n_boot = cfg.train.seed, f.bootstrap_resamples
         val, test = self._records(bare, "val"), self._records(bare, "test")
         metrics = {

@@ -13,8 +13,10 @@ callers start Ray first (`coreecg.train.fit.plan_run`, the study runner).
 A worker receives `plan.to_dict()` (plain data: a plugin method's options re-import on the
 worker) and rebuilds it with `RunPlan.from_dict`.
 A planner opens each corpus once (`coreecg.data.corpus.open_corpus`: the manifest read, its
-sha256 taken) and the plan keeps the opened corpora on the driver (`RunPlan.opened`); the
-fingerprint checks, the run record and the ingest get them through `RunPlan.open`.
+sha256 taken) and the plan keeps the opened corpora (`RunPlan.opened`); the fingerprint checks,
+the run record and the ingest get them through `RunPlan.open`. `to_dict` hands them to the
+workers, which adopt them (`coreecg.data.corpus.adopt_corpus`): a worker reads no manifest the
+driver read.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import numpy as np
 
 from coreecg.checkpoints import CHECKPOINT_FILE, CheckpointError, checkpoint_dirs, load_checkpoint, verify_checkpoint
 from coreecg.config import Config, ConfigError, config_from_dict, load_config
-from coreecg.data.corpus import OpenCorpus, open_corpus
+from coreecg.data.corpus import OpenCorpus, adopt_corpus, open_corpus
 from coreecg.train.resume_check import changed_keys, check_compatible
 
 
@@ -71,8 +73,8 @@ class RunPlan:
     # pretraining on several corpora: coreecg.train.mixture.Mixture (`corpus` is then its first);
     # its keep masks stay on the driver like `keep`
     mixture: Any = field(default=None, compare=False, repr=False)
-    # the corpora the planner opened, by path (given as a sequence of OpenCorpus); on the driver
-    # like `keep`: a worker's plan opens its own, once each (`open`)
+    # the corpora the planner opened, by path (given as a sequence of OpenCorpus); a worker's plan
+    # holds the driver's (to_dict / from_dict), and opens any other once (`open`)
     opened: dict[str, OpenCorpus] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -120,14 +122,15 @@ class RunPlan:
         return self.config.finetune.batch_size if self.task == "finetune" else self.config.optim.batch_size
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for a worker (no `keep`)."""
+        """Plain data for a worker (no `keep`): the opened corpora travel with their manifests."""
         return {"task": self.task, "config": self.config.to_dict(),
                 "corpus": str(self.corpus) if self.corpus else None, "train_windows": self.train_windows,
                 "steps_per_epoch": self.steps_per_epoch,
                 "probe_corpus": str(self.probe_corpus) if self.probe_corpus else None,
                 "finetune": dataclasses.asdict(self.finetune) if self.finetune else None,
                 "resume_notes": list(self.resume_notes), "finished": self.finished,
-                "mixture": self.mixture.to_dict() if self.mixture is not None else None}
+                "mixture": self.mixture.to_dict() if self.mixture is not None else None,
+                "opened": [c.to_dict() for c in self.opened.values()]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunPlan":
@@ -139,7 +142,8 @@ class RunPlan:
                    corpus=Path(d["corpus"]) if d["corpus"] else None, train_windows=int(d["train_windows"]),
                    steps_per_epoch=int(d["steps_per_epoch"]),
                    probe_corpus=Path(d["probe_corpus"]) if d["probe_corpus"] else None, finetune=spec,
-                   resume_notes=tuple(d["resume_notes"]), finished=bool(d["finished"]), mixture=_mixture(d))
+                   resume_notes=tuple(d["resume_notes"]), finished=bool(d["finished"]), mixture=_mixture(d),
+                   opened=[adopt_corpus(c) for c in d.get("opened") or ()])
 
     def describe(self) -> list[str]:
         """The console's account of the run, before it starts."""

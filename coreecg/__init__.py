@@ -3,6 +3,13 @@ from __future__ import annotations
 
 from coreecg.version import __version__  # a module of its own: data reads it without this file's API
 
+# The built-in encoders and methods declare themselves (torch-free options modules) into the
+# config's registries. Python runs this file before any coreecg.* module, so the config sees
+# them without importing those packages (which import the config: docs/decisions.md).
+from coreecg import encoders, methods  # noqa: F401
+
+# Lazy imports: the loaders, on first call: `import coreecg` stays torch-free and light.
+
 # The loaders import torch on first call, not here: `import coreecg` stays light. Each forwards
 # to the one implementation (coreecg.loading; load_model adds the input contract, coreecg.hub).
 

@@ -21,8 +21,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+import shlex
 
 from coreecg.config import Config, ConfigError, load_config
+from coreecg.eval.fairness import UnfairTableError
+from coreecg.log import console as _console
+from coreecg.run_record import COMMAND_ENV
+from coreecg.tune.gpu_share import GpuShareError, parse_gpus_per_trial
+
+# Lazy imports: training, studies, sweeps, the checkpoint store and the corpus reader, in the functions that
+# run them: every job's --help imports this module (about 200 modules, no torch); those add torch,
+# Ray Data's readers and the tables (2-15 s; python -X importtime).
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,8 +48,6 @@ def shipped(relative: str) -> Path:
 
 def gpus_per_trial(value: str) -> float | str:
     """--gpus-per-trial: a number of GPUs (0.25: a quarter) or "auto" (coreecg.tune.gpu_share)."""
-    from coreecg.tune.gpu_share import parse_gpus_per_trial
-
     try:
         return parse_gpus_per_trial(value)
     except ValueError as e:
@@ -167,8 +174,6 @@ def _prog() -> str:
 def console(verbose: bool = False) -> None:
     """Turn on the job's console: coreecg's INFO lines on stdout; without --verbose, Ray's INFO
     lines and worker logs stay in Ray's log files (/tmp/ray/session_latest/logs)."""
-    from coreecg.log import console as _console
-
     _console(logging.DEBUG if verbose and os.environ.get("COREECG_DEBUG") else logging.INFO)
     quiet_ray(verbose)
 
@@ -192,10 +197,6 @@ def quiet_ray(verbose: bool) -> None:
 
 def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     """Parse and turn the console on (--verbose decides how much of Ray it shows)."""
-    import shlex
-
-    from coreecg.run_record import COMMAND_ENV
-
     args = _parse(parser, argv)
     if getattr(args, "config", None):   # trials and workers run in folders of their own
         args.config = str(Path(args.config).expanduser().resolve())
@@ -298,10 +299,8 @@ def run_study_job(study: Any, output: str | Path, *, resume: bool = False, concu
     what finished -> the exit code (0 all runs finished, 1 some did not, 2 the folder cannot hold
     this study or the leakage guard refused; the error on stderr)."""
     from coreecg.data.overlap import LeakageError
-    from coreecg.eval.fairness import UnfairTableError
     from coreecg.study.summary import write_study_report
     from coreecg.study.runner import StudyRunError, run_study
-    from coreecg.tune.gpu_share import GpuShareError
 
     output = Path(output).expanduser().resolve()
     masks = len(study.mask_rate_runs())      # the mask-rate figure's fine-tunings run too
@@ -350,8 +349,6 @@ def sweep_parser(doc: str, default_output: str, *, space: str | None = None) -> 
 
 def replicate_seeds(parser: argparse.ArgumentParser, args: argparse.Namespace, count: int) -> list[int]:
     """--seeds N: the training seeds of N replicates, train.seed (of the resolved config), +1, ..."""
-    from coreecg.config import load_config
-
     if count < 1:
         parser.exit(2, f"error: --seeds {count}: needs at least 1\n")
     first = load_config(args.config, args.overrides).train.seed

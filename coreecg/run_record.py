@@ -33,6 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from coreecg.files import write_json
+from coreecg.version import __version__
+
+# Lazy imports: torch and numpy (every job's --help imports this module through coreecg.cli: torch-free);
+# ray, the `ray` extra (the light install).
 
 RECORD_FILE = "run.json"
 COMMAND_ENV = "COREECG_COMMAND"       # the job's command line, for processes Ray starts (trials)
@@ -68,7 +72,6 @@ def versions() -> dict[str, str]:
     import numpy
     import torch
 
-    from coreecg.version import __version__
 
     out = {"coreecg": __version__, "torch": torch.__version__, "numpy": numpy.__version__,
            "python": platform.python_version()}

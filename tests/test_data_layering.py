@@ -55,7 +55,7 @@ LAYERS = [
                 "coreecg.encoders.registry", "coreecg.encoders.options"}),
     ("devices", {"coreecg.devices"}),
     ("checkpoint store", {"coreecg.checkpoints"}),
-    ("weights in", {"coreecg.loading.weights"}),      # the loader's part from_pretrained (model) uses
+    ("weights in", {"coreecg.weights"}),      # the loader's part from_pretrained (model) uses
     ("model", {"coreecg.model", "coreecg.encoders"}),     # build_encoder, the one build path; cost
     ("models in", {"coreecg.loading"}),
     ("runtime", {"coreecg.run_record", "coreecg.cluster"}),

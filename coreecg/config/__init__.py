@@ -10,8 +10,8 @@ name the file (or "overrides") and the dotted key.
 
 A pretraining method's own section (`methods.<name>`: CoRe-ECG's masking, FDA, losses, decoders
 and EMA among them), its checks and its structural keys are declared with the method
-(`coreecg.methods.registry`, a leaf this package reads); this package names no method
-(docs/methods.md). A data source's section
+(`coreecg.config.method_registry`, filled by `coreecg.methods`, which `coreecg/__init__.py`
+imports); this package names no method (docs/methods.md). A data source's section
 (`data.sources.<name>`) is declared beside its reader with `coreecg.data.sources.register_source`
 and read through that registry; this package names no source (docs/data_sources.md).
 
@@ -20,7 +20,10 @@ and read through that registry; this package names no source (docs/data_sources.
     data        data.preprocess, the open data.sources section, data
     sections    model, optim, train
     downstream  finetune, report
-    methods     pretrain, the open methods section (the registry: coreecg.methods.registry)
+    method_registry, encoder_registry
+                the registries of methods and encoders (leaves; re-exported at their documented
+                places coreecg.methods.registry and coreecg.encoders.registry)
+    methods     pretrain, the open methods section
     schema      Config: the sections together, checks across them, to_dict / to_yaml
     loading     load_config, apply_overrides, config_from_dict (moved keys mapped, plugins first)
 """

@@ -1,12 +1,12 @@
-"""The config's side of the encoder registry (coreecg.encoders.registry): the open `encoders`
+"""The config's side of the encoder registry (coreecg.config.encoder_registry): the open `encoders`
 section, one typed section per registered encoder that has options (`encoders.<name>`), and the
 check that the method that trains can train the encoder `model.arch` names."""
 from __future__ import annotations
 
 from coreecg.config.base import ConfigError
 from coreecg.typed import OpenSection
-# Importing the package declares the built-in encoders (coreecg/encoders/options.py, no torch).
-from coreecg.encoders.registry import ANY, encoder_spec, encoder_specs
+from coreecg.config.encoder_registry import ANY, encoder_spec, encoder_specs
+from coreecg.config.method_registry import method_specs
 
 __all__ = ["EncoderOptions", "check_encoder_for_method"]
 
@@ -40,8 +40,6 @@ def check_encoder_for_method(config) -> None:
     """ConfigError unless `pretrain.method` can train the encoder `model.arch` names (its output
     kind against the method's `needs`), or the encoder's sizes come from published weights. The
     error names the encoder, the method and the pairs that do work."""
-    from coreecg.methods.registry import method_specs
-
     arch, method = config.model.arch, config.pretrain.method
     spec = encoder_spec(arch)
     if spec.published:

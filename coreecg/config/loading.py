@@ -11,8 +11,8 @@ from coreecg.typed import TypedError, load, override, read_yaml
 from coreecg.config.base import ConfigError
 from coreecg.config.plugins import import_plugins_in, import_plugins_of
 from coreecg.config.schema import Config
-from coreecg.encoders.registry import ENCODERS
-from coreecg.methods.registry import moved_keys as method_moved_keys
+from coreecg.config.encoder_registry import ENCODERS
+from coreecg.config.method_registry import moved_keys as method_moved_keys
 
 
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:

@@ -1,4 +1,4 @@
-"""The config's side of the method registry (coreecg.methods.registry): `pretrain`, and the open
+"""The config's side of the method registry (coreecg.config.method_registry): `pretrain`, and the open
 `methods` section (one typed section per registered method, `methods.<name>`)."""
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 from coreecg.typed import OpenSection
 from coreecg.config.base import ConfigError
-# Importing the registry declares the built-in methods (coreecg/methods/*/options.py, no torch).
-from coreecg.methods.registry import METHODS, MethodSpec, method_specs
+from coreecg.config.method_registry import METHODS, MethodSpec, method_specs
 
 __all__ = ["METHODS", "MethodSpec", "method_specs", "PretrainConfig", "MethodOptions"]
 

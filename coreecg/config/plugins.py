@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 from typing import Any, Iterable
+import os
+import sys
 
 import yaml
 
@@ -16,9 +18,6 @@ def import_plugins(modules: Iterable[str], key: str = "plugins") -> None:
     once each. Module names resolve as with `python -m`: from the current directory first, then
     the installed packages (a job script's own folder, which Python puts on the path instead, does
     not hold them). `key`: the config key that named them (for the error)."""
-    import os
-    import sys
-
     modules = list(modules)
     if modules and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())

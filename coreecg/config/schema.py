@@ -15,7 +15,7 @@ from coreecg.config.downstream import FinetuneConfig, ReportConfig
 from coreecg.config.methods import MethodOptions, MethodSpec, PretrainConfig, method_specs
 from coreecg.config.encoders import EncoderOptions
 from coreecg.config.plugins import import_plugins
-from coreecg.encoders.registry import encoder_spec
+from coreecg.config.encoder_registry import encoder_spec
 
 
 @dataclass

@@ -7,12 +7,15 @@ Parquet corpus on Ray Data. Data never imports the model or training code.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
-# The package's names load on first use (PEP 562): a Ray Data worker that reads shard files
+import numpy as np
+
+from coreecg.config import PreprocessConfig
+
+# Lazy imports: the package's names load on first use (PEP 562), and synthetic_windows imports the
+# preprocessing and the synthetic source when called: a Ray Data worker that reads shard files
 # imports `coreecg.data.corpus` without scipy, wfdb and the sources (1.7 s less per fresh worker).
 _NAMES = {
-    "PreprocessConfig": "coreecg.config",
     "ALL_COLUMNS": "coreecg.data.corpus",
     "CorpusError": "coreecg.data.corpus", "load_manifest": "coreecg.data.corpus",
     "split_files": "coreecg.data.corpus",
@@ -25,11 +28,6 @@ _NAMES = {
     "RecordError": "coreecg.data.record", "RecordRef": "coreecg.data.record",
     "SPLITS": "coreecg.data.splits", "assign_split": "coreecg.data.splits",
 }
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from coreecg.config import PreprocessConfig
 
 
 def __getattr__(name: str):
@@ -45,9 +43,6 @@ def synthetic_windows(n: int, seed: int, cfg: PreprocessConfig | None = None) ->
     (before its float16 cast): (n, len(cfg.leads), cfg.window_samples) float32 and labels (n,)
     int64 indexing SYNTHETIC_CLASS_NAMES. Records are 10 s, so record i gives window i.
     """
-    import numpy as np
-
-    from coreecg.config import PreprocessConfig
     from coreecg.data.preprocess import preprocess_record
     from coreecg.data.sources.synthetic import CLASS_NAMES, synthesize_record
 

@@ -63,6 +63,8 @@ import pyarrow.parquet as pq
 from coreecg.files import sha256_file, write_atomic
 from coreecg.log import TRACE_MANIFEST_ENV
 
+# Lazy imports: torch, for one float16 cast: reading ECG files must not pull in torch (tests/test_data_layering.py).
+
 FORMAT_VERSION = 1
 SIGNAL_DTYPE = np.float16
 COMPRESSION = "none"           # zstd saves little on z-scored float16 and costs read time

@@ -40,6 +40,7 @@ import pyarrow as pa
 from coreecg.data.corpus import MANIFEST, CorpusError, open_corpus, signal_view
 from coreecg.data.fingerprints import corpus_fingerprints, fingerprint_table, window_fingerprints
 from coreecg.data.overlap import GUARDED_SPLITS, compare, only_splits
+from coreecg.data.patient_ids import comparable_warning
 
 MANIFEST_KEY = "excluded_overlap_with"     # the manifest's record of the exclusion (absent: none)
 REASON_TAIL = "leakage guard; excluded from pretraining"
@@ -144,8 +145,6 @@ def patient_id_warnings(downstream: Sequence[Downstream], patient_ids: dict[str,
     """Downstream corpora of the same dataset (patients match within one) whose patient keys cannot
     match this corpus's (another salt, or ids as read against salted ones): the exclusion then
     finds their patients by recording only."""
-    from coreecg.data.patient_ids import comparable_warning
-
     return [f"exclude_overlap_with {d.path}: {w}" for d in downstream
             if dataset in set(d.fingerprints.column("dataset").unique().to_pylist())
             and (w := comparable_warning(patient_ids, d.patient_ids))]

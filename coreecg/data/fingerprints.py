@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from coreecg.data.corpus import MANIFEST, OpenCorpus, load_manifest, open_corpus, read_shard, signal_view
 from coreecg.files import sha256_file, write_atomic
+from coreecg.data.patient_ids import comparable_warning
 
 FINGERPRINT_FILE = "fingerprints.parquet"
 FINGERPRINT_VERSION = 1
@@ -123,8 +124,6 @@ def preprocess_warning(a: pa.Table, b: pa.Table) -> str | None:
 def patient_ids_warning(a: pa.Table, b: pa.Table) -> str | None:
     """Why two fingerprint tables' patient keys cannot match (other salts, coreecg.data.patient_ids),
     None when alike or unknown (a table stamped before patient ids were recorded)."""
-    from coreecg.data.patient_ids import comparable_warning
-
     pa_, pb = ((t.schema.metadata or {}).get(b"patient_ids") for t in (a, b))
     if pa_ is None or pb is None or not _datasets(a) & _datasets(b):
         return None          # patients match within one dataset only: nothing to miss

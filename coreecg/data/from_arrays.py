@@ -26,6 +26,10 @@ from coreecg.data.patient_ids import PatientIdPolicy
 from coreecg.data.record import RecordError
 from coreecg.data.sources.arrays import INDEX_COLUMNS
 from coreecg.data.sources.exports import millivolts_per
+from coreecg.cluster import init_ray
+from coreecg.data.pipeline import build_corpus
+
+# Lazy imports: ray, where the corpus is written: the light install (no Ray) builds corpora too.
 
 
 def build_corpus_from_arrays(signals: Any, fs: float | Sequence[float], leads: Sequence[str], output_dir: str | Path,
@@ -44,8 +48,6 @@ def build_corpus_from_arrays(signals: Any, fs: float | Sequence[float], leads: S
     (default: each code is a class); without labels the corpus is unlabelled (pretraining). Starts a
     local Ray if none is running (`coreecg.cluster.init_ray`).
     """
-    from coreecg.data.pipeline import build_corpus
-
     out = Path(output_dir).expanduser().resolve()
     scratch = out.parent / f".{out.name}.arrays-scratch"
     if scratch.exists():
@@ -138,6 +140,4 @@ def _ensure_ray() -> None:
     import ray
 
     if not ray.is_initialized():
-        from coreecg.cluster import init_ray
-
         init_ray()

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from coreecg.config import Config
 
+# Lazy imports: the corpus builder (scipy and every reader: 1,300 modules more), where the embedded
+# synthetic corpus is built: finding a corpus does not need it.
+
 log = logging.getLogger(__name__)
 
 

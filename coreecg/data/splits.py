@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 
+from coreecg.data.record import RecordError
+
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 # PTB-XL's recommended split (Strodthoff et al.): strat_fold 1-8 train, 9 val, 10 test.
 FOLD_SPLITS: dict[int, str] = {**{f: "train" for f in range(1, 9)}, 9: "val", 10: "test"}
@@ -48,8 +50,6 @@ def assign_split(dataset: str, patient_id: str | None, record_id: str,
 
 def fold_split(fold: int, path: str) -> str:
     """The split of a PTB-XL strat_fold (FOLD_SPLITS); RecordError naming `path` for any other fold."""
-    from coreecg.data.record import RecordError
-
     if fold not in FOLD_SPLITS:
         raise RecordError(path, f"strat_fold {fold} is not 1-10: no fold split")
     return FOLD_SPLITS[fold]

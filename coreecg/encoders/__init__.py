@@ -13,7 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from coreecg.encoders import options as _options  # noqa: F401  (declares the built-ins)
-from coreecg.encoders.registry import ANY, GRID, SEQUENCE, EncoderSpec, declare_encoder, encoder_spec, encoder_specs
+from coreecg.config.encoder_registry import (ANY, GRID, SEQUENCE, EncoderSpec, declare_encoder, encoder_spec,
+                                             encoder_specs)
+
+# Lazy imports: the torch side (build_encoder & co.), on first use: the config reads this package torch-free.
 
 
 def __getattr__(name: str) -> Any:

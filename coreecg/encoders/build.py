@@ -22,8 +22,8 @@ from typing import Callable
 
 from torch import nn
 
-from coreecg.config import ConfigError
-from coreecg.encoders.registry import ENCODERS, EncoderSpec, declare_encoder, encoder_spec
+from coreecg.config import Config, ConfigError, ModelConfig
+from coreecg.config.encoder_registry import ENCODERS, EncoderSpec, declare_encoder, encoder_spec
 
 
 def register_encoder(name: str, title: str | None = None, output: str | None = None, options: type | None = None,
@@ -66,8 +66,6 @@ def encoder_class(name: str) -> type[nn.Module]:
 def build_encoder(config) -> nn.Module:
     """The encoder `config.model.arch` names, randomly initialised (weights are loaded after).
     `config`: a Config (a bare ModelConfig, for a published family's sizes, is taken too)."""
-    from coreecg.config import Config, ModelConfig
-
     if isinstance(config, ModelConfig):
         config = Config(model=config)
     return encoder_class(config.model.arch).from_config(config)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coreecg.config.base import ConfigError
-from coreecg.encoders.registry import GRID, SEQUENCE, EncoderSpec, declare_encoder
+from coreecg.config.encoder_registry import GRID, SEQUENCE, EncoderSpec, declare_encoder
 
 
 @dataclass

@@ -25,11 +25,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
+import tempfile
 
 import numpy as np
 
 from coreecg.eval.metrics import patient_resample_weights, resample_metrics
 from coreecg.eval.significance import adjust_p, cell_differences, detectable_difference, run_level_se
+from coreecg.eval.downstream import RecordScores, read_predictions, write_predictions
 
 CLASSES = ("A", "B", "C", "D")
 METRICS = ("acc", "f1", "auroc")
@@ -62,8 +64,6 @@ def _test_set(n_patients: int, rng: np.random.Generator):
 def write_run(folder: Path, method: str, seed: int, task, logits: np.ndarray) -> Path:
     """A run folder as the fine-tuning job leaves it: predictions.csv (softmax of `logits`) and
     metrics.json with the keys the report reads (test metrics from that file)."""
-    from coreecg.eval.downstream import RecordScores, read_predictions, write_predictions   # torch: lazy
-
     rids, pids, y = task
     probs = np.exp(logits - logits.max(1, keepdims=True))
     folder.mkdir(parents=True)
@@ -188,8 +188,6 @@ def minimal_detectable_effect(runs: int, n_patients: int, effects: Sequence[floa
     cores), so minutes per scan: experiments/minimal_detectable_effect.py runs it. The report states
     each cell's own detectable difference instead (coreecg/eval/tables/detectable.py); this scan
     checks that formula against simulated power."""
-    import tempfile
-
     scanned, found = [], None
     with tempfile.TemporaryDirectory() as tmp:
         for i, effect in enumerate(sorted(effects)):

@@ -20,10 +20,12 @@ from typing import Sequence
 
 import numpy as np
 import torch
+import pandas as pd
 
 from coreecg.data.reading import read_split, split_rows
 from coreecg.eval.metrics import aggregate_by_record, bootstrap_ci, classification_metrics
 from coreecg.model.padding import padding_mask
+from coreecg.devices import autocast
 
 
 def eval_offsets(stored: int, crop: int, n: int) -> list[int]:
@@ -93,8 +95,6 @@ def crop_features(model: torch.nn.Module, x: torch.Tensor, offsets: Sequence[int
     (features (b, D) float32, logits (b, K) float32), each the weighted mean over the crops at
     `offsets` (a crop without a whole real patch weighs 0). No gradients reach the encoder when it
     is frozen; the caller chooses the model's mode (predict: eval)."""
-    from coreecg.devices import autocast
-
     x, b = x.float(), len(x)
     views = torch.cat([x[..., o:o + crop] for o in offsets])             # (n_crops * b, C, crop)
     with autocast(precision, x.device):
@@ -168,8 +168,6 @@ def write_predictions(path: str | Path, records: RecordScores, class_names: Sequ
 
 def read_predictions(path: str | Path, class_names: Sequence[str]) -> RecordScores:
     """predictions.csv -> RecordScores (features empty): to recompute metrics from the file."""
-    import pandas as pd
-
     table = pd.read_csv(path, dtype={"record_id": str, "patient_id": str, "labels": str}, keep_default_na=False)
     y = np.zeros((len(table), len(class_names)), dtype=np.int64)
     index = {c: k for k, c in enumerate(class_names)}

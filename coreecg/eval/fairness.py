@@ -34,6 +34,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
+from coreecg.config import ConfigError, method_specs
+from coreecg.config.loading import moved_to_new_places
+
+# Lazy imports: the checkpoint store and the loader (torch), where an encoder's pretraining config is read:
+# the report's tables and a study's checks import this module torch-free.
+
 # Keys that define any method: rows are meant to differ here. Each registered method adds its own
 # (MethodSpec.defining): "a.b", or a prefix "a.*" / "a.b_*".
 GENERIC_DEFINING = ("pretrain.*", "methods.*", "train.variant", "finetune.method", "finetune.mode",
@@ -93,8 +99,6 @@ def run_entries(runs: Sequence[Any]) -> dict[Path, tuple[list[Entry], list[str]]
     entry and, where it has an encoder, the pretraining config that encoder carries; notes on what
     could not be checked). Each encoder is opened once."""
     from coreecg.checkpoints import CheckpointError
-    from coreecg.config import ConfigError
-    from coreecg.config.loading import moved_to_new_places
     from coreecg.loading import open_source
 
     out, encoders = {}, {}
@@ -142,8 +146,6 @@ def defining_keys() -> tuple[frozenset[str], tuple[str, ...]]:
     """(exact keys, prefixes) that define a method: GENERIC_DEFINING and the union of every
     registered method's `defining` (read through the config's registry: plugins included once
     imported)."""
-    from coreecg.config import method_specs
-
     entries = {*GENERIC_DEFINING, *(e for spec in method_specs().values() for e in spec.defining)}
     return (frozenset(e for e in entries if not e.endswith("*")),
             tuple(sorted(e[:-1] for e in entries if e.endswith("*"))))

@@ -18,6 +18,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from coreecg.config import load_config
+from coreecg.run_record import wall_seconds
+
 # The columns; the loss terms the rows' methods report sit between the two (`leaderboard_rows`).
 COLUMNS = ("rank", "method", "run", "status", "loss")
 AFTER_LOSSES = ("probe_auroc", "probe_auroc_init", "probe_gain", "steps", "epochs", "wall_s", "run_dir")
@@ -47,9 +50,6 @@ def _records(folder: Path) -> list[dict[str, Any]]:
 
 
 def run_row(folder: Path) -> dict[str, Any]:
-    from coreecg.config import load_config
-    from coreecg.run_record import wall_seconds
-
     folder = Path(folder).resolve()
     cfg = load_config(folder / "config.yaml")
     records = _records(folder)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from huggingface_hub import ModelCardData
+
+from coreecg.model.pretrained import HUB_TAGS
+
 CARD_FILE = "README.md"
 
 # Licences of the databases coreecg reads (source registry name -> name, licence, where).
@@ -86,9 +90,6 @@ def _front_matter(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any])
     without a Hub id, a published encoder's weights or unknown data (the card's data section
     lists every licence; the most restrictive applies), then with license_name and license_link:
     the one source's licence page, else this card (its Data section)."""
-    from huggingface_hub import ModelCardData
-
-    from coreecg.model.pretrained import HUB_TAGS
 
     kind = meta["kind"]
     sources = _used_sources(kind, meta["architecture"], pre, ft)

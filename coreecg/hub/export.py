@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import torch
 
 from coreecg.encoders.build import build_encoder, encoder_class
-from coreecg.encoders.registry import encoder_spec, is_published
+from coreecg.config.encoder_registry import encoder_spec, is_published
 from coreecg.checkpoints import CheckpointError
 from coreecg.files import TEMP_GLOB, sha256_file, write_atomic, write_json, write_text
 from coreecg.hub.card import CARD_FILE, model_card
@@ -27,6 +27,7 @@ from coreecg.hub.provenance import provenance
 from coreecg.loading import CONFIG_FILE, WEIGHTS_FILE, ModelSource, build_model, open_source
 from coreecg.model.pretrained import hub_config, write_weights
 from coreecg.train.leakage_guard import PRETRAINING_FINGERPRINTS, fingerprints_of, pretraining_of
+from coreecg.model.published import family
 
 
 def export_model(source: str | Path, output: str | Path, *, onnx: bool = False) -> Path:
@@ -102,8 +103,6 @@ def _pooling(cfg) -> str:
     if cfg.finetune.pooling == "attention":
         return "attention pooling: one learned query over all (lead, time) token encodings (AttentionPool)"
     if is_published(cfg.model.arch):
-        from coreecg.model.published import family
-
         return f"{family(cfg.model.arch).title}: its own pooled feature (encoder.pooled)"
     return "mean over all (lead, time) token encodings"
 

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import torch
 from torch import nn
+import numpy as np
 
 from coreecg.files import sha256_file, write_atomic
 from coreecg.hub.contract import load_model
@@ -14,6 +15,8 @@ from coreecg.loading import Kind, ModelSource, build_model
 from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder, masked_mean
 from coreecg.model.sequence import SequenceEncoder
+
+# Lazy imports: onnxruntime, the optional `onnx` extra.
 
 ONNX_FILE = "model.onnx"
 ONNX_OPSET = 18
@@ -143,7 +146,6 @@ class _ClassifierLogits(nn.Module):
 def check_onnx(model: nn.Module, onnx_file: str | Path, batch_sizes: Sequence[int] = ONNX_CHECK_BATCHES) -> float:
     """Largest |onnxruntime - PyTorch| over every output for random inputs of each batch size
     (onnxruntime needed)."""
-    import numpy as np
     import onnxruntime as ort
 
     wrapper, example, _ = _onnx_wrapper(model, None)

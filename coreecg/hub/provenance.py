@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from coreecg.encoders.registry import is_published
+from coreecg.config.encoder_registry import is_published
 from coreecg.checkpoints import CheckpointError
 from coreecg.config import Config
 from coreecg.loading import METRICS_FILE, ModelSource, corpus_manifest, open_source
+from coreecg.model.published import family
 
 
 def provenance(src: ModelSource) -> dict[str, Any]:
@@ -42,8 +43,6 @@ def _pretraining_info(config: Config, file: Path | None) -> dict[str, Any]:
     """Method and corpus of the pretraining run whose config this is (a published encoder's:
     its family, licence and pretraining data as coreecg knows them)."""
     if is_published(config.model.arch):
-        from coreecg.model.published import family
-
         fam = family(config.model.arch)
         return {"method": None, "label": config.method_label, "variant": config.train.variant or None,
                 "published": fam.name, "title": fam.title, "licence": fam.licence, "corpus": None,

@@ -12,10 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub import HfApi
+
 from coreecg.checkpoints import CheckpointError
 from coreecg.hub.card import CARD_FILE
 from coreecg.hub.onnx_export import ONNX_FILE
-from coreecg.loading.weights import CONFIG_FILE, read_folder
+from coreecg.weights import CONFIG_FILE, read_folder
 
 
 def push_export(folder: str | Path, repo_id: str, *, token: str | None = None, private: bool | None = None,
@@ -34,7 +36,6 @@ def push_export(folder: str | Path, repo_id: str, *, token: str | None = None, p
     if missing:
         raise CheckpointError(f"{folder}: not a whole export (missing {', '.join(missing)}); "
                               "write it with jobs/export.py")
-    from huggingface_hub import HfApi
 
     api = HfApi(token=token)
     repo = api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)

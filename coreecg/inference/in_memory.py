@@ -13,12 +13,12 @@ import numpy as np
 from coreecg.data.record import Record
 from coreecg.inference.engine import run_inference
 from coreecg.inference.items import InferenceError, InferenceResult
+from coreecg.hub import load_model
+from coreecg.inference.listing import list_inputs
 
 
 @functools.lru_cache(maxsize=4)
 def _load_cached(path: str, signature: tuple) -> Any:
-    from coreecg.hub import load_model
-
     return load_model(path)
 
 
@@ -58,8 +58,6 @@ def array_record(signal: Any, fs: float, leads: Sequence[str], record_id: str = 
 def _file_item(path: str | Path, fs: Any, leads: Any) -> Any:
     """The one recording in a file (WFDB, DICOM, MUSE XML, HL7 aECG, EDF) as inference lists it;
     ValueError for fs/leads given with a path (the file states them) or a file that is not one record."""
-    from coreecg.inference.listing import list_inputs
-
     if fs is not None or leads is not None:
         raise ValueError(f"{path}: a file states its own sampling rate and leads: give the path alone")
     items, failures = list_inputs([path])

@@ -15,6 +15,7 @@ from coreecg.data.sources.base import DATA_SUFFIXES, no_header_ref, walk
 from coreecg.data.sources.exports import iter_files, sniff
 from coreecg.data.sources.wfdb_generic import WfdbFolderSource, known_layout
 from coreecg.inference.items import CorpusShard, Failure, InputRecord
+from coreecg.data.reading import splits_of
 
 
 def source_options(config: Config | None = None) -> dict[str, dict[str, Any]]:
@@ -77,8 +78,6 @@ def list_inputs(paths: Iterable[str | Path], config: Config | None = None,
 def list_corpus(corpus: str | Path, splits: Sequence[str] | None = None) -> list[CorpusShard]:
     """A corpus folder's shard files of `splits` (default all) in manifest order (CorpusError, a
     ValueError naming the folder, for a corpus that is unfinished or lacks a split)."""
-    from coreecg.data.reading import splits_of
-
     manifest = load_manifest(corpus)
     sig = manifest["signal"]
     shape = tuple(int(n) for n in sig["shape"])

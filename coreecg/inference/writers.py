@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Sequence
+import csv
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from coreecg.files import write_atomic
 from coreecg.inference.items import Failure, InferenceError, InferenceResult
@@ -18,8 +21,6 @@ FAILED_FILE = "failed.csv"
 def write_predictions_csv(path: str | Path, result: InferenceResult) -> Path:
     """record_id, path, then p_<class> per class, formatted as the fine-tuning run's
     predictions.csv writes them (`coreecg.eval.downstream.write_predictions`)."""
-    import csv
-
     if result.probs is None:
         raise InferenceError("no class probabilities to write (the model is an encoder)")
 
@@ -36,9 +37,6 @@ def write_predictions_csv(path: str | Path, result: InferenceResult) -> Path:
 def write_embeddings_parquet(path: str | Path, result: InferenceResult, metadata: dict[str, str] | None = None
                              ) -> Path:
     """record_id, path, embedding (fixed_size_list<float32>[D]) per record; `metadata` in the schema."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     if result.embeddings is None:
         raise InferenceError("no embeddings to write")
     emb = np.ascontiguousarray(result.embeddings, dtype=np.float32)
@@ -52,8 +50,6 @@ def write_embeddings_parquet(path: str | Path, result: InferenceResult, metadata
 
 def write_failures_csv(path: str | Path, failures: Sequence[Failure]) -> Path:
     """record_id, path, reason: the columns of a corpus's quarantine.csv."""
-    import csv
-
     def write(tmp: Path) -> None:
         with open(tmp, "w", newline="") as f:
             w = csv.writer(f)

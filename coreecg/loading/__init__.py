@@ -26,10 +26,9 @@ run's step checkpoints (checkpoint_step*/checkpoint.pt; a run folder stands for 
 sit a layer above the loader (tests/test_data_layering.py), so the caller passes their builder in.
 
 This package is the one place a path becomes a model (tests/test_single_loader.py), in two parts:
-this module, and `coreecg.loading.weights` below the model layer (the export folder's format and
+this module, and `coreecg.weights` below the model layer (the export folder's format and
 reading, and `restore`), through which `Encoder.from_pretrained` loads with its own class as the
-builder. The model package imports that module while it loads, so this one imports the model
-classes inside its functions. The .pt bytes are read by the checkpoint store (`coreecg.checkpoints`).
+builder. The .pt bytes are read by the checkpoint store (`coreecg.checkpoints`).
 
 Loading never draws from the caller's random generators: building a model initialises weights
 that are then overwritten, so it happens under a forked RNG (`restore`). Fine-tuning from a run
@@ -42,25 +41,26 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import Any, Callable, Literal
 
 import torch
 from torch import nn
 
-from coreecg.encoders.registry import is_published
+from coreecg.config.encoder_registry import is_published
 from coreecg.checkpoints import (
     BEST_FILE, ENCODER_FILE, STEP_PREFIX, CheckpointError, checkpoint_config, is_coreecg_payload, latest_checkpoint,
     read_payload,
 )
 from coreecg.config import Config, ConfigError, DataConfig, PreprocessConfig, TrainConfig, config_from_dict
+from coreecg.encoders.build import build_encoder
+from coreecg.model.classifier import Classifier
+from coreecg.model.encoder import Encoder
+from coreecg.model.pretrained import PretrainedInfo
+from coreecg.model.published import FAMILIES, recognise
 # The export folder's format (the writers: coreecg.model.pretrained and coreecg.hub.export).
-from coreecg.loading.weights import (
+from coreecg.weights import (
     CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, kept_sections, read_folder, restore,
 )
-
-if TYPE_CHECKING:       # the model classes are imported where used (module docstring)
-    from coreecg.model.classifier import Classifier
-    from coreecg.model.encoder import Encoder
 
 METRICS_FILE = "metrics.json"        # a fine-tuning run's (coreecg.eval.report's contract)
 MANIFEST_FILE = "manifest.json"      # a preprocessed corpus's
@@ -120,10 +120,6 @@ def open_source(path: str | Path, kind: Kind | None = None) -> ModelSource:
 
 def build_model(src: ModelSource) -> Encoder | Classifier:
     """The source's model with its weights, on the CPU, in eval mode; the caller's RNG untouched."""
-    from coreecg.model.classifier import Classifier
-    from coreecg.model.pretrained import PretrainedInfo
-    from coreecg.encoders.build import build_encoder
-
     cfg = src.config
     if src.kind == "method":
         raise CheckpointError(f"{src.weights}: a pretraining method's checkpoint: load it with load_method")
@@ -284,8 +280,6 @@ def _open_published(file: Path, shown: Path, payload: Any) -> ModelSource:
     """Another project's encoder checkpoint (`coreecg.model.published`) -> an encoder ModelSource
     whose config is coreecg's defaults with model (arch, input) and encoders.<arch> (sizes) read from the weights,
     data.preprocess the family's input contract and train.variant its name for report tables."""
-    from coreecg.model.published import FAMILIES, recognise
-
     try:
         found = recognise(payload)
     except (ValueError, KeyError, IndexError, AttributeError) as e:

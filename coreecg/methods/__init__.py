@@ -23,7 +23,9 @@ from coreecg.methods.core_ecg import options as _core_options  # noqa: F401
 from coreecg.methods.moco_v3 import options as _moco_v3_options  # noqa: F401
 from coreecg.methods.cmsc import options as _cmsc_options  # noqa: F401
 from coreecg.methods.cpc import options as _cpc_options  # noqa: F401
-from coreecg.methods.registry import MethodSpec, declare_method, method_specs
+from coreecg.config.method_registry import MethodSpec, declare_method, method_specs
+
+# Lazy imports: the torch side (build_method & co.), on first use: the config reads this package torch-free.
 
 
 def __getattr__(name: str) -> Any:

@@ -20,7 +20,7 @@ from typing import Callable
 
 from coreecg.config import Config, ConfigError
 from coreecg.methods.base import PretrainMethod
-from coreecg.methods.registry import METHODS, MethodSpec, declare_method
+from coreecg.config.method_registry import METHODS, MethodSpec, declare_method
 from coreecg.typed import field_type
 
 

@@ -16,7 +16,7 @@ from it), and where known the input contract and provenance (docs/export.md). An
 
 Loading goes through the one loader: `from_pretrained` reads the folder (`read_folder`: format,
 version, the weights' sha256) and restores the weights into its class's model (`restore`) with
-`coreecg.loading.weights`, the format's home; `coreecg.loading` reads every other source (run
+`coreecg.weights`, the format's home; `coreecg.loading` reads every other source (run
 folders, .pt files, published families' weights). Those names stay importable from here.
 """
 from __future__ import annotations
@@ -28,18 +28,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import huggingface_hub
 import torch
 from huggingface_hub import ModelHubMixin
+from huggingface_hub.errors import HFValidationError
+from safetensors.torch import save_file
 from torch import nn
 
-from coreecg.encoders.registry import is_published
+from coreecg.config.encoder_registry import is_published
 from coreecg.checkpoints import CheckpointError
 from coreecg.config import Config, ModelConfig
 from coreecg.config.encoders import EncoderOptions
 from coreecg.encoders.options import ViTOptions
 from coreecg.files import sha256_file, write_atomic, write_json
 # the export folder's format and reading: the loader's (re-exported here, where they were)
-from coreecg.loading.weights import (  # noqa: F401
+from coreecg.weights import (  # noqa: F401
     CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, SavedFolder, kept_sections, load_weights, read_folder, restore,
 )
 from coreecg.version import __version__
@@ -128,7 +131,6 @@ class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)
                                     "a .pt file loads with coreecg.load_encoder / load_classifier)"
                                     + (f"; not tried as the Hub id {name!r}, {parts[0]}/ being a local folder"
                                        if under_local else ""))
-        from huggingface_hub.errors import HFValidationError
 
         try:
             return super().from_pretrained(name, **kwargs)
@@ -148,12 +150,11 @@ class PretrainedMixin(ModelHubMixin, library_name="coreecg", tags=list(HUB_TAGS)
         files: coreecg.load_encoder / load_classifier.)"""
         folder = Path(model_id).expanduser()
         if not folder.is_dir():
-            from huggingface_hub import snapshot_download
-
-            folder = Path(snapshot_download(repo_id=model_id, revision=revision, cache_dir=cache_dir,
-                                            force_download=force_download, local_files_only=local_files_only,
-                                            token=token, allow_patterns=[CONFIG_FILE, WEIGHTS_FILE, "*.md",
-                                                                         "*.parquet"]))
+            # looked up at the call (not bound at import), as a test's stand-in for the Hub replaces it
+            folder = Path(huggingface_hub.snapshot_download(
+                repo_id=model_id, revision=revision, cache_dir=cache_dir, force_download=force_download,
+                local_files_only=local_files_only, token=token,
+                allow_patterns=[CONFIG_FILE, WEIGHTS_FILE, "*.md", "*.parquet"]))
         f = read_folder(folder)
         if cls.pretrained_kind == "classifier" and f.kind != "classifier":
             raise CheckpointError(f"{f.weights}: holds an encoder, not a fine-tuned classifier "
@@ -256,8 +257,6 @@ def carry_source_files(info: PretrainedInfo, sha256: str, folder: Path) -> dict[
 def write_weights(model: nn.Module, folder: Path, kind: str) -> dict[str, Any]:
     """model.state_dict() as folder/model.safetensors (float32 as trained, no pickle) ->
     config.json's "weights" entry (file, sha256, bytes, dtypes, tensors, parameters, keys)."""
-    from safetensors.torch import save_file
-
     # clone: safetensors refuses tensors that share storage (views of one buffer) or are not contiguous
     state = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
     # one metadata key: safetensors writes a map's keys in random order, and the same weights

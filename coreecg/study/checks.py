@@ -11,6 +11,9 @@ from coreecg.config import Config, ConfigError, load_config
 from coreecg.eval.tables import table_for
 from coreecg.study.plan import Study
 from coreecg.study.schema import StudyError
+from coreecg.eval.fairness import Entry, FINETUNING, PRETRAINING, UnfairTableError, check_table, finetune_cell
+
+# Lazy imports: the loader (torch), where an encoder is opened: the checks run before Ray, torch-free.
 
 
 def config_or_error(origin: Path, where: str, config_file: str | None, overrides: list[str]) -> Config:
@@ -54,8 +57,6 @@ def check_fair_tables(study: Study, configs: dict[str, dict]) -> None:
     """Every table's rows differ only in what defines their method (coreecg/eval/fairness.py),
     before Ray starts: StudyError naming the table, rows and keys otherwise. A table that compares
     encoders (its registration: compares_pretraining=False) leaves their pretraining out."""
-    from coreecg.eval.fairness import FINETUNING, PRETRAINING, Entry, UnfairTableError, check_table, finetune_cell
-
     for table, rows in study.table_rows().items():
         kind = table_for(table, list(study.method_tables))
         pretraining = kind.compares_pretraining

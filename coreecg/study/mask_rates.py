@@ -12,10 +12,14 @@ import csv
 import math
 from pathlib import Path
 from typing import Any, Sequence
+import json
 
 import numpy as np
 
 from coreecg.study.plan import slug
+from coreecg.tune.plots import heatmap
+
+# Lazy imports: scipy.stats (1.7 s; python -X importtime), tune.plots (matplotlib: the `ray` extra).
 
 METRICS = ("f1", "auroc")
 
@@ -24,8 +28,6 @@ def probe_row(folder: Path, cell: dict[str, Any]) -> dict[str, Any]:
     """One pretrained cell's row of the cheap mode: `cell` (grid values, seed), its final and
     initial probe_auroc and its epochs from done.json (NaN and status failed when it did not
     finish), its run folder."""
-    import json
-
     done = (folder / "done.json").is_file()
     last = json.loads((folder / "done.json").read_text()) if done else {}
     return {**cell, "status": "done" if done else "failed",
@@ -36,8 +38,6 @@ def probe_row(folder: Path, cell: dict[str, Any]) -> dict[str, Any]:
 def write_probe_results(rows: Sequence[dict], x: str, y: str, output: Path) -> list[Path]:
     """probe_results.csv (one row per pretrained cell) and heatmap.png: the cheap mode, the mean
     final few-label probe_auroc over seeds per cell."""
-    from coreecg.tune.plots import heatmap
-
     with open(output / "probe_results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, [x, y, "seed", "status", "probe_auroc", "probe_auroc_init", "loss", "epochs", "run_dir"])
         w.writeheader()
@@ -51,8 +51,6 @@ def write_probe_results(rows: Sequence[dict], x: str, y: str, output: Path) -> l
 def cell_result(folder: Path, cell: dict[str, Any], error: str = "") -> dict[str, Any]:
     """One fine-tuned cell's row: `cell` (grid values, seed, dataset, trial_id) and its test
     acc/f1/auroc from metrics.json (NaN and status failed when the run did not finish)."""
-    import json
-
     done = (folder / "metrics.json").is_file()
     test = json.loads((folder / "metrics.json").read_text())["test"] if done else {}
     return {**cell, **{k: (math.nan if test.get(k) is None else test[k]) for k in ("acc", *METRICS)},
@@ -103,8 +101,6 @@ def write_finetune_figures(probe_rows: Sequence[dict], ft_rows: Sequence[dict], 
                            output: Path) -> list[Path]:
     """Per dataset: heatmap_<dataset>_f1.png and heatmap_<dataset>_auroc.png (the paper's figure),
     finetune_results.csv, and rank_correlation.csv (probe_auroc vs fine-tuned AUROC over cells)."""
-    from coreecg.tune.plots import heatmap
-
     written = []
     fields = [x, y, "seed", "dataset", "trial_id", "acc", *METRICS, "status", "error", "run_dir"]
     with open(output / "finetune_results.csv", "w", newline="") as f:

@@ -14,12 +14,16 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from coreecg.data.corpus import load_manifest
+from coreecg.study.spec import absolute_overrides
+from coreecg.tune.spaces import NOT_AVAILABLE, NO_PRETRAINING
+
+# Lazy imports: the source registry (every reader: about 1 s), where a preset names a dataset.
+
 
 def preset_study(output: Path, config: str | None, overrides: list[str], finetune: list[str]) -> tuple[dict, dict]:
     """What every preset's study file starts with (its name, config and --set, paths made
     absolute) and its downstream corpora (dataset name -> {path}) from --finetune folders."""
-    from coreecg.data.corpus import load_manifest
-    from coreecg.study.spec import absolute_overrides
     from coreecg.data.sources import dataset_key
 
     head = {"name": output.name, **({"config": str(Path(config).resolve())} if config else {}),
@@ -38,8 +42,6 @@ def ablation_variants(space: Any, variants_file: str, only: str | None
     for every variant) -> (names, the pretrained ones, the tables that show any of them, the
     unavailable ones with why). ValueError naming `variants_file` for a file without variants or
     an unknown name."""
-    from coreecg.tune.spaces import NO_PRETRAINING, NOT_AVAILABLE
-
     if not space.variants:
         raise ValueError(f"{variants_file}: needs a 'variants' section")
     names = [n.strip() for n in only.split(",")] if only else list(space.variants)

@@ -22,6 +22,9 @@ from coreecg.study.schema import CorpusEntry, GridEntry, ReportSection, StudyErr
 from coreecg.tune.spaces import NO_PRETRAINING, NOT_AVAILABLE, SCRATCH, Space, SpaceError, load_space
 from coreecg.typed import load, read_yaml
 
+# Lazy imports: the source registry (every reader: about 1 s), and the checkpoint store and the loader
+# (torch), where they are asked: reading a study file stays light and torch-free.
+
 
 def load_study(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Study:
     """Read and validate a study file (every run's config is built once here)."""

@@ -27,11 +27,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from coreecg.cluster import Devices
+from coreecg.cluster import Devices, find_devices, init_ray, resolve_devices
 from coreecg.config import ConfigError, load_config
 from coreecg.study.plan import ExternalEncoder, FinetuneRun, PretrainRun, RandomEncoder, Study
 from coreecg.train.tracking import track_trials
 from coreecg.tune.trials import TrialSpec, concurrency_for, error_text, is_done, read_done, run_trials
+from coreecg.data.locate import training_corpora
+
+# Lazy imports: ray (the `ray` extra), the corpus builder and the leakage guard (torch), where a phase runs:
+# a study is read and checked before Ray, torch-free.
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +143,6 @@ def run_phase(output: Path, phase: str, config_file: str | None, runs: list[tupl
     train.num_workers "auto" resolve with (coreecg.cluster.Devices; default: found now)."""
     from ray import tune
 
-    from coreecg.cluster import find_devices, resolve_devices
 
     if not runs:
         return []
@@ -214,9 +217,6 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
     single-worker trial reserves (0: one GPU when train.use_gpu, else none). The devices are
     chosen once, before Ray starts (coreecg.cluster; the console's lines name them for the study's
     base config), and every run resolves train.use_gpu / train.num_workers "auto" with them."""
-    from coreecg.cluster import find_devices, init_ray, resolve_devices
-    from coreecg.data.locate import training_corpora
-
     output = Path(output).resolve()
     prepare_folder(study, output, resume)
     devices = find_devices()            # joins a shared cluster; else before this job's own starts

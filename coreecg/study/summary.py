@@ -17,6 +17,10 @@ from coreecg.eval.tables import REFERENCE, TableInputs, known_tables, table_for
 from coreecg.study.plan import Study
 from coreecg.study.runner import run_dir
 from coreecg.tune.trials import is_done
+from coreecg.study.mask_rates import cell_result, probe_row, write_finetune_figures, write_probe_results
+
+# Lazy imports: torch, the loader, the methods, the figures (matplotlib: the `ray` extra), where a report
+# part is drawn: the study's checks import this module torch-free.
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +130,6 @@ def mask_rate_figures(study: Study, output: Path) -> list[tuple[Path, list[str]]
     """The paper's mask-rate figure (coreecg.study.mask_rates): the cheap mode (every cell's
     final probe_auroc: probe_results.csv, heatmap.png) and, where cells were fine-tuned, F1 and
     AUROC heatmaps per dataset and the rank correlation between the two modes."""
-    from coreecg.study.mask_rates import cell_result, probe_row, write_finetune_figures, write_probe_results
-
     m = study.mask_rates
     x, y = m.keys
     probe_rows = [probe_row(run_dir(output, "pretrain", run.name), {x: run.params[0][1], y: run.params[1][1],

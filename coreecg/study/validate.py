@@ -16,6 +16,11 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from coreecg.study.mask_rates import rank_correlation
+from coreecg.study.presets import preset_study
+
+# Lazy imports: the checkpoint store (torch), where a finished run is read: validating a study stays torch-free.
+
 VALIDATION = "validation"
 # What a trial records at its last epoch that could predict fine-tuning (results.csv's columns)
 RECORDED = ("probe_auroc", "probe_auroc_full", "knn_auroc", "rankme", "loss")
@@ -55,8 +60,6 @@ def validation_study(output: Path, picked: Sequence[dict], *, config: str | None
     """The study (a study file's data, absolute paths) that fine-tunes each picked trial's encoder on
     every `finetune` corpus: 12 leads, all training data, mode finetune. `variants`: the variants
     file every study names (none of its variants runs here: the rows are the trials)."""
-    from coreecg.study.presets import preset_study
-
     head, corpora = preset_study(output / VALIDATION, config, overrides, finetune)
     encoders = {trial_label(r): r.get("encoder") or str(Path(r["run_dir"]) / "encoder.pt") for r in picked}
     return {**head, "variants": str(Path(variants).resolve()), "pretrain": {"methods": []},
@@ -68,8 +71,6 @@ def validation_study(output: Path, picked: Sequence[dict], *, config: str | None
 def validation_rows(study, output: Path, picked: Sequence[dict], extra: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Spearman's rho per (corpus, recorded objective) between the picked trials' objective and the
     mean fine-tuned test AUROC of their runs (over seeds), from the finished study's runs."""
-    from coreecg.study.mask_rates import rank_correlation
-
     tuned: dict[tuple[str, str], list[float]] = {}
     for run in study.finetune_runs():
         metrics = output / VALIDATION / "runs" / "finetune" / run.name / "metrics.json"

@@ -28,18 +28,20 @@ from __future__ import annotations
 import threading
 import time
 from typing import Any
+import asyncio
+
+import ray
+from ray.data import ExecutionResources
+from ray.exceptions import RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 
 def _mailbox_class():
-    import ray
-
     @ray.remote(num_cpus=0)
     class DatasetMailbox:
         """Holds one value for any number of readers; `get` waits until it is put."""
 
         def __init__(self) -> None:
-            import asyncio
-
             self._ready = asyncio.Event()
             self._value: tuple[str, Any] = ("error", "nothing was put")
 
@@ -62,9 +64,6 @@ class WaitForDataset:
         self.mailbox, self.what = mailbox, what
 
     def __call__(self):
-        import ray
-        from ray.exceptions import RayActorError
-
         try:
             kind, value = ray.get(self.mailbox.get.remote())
         except RayActorError as e:         # the driver is gone (its mailbox with it)
@@ -90,10 +89,6 @@ class DatasetHandoff:
     """
 
     def __init__(self, lazy: Any, worker_cpus: float, what: str):
-        import ray
-        from ray.data import ExecutionResources
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         self.lazy, self.what = lazy, what
         # The workers' CPUs are Train's: Ray Data's read tasks take only the rest (read tasks
         # use no GPU). resource_limits, as exclude_resources is deprecated in Ray 2.60.
@@ -110,8 +105,6 @@ class DatasetHandoff:
         return self
 
     def _run(self) -> None:
-        import ray
-
         try:
             ds = self.lazy.materialize()
             self.ready_at = time.time()
@@ -137,8 +130,6 @@ class DatasetHandoff:
     def close(self, wait_s: float = 60.0) -> None:
         """Let the mailbox go (the dataset's blocks stay the driver's until it drops them). A read
         still running after `wait_s` (a fit that ended early) is left to its daemon thread."""
-        import ray
-
         self._thread.join(wait_s)
         try:
             ray.kill(self.mailbox)

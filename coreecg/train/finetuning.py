@@ -33,10 +33,16 @@ from coreecg.train.finetune_plan import (  # noqa: F401 - the planner's names, i
     CONTRACT_KEYS, RANDOM_ENCODER, RANDOM_LABEL, SAME_RUN, FinetuneError, _with_encoder, config_hash,
     leads_label, parse_leads, plan_finetune, preprocess_mismatch,
 )
-from coreecg.train.ingest import to_model_input
+from coreecg.train.ingest import seed_for, to_model_input
 from coreecg.train.loop import RunWriter, WorkerContext
 from coreecg.train.plan import RunPlan
 from coreecg.train.step import FinetuneStep, Schedule
+from coreecg.encoders.build import build_encoder
+from coreecg.eval.downstream import (crop_features, crop_rule, eval_offsets, load_split, predict, predict_features,
+                                     score, to_records, write_predictions)
+from coreecg.eval.figures import tsne_figure
+from coreecg.model.classifier import Classifier
+from coreecg.train.features import feature_key, load_or_compute, weights_sha256
 
 
 def random_encoder(config: Config):
@@ -44,9 +50,6 @@ def random_encoder(config: Config):
     from its own generator, seeded by (train.seed, "random-encoder"). The global torch RNG is
     forked, so the draws of everything else (the head, dropout, crops) are those of a run with
     a loaded encoder: the same train.seed gives the same weights, another seed other weights."""
-    from coreecg.encoders.build import build_encoder
-    from coreecg.train.ingest import seed_for
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed_for(config.train.seed, "random-encoder"))
         return build_encoder(config)
@@ -81,9 +84,6 @@ class FinetuneTask:
         self._core = None
 
     def build(self, ctx: WorkerContext):
-        from coreecg.model.classifier import Classifier
-        from coreecg.encoders.build import build_encoder
-
         cfg, f = self.config, self.config.finetune
         # Loading (and the random encoder's own generator) draws no random numbers (coreecg.loading): the head below is initialised
         # alike whichever source (run folder, encoder.pt, export) holds the encoder's weights.
@@ -105,9 +105,6 @@ class FinetuneTask:
         """The frozen encoder's features of val, test (and, with probe_crops=eval, train) under
         the crop rule: reused from the run folder when they are this encoder's and corpus's,
         else computed once (rank 0 saves them)."""
-        from coreecg.eval.downstream import eval_offsets, load_split, predict
-        from coreecg.train.features import feature_key, load_or_compute, weights_sha256
-
         cfg, f = self.config, self.config.finetune
         crop, precision = cfg.data.crop_samples, cfg.train.precision
         key = feature_key(encoder=f.encoder, encoder_sha256=weights_sha256(model.encoder), corpus=self.corpus,
@@ -154,8 +151,6 @@ class FinetuneTask:
     def _window_features(self, signal: torch.Tensor) -> torch.Tensor:
         """Uncached probe_crops=eval: the batch's evaluation-crop features, computed as `predict`
         computes them (the reference the cached features are tested against)."""
-        from coreecg.eval.downstream import crop_features, eval_offsets
-
         cfg, f = self.config, self.config.finetune
         if self._rows is not None:
             signal = signal[:, self._rows]
@@ -170,19 +165,13 @@ class FinetuneTask:
         return epoch_number % every == 0 or epoch_number == self.epochs
 
     def _split(self, name: str):
-        from coreecg.eval.downstream import load_split
-
         if name not in self._splits:
             self._splits[name] = load_split(self.corpus, name)
         return self._splits[name]
 
     def _records(self, bare, split: str):
-        from coreecg.eval.downstream import predict, to_records
-
         f, data = self.config.finetune, self._split(split)
         if split in self._features:          # a linear probe's cached features: the head alone
-            from coreecg.eval.downstream import predict_features
-
             feats = self._features[split]
             return to_records(data, predict_features(bare, feats), feats.cpu().numpy())
         probs, feats = predict(bare, data.signal, self.lead_rows, self.config.data.crop_samples, f.eval_crops,
@@ -192,8 +181,6 @@ class FinetuneTask:
     def evaluate(self, bare, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int,
                  state: dict[str, Any]) -> dict[str, float]:
         """Validation metrics; on a new best macro AUROC (or at the first evaluation), best.pt."""
-        from coreecg.eval.downstream import score
-
         t0 = time.perf_counter()
         m = score(self._records(bare, "val"), self.multilabel, self.class_names)
         nan = float("nan")
@@ -214,9 +201,6 @@ class FinetuneTask:
     def finish(self, bare, ctx: WorkerContext, writer: RunWriter, summary: dict[str, float],
                state: dict[str, Any]) -> None:
         """Test metrics, once, with the selected weights; metrics.json, predictions.csv, t-SNE."""
-        from coreecg.eval.downstream import crop_rule, score, write_predictions
-        from coreecg.eval.figures import tsne_figure
-
         cfg, f = self.config, self.config.finetune
         best = open_source(ctx.run_dir / BEST_FILE, kind="classifier")       # the one loader: verified
         bare.load_state_dict(best.state)

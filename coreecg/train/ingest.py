@@ -38,6 +38,8 @@ from coreecg.data.corpus import CorpusError, OpenCorpus, open_corpus, read_shard
 from coreecg.devices import to_device
 from coreecg.model.padding import valid_samples
 
+# Lazy imports: ray.data (the `ray` extra): the training modules import without it, so the preflight names the extra.
+
 
 def seed_for(*parts: object) -> int:
     """A 62-bit seed from any tuple of ints/strings (stable across processes and Python runs)."""

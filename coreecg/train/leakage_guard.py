@@ -28,6 +28,7 @@ from coreecg.data.overlap import (
 )
 from coreecg.files import sha256_file
 from coreecg.loading import ModelSource, open_source
+from coreecg.model.published import family
 
 PRETRAINING_FINGERPRINTS = "pretraining_fingerprints.parquet"   # the copy an export carries
 ALLOW = "pass --allow-overlap (finetune.allow_overlap=true)"
@@ -63,8 +64,6 @@ def _of_paths(paths: Any, carried: Path | None = None, sha256: str | None = None
 def pretraining_of(src: ModelSource) -> Pretraining:
     """The pretraining data of a model source opened as an encoder (coreecg.loading.open_source)."""
     if src.entries.get("published"):   # another project's weights (also exported or fine-tuned): not here
-        from coreecg.model.published import family
-
         return Pretraining(None, note=f"published {family(src.entries['published']).title} weights: "
                                       f"{family(src.entries['published']).pretraining}")
     if src.export is not None:

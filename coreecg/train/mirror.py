@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pyarrow.fs as pafs
+
 from coreecg.checkpoints import SIDECAR_SUFFIX, STEP_PREFIX
 from coreecg.files import write_atomic
 
@@ -30,8 +32,6 @@ class MirrorError(RuntimeError):
 
 
 def _open(uri: str):
-    import pyarrow.fs as pafs
-
     try:
         return pafs.FileSystem.from_uri(uri)
     except (OSError, ValueError) as e:          # pyarrow's errors derive from these
@@ -47,8 +47,6 @@ class RunMirror:
     """The mirror of one run folder: `push()` and `pull()`."""
 
     def __init__(self, run_dir: Path, uri: str):
-        import pyarrow.fs as pafs
-
         self.run_dir, self.uri = Path(run_dir), f"{uri.rstrip('/')}/{Path(run_dir).name}"
         self.fs, self.base = _open(self.uri)
         self._pafs = pafs               # imported here: the module loads without pyarrow.fs

@@ -24,6 +24,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
+import importlib.util
 
 import numpy as np
 
@@ -31,6 +32,11 @@ from coreecg.checkpoints import CHECKPOINT_FILE, CheckpointError, checkpoint_dir
 from coreecg.config import Config, ConfigError, config_from_dict, load_config
 from coreecg.data.corpus import OpenCorpus, adopt_corpus, open_corpus
 from coreecg.train.resume_check import changed_keys, check_compatible
+from coreecg.data.fingerprints import corpus_record
+from coreecg.data.overlap import OVERLAP_CSV
+from coreecg.extras import RAY_EXTRA_MODULES, require_ray_extra
+from coreecg.run_record import start_session
+from coreecg.train.mixture import Mixture
 
 
 TASKS = ("pretrain", "finetune")
@@ -180,7 +186,6 @@ class RunPlan:
 def _mixture(d: dict[str, Any]) -> Any:
     if not d.get("mixture"):
         return None
-    from coreecg.train.mixture import Mixture
 
     return Mixture.from_dict(d["mixture"])
 
@@ -229,10 +234,6 @@ def preflight(run_dir: Path, config: Config, same_run: Sequence[str] = ()) -> li
     and intact checkpoints (CheckpointError naming the file otherwise). Returns the config keys
     that differ from the saved run (allowed: schedule, logging, data; reported on resume); none
     when the folder is new. MissingExtra first where the `ray` extra is not all installed."""
-    import importlib.util
-
-    from coreecg.extras import RAY_EXTRA_MODULES, require_ray_extra
-
     require_ray_extra("training (pretraining, fine-tuning, their sweeps and studies)", RAY_EXTRA_MODULES)
     backend = {"mlflow": "MLflow", "wandb": "Weights & Biases"}.get(config.train.tracking)
     if backend and importlib.util.find_spec(config.train.tracking) is None:
@@ -291,10 +292,6 @@ def write_run_folder(plan: RunPlan) -> Path:
     (coreecg.run_record; a pretraining's names its corpus and fingerprint file, of the corpora
     the plan opened) and a fine-tuning's train_subset.csv (and overlap.csv when the leakage guard
     was overruled)."""
-    from coreecg.data.fingerprints import corpus_record
-    from coreecg.data.overlap import OVERLAP_CSV
-    from coreecg.run_record import start_session
-
     run_dir = plan.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     plan.config.to_yaml(run_dir / "config.yaml")

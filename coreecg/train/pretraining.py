@@ -16,11 +16,20 @@ import torch
 from coreecg.config.encoders import check_encoder_for_method
 from coreecg.checkpoints import ENCODER_FILE, save_encoder
 from coreecg.config import Config, ConfigError
-from coreecg.methods import PretrainMethod, build_method
+from coreecg.methods import PretrainMethod, build_method, method_class
 from coreecg.train.ingest import to_model_input
 from coreecg.train.loop import RunWriter, WorkerContext, run_local
 from coreecg.train.plan import PlanError, RunPlan, plan_local, preflight, steps_per_epoch
 from coreecg.train.step import PretrainStep, Schedule
+from coreecg.cluster import with_devices
+from coreecg.data.corpus import open_corpora, unpadded_split
+from coreecg.data.locate import probe_corpus, training_corpora
+from coreecg.data.reading import patient_index, read_split, split_rows, splits_of
+from coreecg.run_record import hparams
+from coreecg.train.mixture import resolve_mixture
+
+# Lazy imports: the evaluation (scikit-learn, the `ray` extra: 0.8 s) and the figures, where a rank
+# evaluates: a run without evaluation imports neither, and planning names a missing extra.
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +150,6 @@ class PretrainTask:
 
     def finish(self, bare: PretrainMethod, ctx: WorkerContext, writer: RunWriter, summary: dict[str, float],
                state: dict[str, Any]) -> None:
-        from coreecg.run_record import hparams
-
         path = save_encoder(ctx.run_dir / ENCODER_FILE, bare, self.config,
                             step=int(summary.get("step", 0)), metrics=summary)
         log.info("encoder exported: %s", path)
@@ -154,11 +161,6 @@ class PretrainTask:
 def plan_pretrain(config: Config) -> RunPlan:
     """A pretraining's plan: its corpus (data.corpus or the embedded synthetic one), batches per
     epoch over train.num_workers, the probe's corpus, and the run folder's checks (`preflight`)."""
-    from coreecg.cluster import with_devices
-    from coreecg.data.corpus import open_corpora
-    from coreecg.data.locate import probe_corpus, training_corpora
-    from coreecg.data.reading import split_rows
-
     config = with_devices(config)       # train.use_gpu/num_workers=auto not resolved by a job (plan_run): here
     t = config.train
     try:                               # the method can train the encoder (and it is not a published family's)
@@ -169,7 +171,6 @@ def plan_pretrain(config: Config) -> RunPlan:
     corpora = open_corpora(training_corpora(config))   # each manifest read once; the plan keeps them
     _check_leads(config, corpora)
     if config.data.is_mixture:                # several corpora: coreecg.train.mixture, docs/mixtures.md
-        from coreecg.train.mixture import resolve_mixture
 
         mixture = resolve_mixture(corpora, config.data.corpus_weights)
         corpus, n, probe = corpora[0], mixture.epoch_windows, probe_corpus(config, corpora)
@@ -199,7 +200,6 @@ def _check_leads(config: Config, corpora: list[Any]) -> None:
 def figure_windows(corpus: Path, crop: int, n: int = 2) -> torch.Tensor:
     """The reconstruction figure's fixed windows: `n` evenly spaced validation windows (train
     windows when the corpus has no val split), centre-cropped: (n, C, crop) float32."""
-    from coreecg.data.reading import read_split, splits_of
     from coreecg.eval.probe import center_crop
 
     split = "val" if "val" in splits_of(corpus) else "train"
@@ -211,10 +211,6 @@ def task_from_plan(plan: RunPlan, rank: int) -> PretrainTask:
     """The task a worker runs: the probe's data and the figure's windows on rank 0 only (none when
     train.eval_every_epochs is 0: nothing evaluates); patient ids of the train split for methods
     that need them (CMSC)."""
-    from coreecg.data.corpus import unpadded_split
-    from coreecg.data.reading import patient_index
-    from coreecg.methods import method_class
-
     cfg = plan.config
     probe = figures = None
     if rank == 0 and cfg.train.eval_every_epochs:   # no evaluation, nothing to read (2.9 s of a start-up)

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Lazy imports: psutil (the `test` extra): a light install has none.
+
 
 def command_started() -> float:
     """When this process started (s since the epoch): the command's start, imports included."""

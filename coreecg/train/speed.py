@@ -23,6 +23,11 @@ import sys
 import torch
 from torch import nn
 
+try:        # torch's own Triton check (a private module: a torch without it has no Triton for us)
+    from torch.utils._triton import has_triton
+except ImportError:
+    has_triton = None
+
 from coreecg.config import TrainConfig
 from coreecg.config.sections import AUTO
 from coreecg.model.layers import Block, Transformer
@@ -105,9 +110,7 @@ def inductor_supports(device: torch.device) -> bool:
     at the first step (a slim CUDA image may have none). Where one is missing
     `auto` stays eager rather than failing at the first step; a set train.compile=true still tries
     (and torch says why it cannot)."""
-    try:
-        from torch.utils._triton import has_triton
-    except ImportError:
+    if has_triton is None:
         return False
     compiler = any(shutil.which(c) for c in (os.environ.get("CC", ""), "cc", "gcc", "clang") if c)
     return compiler and has_triton() and torch.cuda.get_device_capability(device)[0] >= 7

@@ -32,6 +32,9 @@ from pathlib import Path
 from typing import Any, Iterator, Protocol
 
 from coreecg.config import Config
+from coreecg.run_record import flat_params
+
+# Lazy imports: mlflow and wandb (optional extras) and Ray's integrations for them (the `ray` extra).
 
 log = logging.getLogger(__name__)
 MLRUNS = "mlruns"
@@ -79,7 +82,6 @@ class MlflowTracker:
             from ray.air.integrations.mlflow import setup_mlflow
         except ImportError as e:          # ray[train] without mlflow
             raise RuntimeError("train.tracking=mlflow needs MLflow: pip install 'coreecg[mlflow]'") from e
-        from coreecg.run_record import flat_params
 
         uri = tracking_uri(config)
         _allow_file_store(uri)
@@ -120,7 +122,6 @@ class WandbTracker:
             from ray.air.integrations.wandb import setup_wandb
         except ImportError as e:
             raise RuntimeError("train.tracking=wandb needs Weights & Biases: pip install 'coreecg[wandb]'") from e
-        from coreecg.run_record import flat_params
 
         uri = config.train.tracking_uri
         mode = "online" if uri else "offline"

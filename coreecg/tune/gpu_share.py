@@ -19,7 +19,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from coreecg.config import Config
+from coreecg.config import Config, load_config
+
+# Lazy imports: torch and the training step, in the functions that measure a GPU (in a child
+# process): every job imports this module through coreecg.cli (--gpus-per-trial), and torch alone
+# would add about 2 s to each job's --help (python -X importtime).
 
 AUTO = "auto"
 HEADROOM = 1.2            # measured peak x 1.2: fragmentation, varying visible counts, CUDA graphs' pools
@@ -109,7 +113,6 @@ def _peak_bytes(config_file: str) -> dict[int, int]:
     """In the child: the peak allocated memory of one pretraining step per probe batch."""
     import torch
 
-    from coreecg.config import load_config
     from coreecg.methods import build_method
     from coreecg.train.step import PretrainStep, Schedule
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any, Sequence
+import warnings
 
 import numpy as np
+
+# Lazy imports: matplotlib and optuna (the `ray` extra): the sweep modules import without them.
 
 
 def _finite(v: Any) -> bool:
@@ -81,7 +84,6 @@ def importance_plot(rows: Sequence[dict], distributions: dict, path: Path, key: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import optuna
-    import warnings
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     kept = [r for r in rows if r["status"] != "error" and _finite(r[key]) and all(r.get(k) is not None

@@ -34,6 +34,8 @@ from coreecg.config import Config, ConfigError, apply_overrides, load_config, mo
 from coreecg.eval.fairness import Allowance, flatten, is_compared
 from coreecg.typed import Check, TypedError, load, read_yaml
 
+# Lazy imports: optuna (the `ray` extra): a space file is read and checked without it.
+
 SCRATCH = "scratch"
 RANDOM = "random"
 NO_PRETRAINING = (SCRATCH, RANDOM)

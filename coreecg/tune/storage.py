@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Lazy imports: optuna (the `ray` extra): the sweep modules import without it.
+
 STUDY_FILE = "optuna.db"
 
 

@@ -25,6 +25,12 @@ from coreecg.config import Config, load_config
 from coreecg.eval.objectives import objective_directions
 from coreecg.train.tracking import track_trials
 from coreecg.tune.trials import TrialSpec, concurrency_for, cpus_per_trial, error_text, run_trials
+from coreecg.cluster import find_devices, init_ray, resolve_devices
+from coreecg.override_paths import absolute_overrides
+from coreecg.data.locate import training_corpus
+
+# Lazy imports: ray (the `ray` extra): jobs/sweep.py's --help and the light install import this module
+# without it.
 
 EXPERIMENT = "tune"
 # Every report is an epoch end with probe_auroc, so ASHA can compare and stop trials at every epoch.
@@ -99,8 +105,6 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
     """Fit (or, with settings.resume, restore and continue) the sweep -> Tune's ResultGrid. The
     devices are chosen once, before Ray starts (coreecg.cluster: the console's first lines), and
     every trial resolves train.use_gpu / train.num_workers "auto" with the same facts."""
-    from coreecg.cluster import find_devices, init_ray, resolve_devices
-
     out = settings.output.resolve()
     cfg = load_config(settings.config_file, settings.base)
     check_objective(settings.metric, cfg, (*settings.swept, *param_space))
@@ -139,9 +143,6 @@ def absolute_data_paths(settings: SweepSettings) -> list[str]:
     """The base overrides plus absolute corpus paths: trials run in working folders of their own
     (and, on a cluster, on other nodes: the corpora must be on shared storage). The embedded
     synthetic corpus is built here once, not once per trial."""
-    from coreecg.data.locate import training_corpus
-    from coreecg.override_paths import absolute_overrides
-
     cfg = load_config(settings.config_file, settings.base)
     fixed = [f"data.corpus={training_corpus(cfg)}", f"data.cache_dir={cfg.data.cache_dir}",
              *([f"data.probe_corpus={cfg.data.probe_corpus}"] if cfg.data.probe_corpus else [])]

@@ -33,6 +33,10 @@ from coreecg.config import Config, load_config
 from coreecg.files import write_json
 from coreecg.tune.gpu_share import AUTO as AUTO_GPUS, auto_gpus_per_trial
 from coreecg.tune.spaces import overrides_for
+from coreecg.cluster import Devices, check_gpus, find_devices, resolve_devices, with_devices
+
+# Lazy imports: ray (the `ray` extra) and the training entry point (train.fit: 2,000 modules more for
+# jobs/sweep.py's --help), where a trial runs.
 
 log = logging.getLogger(__name__)
 DONE_FILE = "done.json"
@@ -68,8 +72,6 @@ def read_done(run_dir: str | Path) -> dict[str, Any]:
 def build_trial_config(spec: dict[str, Any], params: dict[str, Any], run_dir: Path) -> Config:
     """The trial's config: config file, the spec's overrides, the sampled params, its folder, and
     its devices (train.use_gpu, train.num_workers where "auto") resolved with the spec's facts."""
-    from coreecg.cluster import Devices, find_devices, resolve_devices
-
     cfg = load_config(spec["config_file"], [*spec["overrides"], *overrides_for(params),
                                             f"train.storage_path={run_dir.parent}", f"train.name={run_dir.name}"])
     devices = Devices.from_dict(spec["devices"]) if spec.get("devices") else find_devices(join=False)
@@ -168,7 +170,6 @@ def run_trials(param_space: dict[str, Any], *, storage: Path, name: str, config:
     from ray import tune
     from ray.tune.search import ConcurrencyLimiter
 
-    from coreecg.cluster import check_gpus, with_devices
 
     config = with_devices(config)           # resolved by the caller (run_sweep, run_phase): unchanged
     if gpus_per_trial == AUTO_GPUS:          # packed by the trial's measured memory (a GpuShareError if it fits none)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import h5py
 
 from coreecg.data.leads import canonical_lead_name
 from coreecg.data.record import Record, RecordError, RecordRef
@@ -168,8 +169,6 @@ def _describe(path: Path, fmt: str, key: str) -> tuple[str | None, tuple[int, ..
                 raise RecordError(str(path), f"member {key!r} is Fortran-ordered: save it C-ordered "
                                              "(np.ascontiguousarray) or as .npy")
         else:
-            import h5py
-
             with h5py.File(path, "r") as f:
                 key = _choose(sorted(k for k in f if isinstance(f[k], h5py.Dataset)), key, "dataset", path)
                 shape, dtype = f[key].shape, f[key].dtype
@@ -218,7 +217,6 @@ def _open_cached(path: str, fmt: str, mtime_ns: int):
         return np.load(path, mmap_mode="r")
     if fmt == "npz":
         return zipfile.ZipFile(path)
-    import h5py
 
     return h5py.File(path, "r")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterator, Protocol, runtime_checkable
 
 from coreecg.data.record import Record, RecordError, RecordRef
+from coreecg.data.sources.wfdb_io import header_data_files
 
 
 @runtime_checkable
@@ -72,8 +73,6 @@ def orphan_data_files(folder: Path, files: list[str], candidates: list[str] | No
     signal lines name it (a record may keep its samples under another name). Only folders with
     a data file whose stem has no header pay for reading the headers' text.
     """
-    from coreecg.data.sources.wfdb_io import header_data_files
-
     stems = {f[:-4] for f in files if f.endswith(".hea")}
     names = candidates if candidates is not None else [f for f in files if f.endswith(DATA_SUFFIXES)]
     lonely = [f for f in names if Path(f).stem not in stems]

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 import numpy as np
+import pandas as pd
+import h5py
 
 from coreecg.data.record import STANDARD_LEADS, Record, RecordError, RecordRef
 from coreecg.data.sources.base import (
@@ -116,8 +118,6 @@ class CinC2021Source:
         self.subsets = None if subsets is None else tuple(subsets)
 
     def list_records(self, root: Path) -> list[RecordRef]:
-        import pandas as pd
-
         root = require_root(root)
         refs = []
         for folder, files in walk(root):
@@ -196,8 +196,6 @@ class CinC2021Source:
 
 def _read_sph_h5(path: str) -> np.ndarray:
     """SPH .h5 -> (12, N) float32 mV, or RecordError."""
-    import h5py
-
     try:
         with h5py.File(path, "r") as f:
             if "ecg" not in f:

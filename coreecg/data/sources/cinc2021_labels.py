@@ -26,6 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+import pandas as pd
+
+from coreecg.data.sources._cinc2021_dx_table import DX_ROWS, EQUIVALENT_CODES
+
 # Per-database count columns of the challenge tables, in their csv order.
 DB_COLUMNS: tuple[str, ...] = (
     "CPSC", "CPSC_Extra", "StPetersburg", "PTB", "PTB_XL", "Georgia", "Chapman_Shaoxing", "Ningbo",
@@ -62,8 +66,6 @@ class ClassMap:
 def parse_dx_csvs(scored_csv: str | Path, unscored_csv: str | Path
                   ) -> tuple[tuple[DxRow, ...], tuple[tuple[str, str], ...]]:
     """Challenge csv files -> (rows: scored then unscored, in file order; equivalent pairs)."""
-    import pandas as pd
-
     rows: list[DxRow] = []
     pairs: list[tuple[str, str]] = []
     for path, scored in ((scored_csv, True), (unscored_csv, False)):
@@ -108,8 +110,6 @@ def build_class_map(kind: str = "scored26", *, min_count: int = 1, count_column:
     embedded challenge tables.
     """
     if rows is None or pairs is None:
-        from coreecg.data.sources._cinc2021_dx_table import DX_ROWS, EQUIVALENT_CODES
-
         rows = tuple(DxRow(*r) for r in DX_ROWS) if rows is None else rows   # plain tuples: no import circle
         pairs = EQUIVALENT_CODES if pairs is None else pairs
     if kind not in CLASS_MAP_KINDS:

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import pandas as pd
+import h5py
 
 from coreecg.data.record import STANDARD_LEADS, Record, RecordError, RecordRef
 from coreecg.data.sources.base import (
@@ -133,8 +135,6 @@ def trim_padding(padded: np.ndarray, path: str, exam_id: str) -> tuple[np.ndarra
 
 def _exams_table(root: Path):
     """exams.csv as strings (no NaN coercion), or ValueError naming the file and what is wrong."""
-    import pandas as pd
-
     csv = root / "exams.csv"
     if not csv.is_file():
         raise no_records("code15", root, "no exams.csv")
@@ -150,8 +150,6 @@ def _exams_table(root: Path):
 
 def _exam_index(h5: Path) -> dict[int, int]:
     """exam_id -> row of `h5`, skipping exam_id 0 (the release's padding row)."""
-    import h5py
-
     try:
         with h5py.File(h5, "r") as f:
             ids = np.asarray(f["exam_id"][()], dtype=np.int64)
@@ -172,8 +170,6 @@ def _open(path: str):
 @lru_cache(maxsize=32)
 def _open_cached(path: str, mtime_ns: int):
     """The handle behind `_open` (mtime_ns only keys the cache)."""
-    import h5py
-
     return h5py.File(path, "r")
 
 

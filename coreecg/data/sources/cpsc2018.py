@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 
 from coreecg.data.record import STANDARD_LEADS, Record, RecordError, RecordRef
 from coreecg.data.sources.base import (
@@ -41,6 +42,8 @@ from coreecg.data.sources.base import (
 )
 from coreecg.data.sources.registry import IndexFile, register_source
 from coreecg.data.sources.wfdb_io import header_fields, patient_from_comments, read_wfdb
+
+# Lazy imports: scipy.io, where a .mat record is read (0.7 s; python -X importtime).
 
 CLASS_NAMES: tuple[str, ...] = ("Normal", "AF", "I-AVB", "LBBB", "RBBB", "PAC", "PVC", "STD", "STE")
 LABEL_VIEWS = ("first", "single", "multi", "none")
@@ -169,8 +172,6 @@ class CPSC2018Source:
 def _reference_rows(folder: Path, root: Path) -> dict[str, tuple[list[str], list[str]]]:
     """Recording -> (class names in column order, cells that are no class number 1-9) from the
     nearest REFERENCE.csv at or above `folder`."""
-    import pandas as pd
-
     for d in [folder, *folder.parents]:
         csv = d / "REFERENCE.csv"
         if csv.is_file():

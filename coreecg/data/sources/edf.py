@@ -48,6 +48,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
+import pyedflib
 
 from coreecg.data.record import STANDARD_LEADS, RecordError
 from coreecg.data.sources.exports import LABEL_FREE, Export, ExportOptions, ExportSource, millivolts_per
@@ -140,7 +141,6 @@ class EdfSource(ExportSource):
         header = _read_header(path)
         mended, quirks = _mend_header(header)
         header_labels, header_units = header.labels, header.dimensions
-        import pyedflib
 
         with _readable_copy(path, mended if quirks else None) as readable:
             try:

@@ -28,11 +28,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+import zipfile
 
 import numpy as np
 
 from coreecg.data.record import Record, RecordError, RecordRef
-from coreecg.data.sources.base import _LISTING_ERROR, no_records, raise_listing_error, require_task_label
+from coreecg.data.sources.base import _LISTING_ERROR, no_records, raise_listing_error, require_task_label, walk
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,6 @@ def sniff(path: Path | str) -> str | None:
 
 
 def _is_npz(path: Path) -> bool:
-    import zipfile
-
     try:
         with zipfile.ZipFile(path) as z:
             names = z.namelist()
@@ -375,7 +374,6 @@ def iter_files(root: Path):
     if root.is_file():
         yield root
         return
-    from coreecg.data.sources.base import walk
 
     for folder, files in walk(root):
         if any(part.startswith(".") for part in folder.relative_to(root).parts):

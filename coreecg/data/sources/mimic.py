@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from coreecg.data.record import Record, RecordRef
 from coreecg.data.sources.base import no_records, require_root
 from coreecg.data.sources.registry import IndexFile, register_source
@@ -26,8 +28,6 @@ class MimicIVECGSource:
     multilabel = False
 
     def list_records(self, root: Path) -> list[RecordRef]:
-        import pandas as pd
-
         root = require_root(root)
         index = root / "record_list.csv"
         if not index.is_file():

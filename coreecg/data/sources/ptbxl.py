@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import pandas as pd
+
 from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources.base import as_age, no_records, require_root
 from coreecg.data.sources.registry import IndexFile, register_source
@@ -116,8 +118,6 @@ class PTBXLSource:
         self.class_names = () if label_view == "none" else TASK_CLASSES[task]
 
     def list_records(self, root: Path) -> list[RecordRef]:
-        import pandas as pd
-
         root = require_root(root)
         db_csv, scp_csv = root / "ptbxl_database.csv", root / "scp_statements.csv"
         for f in (db_csv, scp_csv):
@@ -176,8 +176,6 @@ def _statement_maps(scp_csv: Path, task: str) -> tuple[dict[str, str], dict[str,
     ValueError naming the file when its statements of the task are not the fixed class names
     (another PTB-XL release would silently change a corpus's label space otherwise).
     """
-    import pandas as pd
-
     scp = pd.read_csv(scp_csv, index_col=0)
     scp.index = scp.index.astype(str)
     diag = scp[scp["diagnostic"] == 1]

@@ -34,6 +34,9 @@ from coreecg.eval.tables.label_efficiency import (LabelEfficiencyTable, index, l
 from coreecg.eval.tables.protocol import protocol_footnotes
 from coreecg.eval.tables.registry import TableInputs, register_table
 
+# Lazy imports: the encoder's cost (torch), where the table is drawn: a study's checks
+# import coreecg.eval.tables before Ray and stay torch-free.
+
 ENCODER_OBJECTIVE_TABLE = "encoder_objective"
 TITLE = "Encoders x objectives (12 leads)"
 ENCODER, PARAMS, GFLOP = "Encoder", "Params", "Train GFLOP/sample"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coreecg.config.base import ConfigError
-from coreecg.methods.registry import MethodSpec, declare_method
+from coreecg.config.method_registry import MethodSpec, declare_method
 
 
 @dataclass

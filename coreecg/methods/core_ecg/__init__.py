@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+# Lazy imports: the model, on first use: options.py needs no torch.
+
 
 def __getattr__(name: str) -> Any:          # the model loads on first use: options.py needs no torch
     if name == "CoReECG":

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from coreecg.config.base import ConfigError
-from coreecg.methods.registry import MethodSpec, declare_method
+from coreecg.config.method_registry import MethodSpec, declare_method
 
 
 @dataclass

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coreecg.config import Config
+from coreecg.config import Config, ConfigError
 from coreecg.encoders.build import build_encoder
 from coreecg.methods.base import PretrainMethod
 from coreecg.methods.classes import register_method
@@ -62,8 +62,6 @@ class CPC(PretrainMethod):
         self.encoder = build_encoder(config)
         frames = getattr(self.encoder, "causal", False) and hasattr(self.encoder, "local_features")
         if o.context == "frames" and not frames:
-            from coreecg.config import ConfigError
-
             raise ConfigError(f"methods.cpc.context=frames needs a causal encoder with local frames (model.arch=s4, "
                               f"not bidirectional); model.arch={config.model.arch} has none: use segments")
         self.mode = "frames" if o.context == "frames" or (o.context == "auto" and frames) else "segments"

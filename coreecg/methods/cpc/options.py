@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from coreecg.config.base import ConfigError
-from coreecg.encoders.registry import GRID, encoder_spec
-from coreecg.methods.registry import MethodSpec, declare_method
+from coreecg.config.encoder_registry import GRID, encoder_spec
+from coreecg.config.method_registry import MethodSpec, declare_method
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from coreecg.config.base import ConfigError
-from coreecg.methods.registry import MethodSpec, declare_method
+from coreecg.config.method_registry import MethodSpec, declare_method
 from coreecg.methods.view_options import ViewsConfig
 
 

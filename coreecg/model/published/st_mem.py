@@ -47,7 +47,7 @@ from coreecg.encoders.options import StMemOptions
 from coreecg.model.encoder import Encoded, default_lead_idx, masked_mean
 from coreecg.model.padding import fill, padding_mask
 from coreecg.encoders.build import register_encoder
-from coreecg.model.published import PublishedFamily, register
+from coreecg.model.published.registry import PublishedFamily, register
 
 NAME = "st_mem"
 HEAD_WIDTH = 64                       # ST-MEM's dim_head: heads = attention width / 64 when not recorded

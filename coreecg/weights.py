@@ -7,10 +7,10 @@ the weights' sha256, all checked here on every read. `restore` builds a model (u
 the init is overwritten, so the caller's random generators are never drawn from) and loads its
 weights strictly.
 
-Why a module apart: `Encoder.from_pretrained` (coreecg.model.pretrained, the model layer) loads
-through it, with its own class as the builder, while `coreecg.loading` builds models of every kind
-and so sits above the model layer. So this module imports no model code (and the package's
-`__init__`, run first when the model package imports this module, none at its top).
+Why a module apart, outside the `loading` package: `Encoder.from_pretrained` (coreecg.model.pretrained,
+the model layer) loads through it, with its own class as the builder, while `coreecg.loading` builds
+models of every kind and so sits above the model layer. So this module imports no model code, and
+importing it runs no loader.
 """
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from coreecg.checkpoints import CheckpointError
 from coreecg.config import Config, ConfigError, config_from_dict
@@ -146,9 +148,6 @@ def _folder_weights(folder: Path, meta: dict[str, Any], meta_path: Path) -> Path
 
 
 def _read_safetensors(weights: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     try:
         return load_file(str(weights), device="cpu")
     except (SafetensorError, OSError, ValueError) as e:

@@ -1,0 +1,66 @@
+"""The published families' registry (`coreecg.model.published`): a family module calls
+`register(PublishedFamily(...))`; loading, export and fine-tuning look a family up by name or by a
+checkpoint's keys (`recognise`). A leaf of the package, so a family module imports it without
+running the package that imports the families."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from torch import nn
+
+from coreecg.config import Config, PreprocessConfig
+
+COREECG = "coreecg"
+
+
+@dataclass(frozen=True)
+class PublishedFamily:
+    name: str                                                    # model.arch
+    title: str                                                   # for messages and model cards
+    label: str                                                   # the method name in report tables
+    recognise: Callable[[dict[str, Any]], dict[str, Any] | None]
+    read_architecture: Callable[[dict[str, Any], dict[str, Any] | None], Config]
+    build: Callable[[Config], nn.Module]
+    preprocess: PreprocessConfig
+    module: str                                                  # the class, as export config.json names it
+    licence: str = ""
+    pooling: str = ""
+    normalisation: str = ""
+    pretraining: str = ""
+
+
+FAMILIES: dict[str, PublishedFamily] = {}
+
+
+def register(family: PublishedFamily) -> PublishedFamily:
+    if family.name == COREECG or family.name in FAMILIES:
+        raise ValueError(f"published encoder family {family.name!r} is already registered")
+    FAMILIES[family.name] = family
+    return family
+
+
+def family(name: str) -> PublishedFamily:
+    """The registered family `name`; KeyError naming the known ones."""
+    if name not in FAMILIES:
+        raise KeyError(f"unknown model.arch {name!r}: no published family of that name; known: "
+                       f"{', '.join([COREECG, *FAMILIES])} (an encoder of your own: its module in `plugins`, "
+                       "docs/encoders.md)")
+    return FAMILIES[name]
+
+
+def recognise(payload: Any) -> tuple[PublishedFamily, dict[str, Any], Config] | None:
+    """A torch.load'ed checkpoint (a dict with a "model" state dict, or a bare state dict) ->
+    (its family, the encoder's state, its config: model and encoders.<family>); None when no family knows its keys.
+    ValueError when a family knows the keys but the shapes do not fit together."""
+    if not isinstance(payload, dict):
+        return None
+    state = payload.get("model", payload)
+    if not isinstance(state, dict):
+        return None
+    recorded = payload.get("config") if isinstance(payload.get("config"), dict) else None
+    for fam in FAMILIES.values():
+        sub = fam.recognise(state)
+        if sub is not None:
+            return fam, sub, fam.read_architecture(sub, recorded)
+    return None

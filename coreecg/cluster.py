@@ -167,7 +167,7 @@ def console_options() -> dict:
     """What Ray prints on the job's console. A job without --verbose (coreecg.cli sets
     COREECG_VERBOSE=0) keeps workers' output and Ray's INFO lines in Ray's log files
     (/tmp/ray/session_latest/logs): the driver prints progress from the run folder instead
-    (coreecg.train.fit.RunFollower) and failures reach it as exceptions. Library use
+    (coreecg.train.follower.RunFollower) and failures reach it as exceptions. Library use
     (no COREECG_VERBOSE) keeps Ray's defaults."""
     if os.environ.get("COREECG_VERBOSE") != "0":
         return {}

@@ -169,7 +169,7 @@ def console_options() -> dict:
     """What Ray prints on the job's console. A job without --verbose (coreecg.cli sets
     COREECG_VERBOSE=0) keeps workers' output and Ray's INFO lines in Ray's log files
     (/tmp/ray/session_latest/logs): the driver prints progress from the run folder instead
-    (coreecg.train.fit.RunFollower) and failures reach it as exceptions. Library use
+    (coreecg.train.follower.RunFollower) and failures reach it as exceptions. Library use
     (no COREECG_VERBOSE) keeps Ray's defaults."""
     if os.environ.get("COREECG_VERBOSE") != "0":
         return {}
@@ -389,6 +389,51 @@ def _cluster_devices() -> Devices:
     return Devices(int(resources.get("GPU", 0)), names, where, joined=True)
 
 
+def _choose_devices(t, gpus: int) -> tuple[bool, int, int | None]:
+    """train.use_gpu and train.num_workers made concrete (t: the train section) on `gpus` GPUs ->
+    (use_gpu, workers, too_few: the set workers that outnumber the GPUs when auto chose the CPU for
+    them, else None)."""
+    from coreecg.config.sections import AUTO, CPU_WORKERS
+
+    gpu_auto, workers_auto = t.use_gpu == AUTO, t.num_workers == AUTO
+    too_few = None
+    if not gpu_auto:
+        use_gpu = bool(t.use_gpu)
+    elif gpus and not workers_auto and t.num_workers > gpus:
+        use_gpu, too_few = False, t.num_workers
+    else:
+        use_gpu = gpus > 0
+    workers = t.num_workers if not workers_auto else (gpus if use_gpu and gpus else CPU_WORKERS)
+    return use_gpu, workers, too_few
+
+
+def _device_lines(t, devices: Devices, use_gpu: bool, workers: int, too_few: int | None,
+                  why_workers: str) -> list[str]:
+    """The console's lines on the devices chosen (t: the train section as set): what, why, and
+    how to train on GPUs that went unused."""
+    from coreecg.config.sections import AUTO
+
+    g, gpu_auto = devices.gpus, t.use_gpu == AUTO
+    how = "auto" if gpu_auto else "set"
+    if use_gpu:
+        gpu_text = f"train.use_gpu=true ({how})"
+    elif too_few:
+        gpu_text = (f"CPU: train.use_gpu=false (auto: train.num_workers={too_few} is set and needs a GPU per "
+                    f"worker)")
+    else:
+        gpu_text = f"CPU: train.use_gpu=false ({how})"
+    # On the GPU the step is compiled unless set otherwise (coreecg.train.speed.compile_enabled)
+    compile_text = "" if not use_gpu else (
+        ", train.compile=true (auto)" if t.compile == AUTO else f", train.compile={str(t.compile).lower()} (set)")
+    lines = [f"device: {devices.describe()} -> {gpu_text}, train.num_workers={workers} ({why_workers}){compile_text}"]
+    if too_few:
+        lines.append(f"  to train on the GPU{'s' * (g != 1)}: train.num_workers={g} or fewer (or auto)")
+    elif gpu_auto and not g and devices.joined:
+        lines.append("  an autoscaling cluster adds GPU nodes only for a run that asks for them: set "
+                     "train.use_gpu=true and train.num_workers to train on them")
+    return lines
+
+
 def resolve_devices(config, devices: Devices):
     """`config` with train.use_gpu and train.num_workers concrete, and the console's lines saying
     what was chosen and why -> (config, lines). Pure: `devices` are the facts.
@@ -399,38 +444,13 @@ def resolve_devices(config, devices: Devices):
     GPU check, coreecg.cluster.check_gpus, then names it). The resolved config is validated again:
     the global batches must divide over the workers auto chose (a ConfigError saying so)."""
     from coreecg.config.base import ConfigError
-    from coreecg.config.sections import AUTO, CPU_WORKERS
+    from coreecg.config.sections import AUTO
 
     t, g = config.train, devices.gpus
-    gpu_auto, workers_auto = t.use_gpu == AUTO, t.num_workers == AUTO
-    too_few = None                                     # auto chose the CPU: the set workers outnumber the GPUs
-    if not gpu_auto:
-        use_gpu = bool(t.use_gpu)
-    elif g and not workers_auto and t.num_workers > g:
-        use_gpu, too_few = False, t.num_workers
-    else:
-        use_gpu = g > 0
-    workers = t.num_workers if not workers_auto else (g if use_gpu and g else CPU_WORKERS)
-
-    how = "auto" if gpu_auto else "set"
-    if use_gpu:
-        gpu_text = f"train.use_gpu=true ({how})"
-    elif too_few:
-        gpu_text = (f"CPU: train.use_gpu=false (auto: train.num_workers={too_few} is set and needs a GPU per "
-                    f"worker)")
-    else:
-        gpu_text = f"CPU: train.use_gpu=false ({how})"
+    workers_auto = t.num_workers == AUTO
+    use_gpu, workers, too_few = _choose_devices(t, g)
     why_workers = ("one per GPU, auto" if use_gpu and g else "auto") if workers_auto else "set"
-    # On the GPU the step is compiled unless set otherwise (coreecg.train.speed.compile_enabled)
-    compile_text = "" if not use_gpu else (
-        ", train.compile=true (auto)" if t.compile == AUTO else f", train.compile={str(t.compile).lower()} (set)")
-    lines = [f"device: {devices.describe()} -> {gpu_text}, train.num_workers={workers} ({why_workers}){compile_text}"]
-    if too_few:
-        lines.append(f"  to train on the GPU{'s' * (g != 1)}: train.num_workers={g} or fewer (or auto)")
-    elif gpu_auto and not g and devices.joined:
-        lines.append("  an autoscaling cluster adds GPU nodes only for a run that asks for them: set "
-                     "train.use_gpu=true and train.num_workers to train on them")
-
+    lines = _device_lines(t, devices, use_gpu, workers, too_few, why_workers)
     if (use_gpu, workers) == (t.use_gpu, t.num_workers):
         return config, lines
     resolved = dataclasses.replace(config, train=dataclasses.replace(t, use_gpu=use_gpu, num_workers=workers))

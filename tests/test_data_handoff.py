@@ -81,16 +81,16 @@ def test_only_a_cluster_this_job_owns_materialises_beside_the_workers(ray_sessio
     materialised before the fit: a read waiting for CPUs that placement groups hold could wait
     forever while the workers wait for it."""
     from coreecg import cluster
-    from coreecg.train.fit import _beside_workers
+    from coreecg.train.data_handoff import beside_workers
 
     def cfg(cpus):
         return tiny_config("train.num_workers=1", f"train.cpus_per_worker={cpus}", "train.use_gpu=false")
 
     monkeypatch.setattr(cluster, "_PRIVATE", False)  # a cluster this process joined (an earlier test may
-    assert not _beside_workers(cfg(1))               # have started a private one in this process)
+    assert not beside_workers(cfg(1))               # have started a private one in this process)
     monkeypatch.setattr(cluster, "_PRIVATE", True)
-    assert _beside_workers(cfg(1)) and _beside_workers(cfg(3))   # 3 CPUs spare, 1 spare
-    assert not _beside_workers(cfg(4))               # none
+    assert beside_workers(cfg(1)) and beside_workers(cfg(3))   # 3 CPUs spare, 1 spare
+    assert not beside_workers(cfg(4))               # none
 
 
 @pytest.mark.slow

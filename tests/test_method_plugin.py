@@ -93,7 +93,7 @@ def test_the_config_reads_built_in_sections_without_importing_the_methods():
 
 
 def test_the_plugins_own_loss_term_is_on_the_console_line_and_a_sweep_objective():
-    from coreecg.train.loop import progress_line
+    from coreecg.train.console import progress_line
     from coreecg.tune.sweep import SweepError, check_objective
     from tests.plugin_method import PatchRegression
 
@@ -118,7 +118,7 @@ def test_a_plugin_run_reports_its_loss_term_on_the_console_summary_and_leaderboa
     from coreecg.train.pretraining import pretrain_local
 
     cfg = tiny_config(*PLUGIN, "optim.batch_size=8", "optim.epochs=1", "train.eval_every_epochs=0")
-    with caplog.at_level(logging.INFO, logger="coreecg.train.loop.progress"):
+    with caplog.at_level(logging.INFO, logger="coreecg.train.console.progress"):
         summary = pretrain_local(cfg, np.zeros((8, 12, 2500), dtype=np.float32), tmp_path)
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch 1/1")]
     assert f"patch {summary['loss_patch']:.4f}" in line and "loss_rec" not in summary

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from coreecg.eval.leaderboard import find_pretraining_runs, leaderboard_rows, write_leaderboard
-from coreecg.train import loop
+from coreecg.train import console, loop
 from coreecg.train.pretraining import pretrain_local
 from coreecg.run_record import COMMAND_ENV, hparams, sessions, wall_seconds
 from tests.helpers import crash_on_save, tiny_config
@@ -81,8 +81,8 @@ def test_epochs_count_from_one_and_progress_lines_say_where_the_run_is(tracked_r
     assert all(p["samples_per_s"] > 0 and 0 <= p["eta_epoch_s"] <= p["eta_run_s"] for p in progress)
     last_of_run = [p for p in progress if p["epoch"] == 2][-1]
     assert last_of_run["eta_run_s"] == pytest.approx(last_of_run["eta_epoch_s"])   # nothing after epoch 2
-    assert loop.progress_text(progress[0]).startswith(f"  epoch {progress[0]['epoch']}/2 | batch ")
-    assert loop.progress_line(epochs[0], 2).startswith("epoch 1/2 | step ")
+    assert console.progress_text(progress[0]).startswith(f"  epoch {progress[0]['epoch']}/2 | batch ")
+    assert console.progress_line(epochs[0], 2).startswith("epoch 1/2 | step ")
 
 
 def _events(folder: Path) -> list:

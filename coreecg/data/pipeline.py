@@ -208,6 +208,20 @@ def _write_split_files(out: Path, shard: int, table: pa.Table, rows: list[dict[s
     return files
 
 
+def _written_counts(read: _ShardRead) -> tuple[list[bool], Counter, int]:
+    """What the marker counts of the written records -> (per window, whether it is padded; labels
+    outside the class names; records without a patient id)."""
+    # A short record's window ends in NaN padding on every lead (coreecg.data.preprocess.PAD):
+    # counted per shard file, so training knows on the host whether a split holds any.
+    padded = [bool(np.isnan(w[0, -1])) for _, _, ws, _ in read.written for w in ws]
+    outside: Counter = Counter()
+    fallbacks = 0
+    for record, new_rows, _, out_labels in read.written:
+        outside.update(out_labels)
+        fallbacks += new_rows[0]["patient_id"] == patient_key(None, record.record_id)
+    return padded, outside, fallbacks
+
+
 def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any],
                   out_dir: str, exclude: Sequence[Downstream] = (), keys: Keys | None = None) -> dict[str, Any]:
     """Ray Data map fn: item {"shard": i, "refs": json list of RecordRef dicts} -> {"marker": json}.
@@ -239,14 +253,7 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
         table, excluded = _exclude_downstream(read, table, cfg, settings, exclude)
     t_exclude = time.perf_counter() - t0
     rows = read.rows()
-    # A short record's window ends in NaN padding on every lead (coreecg.data.preprocess.PAD):
-    # counted per shard file, so training knows on the host whether a split holds any.
-    padded = [bool(np.isnan(w[0, -1])) for _, _, ws, _ in read.written for w in ws]
-    outside: Counter = Counter()
-    fallbacks = 0                       # written records without a patient id
-    for record, new_rows, _, out_labels in read.written:
-        outside.update(out_labels)
-        fallbacks += new_rows[0]["patient_id"] == patient_key(None, record.record_id)
+    padded, outside, fallbacks = _written_counts(read)
     t0 = time.perf_counter()
     files = _write_split_files(out, shard, table, rows, padded) if rows else []
     marker = {"shard": shard, "key": key, "files": files, "quarantine": read.quarantine,
@@ -345,9 +352,6 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     `patient_ids`: for a source whose patient ids identify patients (hospital exports), whether to
     keep them or store salted hashes (the default; coreecg.data.patient_ids); the manifest says which.
     """
-    import ray
-    import ray.data
-
     cfg = cfg or DataConfig()
     source = get_source(source_name, **(source_options or {}))
     if refs is None:
@@ -356,21 +360,54 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     downstream = load_downstream(exclude_overlap_with, out)
     check_finished(out, downstream)       # before anything is written over a finished corpus
     out.mkdir(parents=True, exist_ok=True)
-    # Everything that changes a shard's bytes; a shard whose key differs is rebuilt on resume.
+    settings = _shard_settings(source, source_options or {}, cfg, downstream)
+    policy = patient_ids or PatientIdPolicy()
+    keys = _patient_keys(source, policy, out, settings)
+    shards, dupes = plan(refs, cfg.shard_records, keys)
+    record_map = None
+    if keys.key_records:   # the owner's way back from a key to the file, written before any shard
+        record_map = write_record_map(policy.map_file(out), ((keys.record(r.record_id), r.record_id, r.path)
+                                                             for r in refs))
+    markers, wall = _process_shards(shards, source, settings, out, downstream, keys)
+    manifest = _write_manifest(out, source, input_dir, cfg, settings, markers, refs, dupes, keys, downstream)
+    t_fp = time.perf_counter()
+    write_fingerprints(out)           # the leakage guard's (coreecg.data.overlap), stamped with this manifest
+    t_fp = time.perf_counter() - t_fp
+    for message in manifest["warnings"] if log_warnings else ():  # after Ray Data's progress output
+        log.warning(message)
+    stale = _remove_stale(out, {f["path"] for m in markers for f in m["files"]}, len(shards))
+    return {**manifest, "run": _run_stats(markers, wall, len(shards), t_fp, stale, record_map)}
+
+
+def _shard_settings(source: Any, source_options: dict[str, Any], cfg: DataConfig,
+                    downstream: Sequence[Downstream]) -> dict[str, Any]:
+    """Everything that changes a shard's bytes (part of its key: a shard whose key differs is
+    rebuilt on resume)."""
     settings = {"format_version": FORMAT_VERSION, "coreecg": __version__, "data_revision": DATA_REVISION,
-                "source": source.name, "source_options": source_options or {},
+                "source": source.name, "source_options": source_options,
                 "label_view": getattr(source, "label_view", None),
                 "preprocess": cfg.preprocess.settings(), "split_ratios": list(cfg.split_ratios),
                 "class_names": list(source.class_names), "signal_dtype": np.dtype(SIGNAL_DTYPE).name}
     if downstream:   # only then: the keys of corpora built without an exclusion stay as they were
         settings["exclude_overlap_with"] = identities(downstream)
-    keys, policy, record_map = Keys(), patient_ids or PatientIdPolicy(), None
-    if getattr(source, "identifying_patient_ids", False):   # only then, for the same reason
-        settings["patient_ids"], keys = policy.resolve(out)
-    shards, dupes = plan(refs, cfg.shard_records, keys)
-    if keys.key_records:   # the owner's way back from a key to the file, written before any shard
-        record_map = write_record_map(policy.map_file(out), ((keys.record(r.record_id), r.record_id, r.path)
-                                                             for r in refs))
+    return settings
+
+
+def _patient_keys(source: Any, policy: PatientIdPolicy, out: Path, settings: dict[str, Any]) -> Keys:
+    """The patient-id keys of a source whose ids identify patients (hospital exports), their salt's
+    id added to `settings`; plain Keys (ids kept) for any other source."""
+    if not getattr(source, "identifying_patient_ids", False):   # the keys of other corpora stay as they were
+        return Keys()
+    settings["patient_ids"], keys = policy.resolve(out)
+    return keys
+
+
+def _process_shards(shards: list[list[dict[str, Any]]], source: Any, settings: dict[str, Any], out: Path,
+                    downstream: Sequence[Downstream], keys: Keys) -> tuple[list[dict[str, Any]], float]:
+    """Every shard through `process_shard`, one Ray Data task each (all CPUs) -> (their markers in
+    shard order, wall seconds)."""
+    import ray.data
+
     t0 = time.perf_counter()
     markers: list[dict[str, Any]] = []
     if shards:
@@ -379,8 +416,14 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
         ds = ds.map(process_shard, fn_kwargs={"source": source, "settings": settings, "out_dir": str(out),
                                               "exclude": downstream, "keys": keys}, num_cpus=1)
         markers = sorted((json.loads(r["marker"]) for r in ds.take_all()), key=lambda m: m["shard"])
-    wall = time.perf_counter() - t0
+    return markers, time.perf_counter() - t0
 
+
+def _write_manifest(out: Path, source: Any, input_dir: Any, cfg: DataConfig, settings: dict[str, Any],
+                    markers: list[dict[str, Any]], refs: list[RecordRef], dupes: list[dict[str, str]], keys: Keys,
+                    downstream: Sequence[Downstream]) -> dict[str, Any]:
+    """quarantine.csv (the duplicates, then every shard's rows) and manifest.json, from the
+    markers -> the manifest."""
     quarantine = dupes + [q for m in markers for q in m["quarantine"]]
     write_atomic(out / QUARANTINE, lambda tmp: _write_csv(tmp, quarantine))
     manifest = _manifest(source, None if keys.key_records else input_dir, cfg, settings, markers, refs, quarantine)
@@ -395,21 +438,20 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
         manifest["warnings"] += preprocess_warnings(downstream, settings["preprocess"])
         manifest["warnings"] += patient_id_warnings(downstream, manifest["patient_ids"], source.name)
     write_json(out / MANIFEST, manifest)
-    t_fp = time.perf_counter()
-    write_fingerprints(out)           # the leakage guard's (coreecg.data.overlap), stamped with this manifest
-    t_fp = time.perf_counter() - t_fp
-    for message in manifest["warnings"] if log_warnings else ():  # after Ray Data's progress output
-        log.warning(message)
-    stale = _remove_stale(out, {f["path"] for m in markers for f in m["files"]}, len(shards))
-    seconds = Counter()
+    return manifest
+
+
+def _run_stats(markers: list[dict[str, Any]], wall: float, n_shards: int, fingerprint_s: float, stale: list[str],
+               record_map: Path | None) -> dict[str, Any]:
+    """The manifest's "run": this run's speed, over the shards it did not skip."""
+    seconds: Counter = Counter()
     for m in markers:
         if not m["skipped"]:
             seconds.update(m["seconds"])
-    run = {"wall_s": wall, "shards": len(shards), "shards_skipped": sum(m["skipped"] for m in markers),
-           "records_per_s": (sum(m["records_in"] for m in markers if not m["skipped"]) / wall) if wall else 0.0,
-           "task_seconds": dict(seconds), "fingerprint_s": t_fp, "stale_files_removed": stale,
-           "record_map": str(record_map) if record_map else None}
-    return {**manifest, "run": run}
+    return {"wall_s": wall, "shards": n_shards, "shards_skipped": sum(m["skipped"] for m in markers),
+            "records_per_s": (sum(m["records_in"] for m in markers if not m["skipped"]) / wall) if wall else 0.0,
+            "task_seconds": dict(seconds), "fingerprint_s": fingerprint_s, "stale_files_removed": stale,
+            "record_map": str(record_map) if record_map else None}
 
 
 # Reader options that name input files (export readers' labels tables).

@@ -176,35 +176,12 @@ def _greedy_cover(labels: np.ndarray, present: np.ndarray, prefer: np.ndarray | 
     return cover
 
 
-def stratified_patient_subset(patient_ids: Sequence[str], multihot: np.ndarray, fraction: float,
-                              seed: int, class_names: Sequence[str]) -> np.ndarray:
-    """-> (n,) bool: the rows (windows) kept. patient_ids: (n,) one per row; multihot (n, K) {0,1}.
-
-    Keeps max(1, round(fraction * P)) of the P patients, whole, stratified by class with
-    iterative stratification (see the module docstring for the algorithm and why not label
-    powerset), with every class that has a patient in the input present in the kept set.
-    fraction must lie in (0, 1]; 1.0 keeps every row. The same inputs and seed give the same
-    mask whatever the row order.
-
-    Raises SubsetError for a fraction outside (0, 1], malformed inputs, or a fraction too small
-    to keep every class (naming the classes, the fraction and the counts).
-    """
-    fraction = _check_fraction(fraction)
-    uniq, inverse, labels, _ = _patients(patient_ids, multihot, class_names)
-    n_rows, n_patients = inverse.size, uniq.size
-    if fraction == 1.0:
-        return np.ones(n_rows, dtype=bool)
-    if n_patients == 0:
-        raise SubsetError(f"fraction {fraction}: the training split has no rows to take a subset of")
-    n_keep = max(1, round(fraction * n_patients))
-    if n_keep >= n_patients:
-        return np.ones(n_rows, dtype=bool)
-
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(n_patients)                              # processing order over sorted ids
-    lab = labels[perm]
-    kept = _iterative_stratification(lab, n_keep, rng)
-
+def _keep_every_class(lab: np.ndarray, kept: np.ndarray, n_keep: int, fraction: float,
+                      class_names: Sequence[str]) -> None:
+    """Every class with a patient present in `kept` (P,) bool, its n_keep patients, in place: swaps
+    first, rarest class first, then a greedy cover of the classes filled up to n_keep. lab: (P, K)
+    bool per patient. SubsetError when no cover fits in n_keep patients."""
+    n_patients = len(lab)
     counts = lab.sum(0)
     present = counts > 0
     target = (n_keep / n_patients) * counts
@@ -234,6 +211,37 @@ def stratified_patient_subset(patient_ids: Sequence[str], multihot: np.ndarray, 
         kept[:] = False
         kept[cover] = True
         kept[fill[:n_keep - len(cover)]] = True
+
+
+def stratified_patient_subset(patient_ids: Sequence[str], multihot: np.ndarray, fraction: float,
+                              seed: int, class_names: Sequence[str]) -> np.ndarray:
+    """-> (n,) bool: the rows (windows) kept. patient_ids: (n,) one per row; multihot (n, K) {0,1}.
+
+    Keeps max(1, round(fraction * P)) of the P patients, whole, stratified by class with
+    iterative stratification (see the module docstring for the algorithm and why not label
+    powerset), with every class that has a patient in the input present in the kept set.
+    fraction must lie in (0, 1]; 1.0 keeps every row. The same inputs and seed give the same
+    mask whatever the row order.
+
+    Raises SubsetError for a fraction outside (0, 1], malformed inputs, or a fraction too small
+    to keep every class (naming the classes, the fraction and the counts).
+    """
+    fraction = _check_fraction(fraction)
+    uniq, inverse, labels, _ = _patients(patient_ids, multihot, class_names)
+    n_rows, n_patients = inverse.size, uniq.size
+    if fraction == 1.0:
+        return np.ones(n_rows, dtype=bool)
+    if n_patients == 0:
+        raise SubsetError(f"fraction {fraction}: the training split has no rows to take a subset of")
+    n_keep = max(1, round(fraction * n_patients))
+    if n_keep >= n_patients:
+        return np.ones(n_rows, dtype=bool)
+
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(n_patients)                              # processing order over sorted ids
+    lab = labels[perm]
+    kept = _iterative_stratification(lab, n_keep, rng)
+    _keep_every_class(lab, kept, n_keep, fraction, class_names)
 
     keep_patient = np.empty(n_patients, dtype=bool)
     keep_patient[perm] = kept

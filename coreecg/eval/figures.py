@@ -28,22 +28,9 @@ def reconstruction_figure(model, windows: torch.Tensor, seed: int = 0, title: st
     import matplotlib.pyplot as plt
 
     models = dict(model) if isinstance(model, dict) else {"": model}
-    first = next(iter(models.values()))
-    device = next(first.parameters()).device
-    gen = torch.Generator(device).manual_seed(seed)
-    x = windows.to(device, torch.float32)
-    outputs, masks = {}, None
-    for label, m in models.items():
-        was_training = m.training
-        m.eval()
-        recon, *drawn = m.reconstruct(x.to(next(m.parameters()).device), gen, masks=masks)
-        m.train(was_training)
-        masks = masks or tuple(drawn)
-        outputs[label] = recon.float().cpu().numpy()
+    x, outputs, masked, dropped = _reconstructions(models, windows, seed)
     W, C, T = x.shape
     N, P = next(iter(outputs.values())).shape[2:]
-    x = x.cpu().numpy()
-    masked, dropped = masks[1].cpu().numpy(), masks[2].cpu().numpy()
     t = np.arange(N * P)
     cols = [(w, label) for w in range(W) for label in models]
     fig, axes = plt.subplots(C, len(cols), figsize=(5.5 * len(cols), 0.9 * C + 0.8), sharex=True, squeeze=False)
@@ -69,6 +56,26 @@ def reconstruction_figure(model, windows: torch.Tensor, seed: int = 0, title: st
                  "grey: masked, hatched: dropped", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def _reconstructions(models: dict, windows: torch.Tensor, seed: int
+                     ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Each model's reconstruction of `windows` (W, C, T) under the same masks, drawn by the first
+    model from a generator seeded with `seed`, each model in eval mode meanwhile -> (the windows
+    (W, C, T), {label: reconstruction (W, C, N, P)}, masked (W, C, N) bool, dropped (W, C, N) bool)."""
+    first = next(iter(models.values()))
+    device = next(first.parameters()).device
+    gen = torch.Generator(device).manual_seed(seed)
+    x = windows.to(device, torch.float32)
+    outputs, masks = {}, None
+    for label, m in models.items():
+        was_training = m.training
+        m.eval()
+        recon, *drawn = m.reconstruct(x.to(next(m.parameters()).device), gen, masks=masks)
+        m.train(was_training)
+        masks = masks or tuple(drawn)
+        outputs[label] = recon.float().cpu().numpy()
+    return x.cpu().numpy(), outputs, masks[1].cpu().numpy(), masks[2].cpu().numpy()
 
 
 def save_figure(fig, path: str | Path) -> Path:
@@ -126,6 +133,28 @@ def tsne_figure(features: np.ndarray, multihot: np.ndarray, class_names: Sequenc
     return tsne_panels([(title, features)], multihot, class_names, multilabel, seed, max_points)
 
 
+def _check_panels(xs: list[np.ndarray], y: np.ndarray, class_names: Sequence[str], max_points: int) -> None:
+    """ValueError unless every panel's features (n, D) match multihot (n, K), K class names, and
+    there are at least 5 points to show."""
+    for x in xs:
+        if x.ndim != 2 or y.ndim != 2 or len(x) != len(y):
+            raise ValueError(f"features (n, D) and multihot (n, K) must match, got {x.shape} and {y.shape}")
+    if y.shape[1] != len(class_names):
+        raise ValueError(f"{len(class_names)} class names for {y.shape[1]} label columns")
+    if len(y) < 5 or max_points < 5:
+        raise ValueError(f"t-SNE needs at least 5 points (got {len(y)}, max_points={max_points})")
+
+
+def _class_colours(plt, k: int):
+    """k colours: qualitative maps keep neighbouring classes distinguishable; a continuous map only
+    past 20 classes. plt: matplotlib.pyplot, imported by the caller."""
+    if k <= 10:
+        return plt.get_cmap("tab10").colors[:k]
+    if k <= 20:
+        return plt.get_cmap("tab20").colors[:k]
+    return plt.get_cmap("turbo")(np.linspace(0.05, 0.95, k))
+
+
 def tsne_panels(panels: Sequence[tuple[str, np.ndarray]], multihot: np.ndarray, class_names: Sequence[str],
                 multilabel: bool, seed: int = 0, max_points: int = 2000, title: str = ""):
     """Side-by-side t-SNE panels of several encoders' embeddings of the SAME records (e.g. ST-MEM
@@ -140,26 +169,14 @@ def tsne_panels(panels: Sequence[tuple[str, np.ndarray]], multihot: np.ndarray, 
 
     y = np.asarray(multihot)
     xs = [np.asarray(f, dtype=np.float64) for _, f in panels]
-    for x in xs:
-        if x.ndim != 2 or y.ndim != 2 or len(x) != len(y):
-            raise ValueError(f"features (n, D) and multihot (n, K) must match, got {x.shape} and {y.shape}")
-    if y.shape[1] != len(class_names):
-        raise ValueError(f"{len(class_names)} class names for {y.shape[1]} label columns")
+    _check_panels(xs, y, class_names, max_points)
     n_all = len(y)
-    if n_all < 5 or max_points < 5:
-        raise ValueError(f"t-SNE needs at least 5 points (got {n_all}, max_points={max_points})")
     labels = tsne_labels(y, multilabel)
     keep = _subsample(labels, max_points, seed) if n_all > max_points else np.arange(n_all)
     labels = labels[keep]
     n = len(keep)
     K = len(class_names)
-    # qualitative maps keep neighbouring classes distinguishable; a continuous map only past 20
-    if K <= 10:
-        colours = plt.get_cmap("tab10").colors[:K]
-    elif K <= 20:
-        colours = plt.get_cmap("tab20").colors[:K]
-    else:
-        colours = plt.get_cmap("turbo")(np.linspace(0.05, 0.95, K))
+    colours = _class_colours(plt, K)
     fig, axes = plt.subplots(1, len(panels), figsize=(6.0 * len(panels) + 2.0, 5.5), layout="constrained",
                              squeeze=False)  # constrained: room for the legend
     what = "coloured by the most frequent positive label" if multilabel else "coloured by class"

@@ -95,6 +95,26 @@ def _json_float(x: float) -> float | None:
     return None if np.isnan(x) else float(x)
 
 
+def _accuracy(y: np.ndarray, probs: np.ndarray, pred: np.ndarray, multilabel: bool, f1_scored: np.ndarray,
+              kept: np.ndarray) -> tuple[dict, np.ndarray]:
+    """ACC (multi-label: over every record-class decision at the threshold; single-label: of the
+    argmax) and, single-label, the F1 of argmax decisions -> ({acc[, f1_argmax]: its macro over the
+    kept classes}, (K,) per-class F1 of argmax decisions, NaN where not scored or multi-label)."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    f1_argmax = np.full(y.shape[1], np.nan)
+    if multilabel:
+        return {"acc": float(accuracy_score(y.ravel(), pred.ravel()))}, f1_argmax
+    true, argmax = y.argmax(1), probs.argmax(1)
+    out = {"acc": float(accuracy_score(true, argmax))}
+    scored = np.flatnonzero(f1_scored)
+    if len(scored):
+        f1_argmax[scored] = f1_score(true, argmax, labels=scored, average=None, zero_division=0.0)
+    # the macro over the classes kept: the report prints it for another min_positive_patients too
+    out["f1_argmax"] = float(np.mean(f1_argmax[f1_scored & kept])) if (f1_scored & kept).any() else None
+    return out, f1_argmax
+
+
 def classification_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
                            class_names: Sequence[str], patient_ids: Sequence | None = None,
                            min_positive_patients: int = 1) -> dict:
@@ -108,7 +128,7 @@ def classification_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
     f1: [...], rare: [...]} (rare: fewer than min_positive_patients positive patients, out of the
     macro means; their per-class values stay); min_positive_patients; n; auroc_kind; threshold.
     """
-    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.metrics import f1_score
 
     y, probs = _checked(y, probs, multilabel, class_names)
     positives = y.sum(0)
@@ -120,18 +140,8 @@ def classification_metrics(y: np.ndarray, probs: np.ndarray, multilabel: bool,
     f1 = np.full(len(class_names), np.nan)
     for k in np.flatnonzero(f1_scored):
         f1[k] = f1_score(y[:, k], pred[:, k], zero_division=0.0)
-    out = {"n": len(y)}
-    f1_argmax = np.full(len(class_names), np.nan)
-    if multilabel:
-        out["acc"] = float(accuracy_score(y.ravel(), pred.ravel()))
-    else:
-        true, argmax = y.argmax(1), probs.argmax(1)
-        out["acc"] = float(accuracy_score(true, argmax))
-        scored = np.flatnonzero(f1_scored)
-        if len(scored):
-            f1_argmax[scored] = f1_score(true, argmax, labels=scored, average=None, zero_division=0.0)
-        # the macro over the classes kept: the report prints it for another min_positive_patients too
-        out["f1_argmax"] = float(np.mean(f1_argmax[f1_scored & kept])) if (f1_scored & kept).any() else None
+    accuracy, f1_argmax = _accuracy(y, probs, pred, multilabel, f1_scored, kept)
+    out = {"n": len(y), **accuracy}
     macro_f1, macro_auroc = np.where(kept, f1, np.nan), np.where(kept, auroc, np.nan)
     out["f1"] = _json_float(np.nanmean(macro_f1)) if (~np.isnan(macro_f1)).any() else None
     out["auroc"] = _json_float(np.nanmean(macro_auroc)) if (~np.isnan(macro_auroc)).any() else None

@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -302,6 +302,18 @@ def _check_arguments(metrics, multilabel, n_resamples, level, min_runs) -> None:
                          f"got {n_resamples}, {level} and {min_runs}")
 
 
+def _replicates(runs: Iterable[Path], m: str, point: dict[Path, dict[str, np.ndarray]],
+                resampled: dict[Path, dict[str, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """A method's runs' metric `m` -> (replicates,) full-set and (replicates, B) resampled values:
+    runs fine-tuned from one pretrained encoder share its pretraining randomness, so they are
+    averaged into one."""
+    groups: dict[str, list[Path]] = {}
+    for p in runs:
+        groups.setdefault(_encoder_of(p), []).append(p)
+    full = np.array([np.mean([point[p][m][0] for p in g]) for g in groups.values()])
+    return full, np.stack([np.mean([resampled[p][m] for p in g], axis=0) for g in groups.values()])
+
+
 def cell_differences(runs: Mapping[str, Sequence], reference: str, metrics: Sequence[str], multilabel: bool,
                      class_names: Sequence[str], n_resamples: int = 1000, seed: int = 0, level: float = 0.95,
                      min_runs: int = 3, min_test_patients: int = 30,
@@ -332,23 +344,14 @@ def cell_differences(runs: Mapping[str, Sequence], reference: str, metrics: Sequ
     point = {p: resample_metrics(cell.y, cell.probs[p], multilabel, ones, keep) for p in cell.probs}
     resampled = _resampled(cell, metrics, multilabel, n_resamples, seed, keep)
     n_patients = len(np.unique(cell.patient_id))
-
-    def values(method: str, m: str) -> tuple[np.ndarray, np.ndarray]:
-        """(replicates,) full-set and (replicates, B) resampled values: runs fine-tuned from one
-        pretrained encoder share its pretraining randomness, so they are averaged into one."""
-        groups: dict[str, list[Path]] = {}
-        for p in by_seed[method].values():
-            groups.setdefault(_encoder_of(p), []).append(p)
-        full = np.array([np.mean([point[p][m][0] for p in g]) for g in groups.values()])
-        return full, np.stack([np.mean([resampled[p][m] for p in g], axis=0) for g in groups.values()])
-
     out: dict[str, dict[str, Difference]] = {}
     for method in by_seed:
         if method == reference or not by_seed[method]:
             continue
         out[method] = {}
         for m in metrics:
-            (a, a_boot), (b, b_boot) = values(reference, m), values(method, m)
+            a, a_boot = _replicates(by_seed[reference].values(), m, point, resampled)
+            b, b_boot = _replicates(by_seed[method].values(), m, point, resampled)
             diff, low, high, p, why, undefined, se, df = _compare(a, b, a_boot, b_boot, level, min_runs,
                                                                   min_test_patients, n_patients)
             out[method][m] = Difference(m, diff, low, high, p, tuple(by_seed[method]), tuple(by_seed[reference]),

@@ -129,17 +129,23 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
         fn_constructor_kwargs={"model": [ray.put(loaded)], "embeddings": embeddings,
                                "batch_size": batch_size, "device": str(device)},
         num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0)
+    result = _gather(_collect(scored, len(items), progress_every_s), spec, embeddings, failures)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _collect(scored: Any, n_items: int, progress_every_s: float) -> list[dict[str, np.ndarray]]:
+    """The actors' rows, part by part as they finish tasks (`scored`: the Ray Dataset of them),
+    progress logged over the `n_items` items -> the parts."""
     parts, done, failed = [], set(), 0
-    progress = Progress(len(items), progress_every_s)
-    for part in scored.iter_batches(batch_size=None, batch_format="numpy"):     # as the actors finish tasks
+    progress = Progress(n_items, progress_every_s)
+    for part in scored.iter_batches(batch_size=None, batch_format="numpy"):
         parts.append(part)
         done.update(part["index"].tolist())
         failed += int((part["reason"] != "").sum())
         progress.update(len(done), failed)
     progress.update(len(done), failed, force=True)
-    result = _gather(parts, spec, embeddings, failures)
-    result.seconds = time.perf_counter() - t0
-    return result
+    return parts
 
 
 def _gather(parts: list[dict[str, np.ndarray]], spec: Any, embeddings: bool, failures: Sequence[Failure]

@@ -73,25 +73,13 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     model = model.to(dev).eval()
     rows = list(range(len(spec.leads)))
 
-    scored: list[tuple[int, str, str]] = []          # (item index, record_id, path) per record, in order
-    failed = list(failures)
     stream = _PassStream(lambda x: predict(model, x, rows, spec.crop, spec.n_crops, dev, batch, spec.precision),
                          batch, (len(rows), spec.preprocess.window_samples))
-    progress = Progress(len(items), progress_every_s)
     t0 = time.perf_counter()
     log.info("predict: %d inputs with %s (%s, leads %s, %d crops of %d samples per %d-sample window) on %s",
              len(items), loaded.source, spec.kind, ",".join(spec.leads), spec.n_crops, spec.crop,
              spec.preprocess.window_samples, dev)
-    for i, rid, path, windows, failure in prepared_records(items, spec.preprocess):
-        if failure is not None:
-            failed.append(failure)
-        else:
-            scored.append((i, rid, path))
-            stream.add(windows)
-        progress.update(i, len(failed) - len(failures))        # items begun (a shard holds many records)
-    stream.close()
-    progress.update(len(items), len(failed) - len(failures), force=True)
-
+    scored, failed = _stream_items(items, spec, stream, failures, progress_every_s)
     seconds = time.perf_counter() - t0
     log.info("predict: %d records scored (%d windows), %d failed, in %.1f s", len(scored), stream.through,
              len(failed), seconds)
@@ -102,6 +90,26 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
                     if embeddings or spec.kind == "encoder" else None),
         windows=stream.windows(), class_names=spec.class_names, failures=failed,
         seconds=seconds, item=np.asarray([i for i, _, _ in scored], dtype=np.int64))
+
+
+def _stream_items(items: Sequence[Item], spec: Any, stream: "_PassStream", failures: Sequence[Failure],
+                  progress_every_s: float) -> tuple[list[tuple[int, str, str]], list[Failure]]:
+    """Every item's records read and prepared (`spec`: the model's input), their windows through
+    `stream`, progress logged -> ((item index, record_id, path) per record scored, in order;
+    `failures` and those of the records that could not be read)."""
+    scored: list[tuple[int, str, str]] = []
+    failed = list(failures)
+    progress = Progress(len(items), progress_every_s)
+    for i, rid, path, windows, failure in prepared_records(items, spec.preprocess):
+        if failure is not None:
+            failed.append(failure)
+        else:
+            scored.append((i, rid, path))
+            stream.add(windows)
+        progress.update(i, len(failed) - len(failures))        # items begun (a shard holds many records)
+    stream.close()
+    progress.update(len(items), len(failed) - len(failures), force=True)
+    return scored, failed
 
 
 class _PassStream:

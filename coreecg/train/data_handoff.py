@@ -11,7 +11,7 @@ controller once the worker group is up, on every start of it) that waits for the
 in a small mailbox actor.
 
 - Where: only on the job's own local cluster with a CPU to spare beyond the workers'
-  (coreecg.train.fit._beside_workers). The workers hold their CPUs while the controller waits,
+  (`beside_workers`). The workers hold their CPUs while the controller waits,
   so on a cluster that others share (a joined one, Tune's trials) a read task waiting for a CPU
   that other placement groups hold could wait forever; there the split is materialised first.
 - Ownership: the driver ran the materialisation, so it owns the blocks, as with a `materialize()`
@@ -34,6 +34,28 @@ import ray
 from ray.data import ExecutionResources
 from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from coreecg.cluster import owns_cluster
+from coreecg.config import Config
+
+
+def beside_workers(config: Config) -> bool:
+    """Whether a Ray Train fit may materialise its split beside the worker group's start: only on
+    this job's own local cluster (coreecg.cluster.owns_cluster) with a CPU beyond the workers' for
+    Ray Data's read tasks. Elsewhere (a joined cluster, a Tune trial's process) other placement
+    groups may hold every CPU while this fit's workers wait for the data, and a read waiting for a
+    CPU would wait forever: the split is materialised before the fit there."""
+    import ray
+
+    t = config.train
+    return owns_cluster() and ray.cluster_resources().get("CPU", 0.0) - t.num_workers * t.cpus_per_worker >= 1
+
+
+def start_handoff(lazy: Any, config: Config, what: str) -> "DatasetHandoff":
+    """The split `lazy` materialising in a driver thread while the TorchTrainer starts its worker
+    group, the workers' CPUs (`config.train`) left to them; what: names the run in errors."""
+    t = config.train
+    return DatasetHandoff(lazy, t.num_workers * t.cpus_per_worker, what).start()
 
 
 def _mailbox_class():

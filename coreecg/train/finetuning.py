@@ -34,7 +34,8 @@ from coreecg.train.finetune_plan import (  # noqa: F401 - the planner's names, i
     leads_label, parse_leads, plan_finetune, preprocess_mismatch,
 )
 from coreecg.train.ingest import seed_for, to_model_input
-from coreecg.train.loop import RunWriter, WorkerContext
+from coreecg.train.loop import WorkerContext
+from coreecg.train.writer import RunWriter
 from coreecg.train.plan import RunPlan
 from coreecg.train.step import FinetuneStep, Schedule
 from coreecg.encoders.build import build_encoder

@@ -20,7 +20,9 @@ writes them, the last `train.keep_checkpoints` kept), `config.yaml`, `run.json`,
 `best.pt`, `metrics.json`, `predictions.csv` (fine-tuning). Re-running with the same storage
 path and name resumes from the newest checkpoint; a worker that dies is replaced up to
 `train.max_failures` times and resumes the same way. With `train.mirror_uri` the folder is also
-pushed to object storage after every epoch and at the end (`coreecg.train.mirror`).
+pushed to object storage after every epoch and at the end (`coreecg.train.mirror`). While Ray
+Train runs, the driver's console follows metrics.jsonl (`coreecg.train.follower`), and on the
+job's own cluster the split is materialised beside the workers' start (`coreecg.train.data_handoff`).
 """
 from __future__ import annotations
 
@@ -34,8 +36,11 @@ from typing import Any
 from coreecg.checkpoints import BEST_FILE, ENCODER_FILE, latest_checkpoint
 from coreecg.config import Config
 from coreecg.train.finetuning import plan_finetune
+from coreecg.train.console import progress_log
+from coreecg.train.data_handoff import DatasetHandoff, beside_workers, start_handoff
+from coreecg.train.follower import RunFollower
 from coreecg.train.ingest import ShardFiles, training_dataset
-from coreecg.train.loop import progress_line, progress_log, progress_text
+from coreecg.train.mirror import mirrored, pull_if_missing
 from coreecg.train.plan import RunPlan, write_run_folder
 from coreecg.train.run_speed import MATERIALISED, mark
 from coreecg.train.pretraining import plan_pretrain
@@ -82,7 +87,6 @@ def plan_run(config: Config, task: str) -> RunPlan:
     build of the embedded synthetic corpus runs on it), the run folder pulled from its mirror
     where it is missing here, then the task's planner."""
     from coreecg.cluster import find_devices, resolve_devices
-    from coreecg.train.mirror import pull_if_missing
 
     devices = find_devices()                # joins a shared cluster; else before this job's own starts
     config, lines = resolve_devices(config, devices)
@@ -103,77 +107,75 @@ def fit(plan: RunPlan, *, callbacks: list | None = None, report_fn=None) -> RunR
     callbacks (a Tune trial forwards the reports with TuneReportCallback). With `report_fn`,
     in this process instead (one worker, no Train worker group to start: a single-worker Tune
     trial), every report going to report_fn(metrics)."""
-    run_dir = plan.run_dir
     if plan.finished:                       # found by the planner's one check of the run folder
-        log.info("%s: already finished (metrics.json); nothing to do", run_dir)
+        log.info("%s: already finished (metrics.json); nothing to do", plan.run_dir)
         return _result(plan, {})
-    import ray
-
-    if not ray.is_initialized():            # plan_run (or the Tune trial) started it: once
-        start_ray(plan.config)
-    if report_fn is None:                   # a Train worker group would wait for absent GPUs forever
-        check_run_gpus(plan.config)
-    for line in plan.describe():
-        (log.warning if line.startswith("warning:") else log.info)("%s", line)
-    write_run_folder(plan)
-    for stale in ("metrics.json", "predictions.csv"):   # a finished fine-tuning resumed with more epochs
-        (run_dir / stale).unlink(missing_ok=True)
+    _open_run(plan, in_process=report_fn is not None)
     handoff = None
     try:
-        with _mirrored(plan) as mirror, _failed_session(run_dir):   # a split that cannot be read fails the session too
-            if plan.mixture is not None:    # several corpora: always streamed (coreecg.train.mixture)
-                from coreecg.train.mixture import mixture_files
-
-                dataset = mixture_files(plan.mixture, [plan.open(c) for c in plan.mixture.corpora])
-            else:
-                beside = report_fn is None and _beside_workers(plan.config)
-                dataset = training_dataset(plan.open(plan.corpus), plan.config.train.seed,
-                                           plan.config.data.cache_in_memory_gb, keep=plan.keep, materialise=not beside)
-                if beside and not isinstance(dataset, ShardFiles):
-                    handoff = _handoff(plan, dataset)
+        # a split that cannot be read fails the session too
+        with mirrored(plan.run_dir, plan.config.train.mirror_uri) as mirror, _failed_session(plan.run_dir):
+            dataset, handoff = _training_data(plan, in_process=report_fn is not None)
             mark("data")
             if report_fn is not None:
                 last = _fit_here(plan, dataset, report_fn, mirror)
             else:
-                trainer = _trainer(plan, handoff.source() if handoff is not None else dataset, callbacks)
-                try:
-                    with RunFollower(run_dir / "metrics.jsonl", plan.epochs, on_epoch=mirror):
-                        trainer.fit()
-                except Exception:
-                    if handoff is not None:     # a failed read: its own error (the file, the reason), not Train's
-                        handoff.raise_if_failed()
-                    raise
-                last = last_epoch(run_dir)      # Ray's Result holds metrics only beside its own checkpoints
+                last = _fit_on_ray(plan, dataset, handoff, callbacks, mirror)
     finally:
         if handoff is not None:
             handoff.close()
             mark(MATERIALISED, handoff.ready_at)
-    if not (run_dir / FINISHED_FILE[plan.task]).is_file():
-        raise RuntimeError(f"{run_dir}: training ended without {FINISHED_FILE[plan.task]}")
+    if not (plan.run_dir / FINISHED_FILE[plan.task]).is_file():
+        raise RuntimeError(f"{plan.run_dir}: training ended without {FINISHED_FILE[plan.task]}")
     return _result(plan, last)
 
 
-def _beside_workers(config: Config) -> bool:
-    """Whether a Ray Train fit may materialise its split beside the worker group's start: only on
-    this job's own local cluster (coreecg.cluster.owns_cluster) with a CPU beyond the workers' for
-    Ray Data's read tasks. Elsewhere (a joined cluster, a Tune trial's process) other placement
-    groups may hold every CPU while this fit's workers wait for the data, and a read waiting for a
-    CPU would wait forever: the split is materialised before the fit there, as it always was."""
+def _open_run(plan: RunPlan, in_process: bool) -> None:
+    """Ray (once), the GPUs a worker group needs, the plan on the console, and the run folder
+    written (a finished fine-tuning resumed with more epochs loses its final outputs)."""
     import ray
 
-    from coreecg.cluster import owns_cluster
+    if not ray.is_initialized():            # plan_run (or the Tune trial) started it: once
+        start_ray(plan.config)
+    if not in_process:                      # a Train worker group would wait for absent GPUs forever
+        check_run_gpus(plan.config)
+    for line in plan.describe():
+        (log.warning if line.startswith("warning:") else log.info)("%s", line)
+    write_run_folder(plan)
+    for stale in ("metrics.json", "predictions.csv"):
+        (plan.run_dir / stale).unlink(missing_ok=True)
 
-    t = config.train
-    return owns_cluster() and ray.cluster_resources().get("CPU", 0.0) - t.num_workers * t.cpus_per_worker >= 1
+
+def _training_data(plan: RunPlan, in_process: bool) -> tuple[Any, DatasetHandoff | None]:
+    """The training split -> (what the fit trains on, the handoff materialising it beside the worker
+    group's start or None). Several corpora are always streamed (coreecg.train.mixture); one is
+    ShardFiles to stream or a Ray Dataset, materialised here unless beside the workers
+    (coreecg.train.data_handoff)."""
+    if plan.mixture is not None:
+        from coreecg.train.mixture import mixture_files
+
+        return mixture_files(plan.mixture, [plan.open(c) for c in plan.mixture.corpora]), None
+    beside = not in_process and beside_workers(plan.config)
+    dataset = training_dataset(plan.open(plan.corpus), plan.config.train.seed, plan.config.data.cache_in_memory_gb,
+                               keep=plan.keep, materialise=not beside)
+    if beside and not isinstance(dataset, ShardFiles):
+        return dataset, start_handoff(dataset, plan.config, str(plan.run_dir))
+    return dataset, None
 
 
-def _handoff(plan: RunPlan, lazy):
-    """The split materialised in a driver thread while the TorchTrainer starts its worker group
-    (coreecg.train.data_handoff): Ray Train takes it when the workers are up."""
-    from coreecg.train.data_handoff import DatasetHandoff
-
-    t = plan.config.train
-    return DatasetHandoff(lazy, t.num_workers * t.cpus_per_worker, str(plan.run_dir)).start()
+def _fit_on_ray(plan: RunPlan, dataset, handoff: DatasetHandoff | None, callbacks: list | None,
+                mirror) -> dict[str, Any]:
+    """The TorchTrainer's fit, its console lines followed from metrics.jsonl -> the last epoch's
+    record (Ray's Result holds metrics only beside its own checkpoints)."""
+    trainer = _trainer(plan, handoff.source() if handoff is not None else dataset, callbacks)
+    try:
+        with RunFollower(plan.run_dir / "metrics.jsonl", plan.epochs, on_epoch=mirror):
+            trainer.fit()
+    except Exception:
+        if handoff is not None:     # a failed read: its own error (the file, the reason), not Train's
+            handoff.raise_if_failed()
+        raise
+    return last_epoch(plan.run_dir)
 
 
 def _fit_here(plan: RunPlan, dataset, report_fn, mirror) -> dict[str, Any]:
@@ -305,7 +307,7 @@ def _trainer(plan: RunPlan, dataset, callbacks: list | None):
     )
 
 
-# ---------------------------------------------------------------------------- the driver's console
+# ---------------------------------------------------------------------------- the run record
 
 
 @contextlib.contextmanager
@@ -319,67 +321,3 @@ def _failed_session(run_dir: Path):
         cause = getattr(e, "__cause__", None) or e
         end_session(run_dir, "failed", f"{type(cause).__name__}: {cause}")
         raise
-
-
-@contextlib.contextmanager
-def _mirrored(plan: RunPlan):
-    """`train.mirror_uri`: a push callable for every epoch (None without a mirror), and a last
-    push when the fit ends, finished or failed (coreecg.train.mirror)."""
-    from coreecg.train.mirror import RunMirror, push_quietly
-
-    mirror = RunMirror(plan.run_dir, plan.config.train.mirror_uri) if plan.config.train.mirror_uri else None
-    try:
-        yield (lambda: push_quietly(mirror)) if mirror else None
-    finally:
-        push_quietly(mirror)
-
-
-class RunFollower:
-    """The driver's console during a Ray Train fit: prints the epoch and progress records that
-    rank 0 appends to the run's metrics.jsonl, once each, as they arrive.
-
-    The run folder is on storage the driver sees (a shared filesystem on a cluster), so this
-    works wherever the workers run, and the console needs none of Ray's log forwarding (off
-    without --verbose: coreecg.cluster.console_options). Only records appended after it starts
-    are printed: a resumed run does not repeat its history."""
-
-    def __init__(self, metrics: Path, epochs: int, poll_s: float = 0.5, on_epoch=None):
-        import threading
-
-        self.path, self.epochs, self.poll_s, self.on_epoch = Path(metrics), epochs, poll_s, on_epoch
-        self._offset = self.path.stat().st_size if self.path.is_file() else 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="coreecg-run-follower", daemon=True)
-
-    def __enter__(self) -> "RunFollower":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._drain()                     # what the last epoch wrote just before fit() returned
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.poll_s):
-            self._drain()
-
-    def _drain(self) -> None:
-        if not self.path.is_file():
-            return
-        with open(self.path) as f:
-            f.seek(self._offset)
-            text = f.read()
-        complete = text[:text.rfind("\n") + 1]          # a line still being written waits
-        self._offset += len(complete.encode())
-        for line in complete.splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record.get("kind") == "epoch":
-                progress_log.info("%s", progress_line(record, self.epochs))
-                if self.on_epoch is not None:
-                    self.on_epoch()
-            elif record.get("kind") == "progress":
-                progress_log.info("%s", progress_text(record))

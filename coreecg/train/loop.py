@@ -8,7 +8,9 @@ Per epoch: steps (log every `train.log_every`, a progress line every `train.prog
 seconds, checkpoint every `train.checkpoint_every_steps`), then on rank 0 the task's evaluation
 when it asks for one, then one report with a checkpoint (a barrier on all ranks under Ray). After
 the last epoch, rank 0 runs the task's `finish` (pretraining: export encoder.pt; fine-tuning:
-test metrics with the selected weights).
+test metrics with the selected weights). Rank 0 writes through a `RunWriter`
+(coreecg.train.writer); the console's lines are coreecg.train.console's. `run_local` runs the
+same loop in one process, without Ray.
 
 Epochs are numbered from 1 wherever a person reads them: the console ("epoch 2/6"), every record
 of metrics.jsonl and every report (`"epoch": 2`: the epoch the record belongs to), TensorBoard
@@ -19,11 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 import torch
@@ -33,15 +34,14 @@ from coreecg.config import Config
 from coreecg.devices import resolve_device
 from coreecg.train.resume_check import check_compatible
 from coreecg.train.run_speed import startup_record
+from coreecg.train.console import progress_line, progress_log, progress_record, progress_text
 from coreecg.train.ingest import memory_epoch_batches, seed_for
 from coreecg.train.plan import RunPlan
 from coreecg.train.speed import graphs_compiled, release_freed_memory, uncompiled
 from coreecg.train.step import TrainStep
+from coreecg.train.writer import RunWriter
 
 log = logging.getLogger(__name__)
-# Epoch lines have their own logger: under Ray Train the controller prints them (one line per
-# epoch on the driver's console), so the workers turn this one off (coreecg.train.fit).
-progress_log = logging.getLogger(f"{__name__}.progress")
 
 
 @dataclass
@@ -69,62 +69,6 @@ class WorkerContext:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-
-class RunWriter:
-    """Rank 0's outputs in the run folder: metrics.jsonl (appended), TensorBoard, figures, and,
-    with `train.tracking=mlflow|wandb`, the same epoch metrics there (coreecg.train.tracking);
-    job (pretrain | finetune) names the tracked run's kind."""
-
-    def __init__(self, run_dir: Path, enabled: bool, config: Config | None = None, job: str = ""):
-        self.enabled, self.run_dir = enabled, run_dir
-        self._log = self._tb = self._tracker = None
-        if enabled:
-            from tensorboardX import SummaryWriter
-
-            run_dir.mkdir(parents=True, exist_ok=True)
-            self._log = open(run_dir / "metrics.jsonl", "a")
-            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
-            if config is not None and config.train.tracking != "none":
-                from coreecg.train.tracking import start_tracking
-
-                self._tracker = start_tracking(config, run_dir, job)
-
-    def line(self, record: dict[str, Any]) -> None:
-        """One JSON line in metrics.jsonl, stamped with the wall-clock `time` (s since the epoch);
-        epoch and test records also go to the tracker."""
-        if self.enabled:
-            self._log.write(json.dumps({"time": round(time.time(), 3), **record}) + "\n")   # a record's own time wins
-            self._log.flush()
-            if self._tracker is not None and (record.get("kind") == "epoch" or record.get("event") == "test"):
-                self._tracker.metrics(record)
-
-    def hparams(self, params: dict[str, Any], metrics: dict[str, float], step: int) -> None:
-        """TensorBoard's HParams view: this run's knobs beside its final metrics."""
-        if self.enabled:
-            metrics = {f"hparam/{k}": float(v) for k, v in metrics.items()
-                       if isinstance(v, (int, float)) and math.isfinite(v)}
-            self._tb.add_hparams(params, metrics, name="hparams", global_step=step)
-
-    def scalars(self, prefix: str, values: dict[str, float], step: int) -> None:
-        if self.enabled:
-            for k, v in values.items():
-                self._tb.add_scalar(f"{prefix}/{k}", v, step)
-
-    def figure(self, fig, name: str, epoch: int, step: int) -> Path | None:
-        from coreecg.eval.figures import save_figure
-
-        if not self.enabled:
-            return None
-        self._tb.add_figure(f"figures/{name}", fig, step, close=False)
-        return save_figure(fig, self.run_dir / "figures" / f"{name}_epoch{epoch}.png")
-
-    def close(self) -> None:
-        if self.enabled:
-            self._log.close()
-            self._tb.close()
-            if self._tracker is not None:
-                self._tracker.close()
 
 
 def _floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -204,6 +148,24 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
     return summary
 
 
+@dataclass
+class _EpochClock:
+    """One epoch's time marks (time.perf_counter s): its start, the last step log and the steps
+    since, the last progress line, and its first step (first: None until it ran; first_i: its index)."""
+
+    started: float
+    log: float
+    progress: float
+    log_steps: int = 0
+    first: float | None = None
+    first_i: int = 0
+
+    @classmethod
+    def start_now(cls) -> "_EpochClock":
+        now = time.perf_counter()
+        return cls(started=now, log=now, progress=now)
+
+
 class _Run:
     """One worker's training state between the loop's parts: the task, its model and step, the
     epoch (counted from 0), the task's state and rank 0's writer."""
@@ -257,13 +219,28 @@ class _Run:
     def train_epoch(self, done_in_epoch: int) -> tuple[dict[str, torch.Tensor], int, float]:
         """The epoch's steps (skipping the `done_in_epoch` a resumed checkpoint had done), with
         step logs, progress lines and mid-epoch checkpoints -> (metric sums, steps, seconds)."""
-        cfg, ctx, task, step, epoch_steps = self.cfg, self.ctx, self.task, self.step, self.ctx.steps_per_epoch
-        epoch_number, every_s = self.epoch + 1, cfg.train.progress_every_s     # the epoch as people count it
-        t_epoch = t_log = t_progress = time.perf_counter()
-        t_first, first_i = None, 0          # speed is timed from the epoch's first step (start-up apart)
+        clock = _EpochClock.start_now()
         sums: dict[str, torch.Tensor] = {}
-        count, log_steps = 0, 0
+        count = 0
         graphs0 = graphs_compiled()         # evaluation runs eager (uncompiled); counted apart all the same
+        for i, signal, uid in self._batches(done_in_epoch):
+            metrics = self._one_step(signal, uid)
+            for k, v in metrics.items():     # summed on the device: no host sync per step
+                sums[k] = sums.get(k, 0) + v.detach().float()
+            count += 1
+            clock.log_steps += 1
+            if self.first_step:
+                graphs0 = self._first_step_done()
+            self._progress(clock, i)
+            self._log_step(clock, metrics)
+            self._mid_epoch_checkpoint(i, metrics)
+        self.recompiled += graphs_compiled() - graphs0
+        return sums, count, time.perf_counter() - clock.started
+
+    def _batches(self, done_in_epoch: int) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """This epoch's batches still to train on: (index in the epoch, signal (b, C, T_stored), uid (b,)),
+        after the `done_in_epoch` a resumed checkpoint had done (read and dropped)."""
+        ctx, epoch_steps = self.ctx, self.ctx.steps_per_epoch
         batches = iter(ctx.epoch_batches(self.epoch))
         for i in range(epoch_steps):
             try:
@@ -271,44 +248,62 @@ class _Run:
             except StopIteration:
                 raise RuntimeError(f"rank {ctx.rank}: epoch {self.epoch} ended after {i} of {epoch_steps} batches; "
                                    "every rank must get the same number of full batches") from None
-            if i < done_in_epoch:   # resumed mid-epoch: this epoch's first batches are done
-                continue
-            if self.first_step and ctx.is_main:
-                self.writer.line(startup_record("batch"))
-            self.step_gen.manual_seed(seed_for("step", cfg.train.seed, ctx.rank, step.step))
-            args, kwargs = task.inputs(signal, uid, self.epoch, self.step_gen)
-            metrics = {k: v for k, v in step(*args, **kwargs).items() if v.ndim == 0}
-            for k, v in metrics.items():     # summed on the device: no host sync per step
-                sums[k] = sums.get(k, 0) + v.detach().float()
-            count, log_steps = count + 1, log_steps + 1
-            if self.first_step:      # start-up cost of this session: see bench/study.py, coreecg.train.run_speed
-                graphs0 = graphs_compiled()
-                self.writer.line({"event": "first_step", "step": step.step, "epoch": epoch_number,
-                                  "compiled": bool(getattr(self.bare, "compiled", False)),
-                                  "graphs": graphs0 - self.graphs_before})    # this session's, up to here
-                self.first_step = False
-            if t_first is None:
-                t_first, first_i = time.perf_counter(), i
-            elif every_s and ctx.is_main and time.perf_counter() - t_progress >= every_s and i + 1 < epoch_steps:
-                t_progress = time.perf_counter()
-                record = progress_record(epoch_number, task.epochs, i + 1, epoch_steps, step.step, task.global_batch,
-                                         (t_progress - t_first) / (i - first_i))
-                self.writer.line(record)
-                progress_log.info("%s", progress_text(record))
-            if step.step % cfg.train.log_every == 0 and ctx.is_main:
-                now = time.perf_counter()
-                self._log_step(metrics, log_steps * task.global_batch / (now - t_log), epoch_number)
-                t_log, log_steps = now, 0
-            every = cfg.train.checkpoint_every_steps
-            if every and step.step % every == 0 and i + 1 < epoch_steps:
-                ctx.report({"step": step.step, "epoch": epoch_number, **_floats(metrics)}, self.payload(i + 1, {}))
-        self.recompiled += graphs_compiled() - graphs0
-        return sums, count, time.perf_counter() - t_epoch
+            if i >= done_in_epoch:
+                yield i, signal, uid
 
-    def _log_step(self, metrics: dict[str, torch.Tensor], samples_per_s: float, epoch_number: int) -> None:
-        values = {**_floats(metrics), "samples_per_s": samples_per_s}
+    def _one_step(self, signal: torch.Tensor, uid: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One training step on a stored batch, seeded by (seed, rank, step) -> its scalar metrics
+        (on the device)."""
+        if self.first_step and self.ctx.is_main:
+            self.writer.line(startup_record("batch"))
+        self.step_gen.manual_seed(seed_for("step", self.cfg.train.seed, self.ctx.rank, self.step.step))
+        args, kwargs = self.task.inputs(signal, uid, self.epoch, self.step_gen)
+        return {k: v for k, v in self.step(*args, **kwargs).items() if v.ndim == 0}
+
+    def _first_step_done(self) -> int:
+        """The session's first step line (start-up cost: bench/study.py, coreecg.train.run_speed)
+        -> the graphs compiled so far, from which the epoch counts recompilations."""
+        graphs = graphs_compiled()
+        self.writer.line({"event": "first_step", "step": self.step.step, "epoch": self.epoch + 1,
+                          "compiled": bool(getattr(self.bare, "compiled", False)),
+                          "graphs": graphs - self.graphs_before})    # this session's, up to here
+        self.first_step = False
+        return graphs
+
+    def _progress(self, clock: "_EpochClock", i: int) -> None:
+        """A progress line every `train.progress_every_s` seconds (rank 0; none after the epoch's
+        last step), its speed timed from the epoch's first step (start-up apart)."""
+        every_s, epoch_steps, task = self.cfg.train.progress_every_s, self.ctx.steps_per_epoch, self.task
+        if clock.first is None:
+            clock.first, clock.first_i = time.perf_counter(), i
+            return
+        if not (every_s and self.ctx.is_main and time.perf_counter() - clock.progress >= every_s
+                and i + 1 < epoch_steps):
+            return
+        clock.progress = time.perf_counter()
+        record = progress_record(self.epoch + 1, task.epochs, i + 1, epoch_steps, self.step.step, task.global_batch,
+                                 (clock.progress - clock.first) / (i - clock.first_i))
+        self.writer.line(record)
+        progress_log.info("%s", progress_text(record))
+
+    def _log_step(self, clock: "_EpochClock", metrics: dict[str, torch.Tensor]) -> None:
+        """Every `train.log_every` steps (rank 0): the step's metrics and the samples/s since the
+        last log, as TensorBoard scalars and a metrics.jsonl line."""
+        if self.step.step % self.cfg.train.log_every != 0 or not self.ctx.is_main:
+            return
+        now = time.perf_counter()
+        values = {**_floats(metrics), "samples_per_s": clock.log_steps * self.task.global_batch / (now - clock.log)}
         self.writer.scalars(self.task.name, values, self.step.step)
-        self.writer.line({"kind": "step", "step": self.step.step, "epoch": epoch_number, **values})
+        self.writer.line({"kind": "step", "step": self.step.step, "epoch": self.epoch + 1, **values})
+        clock.log, clock.log_steps = now, 0
+
+    def _mid_epoch_checkpoint(self, i: int, metrics: dict[str, torch.Tensor]) -> None:
+        """Every `train.checkpoint_every_steps` steps, but the epoch's last (its end reports it): a
+        report with a checkpoint after batch `i` (a barrier under Ray)."""
+        every = self.cfg.train.checkpoint_every_steps
+        if every and self.step.step % every == 0 and i + 1 < self.ctx.steps_per_epoch:
+            self.ctx.report({"step": self.step.step, "epoch": self.epoch + 1, **_floats(metrics)},
+                            self.payload(i + 1, {}))
 
     def end_epoch(self, sums: dict[str, torch.Tensor], count: int, seconds: float) -> dict[str, float]:
         """Epoch means over every rank, rank 0's evaluation, the epoch line and the report with
@@ -362,45 +357,6 @@ class _Run:
         self._write_epoch({**record, "restored_from": str(path)}, payload.get("metrics") or {})
 
 
-def progress_record(epoch_number: int, epochs: int, batch: int, steps_per_epoch: int, step: int, global_batch: int,
-                    seconds_per_step: float) -> dict[str, Any]:
-    """A mid-epoch progress record (metrics.jsonl `"kind": "progress"`): where the run is, its
-    speed over this epoch's steps so far, and the time left in the epoch and in the run
-    (steps only: evaluations come on top)."""
-    left_epoch = (steps_per_epoch - batch) * seconds_per_step
-    return {"kind": "progress", "epoch": epoch_number, "epochs": epochs, "batch": batch, "batches": steps_per_epoch,
-            "step": step, "samples_per_s": global_batch / seconds_per_step,
-            "eta_epoch_s": left_epoch,
-            "eta_run_s": left_epoch + (epochs - epoch_number) * steps_per_epoch * seconds_per_step}
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min {seconds % 60:02d} s"
-
-
-def progress_text(r: dict[str, Any]) -> str:
-    return (f"  epoch {r['epoch']}/{r['epochs']} | batch {r['batch']}/{r['batches']} | step {r['step']} | "
-            f"{r['samples_per_s']:.1f} samples/s | ETA epoch {_duration(r['eta_epoch_s'])}, "
-            f"run {_duration(r['eta_run_s'])}")
-
-
-def progress_line(s: dict[str, float], epochs: int, losses: Iterable[str] | None = None) -> str:
-    """An epoch record as one console line. losses: the loss terms the method reports
-    (`PretrainMethod.reported_losses`, each "loss_<label>", shown as "<label> value"); None: every
-    "loss_*" key of the record (the driver's follower reads records, not the method)."""
-    parts = [f"epoch {int(s['epoch'])}/{epochs}", f"step {int(s['step'])}"]
-    losses = [k for k in s if k.startswith("loss_")] if losses is None else list(losses)
-    for key, label in (("loss", "loss"), *((k, k.removeprefix("loss_")) for k in losses),
-                       ("probe_auroc", "probe_auroc"), ("probe_auroc_init", "at init"), ("val_auroc", "val_auroc"),
-                       ("val_acc", "val_acc"), ("best_val_auroc", "best")):
-        if isinstance(s.get(key), float) and not math.isnan(s[key]):
-            parts.append(f"{label} {s[key]:.4f}")
-    parts.append(f"{s['samples_per_s']:.1f} samples/s")
-    parts.append(f"{s['seconds']:.1f} s")
-    return " | ".join(parts)
-
-
 # ---------------------------------------------------------------------------- plain (no Ray)
 
 
@@ -408,7 +364,10 @@ def run_local(plan: RunPlan, task: Task, windows: np.ndarray) -> dict[str, float
     """The no-Ray reference: one process, in-memory train windows (n, C, T_stored) float32/16 whose
     row index is the uid (`plan` from `coreecg.train.plan.plan_local`), the same loop. Checkpoints
     go to the run folder's checkpoint_step<N>/ through the store (`coreecg.checkpoints`; the last
-    `train.keep_checkpoints` kept); re-running with the same run folder resumes."""
+    `train.keep_checkpoints` kept); re-running with the same run folder resumes.
+
+    It lives beside the loop because it is the loop in one process: only its `WorkerContext` (one
+    rank, batches from memory, checkpoints straight to the store) is its own, with no Ray to drive."""
     from coreecg.train.plan import write_run_folder
 
     config, run_dir = plan.config, write_run_folder(plan)

@@ -16,8 +16,10 @@ crash fails the pre-flight check on pull instead of loading half a file.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pyarrow.fs as pafs
 
@@ -128,3 +130,14 @@ def pull_if_missing(run_dir: Path, uri: str) -> int:
     if n:
         log.info("%s: pulled %d files from the mirror %s/%s", run_dir, n, uri.rstrip("/"), Path(run_dir).name)
     return n
+
+
+@contextlib.contextmanager
+def mirrored(run_dir: Path, uri: str) -> Iterator[Callable[[], None] | None]:
+    """A fit's mirror (`train.mirror_uri`: uri; "" for none): yields a push callable for every epoch
+    (None without a mirror), and pushes once more when the fit ends, finished or failed."""
+    mirror = RunMirror(run_dir, uri) if uri else None
+    try:
+        yield (lambda: push_quietly(mirror)) if mirror else None
+    finally:
+        push_quietly(mirror)

@@ -171,7 +171,7 @@ def duplicate_windows(corpora: Sequence[Path | OpenCorpus],
     guard's match). The same folder listed again loses all of its windows. corpora: paths, or the
     plan's opened corpora (their fingerprint files are then checked once)."""
     from coreecg.data.fingerprints import corpus_fingerprints
-    from coreecg.data.overlap import only_splits, signal_windows
+    from coreecg.data.overlap import only_splits
 
     import pyarrow as pa
 
@@ -191,18 +191,9 @@ def duplicate_windows(corpora: Sequence[Path | OpenCorpus],
         table = only_splits(corpus_fingerprints(corpus), ["train"])
         if table.num_rows != stored[j]:
             raise MixtureError(f"{corpus}: fingerprints hold {table.num_rows} train windows, the manifest {stored[j]}")
-        keep = np.ones(stored[j], bool)
-        dup_of: dict[str, int] = {}
         records = np.asarray(table.column("dataset").to_numpy(zero_copy_only=False), dtype=object) + "\x1f" + \
             np.asarray(table.column("record_id").to_numpy(zero_copy_only=False), dtype=object)
-        for i in range(j):
-            if tables[i] is None or not tables[i].num_rows:
-                continue
-            _, rows_b, _ = signal_windows(tables[i], table)
-            hit = np.isin(records, np.unique(records[rows_b])) & keep if len(rows_b) else np.zeros(len(keep), bool)
-            if hit.any():
-                dup_of[str(corpora[i])] = int(hit.sum())
-                keep &= ~hit
+        keep, dup_of = _in_earlier(table, records, tables[:j], [str(c) for c in corpora[:j]])
         n_records.append(int(len(np.unique(records))))
         dropped = int((~keep).sum())
         notes.append({"dropped_windows": dropped,
@@ -213,6 +204,25 @@ def duplicate_windows(corpora: Sequence[Path | OpenCorpus],
             log.warning("mixture: %d train window(s) of %s (%d recording(s)) are in an earlier corpus and are "
                         "left out: %s", dropped, corpus, notes[-1]["dropped_records"], dup_of)
     return keeps, notes
+
+
+def _in_earlier(table, records: np.ndarray, earlier: list, names: list[str]) -> tuple[np.ndarray, dict[str, int]]:
+    """One corpus's train fingerprints (`table`; records: each window's dataset + record id) against
+    the earlier corpora's kept ones -> (the keep mask: False for every window of a recording with a
+    window matching one of theirs; windows dropped per earlier corpus, by name)."""
+    from coreecg.data.overlap import signal_windows
+
+    keep = np.ones(table.num_rows, bool)
+    dup_of: dict[str, int] = {}
+    for name, kept in zip(names, earlier):
+        if kept is None or not kept.num_rows:
+            continue
+        _, rows_b, _ = signal_windows(kept, table)
+        hit = np.isin(records, np.unique(records[rows_b])) & keep if len(rows_b) else np.zeros(len(keep), bool)
+        if hit.any():
+            dup_of[name] = int(hit.sum())
+            keep &= ~hit
+    return keep, dup_of
 
 
 def resolve_mixture(corpora: Sequence[str | Path | OpenCorpus], weights: Sequence[float] = ()) -> Mixture:

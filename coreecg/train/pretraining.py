@@ -18,7 +18,8 @@ from coreecg.checkpoints import ENCODER_FILE, save_encoder
 from coreecg.config import Config, ConfigError
 from coreecg.methods import PretrainMethod, build_method, method_class
 from coreecg.train.ingest import to_model_input
-from coreecg.train.loop import RunWriter, WorkerContext, run_local
+from coreecg.train.loop import WorkerContext, run_local
+from coreecg.train.writer import RunWriter
 from coreecg.train.plan import PlanError, RunPlan, plan_local, preflight, steps_per_epoch
 from coreecg.train.step import PretrainStep, Schedule
 from coreecg.cluster import with_devices

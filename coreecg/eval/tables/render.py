@@ -334,6 +334,28 @@ def _latex_cell(table: Table, method: str, j: int) -> str:
             + (r"$\downarrow$" if (method, j) in table.below_chance else ""))
 
 
+def _latex_block(table: Table, js: list[int], label: str | None) -> list[str]:
+    """One variant's row block over the columns `js`: a row per method, then the published numbers
+    placed for context. label: the variant's, in a first multirow column (None: one variant, no
+    such column)."""
+    extra = len(table.lead_columns)
+    methods = [m for m, row in table.cells.items()
+               if label is None or m in table.unavailable or any(row[j] for j in js)]
+    rows = []
+    for i, method in enumerate(methods):
+        name = latex_escape(method + (LEAK if method in table.leaks else "")) + \
+            (r"\textsuperscript{\dag}" if method in table.unavailable else "")
+        first = ([rf"\multirow{{{len(methods)}}}{{*}}{{{latex_escape(label.replace('-lead', ''))}}}" if i == 0
+                  else ""] if label is not None else [])
+        rows.append(" & ".join(first + [name] + [latex_escape(t) for t in _lead(table, method)]
+                               + [_latex_cell(table, method, j) for j in js]) + r" \\")
+    # published numbers placed for context, under the block of the columns they fill
+    rows += [" & ".join(([""] if label is not None else []) + [latex_escape(context)] + [""] * extra
+                        + [latex_escape(texts.get(j, "")) for j in js]) + r" \\"
+             for context, texts in table.context if set(texts) & set(js)]
+    return rows
+
+
 def table_latex(table: Table) -> str:
     """The table as a booktabs `table` in the paper's layout: methods x datasets x (ACC, F1, AUROC),
     best per column bold, second underlined, a marked difference to the reference (`Table.marked`)
@@ -368,21 +390,7 @@ def table_latex(table: Table) -> str:
     blocks = []
     for leads, fraction, label in variants:
         js = [index[(d, leads, fraction, m)] for d in datasets for m in METRICS]
-        methods = [m for m, row in table.cells.items()
-                   if lead == 1 or m in table.unavailable or any(row[j] for j in js)]
-        rows = []
-        for i, method in enumerate(methods):
-            name = latex_escape(method + (LEAK if method in table.leaks else "")) + \
-                (r"\textsuperscript{\dag}" if method in table.unavailable else "")
-            first = ([rf"\multirow{{{len(methods)}}}{{*}}{{{latex_escape(label.replace('-lead', ''))}}}" if i == 0
-                      else ""] if lead == 2 else [])
-            rows.append(" & ".join(first + [name] + [latex_escape(t) for t in _lead(table, method)]
-                                   + [_latex_cell(table, method, j) for j in js]) + r" \\")
-        # published numbers placed for context, under the block of the columns they fill
-        rows += [" & ".join([""] * (lead - 1) + [latex_escape(context)] + [""] * extra
-                            + [latex_escape(texts.get(j, "")) for j in js]) + r" \\"
-                 for context, texts in table.context if set(texts) & set(js)]
-        if rows:
+        if rows := _latex_block(table, js, label if lead == 2 else None):
             blocks.append(rows)
     for i, rows in enumerate(blocks):
         lines += ([r"\midrule"] if i else []) + rows

@@ -50,8 +50,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """PTBXLOptions and the other readers' options classes moved beside their readers (issue 42):
-    still importable from here."""
+    """PTBXLOptions and the other readers' options classes live beside their readers; still
+    importable from here."""
     for spec in _source_specs().values() if name.endswith("Options") else ():   # never "__path__" & co.
         if spec.options is not None and spec.options.__name__ == name:
             return spec.options

@@ -38,11 +38,10 @@ anew); a Ray worker adopts what the driver read (`adopt_corpus`, from `RunPlan.t
 none. With COREECG_TRACE_MANIFEST_READS=<file> every read appends a JSON line (pid, host, path)
 there: the count per process is a figure of docs/performance.md and a test.
 
-Layout choices, measured in docs/data_pipeline.md: float16 (windows are z-scored, so the
-11-bit mantissa costs an rms error ~2e-4 and halves the size), one fixed-size binary blob per
-window (read 2x and written 16x faster than a float16 fixed_size_list column, whose per-value
-Parquet levels dominate), no compression (zstd saves 8% on z-scored noise-like mantissas and
-costs a third of the read speed), 128-row groups.
+Layout choices (their figures: docs/data_pipeline.md): float16 (windows are z-scored, so the
+11-bit mantissa costs little and halves the size), one fixed-size binary blob per window (a
+float16 fixed_size_list column pays per-value Parquet levels), no compression (z-scored
+mantissas are noise-like), 128-row groups.
 """
 from __future__ import annotations
 
@@ -293,7 +292,7 @@ def decode_signals(col: pa.Array | pa.ChunkedArray, shape: Iterable[int], dtype:
     stored = signal_view(col, shape, dtype)
     if as_stored:
         return stored.astype(stored.dtype.newbyteorder("="), copy=True)
-    if stored.dtype == np.float16:  # torch's float16 -> float32 cast is ~3x faster than numpy's
+    if stored.dtype == np.float16:  # torch's float16 -> float32 cast is faster than numpy's
         import torch  # here, not at module level: reading ECG files must not pull in torch
 
         return torch.from_numpy(stored.copy()).float().numpy()

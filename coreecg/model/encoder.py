@@ -108,9 +108,8 @@ class Encoder(nn.Module, PretrainedMixin, pipeline_tag="feature-extraction"):
         counts = visible.reshape(B, C * N).sum(1)
         longest, shortest = torch.stack([counts.max(), counts.min()]).tolist()   # a device sync unless on host
         if varying:
-            # A multiple of ALIGN (the extra tokens are masked keys, their outputs invalid): CUDA's
-            # attention kernels want the mask's rows aligned, and inductor guards on that
-            # alignment, so a length that flipped it recompiled the blocks mid-run (H200, step 3).
+            # A multiple of ALIGN (the extra tokens are masked keys, their outputs invalid): inductor
+            # guards on the mask's row alignment, so an unaligned length would recompile the blocks.
             longest = min(C * N, -(-longest // ALIGN) * ALIGN)
         # Stable sort puts each sample's visible positions first, in grid order.
         index = torch.argsort((~visible.reshape(B, C * N)).to(torch.int8), dim=1, stable=True)[:, :longest]

@@ -11,10 +11,10 @@ class Attention(nn.Module):
     """Multi-head self-attention on fused SDPA kernels.
 
     `batched_up_to` (0: off): sequences of at most this many tokens take plain batched matmuls
-    and a softmax instead of SDPA. An experiment of issue 41 (`bench.pretrain_step
-    --short-attention N`): the axial Time Decoder attends within 30-token leads and 12-token
-    columns, and a fused GPU kernel works in 64- or 128-row tiles whatever the length, so most
-    of each tile is idle there. The same numbers up to float rounding (tests/test_layers.py).
+    and a softmax instead of SDPA: a fused GPU kernel works in 64- or 128-row tiles whatever the
+    length, so the axial Time Decoder's 30- and 12-token sequences leave most of each tile idle
+    (`bench.pretrain_step --short-attention N`; docs/decisions.md). The same numbers up to float
+    rounding (tests/test_layers.py).
     """
 
     def __init__(self, dim: int, num_heads: int, dropout: float = 0.0):

@@ -1,4 +1,4 @@
-"""A finished run's speed as its user saw it, from its metrics.jsonl (issue 41): samples/s over
+"""A finished run's speed as its user saw it, from its metrics.jsonl: samples/s over
 the whole run and after the first epoch (which carries compilation, the first Ray Data reads and
 warm caches), and the seconds from the command to the first optimiser step, phase by phase.
 

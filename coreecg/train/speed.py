@@ -1,13 +1,11 @@
 """Speed and memory options of a training step (docs/performance.md). None changes the numbers
 beyond float rounding (tests/test_step_numerics.py).
 
-Host memory. A CPU training step frees and re-allocates the same activation buffers every
-step (about 7 GB at the paper's model and a batch of 32). glibc's malloc serves blocks above
-32 MB with mmap and returns them to the kernel on free, so every step paid page faults and the
-zero-filling of fresh pages again: 1.0-1.7 M minor faults and 3-9 s of system time in a 10-13 s
-step. Serving every block from the heap and never trimming it keeps the pages: from the 4th
-step on 0-3 faults and 0.05 s of system time, and the step 1.5x faster (docs/performance.md).
-The process keeps its peak footprint between steps, which it reaches every step anyway.
+Host memory. A CPU training step frees and re-allocates the same large activation buffers
+every step; glibc's malloc serves blocks above 32 MB with mmap and returns them on free, so
+each step would pay page faults and the zero-filling of fresh pages again. Serving every block
+from the heap and never trimming it keeps the pages (the figures: docs/performance.md). The
+process keeps its peak footprint between steps, which it reaches every step anyway.
 """
 from __future__ import annotations
 
@@ -130,10 +128,9 @@ def apply_speed_options(model: nn.Module, train: TrainConfig) -> nn.Module:
       recompiles later (tests/test_compile_once.py). "reduce-overhead" replays CUDA graphs for
       every graph, the dynamic-length ones included: one CUDA graph is recorded per distinct length
       met (bernoulli STDM's 8-aligned visible lengths: a handful at a worker batch of 256, more at
-      small batches), a recording, not a compilation. Graphing only the fixed-shape graphs and
-      running the dynamic ones without was slower on an H200: cudagraph trees then leave and
-      re-enter their graphs around every un-graphed block (exact STDM 571 against 1,936 samples/s
-      compiled alone; docs/performance.md).
+      small batches), a recording, not a compilation. Graphing only the fixed-shape graphs would
+      leave and re-enter the graphs around every un-graphed block, which is slower
+      (docs/performance.md).
     """
     params = list(model.parameters())
     device = params[0].device if params else torch.device("cpu")

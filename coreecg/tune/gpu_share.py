@@ -1,5 +1,5 @@
-"""`--gpus-per-trial auto` (issue 41): pack single-worker trials onto shared GPUs by the model's
-measured memory.
+"""`--gpus-per-trial auto`: pack single-worker trials onto shared GPUs by the model's measured
+memory.
 
 A trial's need is measured, not guessed: one training step of the trial's config at two small
 batches on the GPU (in a child process, so the sweep's driver keeps no CUDA context), whose peak

@@ -4,10 +4,8 @@ the noncentral t of that comparison's own standard error and degrees of freedom
 (`coreecg.eval.significance.detectable_difference`, set by `Table.set_significance`); and the
 table's run-to-run SD beside it (docs/evaluation.md, "What a comparison can detect").
 
-This replaced a lookup in a simulated calibration (issue 43): the calibration shared every
-patient's difficulty between the methods, so its figures left out the test-set term of a
-comparison whose methods err on different patients and could understate the detectable effect
-about 1.9-fold; the per-cell figure holds each cell's own spread, whatever its source.
+The per-cell figure holds each cell's own spread, whatever its source (why not a simulated
+calibration: docs/decisions.md).
 """
 from __future__ import annotations
 

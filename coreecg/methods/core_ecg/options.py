@@ -12,9 +12,9 @@ the model.
         projection: {hidden_dim: 1024, dim: 256}
         ema: {momentum: 0.996, momentum_end: 1.0}
 
-Before issue 42 these were the top-level sections masking, augment and loss, the decoder and
-projection keys of `model` and the EMA keys of `optim`; configs that use those keys still load
-(MOVED_KEYS below: each old key read at its new place).
+Configs written when these were the top-level sections masking, augment and loss, the decoder
+and projection keys of `model` and the EMA keys of `optim` still load (MOVED_KEYS below: each
+old key read at its new place).
 """
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ class CoReOptions:
 
 
 def _moved() -> dict[str, str]:
-    """The keys CoRe-ECG's options had before issue 42 -> their places in methods.core."""
+    """The keys CoRe-ECG's options had before they were its own section -> their places in methods.core."""
     out = {f"masking.{f.name}": f"methods.core.masking.{f.name}" for f in fields(MaskingOptions)}
     out |= {f"augment.{f.name}": f"methods.core.fda.{f.name}" for f in fields(FDAOptions) if f.name != "enabled"}
     out["augment.fda"] = "methods.core.fda.enabled"

@@ -69,7 +69,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import REPO, SHARED, emit, parser, pretrain_flops_per_sample, transformer_flops
+from bench.common import REPO, SHARED, count_flops, emit, parser, pretrain_flops_per_sample, transformer_flops
 from coreecg.config import Config, PreprocessConfig, load_config
 from coreecg.data.corpus import SIGNAL_DTYPE, load_manifest
 from coreecg.data.preprocess import resample_factors
@@ -277,10 +277,40 @@ def n_classes(kind: dict) -> int:
 def encoder_forward(cfg: Config, n_leads: int, n_out: int = 0) -> float:
     """The fine-tuned encoder on `n_leads` x Config.n_patches tokens, forward, as
     `pretrain_flops_per_sample` counts the pretraining encoder (patch embedding + blocks), plus a linear head of `n_out`."""
+    if cfg.model.arch != "coreecg":                    # another encoder: torch's count of its forward
+        return measured_encoder_forward(cfg) + 2 * measured_encoder_width(cfg) * n_out
     m = cfg.encoders.coreecg                           # the ViT's sizes
     tokens = n_leads * cfg.n_patches
     return 2 * tokens * m.patch_size * m.embed_dim + transformer_flops(tokens, m.embed_dim, m.depth, m.mlp_ratio) \
         + 2 * m.embed_dim * n_out
+
+
+_ENCODERS: dict[str, tuple[float, int]] = {}
+
+
+def _measured_encoder(cfg: Config) -> tuple[float, int]:
+    """(forward FLOPs per window, width) of cfg's encoder, torch's count on the CPU (a sequence
+    encoder reads every lead channel whatever the subset: its cost does not change with it)."""
+    import torch
+
+    from coreecg.encoders import build_encoder
+
+    key = repr((cfg.model, cfg.encoder, cfg.plugins))
+    if key not in _ENCODERS:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(0)
+            encoder = build_encoder(cfg).eval()
+            x = torch.randn(2, cfg.model.n_leads, cfg.model.input_samples)
+            _ENCODERS[key] = (count_flops(encoder.pooled, x)["total"] / 2, int(encoder.dim))
+    return _ENCODERS[key]
+
+
+def measured_encoder_forward(cfg: Config) -> float:
+    return _measured_encoder(cfg)[0]
+
+
+def measured_encoder_width(cfg: Config) -> int:
+    return _measured_encoder(cfg)[1]
 
 
 def samples_per_epoch(n_windows: int, batch: int) -> int:
@@ -302,7 +332,7 @@ def finetune_cost(rc: Config, ds: dict) -> tuple[float, float]:
     # fewer windows than one batch: the run itself stops with a PlanError (no_full_batch); priced
     # as if it took them all as one step per epoch
     spe = train_windows if no_full_batch(rc, ds) else samples_per_epoch(train_windows, ft.batch_size)
-    head_only = 2 * rc.encoders.coreecg.embed_dim * ds["classes"]
+    head_only = 2 * (rc.encoders.coreecg.embed_dim if rc.model.arch == "coreecg" else measured_encoder_width(rc)) * ds["classes"]
     every = rc.train.eval_every_epochs or ft.epochs
     evals = sum(1 for e in range(1, ft.epochs + 1) if e % every == 0 or e == ft.epochs)
     if ft.mode == "linear" and ft.cache_features:

@@ -160,6 +160,9 @@ def decoder_flops(layout: str, n_leads: int, n_patches: int, dim: int, depth: in
             + transformer_flops(grid, dim, depth - lead_blocks, mlp_ratio, n_leads))
 
 
+ANALYTIC_METHODS = ("core", "moco_v3", "cmsc")      # the paper ViT's methods counted by formula
+
+
 def pretrain_flops_per_sample(cfg) -> dict[str, float]:
     """Forward and training matmul FLOPs per sample of `cfg.pretrain.method` (CoRe-ECG below;
     MoCo v3 and CMSC in `_baseline_flops`), counting the expected visible tokens of STDM.
@@ -167,7 +170,11 @@ def pretrain_flops_per_sample(cfg) -> dict[str, float]:
     Training = 3x forward for everything the optimiser updates (forward + 2x backward), and
     2x forward for the frozen teacher when W learns (forward + input-gradient backward), 1x
     when it does not. Padding in bernoulli STDM is *not* counted: it is overhead, not work.
+    Another encoder than the paper's ViT, or a method without a formula (CPC, a plugin's): torch's
+    count of one step instead (`measured_pretrain_flops`).
     """
+    if cfg.model.arch != "coreecg" or cfg.pretrain.method not in ANALYTIC_METHODS:
+        return measured_pretrain_flops(cfg)
     if cfg.pretrain.method != "core":
         return _baseline_flops(cfg)
     m, o = cfg.encoders.coreecg, cfg.methods.core      # m: the ViT's sizes
@@ -199,6 +206,32 @@ def pretrain_flops_per_sample(cfg) -> dict[str, float]:
     teacher_factor = 2 if (o.fda.enabled and o.fda.learnable) else 1
     train = 3 * (forward - teacher) + teacher_factor * teacher
     return {**{f"forward_{k}": v for k, v in parts.items()}, "forward": forward, "train_step": train}
+
+
+_MEASURED: dict[str, dict[str, float]] = {}      # one count per (encoder, method) config in a process
+
+
+def measured_pretrain_flops(cfg, batch: int = 2) -> dict[str, float]:
+    """torch's count (FlopCounterMode, `count_flops`) of the method's forward and of a whole
+    training step (forward + backward) per sample, on the CPU at `batch`, the model built from a
+    fixed seed (the caller's RNG untouched): {"forward", "train_step", "source": "torch"}."""
+    key = json.dumps({k: v for k, v in cfg.to_dict().items() if k in ("model", "encoders", "methods", "pretrain",
+                                                                     "plugins")}, sort_keys=True, default=str)
+    if key not in _MEASURED:
+        import torch
+
+        from coreecg.methods import build_method
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = build_method(cfg).train()
+            x = torch.randn(batch, cfg.model.n_leads, cfg.model.input_samples)
+            gen = torch.Generator().manual_seed(0)
+            forward = count_flops(lambda: model(x, generator=gen))["total"]
+            gen.manual_seed(0)
+            step = count_flops(lambda: model(x, generator=gen)["loss"].backward())["total"]
+        _MEASURED[key] = {"forward": forward / batch, "train_step": step / batch}
+    return {**_MEASURED[key], "source": "torch"}
 
 
 def _mlp_flops(layers: int, in_dim: int, hidden: int, out_dim: int) -> float:

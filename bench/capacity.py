@@ -276,7 +276,8 @@ def n_classes(kind: dict) -> int:
 
 def encoder_forward(cfg: Config, n_leads: int, n_out: int = 0) -> float:
     """The fine-tuned encoder on `n_leads` x Config.n_patches tokens, forward, as
-    `pretrain_flops_per_sample` counts the pretraining encoder (patch embedding + blocks), plus a linear head of `n_out`."""
+    `pretrain_flops_per_sample` counts the pretraining encoder (patch embedding + blocks), plus a
+    linear head of `n_out`; another encoder than the paper's ViT: torch's count."""
     if cfg.model.arch != "coreecg":                    # another encoder: torch's count of its forward
         return measured_encoder_forward(cfg) + 2 * measured_encoder_width(cfg) * n_out
     m = cfg.encoders.coreecg                           # the ViT's sizes
@@ -332,7 +333,8 @@ def finetune_cost(rc: Config, ds: dict) -> tuple[float, float]:
     # fewer windows than one batch: the run itself stops with a PlanError (no_full_batch); priced
     # as if it took them all as one step per epoch
     spe = train_windows if no_full_batch(rc, ds) else samples_per_epoch(train_windows, ft.batch_size)
-    head_only = 2 * (rc.encoders.coreecg.embed_dim if rc.model.arch == "coreecg" else measured_encoder_width(rc)) * ds["classes"]
+    width = rc.encoders.coreecg.embed_dim if rc.model.arch == "coreecg" else measured_encoder_width(rc)
+    head_only = 2 * width * ds["classes"]
     every = rc.train.eval_every_epochs or ft.epochs
     evals = sum(1 for e in range(1, ft.epochs + 1) if e % every == 0 or e == ft.epochs)
     if ft.mode == "linear" and ft.cache_features:

@@ -111,3 +111,22 @@ def test_the_gpu_hours_use_the_measured_utilisation_unless_overridden(monkeypatc
     # GPU-hours scale as 1 / MFU
     ratio = eager["totals"]["study"][h100]["gpu_hours"] / compiled["totals"]["study"][h100]["gpu_hours"]
     assert abs(ratio - 0.149 / 0.101) < 0.01
+
+
+def test_every_encoder_and_cpc_are_priced_and_the_count_meets_the_formula_where_both_exist():
+    """pretrain_flops_per_sample: the ViT's MoCo v3 by formula agrees with torch's count of the same
+    step within 3 %; CPC and the sequence encoders (no formula) get torch's count, a training step
+    costing more than its forward; the fine-tuned S4's forward is its own, not the ViT's."""
+    from bench.common import TINY, measured_pretrain_flops, pretrain_flops_per_sample
+
+    vit = load_config(overrides=[*TINY, "pretrain.method=moco_v3"])
+    formula, counted = pretrain_flops_per_sample(vit), measured_pretrain_flops(vit)
+    assert "source" not in formula and abs(formula["train_step"] / counted["train_step"] - 1) < 0.03
+    s4 = ["model.arch=s4", "encoders.s4.d_model=16", "encoders.s4.n_layers=2", "encoders.s4.d_state=8",
+          "encoders.s4.stem=[16,16]", "encoders.s4.stem_strides=[5,3]"]
+    for sets in (["pretrain.method=cpc", *TINY], ["pretrain.method=cpc", *s4], ["pretrain.method=moco_v3", *s4]):
+        f = pretrain_flops_per_sample(load_config(overrides=sets))
+        assert f["source"] == "torch" and 0 < f["forward"] < f["train_step"], sets
+    cfg = load_config(overrides=[*TINY, *s4])
+    assert capacity.encoder_forward(cfg, 12) != capacity.encoder_forward(load_config(overrides=TINY), 12)
+    assert capacity.encoder_forward(cfg, 12, 5) - capacity.encoder_forward(cfg, 12) == 2 * 16 * 5   # the head

@@ -276,7 +276,8 @@ def n_classes(kind: dict) -> int:
 
 def encoder_forward(cfg: Config, n_leads: int, n_out: int = 0) -> float:
     """The fine-tuned encoder on `n_leads` x Config.n_patches tokens, forward, as
-    `pretrain_flops_per_sample` counts the pretraining encoder (patch embedding + blocks), plus a linear head of `n_out`."""
+    `pretrain_flops_per_sample` counts the pretraining encoder (patch embedding + blocks),
+    plus a linear head of `n_out`."""
     m = cfg.encoders.coreecg                           # the ViT's sizes
     tokens = n_leads * cfg.n_patches
     return 2 * tokens * m.patch_size * m.embed_dim + transformer_flops(tokens, m.embed_dim, m.depth, m.mlp_ratio) \

@@ -25,7 +25,8 @@ SHARED = Path(os.environ.get("COREECG_SHARED_DATA", REPO.parent / "shared" / "ec
 # tests/helpers.TINY: the model of the fast tests, for --quick runs (tests/ is not a package here).
 TINY = ["encoders.coreecg.embed_dim=32", "encoders.coreecg.depth=2", "encoders.coreecg.num_heads=2",
         "methods.core.time_decoder.dim=32", "methods.core.time_decoder.depth=2", "methods.core.time_decoder.heads=2",
-        "methods.core.latent_decoder.dim=32", "methods.core.latent_decoder.depth=1", "methods.core.latent_decoder.heads=2",
+        "methods.core.latent_decoder.dim=32", "methods.core.latent_decoder.depth=1",
+        "methods.core.latent_decoder.heads=2",
         "methods.core.projection.hidden_dim=64", "methods.core.projection.dim=32"]
 
 

@@ -208,7 +208,8 @@ def ray_path(cfg) -> dict:
 def main() -> None:
     p = parser(__doc__, "the tests' tiny model, 128 records, batch 8, 2 epochs, 2 bare steps, 8 evaluation windows")
     p.add_argument("--config", default=str(REPO / "configs" / "quickstart.yaml"),
-                   help="YAML over the paper defaults (default: configs/quickstart.yaml; configs/paper.yaml = paper model)")
+                   help="YAML over the paper defaults "
+                        "(default: configs/quickstart.yaml; configs/paper.yaml = paper model)")
     p.add_argument("--set", action="append", default=[], help="a.b=value config override (repeatable)")
     p.add_argument("--mode", choices=("scratch", "finetune", "linear"), default="scratch")
     p.add_argument("--corpus", help="a labelled corpus folder (default: the embedded synthetic corpus)")

@@ -346,7 +346,8 @@ def direct_corpus(corpus: Path, records: int, shard_records: int, cores: int) ->
     with get_context("spawn").Pool(cores) as pool:
         shards = [f for part in pool.map(_direct_shard, jobs) for f in part]
     windows = {s: sum(f["rows"] for f in shards if f["split"] == s) for s in SPLITS}
-    manifest = {"format": "coreecg-corpus", "format_version": 1, "source": "synthetic", "class_names": list(CLASS_NAMES),
+    manifest = {"format": "coreecg-corpus", "format_version": 1, "source": "synthetic",
+                "class_names": list(CLASS_NAMES),
                 "multilabel": False, "signal": {"shape": [12, 2500], "dtype": "float16", "sampling_rate": 250},
                 "counts": {"windows": windows, "windows_total": records}, "shards": shards,
                 "note": "bench.large_corpus --direct: generator windows written straight, not preprocessed"}

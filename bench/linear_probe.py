@@ -5,7 +5,8 @@
 (`finetune.probe_crops=random`, uncached training; its val/test features are cached).
 
     python -m bench.linear_probe                      # PTB-XL from ../shared/ecg-data/ptbxl, tiny model, 50 epochs
-    python -m bench.linear_probe --set encoders.coreecg.embed_dim=192 --set encoders.coreecg.depth=6 --set encoders.coreecg.num_heads=3
+    python -m bench.linear_probe --set encoders.coreecg.embed_dim=192 --set encoders.coreecg.depth=6 \\
+        --set encoders.coreecg.num_heads=3
     python -m bench.linear_probe --quick              # 3 epochs: a smoke run
     python -m bench.linear_probe --variants cached,uncached   # without the random-crop probe
 
@@ -33,7 +34,8 @@ costs ~6 ms:
     python -m bench.linear_probe --set encoders.coreecg.embed_dim=64 --variants cached,uncached
       load 21: cached 33.78 s (loop 7.75 + features 5.07), uncached 125.5 s (loop 104.87): 3.7x wall, 8.2x loop
       load 6: cached 28.03 s (loop 5.40 + features 3.42), uncached 121.52 s (loop 101.98): 4.3x wall, 11.8x loop
-    python -m bench.linear_probe --set encoders.coreecg.embed_dim=128 --set encoders.coreecg.depth=3 --variants cached,uncached
+    python -m bench.linear_probe --set encoders.coreecg.embed_dim=128 --set encoders.coreecg.depth=3 \\
+        --variants cached,uncached
       load 1: cached 23.6 s (loop 4.06 + features 6.50), uncached 260.42 s (loop 248.19):
       11.0x wall, 23.5x loop
     Every run: the same test AUROC and best epoch cached and uncached.
@@ -88,7 +90,8 @@ def main(argv=None) -> int:
         manifest = json.loads((tmp / "ptbxl" / "manifest.json").read_text())
         progress({"corpus_built_s": round(time.perf_counter() - t, 1), "windows": manifest["counts"]["windows"]})
         base = [*TINY, *args.overrides, f"data.corpus={tmp / 'ptbxl'}", "finetune.encoder=random",
-                "finetune.mode=linear", f"finetune.epochs={epochs}", "finetune.batch_size=32", "finetune.linear_lr=1e-2",
+                "finetune.mode=linear", f"finetune.epochs={epochs}", "finetune.batch_size=32",
+                "finetune.linear_lr=1e-2",
                 "finetune.bootstrap_resamples=0", "finetune.tsne_max_points=0", "train.figures=false",
                 f"train.num_workers={args.workers}", "train.checkpoint_every_steps=0", "train.keep_checkpoints=1",
                 f"train.storage_path={tmp / 'runs'}"]
@@ -113,9 +116,11 @@ def main(argv=None) -> int:
         c = out["cached"]
         result = {
             "benchmark": "linear_probe", "epochs": epochs, "corpus": "ptbxl (" + args.input + ")",
-            "windows": manifest["counts"]["windows"], "model": {k: getattr(model, k) for k in ("embed_dim", "depth", "num_heads")},
+            "windows": manifest["counts"]["windows"],
+            "model": {k: getattr(model, k) for k in ("embed_dim", "depth", "num_heads")},
             "overrides": args.overrides, "workers": args.workers,
-            "ray_train_health_check_interval_s": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "Ray's default (2.0)"),
+            "ray_train_health_check_interval_s": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S",
+                                                                "Ray's default (2.0)"),
             **out,
             **{f"speedup_{kind}_vs_{short}": round(out[name][f"{kind}_s"] / (c["wall_s"] if kind == "wall" else
                                                                           c["loop_s"] + (c["features_s"] or 0)), 2)

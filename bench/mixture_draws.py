@@ -64,7 +64,8 @@ def main() -> None:
 
     from coreecg.train.mixture import mixture_files, resolve_mixture
 
-    corpora = args.corpus or [synthetic(Path(args.cache) / "a-200", 200, 1), synthetic(Path(args.cache) / "b-600", 600, 2)]
+    corpora = args.corpus or [synthetic(Path(args.cache) / "a-200", 200, 1),
+                              synthetic(Path(args.cache) / "b-600", 600, 2)]
     if len(corpora) < 2:
         p.error("give --corpus at least twice")
     mixture = resolve_mixture(corpora, args.weights or ())

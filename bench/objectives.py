@@ -25,7 +25,8 @@ from coreecg.encoders import build_encoder
 from coreecg.eval.objectives import OBJECTIVES, Embeddings
 from coreecg.eval.probe import ProbeData, ProbeSplit, embed
 
-SIZES = {"tiny": ["encoders.coreecg.embed_dim=32", "encoders.coreecg.depth=2", "encoders.coreecg.num_heads=2"], "paper": []}
+SIZES = {"tiny": ["encoders.coreecg.embed_dim=32", "encoders.coreecg.depth=2", "encoders.coreecg.num_heads=2"],
+         "paper": []}
 
 
 def split(windows: np.ndarray, labels: np.ndarray, k: int) -> ProbeSplit:
@@ -42,7 +43,8 @@ def main(argv=None) -> int:
     labels = np.asarray(meta, dtype=np.int64)
     k = int(labels.max()) + 1
     data = ProbeData(split(windows[: args.windows], labels[: args.windows], k),
-                     split(windows[args.windows:], labels[args.windows:], k), [f"c{i}" for i in range(k)], False, "synthetic")
+                     split(windows[args.windows:], labels[args.windows:], k), [f"c{i}" for i in range(k)],
+                     False, "synthetic")
     out = {"windows_per_split": args.windows, "threads": torch.get_num_threads(), "load": os.getloadavg()[0]}
     for size in args.sizes.split(","):
         cfg = load_config(overrides=SIZES[size])

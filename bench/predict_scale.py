@@ -14,8 +14,8 @@ preprocesses and scores its records (coreecg.inference.distributed); the driver 
 A setting's time is the job's wall-clock, starting its actors included (a few seconds: small
 beside 400 paper-size records at ~0.2-0.5 s each on one core; fewer or smaller ones understate
 the speed-up). The outputs of every setting are checked equal to the first's bit for bit
-("equal_to_first"). On a shared machine the figures mean little: see load_average_1min. --baseline adds the one-process path
-(`run_inference`, torch's default threads) for comparison.
+("equal_to_first"). On a shared machine the figures mean little: see load_average_1min.
+--baseline adds the one-process path (`run_inference`, torch's default threads) for comparison.
 """
 from __future__ import annotations
 
@@ -87,7 +87,8 @@ def main() -> None:
             same = None if first is None else out.tobytes() == first.tobytes()
             first = out if first is None else first
             rows.append({"path": name, "workers": workers, "records": len(result.record_id),
-                         "windows": int(result.windows.sum()), "failed": len(result.failures), "seconds": round(seconds, 2),
+                         "windows": int(result.windows.sum()), "failed": len(result.failures),
+                         "seconds": round(seconds, 2),
                          "records_per_s": round(len(result.record_id) / seconds, 2), "equal_to_first": same})
             progress(rows[-1])
 

@@ -83,7 +83,8 @@ def main() -> None:
         t["write"] = time.perf_counter() - t0
     total = t["read"] + t["preprocess_total"] + t["write"]
     result = {
-        "benchmark": "preprocess", **machine(), "source": args.source, "records": done, "windows": windows, "unreadable_skipped": failed,
+        "benchmark": "preprocess", **machine(), "source": args.source, "records": done, "windows": windows,
+        "unreadable_skipped": failed,
         "records_per_s_per_core": round(done / total, 1),
         "ms_per_record": {k: round(1e3 * v / done, 2) for k, v in t.items()},
         "share": {"read": round(t["read"] / total, 3),

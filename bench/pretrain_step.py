@@ -63,7 +63,8 @@ from coreecg.config import load_config
 VARIANTS = {
     "core": [],
     "core_ckpt": ["train.activation_checkpointing=true"],
-    "mae": ["methods.core.masking.strategy=random", "methods.core.masking.ratio=0.75", "methods.core.loss.beta=0", "methods.core.time_decoder.layout=joint"],
+    "mae": ["methods.core.masking.strategy=random", "methods.core.masking.ratio=0.75", "methods.core.loss.beta=0",
+            "methods.core.time_decoder.layout=joint"],
     "moco_v3": ["pretrain.method=moco_v3"],
     "cmsc": ["pretrain.method=cmsc"],
 }
@@ -146,7 +147,8 @@ def profile_steps(step, x, kwargs: dict, device: torch.device, steps: int) -> di
     top = sorted(per_name.items(), key=lambda kv: -kv[1])[:10]
     out = {"steps": steps, "wall_ms_per_step": wall_us / 1e3 / steps,
            "timed": "device kernel time" if cuda else "CPU operator self time",
-           "ms_per_step_by_kind": {k: round(v / 1e3 / steps, 3) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
+           "ms_per_step_by_kind": {k: round(v / 1e3 / steps, 3)
+                                   for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
            "share_by_kind": {k: round(v / total, 4) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
            "top": [{"name": n[:120], "kind": kind_of(n), "ms_per_step": round(us / 1e3 / steps, 3),
                     "share": round(us / total, 4)} for n, us in top]}
@@ -351,7 +353,8 @@ def run_line(r: dict) -> str:
              f"(analytic {r['flops_per_sample_analytic'] / 1e9:.2f})" if r.get("flops_per_sample_torch")
              else "analytic FLOPs only")
     return (f"{r['variant']} {r['precision']} stdm={r['stdm_mode']} sdpa={r.get('sdpa', 'auto')}"
-            f"{' compiled' if r.get('compiled', r.get('compile')) else ''}{' padded' if r.get('key_padding_mask') else ''}: "
+            f"{' compiled' if r.get('compiled', r.get('compile')) else ''}"
+            f"{' padded' if r.get('key_padding_mask') else ''}: "
             f"{r['samples_per_s']:.1f} samples/s median, {r.get('samples_per_s_whole', nan):.1f} whole window "
             f"(first step {r.get('first_step_s', nan):.2f} s, "
             f"{len(slow)} slow step{'s' if len(slow) != 1 else ''} after it"
@@ -392,7 +395,8 @@ def summarise(results: list[dict]) -> dict:
                 mem = "peak_rss_growth_bytes" if "peak_rss_growth_bytes" in core else "peak_memory_bytes"
                 out[f"{prec}_{method}_over_core_peak_memory"] = other[mem] / core[mem]
     if ("core", "fp32") in by and ("core", "bf16") in by:
-        out["bf16_over_fp32_samples_per_s"] = by[("core", "bf16")]["samples_per_s"] / by[("core", "fp32")]["samples_per_s"]
+        out["bf16_over_fp32_samples_per_s"] = (by[("core", "bf16")]["samples_per_s"]
+                                               / by[("core", "fp32")]["samples_per_s"])
         out["bf16_over_fp32_matmul_peak"] = (by[("core", "bf16")]["matmul_peak_flops_per_s"]
                                              / by[("core", "fp32")]["matmul_peak_flops_per_s"])
     first = next(iter(by.values()), {})

@@ -317,7 +317,8 @@ def main() -> None:
           "train_windows": ray_run["plan"].train_windows, "worker_cpus": threads,
           "epochs": epochs, "steps_per_epoch": ray_run["plan"].steps_per_epoch, "steps_total_asked": args.steps_total,
           "training": {"ray_train_samples_per_s": ray_rate, "ray_train_samples_per_s_per_epoch": per_epoch,
-                       "bare_step_samples_per_s": bare_rate, "ratio": ray_rate / bare_rate if bare_rate else None, "goal": 0.9,
+                       "bare_step_samples_per_s": bare_rate, "ratio": ray_rate / bare_rate if bare_rate else None,
+                       "goal": 0.9,
                        "steps": steps_run, "fit_wall_s": ray_run["wall_s"],
                        "ray_train_samples_per_s_whole_run": samples / ray_run["wall_s"],
                        # issue 41: the whole window beside the medians (bench.common.step_summary)

@@ -39,7 +39,8 @@ def run_row(run: Path) -> dict:
     return {"run": run.name, "fraction": m["train_fraction"], "auroc": m["test"]["auroc"], "auroc_sklearn": by_hand,
             "prob_sd": float(np.median(probs.std(0))), "pc1_share": float(s[0] ** 2 / (s ** 2).sum()),
             "signs": "".join("+" if x > 0 else "-" for x in load),
-            "pc1_auroc_abnormal": float(roc_auc_score(abnormal, centred @ load)) if 0 < abnormal.sum() < len(y) else None,
+            "pc1_auroc_abnormal": (float(roc_auc_score(abnormal, centred @ load))
+                                   if 0 < abnormal.sum() < len(y) else None),
             "best_epoch": m["selection"]["best_epoch"], "epochs": m["selection"]["epochs"],
             "train_class_patients": (m.get("train_subset") or {}).get("class_patients_kept")}
 

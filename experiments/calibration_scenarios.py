@@ -104,13 +104,15 @@ def main() -> None:
                                                      for _ in range(args.effect_check)]).T
                             row[f"k{k}_effect"] = round(effect, 3)
                             row[f"k{k}_effect_mean_diff_points"] = round(100 * float(np.mean(rd)), 2)
-                            row[f"k{k}_power_real_effect"] = round(float(np.mean(p_values(rd, rse, rdf) < ALPHA / k)), 3)
+                            row[f"k{k}_power_real_effect"] = round(
+                                float(np.mean(p_values(rd, rse, rdf) < ALPHA / k)), 3)
                         else:
                             row[f"k{k}_power_real_effect"] = None       # beyond the AUROC ceiling of this model
                 if args.tost:                      # a true difference at the margin: equivalence wrongly shown
                     for sign in (1, -1):
                         tost = [equivalence_p(x + sign * 0.02, s, f, 0.02) for x, s, f in zip(d, se, df)]
-                        row[f"tost_at_{'+' if sign > 0 else '-'}2_points"] = round(float(np.mean(np.array(tost) < ALPHA)), 4)
+                        row[f"tost_at_{'+' if sign > 0 else '-'}2_points"] = round(
+                            float(np.mean(np.array(tost) < ALPHA)), 4)
                     # and a real effect of about +2 points (its mean difference printed beside the rate)
                     effect = effect_for(0.02, scenario, seed + 3, grid=(0.05, 0.1, 0.15, 0.2), tables=400)
                     if effect is not None:

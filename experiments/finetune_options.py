@@ -90,7 +90,8 @@ def main(argv=None) -> int:
             wall = time.perf_counter() - t
             m = json.loads((result.run_dir / "metrics.json").read_text())
             test = m["test"]
-            out[name] = {"set": ROWS[name], "test_auroc": test["auroc"], "test_auroc_ci": [test["ci"]["auroc"]["low"], test["ci"]["auroc"]["high"]],
+            out[name] = {"set": ROWS[name], "test_auroc": test["auroc"],
+                         "test_auroc_ci": [test["ci"]["auroc"]["low"], test["ci"]["auroc"]["high"]],
                          "val_auroc": m["val"]["auroc"], "best_epoch": m["selection"]["best_epoch"],
                          "wall_s_under_load": round(wall, 1)}
             _progress({name: out[name]})

@@ -82,7 +82,8 @@ def main() -> None:
             present = {s["split"] for s in load_manifest(corpora[name])["shards"]}
             for split in (s for s in splits if s in present):
                 parts.append(read_split(corpora[name], split, ["signal"])["signal"])
-                patients += [f"{name}/{p}" for p in read_split(corpora[name], split, ["patient_id"])["patient_id"]]   # same order
+                # same order
+                patients += [f"{name}/{p}" for p in read_split(corpora[name], split, ["patient_id"])["patient_id"]]
         windows = np.concatenate(parts).astype(np.float32)
         patient_of = np.unique(patients, return_inverse=True)[1]     # CMSC: one patient's windows share an id
         probe = load_probe_data(corpora["ptbxl"], 1000)

@@ -49,7 +49,8 @@ def read_layout(path: Path, dtype: str, layout: str, shape: tuple[int, ...]) -> 
 
 def bench_layouts(x: np.ndarray, tmp: Path, repeats: int) -> list[dict]:
     rows = []
-    candidates = [(d, l, c, 128) for d in ("float32", "float16") for l in ("list", "binary") for c in ("none", "zstd")]
+    candidates = [(d, lay, c, 128)
+                  for d in ("float32", "float16") for lay in ("list", "binary") for c in ("none", "zstd")]
     candidates += [("float16", "binary", "none", rg) for rg in (16, 512)]
     for dtype, layout, comp, rg in candidates:
         path = tmp / f"{dtype}-{layout}-{comp}-{rg}.parquet"

@@ -21,10 +21,11 @@ console's first line and recorded in the run folder.
 Merge order: defaults < --config < --set < this job's flags. The flags are config keys:
 --encoder finetune.encoder (none: finetune.mode=scratch), --corpus data.corpus, --mode
 finetune.mode, --leads finetune.leads, --train-fraction finetune.train_fraction, --seed
-train.seed, --allow-overlap finetune.allow_overlap, --output train.storage_path + train.name. A flag left out leaves its key to --set,
---config or the default; a key given both ways is an error (exit 2). Writes metrics.json, predictions.csv, best.pt,
-figures/tsne.png, metrics.jsonl and tensorboard/ to --output; re-running the same command
-resumes (or returns at once when the run is finished).
+train.seed, --allow-overlap finetune.allow_overlap, --output train.storage_path + train.name.
+A flag left out leaves its key to --set, --config or the default; a key given both ways is an
+error (exit 2). Writes metrics.json, predictions.csv, best.pt, figures/tsne.png, metrics.jsonl
+and tensorboard/ to --output; re-running the same command resumes (or returns at once when the
+run is finished).
 The leakage guard (docs/leakage.md): an encoder pretrained on records or patients of the corpus's
 val or test split is refused before training, naming them (exit 2); --allow-overlap trains anyway
 and records the overlap (metrics.json "leakage", overlap.csv, a mark in the report's tables).
@@ -53,7 +54,8 @@ def build_parser():
     parser.add_argument("--encoder", required=True, metavar="PATH|none|random",
                         help="what the encoder starts from (finetune.encoder; this job's name for the model it reads): "
                              "encoder.pt, a pretraining checkpoint, run or export folder; 'none' = scratch; "
-                             "'random' = a seeded, randomly initialised encoder of the config's model (\"Random init\")")
+                             "'random' = a seeded, randomly initialised encoder of the config's model "
+                             "(\"Random init\")")
     parser.add_argument("--corpus", required=True, metavar="DIR", help="a labelled corpus folder (jobs/preprocess.py)")
     parser.add_argument("--mode", choices=("finetune", "linear", "frozen", "scratch"),
                         help="finetune.mode: finetune (everything trains), linear (frozen encoder, linear head), "

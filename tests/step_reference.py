@@ -33,7 +33,8 @@ CASES: dict[str, list[str]] = {
     "core_bernoulli_axial": ["methods.core.masking.mode=bernoulli"],
     "core_exact_joint": ["methods.core.masking.mode=exact", "methods.core.time_decoder.layout=joint"],
     "core_lead_layout": ["methods.core.time_decoder.layout=lead", "methods.core.latent_decoder.layout=lead"],
-    "mae_random": ["methods.core.masking.strategy=random", "methods.core.loss.beta=0", "methods.core.time_decoder.layout=joint"],
+    "mae_random": ["methods.core.masking.strategy=random", "methods.core.loss.beta=0",
+                   "methods.core.time_decoder.layout=joint"],
     "contrastive_only": ["methods.core.loss.alpha=0", "optim.grad_clip=1.0"],
 }
 

@@ -40,9 +40,9 @@ def test_lambda_zero_on_important_and_unit_mean_elsewhere():
     noisy_mean = (lam * ~keep).sum(-1) / (~keep).sum(-1)
     assert torch.allclose(noisy_mean, torch.ones_like(noisy_mean), atol=1e-4)
     # inverse proportionality: less important bins get more noise
-    a, l = A[0][~keep[0]], lam[0][~keep[0]]
+    a, noise_scale = A[0][~keep[0]], lam[0][~keep[0]]
     order = a.argsort()
-    assert torch.all(l[order][:-1] >= l[order][1:])
+    assert torch.all(noise_scale[order][:-1] >= noise_scale[order][1:])
 
 
 def test_zero_weight_is_degenerate_and_default_init_is_not():

@@ -191,7 +191,8 @@ def test_a_study_fine_tunes_external_encoders_as_rows(tmp_path, ecg_data):
     from coreecg.checkpoints import save_encoder
     from coreecg.config import load_config
 
-    cfg = load_config(REPO / "configs" / "quickstart.yaml", ["encoders.coreecg.embed_dim=32", "encoders.coreecg.depth=1", "encoders.coreecg.num_heads=2"])
+    cfg = load_config(REPO / "configs" / "quickstart.yaml",
+                      ["encoders.coreecg.embed_dim=32", "encoders.coreecg.depth=1", "encoders.coreecg.num_heads=2"])
     holder = nn.Module()
     holder.encoder = Encoder.from_config(cfg)
     save_encoder(enc, holder, cfg)

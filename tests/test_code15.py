@@ -67,7 +67,8 @@ def test_a_part_not_downloaded_is_said_once_not_dropped_silently(layout, tmp_pat
         refs = get_source("code15").list_records(part)
     assert sorted(r.record_id for r in refs) == ["101", "102", "103"]
     # the fixture's exams.csv also names exams_part2.hdf5, never written (one exam)
-    assert "4 exam(s) of exams.csv are not listed" in caplog.text and "(exams_part1.hdf5, exams_part2.hdf5)" in caplog.text
+    assert "4 exam(s) of exams.csv are not listed" in caplog.text
+    assert "(exams_part1.hdf5, exams_part2.hdf5)" in caplog.text
 
 
 def test_non_integer_exam_id_is_a_value_error_naming_the_csv(tmp_path):

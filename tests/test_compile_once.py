@@ -28,7 +28,8 @@ def _compilations() -> dict[str, int]:
 
 
 def _losses(mode: str, padded: bool, compiled: bool) -> tuple[list[float], list[dict[str, int]]]:
-    cfg = tiny_config("train.precision=fp32", f"methods.core.masking.mode={mode}", f"train.compile={str(compiled).lower()}")
+    cfg = tiny_config("train.precision=fp32", f"methods.core.masking.mode={mode}",
+                      f"train.compile={str(compiled).lower()}")
     torch.manual_seed(0)
     model = CoReECG(cfg)
     step = PretrainStep(model, cfg, Schedule(STEPS, 1, 0))
@@ -101,7 +102,8 @@ def test_compile_auto_is_on_for_cuda_only_and_a_set_value_wins():
     for value, expected in (("true", True), ("false", False)):
         t = load_config(None, [f"train.compile={value}"]).train
         assert t.compile is expected
-        assert compile_enabled(t, torch.device("cpu")) is expected and compile_enabled(t, torch.device("cuda")) is expected
+        assert compile_enabled(t, torch.device("cpu")) is expected
+        assert compile_enabled(t, torch.device("cuda")) is expected
     # the CPU default builds an eager step: nothing compiled
     cfg = tiny_config()
     step = PretrainStep(CoReECG(cfg), cfg, Schedule(STEPS, 1, 0))

@@ -57,7 +57,8 @@ def test_unknown_yaml_key_names_the_file_key(tmp_path):
 
 
 def test_round_trip_through_yaml(tmp_path):
-    c = load_config(overrides=["methods.core.masking.p_lead=0.3", "train.precision=bf16", "data.preprocess.leads=[I, II]"])
+    c = load_config(overrides=["methods.core.masking.p_lead=0.3", "train.precision=bf16",
+                               "data.preprocess.leads=[I, II]"])
     c.to_yaml(tmp_path / "c.yaml")
     back = load_config(tmp_path / "c.yaml")
     assert back == c and isinstance(back, Config)

@@ -64,8 +64,9 @@ def _cpu_and_cuda_steps(*overrides: str) -> tuple[dict, dict]:
             model = CoReECG(cfg).to(device)
             step = PretrainStep(model, cfg, Schedule(10, 2, 0))
             res = step(x.to(device), generator=torch.Generator().manual_seed(0))
-            out[device] = {"loss": float(res["loss"]), "grads": {n: p.grad.detach().cpu() for n, p in model.named_parameters()
-                                                                   if p.grad is not None}}
+            out[device] = {"loss": float(res["loss"]),
+                           "grads": {n: p.grad.detach().cpu() for n, p in model.named_parameters()
+                                     if p.grad is not None}}
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     return out["cpu"], out["cuda"]
@@ -111,7 +112,8 @@ def test_exact_stdm_on_an_unpadded_batch_runs_on_flash_attention():
 def test_compiled_cuda_step_matches_eager():
     losses = {}
     for compiled in (False, True):
-        step, x = _step("train.precision=fp32", "methods.core.masking.mode=exact", f"train.compile={str(compiled).lower()}")
+        step, x = _step("train.precision=fp32", "methods.core.masking.mode=exact",
+                        f"train.compile={str(compiled).lower()}")
         gen = torch.Generator().manual_seed(0)
         losses[compiled] = [float(step(x, generator=gen)["loss"]) for _ in range(2)]
     assert losses[True] == pytest.approx(losses[False], rel=1e-3), losses

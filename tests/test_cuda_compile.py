@@ -37,8 +37,8 @@ def _run(*overrides: str, padded: bool = False) -> tuple[list[float], list[dict[
 def test_cuda_compiled_step_compiles_once_and_matches_eager(mode, padded, compile_mode):
     torch._dynamo.reset()
     eager, _ = _run(f"methods.core.masking.mode={mode}", "train.compile=false", padded=padded)
-    compiled, counts = _run(f"methods.core.masking.mode={mode}", "train.compile=true", f"train.compile_mode={compile_mode}",
-                            padded=padded)
+    compiled, counts = _run(f"methods.core.masking.mode={mode}", "train.compile=true",
+                            f"train.compile_mode={compile_mode}", padded=padded)
     assert counts[0]["graphs"] > 0
     assert all(c == counts[0] for c in counts[1:]), f"recompiled after the first step: {counts}"
     assert compiled == pytest.approx(eager, rel=RTOL), (compiled, eager)

@@ -141,7 +141,8 @@ def test_no_import_cycle_between_modules():
         state[m] = 1
         for d in sorted(graph.get(m, ())):
             if state.get(d) == 1:
-                pytest.fail(f"import cycle: {' -> '.join(path[path.index(d):] + [m, d]) if d in path else f'{m} -> {d}'}")
+                cycle = " -> ".join(path[path.index(d):] + [m, d]) if d in path else f"{m} -> {d}"
+                pytest.fail(f"import cycle: {cycle}")
             if d not in state:
                 visit(d, path + [m])
         state[m] = 2

@@ -60,5 +60,8 @@ def test_fda_band_init_protects_the_band_and_perturbs_little():
     t = torch.arange(T) / fs
     x = torch.sin(2 * torch.pi * 5.0 * t).expand(4, 12, T).contiguous()   # in-band content only
     noise = torch.randn(4, 12, T // 2 + 1)
-    rel = lambda w: ((frequency_dynamic_augment(x, w, noise) - x).norm() / x.norm()).item()
+
+    def rel(w):
+        return ((frequency_dynamic_augment(x, w, noise) - x).norm() / x.norm()).item()
+
     assert rel(band.weight) < 0.35 < 0.6 < rel(rand.weight)   # scaling by A ~ 0.73 vs noise in band

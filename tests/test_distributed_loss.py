@@ -105,7 +105,8 @@ def test_every_contrastive_method_reads_the_one_pool_key(monkeypatch, method, lo
     from coreecg.methods import build_method
     from tests.helpers import tiny_config
 
-    module = importlib.import_module({"core": "coreecg.methods.core_ecg.method", "moco_v3": "coreecg.methods.moco_v3.method",
+    module = importlib.import_module({"core": "coreecg.methods.core_ecg.method",
+                                      "moco_v3": "coreecg.methods.moco_v3.method",
                                       "cmsc": "coreecg.methods.cmsc.method"}[method])
     real, seen = getattr(module, loss_fn), []
 

@@ -93,7 +93,8 @@ def test_embed_names_what_it_cannot_use(models, cuts):
         coreecg.predict(x, fs, leads, model=models["encoder"])
     # a LoadedModel is taken as it is; a path is loaded once
     loaded = load_model(models["encoder"])
-    assert coreecg.embed(x, fs, leads, model=loaded).tobytes() == coreecg.embed(x, fs, leads, models["encoder"]).tobytes()
+    assert (coreecg.embed(x, fs, leads, model=loaded).tobytes()
+            == coreecg.embed(x, fs, leads, models["encoder"]).tobytes())
 
 
 def test_a_model_exported_again_into_the_same_folder_is_not_served_from_the_cache(models, cuts, tmp_path):

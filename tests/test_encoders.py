@@ -207,7 +207,8 @@ def test_a_plugin_encoder_pretrains_fine_tunes_exports_and_loads_in_a_fresh_proc
     plan = plan_finetune(ft)
     from coreecg.data.reading import read_split
 
-    run_local(plan, FinetuneTask(plan, torch.device("cpu")), read_split(corpus, "train", ["signal"], as_stored=True)["signal"])
+    run_local(plan, FinetuneTask(plan, torch.device("cpu")),
+              read_split(corpus, "train", ["signal"], as_stored=True)["signal"])
     metrics = json.loads((plan.run_dir / "metrics.json").read_text())
     assert 0.0 <= metrics["test"]["auroc"] <= 1.0
     export_model(plan.run_dir, tmp_path / "export")
@@ -318,18 +319,21 @@ def test_every_downstream_path_takes_a_sequence_encoder(arch, tmp_path, ecg_data
     plan = plan_finetune(ft)
     assert plan.config.model.arch == arch and plan.config.encoders.names(arch) and \
         getattr(plan.config.encoders, arch) == getattr(cfg.encoders, arch)        # the checkpoint's sizes
-    run_local(plan, FinetuneTask(plan, torch.device("cpu")), read_split(corpus, "train", ["signal"], as_stored=True)["signal"])
+    run_local(plan, FinetuneTask(plan, torch.device("cpu")),
+              read_split(corpus, "train", ["signal"], as_stored=True)["signal"])
     metrics = json.loads((plan.run_dir / "metrics.json").read_text())
     assert 0.0 <= metrics["test"]["auroc"] <= 1.0
     out = export_model(plan.run_dir, tmp_path / "export", onnx=True)
     meta = json.loads((out / "config.json").read_text())
-    assert meta["onnx"]["max_abs_diff_vs_pytorch"] is not None and meta["onnx"]["max_abs_diff_vs_pytorch"] < 1e-3, meta["onnx"]
+    diff = meta["onnx"]["max_abs_diff_vs_pytorch"]
+    assert diff is not None and diff < 1e-3, meta["onnx"]
     encoder = Encoder.from_pretrained(out)
     assert type(encoder).__name__ == {"xresnet1d": "XResNet1d", "s4": "S4Encoder"}[arch]
     # the card and config.json describe this encoder (its own sizes), not the ViT's
     card = (out / "README.md").read_text()
     assert f"`model.arch: {arch}`" in card and "transformer encoder" not in card
-    assert meta["architecture"]["encoder"]["options"] == json.loads(json.dumps(dataclasses.asdict(getattr(plan.config.encoders, arch))))
+    options = dataclasses.asdict(getattr(plan.config.encoders, arch))
+    assert meta["architecture"]["encoder"]["options"] == json.loads(json.dumps(options))
     x = torch.randn(2, 12, 2250, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(encoder.pooled(x), coreecg.load_encoder(tmp_path / "pre").pooled(x))
     hea = sorted((ecg_data / "ptbxl").rglob("records500/*/*.hea"))[0]

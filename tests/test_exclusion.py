@@ -152,7 +152,8 @@ def test_a_finished_corpus_asked_with_another_exclusion_is_an_error(built, ecg_d
     cases = [  # (folder, asked now, what the message says it was built with)
         (built["mimic-plain"], [ptbxl], "excluding the val/test records of no downstream corpus"),
         (built["mimic-excl"], [], f"excluding the val/test records of {ptbxl} "),
-        (built["mimic-excl"], [ptbxl, built["cinc-plain"]], f"exclude those of {built['cinc-plain']} (val/test records sha256"),
+        (built["mimic-excl"], [ptbxl, built["cinc-plain"]],
+         f"exclude those of {built['cinc-plain']} (val/test records sha256"),
     ]
     for folder, asked, says in cases:
         before = sha256_file(folder / MANIFEST)

@@ -137,7 +137,8 @@ def test_config_json_carries_the_contract_from_the_config_and_the_card_names_met
     meta = json.loads((made["enc_export"] / "config.json").read_text())
     p = made["cfg"].data.preprocess
     c = meta["input"]
-    assert meta["kind"] == "encoder" and meta["format_version"] == FORMAT_VERSION and meta["coreecg_version"] == coreecg.__version__
+    assert meta["kind"] == "encoder" and meta["format_version"] == FORMAT_VERSION
+    assert meta["coreecg_version"] == coreecg.__version__
     assert (c["sampling_rate"], c["window_samples"]) == (p.sampling_rate, 1500)
     assert c["window_seconds"] == 1500 / p.sampling_rate
     assert (c["stored_window_samples"], c["patch_size"]) == (p.window_samples, made["cfg"].patch_size)

@@ -25,8 +25,9 @@ def _pre(method: str, *overrides: str, seed: int = 0) -> Entry:
 
 def test_what_defines_a_method_and_what_only_bookkeeps_may_differ():
     entries = [_pre("CoRe-ECG"),
-               _pre("ST-MEM-like", "methods.core.masking.strategy=random", "methods.core.loss.beta=0", "train.name=other",
-                    "train.storage_path=/elsewhere", "train.checkpoint_every_steps=7", "data.probe_max_windows=9"),
+               _pre("ST-MEM-like", "methods.core.masking.strategy=random", "methods.core.loss.beta=0",
+                    "train.name=other", "train.storage_path=/elsewhere", "train.checkpoint_every_steps=7",
+                    "data.probe_max_windows=9"),
                _pre("MoCo V3", "pretrain.method=moco_v3", "methods.moco_v3.dim=16", "methods.core.fda.enabled=false")]
     assert check_table("comparison", entries) == []
 
@@ -35,13 +36,14 @@ def test_what_defines_a_method_and_what_only_bookkeeps_may_differ():
     ("optim.lr=0.001", "optim.lr"),                       # pretraining budget and optimiser
     ("optim.epochs=3", "optim.epochs"),
     ("encoders.coreecg.depth=3", "encoders.coreecg.depth"),                  # the encoder
-    (f"optim.gather_negatives={str(not OptimConfig().gather_negatives).lower()}", "optim.gather_negatives"),  # negatives
+    # negatives
+    (f"optim.gather_negatives={str(not OptimConfig().gather_negatives).lower()}", "optim.gather_negatives"),
     ("train.num_workers=4", "train.num_workers"),         # workers x per-worker batch
     ("data.corpus=/other/corpus", "data.corpus"),         # pretraining data
 ])
 def test_an_undeclared_difference_names_the_table_rows_and_key(override, key):
-    entries = [_pre("CoRe-ECG"), _pre("ST-MEM-like", "methods.core.loss.beta=0"), _pre("MoCo V3", "pretrain.method=moco_v3",
-                                                                        override)]
+    entries = [_pre("CoRe-ECG"), _pre("ST-MEM-like", "methods.core.loss.beta=0"),
+               _pre("MoCo V3", "pretrain.method=moco_v3", override)]
     with pytest.raises(UnfairTableError) as err:
         check_table("comparison", entries)
     text = str(err.value)
@@ -62,7 +64,8 @@ def test_a_declared_difference_becomes_a_footnote_and_covers_only_its_rows_and_k
 
 def test_fine_tuning_rows_are_compared_cell_by_cell_and_seed_sets_must_agree():
     ft = lambda m, cell, *o, seed=0: Entry(m, FINETUNING, cell, tiny_config(*o, f"train.seed={seed}").to_dict())  # noqa: E731
-    same_cell = [ft("A", "ptbxl 12", "finetune.method=A"), ft("B", "ptbxl 12", "finetune.method=B", "finetune.mode=scratch")]
+    same_cell = [ft("A", "ptbxl 12", "finetune.method=A"),
+                 ft("B", "ptbxl 12", "finetune.method=B", "finetune.mode=scratch")]
     other_cell = [ft("A", "ptbxl 1", "finetune.leads=[I]"), ft("B", "ptbxl 1", "finetune.leads=[I]")]
     assert check_table("leads", same_cell + other_cell) == []           # leads differ between cells, not within
     with pytest.raises(UnfairTableError, match=r"fine-tuning \(ptbxl 12\): B differs from A in finetune.lr"):
@@ -75,18 +78,21 @@ def test_fine_tuning_rows_are_compared_cell_by_cell_and_seed_sets_must_agree():
 
 def test_every_run_of_a_row_is_compared_not_only_its_first():
     runs = [_pre("CoRe-ECG", seed=0), _pre("CoRe-ECG", "optim.epochs=3", seed=1),
-            _pre("ST-MEM-like", "methods.core.loss.beta=0", seed=0), _pre("ST-MEM-like", "methods.core.loss.beta=0", seed=1)]
+            _pre("ST-MEM-like", "methods.core.loss.beta=0", seed=0),
+            _pre("ST-MEM-like", "methods.core.loss.beta=0", seed=1)]
     with pytest.raises(UnfairTableError, match=r"CoRe-ECG's runs differ among themselves in optim.epochs"):
         check_table("comparison", runs)
     (note,) = check_table("comparison", runs, [Allowance(("CoRe-ECG",), ("optim.epochs",), "a longer rerun")])
-    assert note.startswith("CoRe-ECG's runs differ among themselves in optim.epochs") and note.endswith("a longer rerun")
+    assert note.startswith("CoRe-ECG's runs differ among themselves in optim.epochs")
+    assert note.endswith("a longer rerun")
     with pytest.raises(UnfairTableError, match="differ among themselves"):      # a table of one row too
         check_table("one row", runs[:2])
 
 
 def _variants(tmp_path: Path, moco: list[str], allow: list | None = None) -> Path:
-    data = {"variants": {"CoRe-ECG": [], "ST-MEM-like": ["methods.core.masking.strategy=random", "methods.core.masking.ratio=0.75",
-                                                          "methods.core.loss.beta=0"],
+    data = {"variants": {"CoRe-ECG": [],
+                         "ST-MEM-like": ["methods.core.masking.strategy=random", "methods.core.masking.ratio=0.75",
+                                         "methods.core.loss.beta=0"],
                          "MoCo V3": ["pretrain.method=moco_v3", *moco], "Supervised": "scratch"},
             "tables": {"comparison": ["Supervised", "MoCo V3", "ST-MEM-like", "CoRe-ECG"]}}
     if allow is not None:
@@ -173,8 +179,8 @@ def test_the_report_refuses_rows_trained_differently_and_footnotes_a_declared_di
 # built-in method's keys must classify exactly as they did.
 _OLD_PREFIXES = ("pretrain.", "methods.", "masking.", "augment.", "model.time_decoder_", "model.latent_decoder_",
                  "model.proj_", "methods.core.ema.momentum")
-_OLD_KEYS = {"methods.core.loss.alpha", "methods.core.loss.beta", "methods.core.loss.tau", "train.variant", "finetune.method", "finetune.mode",
-             "finetune.encoder"}
+_OLD_KEYS = {"methods.core.loss.alpha", "methods.core.loss.beta", "methods.core.loss.tau", "train.variant",
+             "finetune.method", "finetune.mode", "finetune.encoder"}
 
 
 def test_defining_keys_come_from_the_registrations_and_classify_every_key_as_before():
@@ -184,7 +190,8 @@ def test_defining_keys_come_from_the_registrations_and_classify_every_key_as_bef
     old = {k: not (k in _OLD_KEYS or k in BOOKKEEPING or k.startswith(_OLD_PREFIXES + BOOKKEEPING_PREFIXES))
            for k in keys}
     assert {k: is_compared(k) for k in keys} == old
-    assert not is_compared("methods.core.masking.p_time") and not is_compared("methods.core.time_decoder.depth")   # CoRe-ECG's own
+    # CoRe-ECG's own
+    assert not is_compared("methods.core.masking.p_time") and not is_compared("methods.core.time_decoder.depth")
     assert is_compared("encoders.coreecg.depth") and is_compared("optim.lr")
     # how a step is run (compiled, CUDA graphs) changes its speed, not what it computes
     assert not is_compared("train.compile") and not is_compared("train.compile_mode")

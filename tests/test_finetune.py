@@ -146,7 +146,8 @@ def test_bad_input_is_refused_before_training(corpora, encoder, tmp_path):
         plan_finetune(load_config(overrides=[f"data.corpus={corpora / 'mimic'}", f"finetune.encoder={encoder}"]))
     other = load_config(overrides=[*TINY, "encoders.coreecg.embed_dim=64", f"data.corpus={corpora / 'ptbxl'}",
                                    f"finetune.encoder={encoder}"])
-    with pytest.raises(CheckpointError, match=r"another shape.*encoders\.coreecg\.embed_dim: 32 in the checkpoint, 64 asked"):
+    with pytest.raises(CheckpointError,
+                       match=r"another shape.*encoders\.coreecg\.embed_dim: 32 in the checkpoint, 64 asked"):
         plan_finetune(other)
     broken = tmp_path / "broken.pt"
     broken.write_bytes(Path(encoder).read_bytes()[:1000])
@@ -169,9 +170,11 @@ def runs(corpora, encoder, tmp_path_factory):
     """Fine-tune (12 leads), linear (6 leads, half the patients), scratch (lead I) on PTB-XL's
     single-label task, and a linear probe of its multi-label task."""
     tmp = tmp_path_factory.mktemp("ft-runs")
-    full = fit(plan_run(_ft(tmp, "ft", corpora, f"finetune.encoder={encoder}", "finetune.epochs=12", "finetune.lr=3e-3"), "finetune"))
+    full = fit(plan_run(_ft(tmp, "ft", corpora, f"finetune.encoder={encoder}", "finetune.epochs=12",
+                            "finetune.lr=3e-3"), "finetune"))
     linear = fit(plan_run(_ft(tmp, "lin", corpora, f"finetune.encoder={encoder}", "finetune.mode=linear",
-                          "finetune.leads=[I,II,III,aVR,aVL,aVF]", "finetune.train_fraction=0.5", "finetune.epochs=2"), "finetune"))
+                              "finetune.leads=[I,II,III,aVR,aVL,aVF]", "finetune.train_fraction=0.5",
+                              "finetune.epochs=2"), "finetune"))
     scratch = fit(plan_run(_ft(tmp, "sup", corpora, *TINY, "finetune.mode=scratch", "finetune.leads=[I]",
                            "finetune.epochs=2"), "finetune"))
     multi = fit(plan_run(_ft(tmp, "multi", corpora, f"data.corpus={corpora / 'ptbxl-multi'}", "finetune.mode=linear",
@@ -195,7 +198,8 @@ def test_finetune_end_to_end_on_real_ptbxl(runs, corpora, encoder):
     epochs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"kind": "epoch"' in x]
     assert len(epochs) == 12 and all("val_auroc" in e for e in epochs)
     best = max(range(12), key=lambda i: (epochs[i]["val_auroc"], -i))
-    assert m["selection"]["best_epoch"] == best + 1 and m["selection"]["val_auroc"] == pytest.approx(epochs[best]["val_auroc"])
+    assert m["selection"]["best_epoch"] == best + 1
+    assert m["selection"]["val_auroc"] == pytest.approx(epochs[best]["val_auroc"])
     assert (run / "figures" / "tsne.png").stat().st_size > 10_000
     assert any(f.name.startswith("events.out.tfevents") for f in (run / "tensorboard").iterdir())
     saved = load_config(run / "config.yaml")

@@ -51,7 +51,8 @@ def write_edf(path: Path, signals_mv: np.ndarray, fs: float, labels: list[str], 
     w = pyedflib.EdfWriter(str(path), len(labels), file_type=pyedflib.FILETYPE_EDFPLUS)
     try:
         w.setSignalHeaders([{"label": label, "dimension": unit, "sample_frequency": fs,
-                             "physical_min": round(float(x.min()) - 0.5, 2), "physical_max": round(float(x.max()) + 0.5, 2),
+                             "physical_min": round(float(x.min()) - 0.5, 2),
+                             "physical_max": round(float(x.max()) + 0.5, 2),
                              "digital_min": -32768, "digital_max": 32767} for label, x in zip(labels, signals_mv)])
         if patient:
             w.setPatientCode(patient["code"])
@@ -93,7 +94,8 @@ def _bad_files(folder: Path, ecg_data: Path) -> dict[str, str]:
     (folder / "zero_rate.xml").write_text(re.sub(r"<SampleBase>\d+</SampleBase>", "<SampleBase>0</SampleBase>", muse),
                                           encoding="iso-8859-1")
     (folder / "gone.xml").symlink_to(folder / "deleted-since.xml")       # listed, cannot be opened
-    return {"gone.xml": r"unreadable: the file cannot be opened", "ct_slice.dcm": r"SOP class", "report.xml": r"neither GE MUSE .* nor HL7 aECG",
+    return {"gone.xml": r"unreadable: the file cannot be opened", "ct_slice.dcm": r"SOP class",
+            "report.xml": r"neither GE MUSE .* nor HL7 aECG",
             "truncated.xml": r"truncated|base64", "no_units.xml": r"units missing",
             "seven_leads.xml": r"missing lead", "zero_rate.xml": r"sampling rate|rate"}
 
@@ -341,7 +343,8 @@ def test_a_one_lead_edf_corpus_pretrains_and_fine_tunes(tmp_path):
                   patient={**EDF_PATIENT, "code": f"MRN-{i:05d}"})
         rows.append(f"h{i:02d}.edf,{'AF' if rec.labels[0].startswith('AF') or i % 2 else 'SR'}")
     (raw / "labels.csv").write_text("\n".join(rows) + "\n")
-    cfg = load_config(overrides=["data.preprocess.leads=[II]", "data.shard_records=8", "data.split_ratios=[0.5,0.25,0.25]",
+    cfg = load_config(overrides=["data.preprocess.leads=[II]", "data.shard_records=8",
+                                 "data.split_ratios=[0.5,0.25,0.25]",
                                  f"data.sources.edf.labels={raw / 'labels.csv'}"])
     salt = tmp_path / "salt"              # a fixed salt: the patient hashes, hence the splits, are fixed
     salt.write_text("5e" * 32 + "\n")
@@ -396,19 +399,22 @@ def test_a_corpus_from_arrays_in_memory(ray_session, tmp_path):
     x = np.stack([r.signal for r in recs])                                      # (8, 12, samples)
     codes = [["164889003"] if i % 2 else ["426783006"] for i in range(8)]       # SNOMED: AF, sinus rhythm
     m = build_corpus_from_arrays(x, recs[0].fs, recs[0].lead_names, tmp_path / "mem",
-                                 record_ids=[f"ecg{i}" for i in range(8)], patient_ids=[f"MRN{i // 2}" for i in range(8)],
+                                 record_ids=[f"ecg{i}" for i in range(8)],
+                                 patient_ids=[f"MRN{i // 2}" for i in range(8)],
                                  labels=codes, class_map={"164889003": "AF", "426783006": "SR"},
                                  patient_id_policy=PatientIdPolicy(salt_file=str(tmp_path / "salt")))
     assert m["source"] == "arrays" and m["class_names"] == ["AF", "SR"] and m["counts"]["records_written"] == 8
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mem", "record-maps", "salt"]   # the scratch folder is gone
-    rows = {s: read_split(tmp_path / "mem", s, ["patient_id", "record_id", "labels"]) if m["counts"]["records"][s] else None
+    rows = {s: read_split(tmp_path / "mem", s, ["patient_id", "record_id", "labels"])
+               if m["counts"]["records"][s] else None
             for s in ("train", "val", "test")}
     pids = {p for r in rows.values() if r for p in r["patient_id"]}
     assert len(pids) == 4 and all(p.startswith("p-") for p in pids)
     from coreecg.data.patient_ids import read_record_map
 
     names = read_record_map(m["run"]["record_map"])          # the given record ids, keyed in the corpus
-    assert sorted(names[k]["record_id"] for r in rows.values() if r for k in set(r["record_id"])) == [f"ecg{i}" for i in range(8)]
+    given = sorted(names[k]["record_id"] for r in rows.values() if r for k in set(r["record_id"]))
+    assert given == [f"ecg{i}" for i in range(8)]
 
 
 def test_the_leakage_guard_finds_a_patient_by_the_salted_key(tmp_path):

@@ -261,7 +261,8 @@ def test_push_export_uploads_the_whole_export_and_push_to_hub_the_card(tmp_path,
 
     calls = []
     monkeypatch.setattr(huggingface_hub.HfApi, "create_repo",
-                        lambda self, repo_id, **kw: calls.append(("create", repo_id, kw)) or SimpleNamespace(repo_id=repo_id))
+                        lambda self, repo_id, **kw: (calls.append(("create", repo_id, kw))
+                                                     or SimpleNamespace(repo_id=repo_id)))
 
     def upload(self, *, folder_path, allow_patterns=None, **kw):
         files = sorted(p.name for p in Path(folder_path).iterdir()

@@ -159,7 +159,8 @@ def test_the_job_with_workers_writes_what_one_process_writes(ray_session, models
     assert job.main([*base, "--output", str(tmp_path / "x"), "--workers", "-1"]) == 2
     assert job.main([*base, "--output", str(tmp_path / "x"), "--workers", "2", "--records-per-task", "0"]) == 2
     not_corpus = str(Path(raw_inputs[0]).parent)
-    assert job.main(["--model", str(models["classifier"]), "--corpus", not_corpus, "--output", str(tmp_path / "x")]) == 2
+    assert job.main(["--model", str(models["classifier"]), "--corpus", not_corpus,
+                     "--output", str(tmp_path / "x")]) == 2
     assert "not a coreecg corpus (no manifest.json)" in capsys.readouterr().err
 
 

@@ -132,7 +132,7 @@ def test_mixture_weights_are_checked_against_the_pretraining_corpora(tmp_path, e
     study = load_study(_with(tmp_path, ecg_data, corpora=corpora,
                              set=["optim.epochs=1", "data.corpus_weights=[0.7,0.3]"]))
     built = study.planned_pretrain_corpora()
-    assert load_config(study.config_file, study.pretrain_overrides(study.pretrain_runs()[0], built)).data.corpus_weights \
-        == (0.7, 0.3)
+    overrides = study.pretrain_overrides(study.pretrain_runs()[0], built)
+    assert load_config(study.config_file, overrides).data.corpus_weights == (0.7, 0.3)
     with pytest.raises(StudyError, match="corpus_weights"):
         load_study(_with(tmp_path, ecg_data, corpora=corpora, set=["data.corpus_weights=[1.0]"]))

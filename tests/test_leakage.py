@@ -59,7 +59,8 @@ def corpora(ray_session, ecg_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("leak")
     cfg = load_config(overrides=["data.shard_records=64"]).data
     build_corpus("ptbxl", ecg_data / "ptbxl", root / "ptbxl", cfg, source_options=cfg.sources.for_source("ptbxl", 0))
-    ids = {s: list(dict.fromkeys(read_split(root / "ptbxl", s, ["record_id"])["record_id"])) for s in ("val", "test", "train")}
+    ids = {s: list(dict.fromkeys(read_split(root / "ptbxl", s, ["record_id"])["record_id"]))
+           for s in ("val", "test", "train")}
     chosen = (ids["val"][:5] + ids["test"][:5] + ids["train"])[:COPIES]
     raw = root / "cinc-copies"
     raw.mkdir()
@@ -172,7 +173,8 @@ def test_finetuning_from_an_encoder_pretrained_on_copies_is_refused_before_train
     plan = plan_finetune(_ft_config(tmp_path, root / "ptbxl", encoder, "finetune.allow_overlap=true"))
     leak = plan.finetune.meta["leakage"]
     assert (leak["overlap"], leak["allowed"], leak["b_records"]) == (True, True, len(corpora["guarded"]))
-    assert set(leak["examples"]) == set(corpora["guarded"]) and plan.finetune.overlap_csv.count("\n") == leak["b_records"] + 1
+    assert set(leak["examples"]) == set(corpora["guarded"])
+    assert plan.finetune.overlap_csv.count("\n") == leak["b_records"] + 1
     assert any("warning" in line and "overlap.csv" in line for line in plan.describe())
     clean = plan_finetune(_ft_config(tmp_path, root / "ptbxl", _encoder(tmp_path / "pre-cpsc", root / "cpsc")))
     assert clean.finetune.meta["leakage"]["checked"] and not clean.finetune.meta["leakage"]["overlap"]

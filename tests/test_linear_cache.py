@@ -111,4 +111,5 @@ def test_cached_and_uncached_probes_agree_and_the_cache_is_reused_on_resume(ptbx
     shutil.copytree(cached / FOLDER, other / FOLDER)
     fit(plan_run(_cfg(tmp_path, ptbxl, "other", "train.seed=1"), "finetune"))
     assert not _metrics(other)["probe"]["features_reused"]
-    assert json.loads((other / FOLDER / "meta.json").read_text())["key"]["encoder_sha256"] != meta["key"]["encoder_sha256"]
+    other_key = json.loads((other / FOLDER / "meta.json").read_text())["key"]
+    assert other_key["encoder_sha256"] != meta["key"]["encoder_sha256"]

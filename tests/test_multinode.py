@@ -91,7 +91,8 @@ def _nodes_of(class_name: str) -> list[str]:
     """Node ids of the live actors of a class (Ray's state API)."""
     from ray.util.state import list_actors
 
-    return [a.node_id for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True, raise_on_missing_output=False)
+    return [a.node_id
+            for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True, raise_on_missing_output=False)
             if class_name in a.class_name]
 
 
@@ -170,7 +171,8 @@ def test_pretraining_survives_the_loss_of_a_node(cluster, cache, tmp_path):
     assert first <= reached and 0 <= reached - resumed_at <= every     # lost at most one interval
     epochs = [x for x in lines if x.get("kind") == "epoch"]
     steps_per_epoch = epochs[0]["step"]
-    assert [e["epoch"] for e in epochs] == list(range(1, n_epochs + 1)) and epochs[-1]["step"] == n_epochs * steps_per_epoch
+    assert [e["epoch"] for e in epochs] == list(range(1, n_epochs + 1))
+    assert epochs[-1]["step"] == n_epochs * steps_per_epoch
     assert victim.node_id not in _nodes_of("RayTrainWorker")           # done on what is left
     assert out["result"].metrics["step"] == n_epochs * steps_per_epoch and out["result"].model.is_file()
 

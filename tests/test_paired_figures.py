@@ -13,7 +13,8 @@ from tests.helpers import tiny_config
 def test_two_methods_reconstruct_under_the_same_masks():
     torch.manual_seed(0)
     core = CoReECG(tiny_config())
-    stmem = CoReECG(tiny_config("methods.core.masking.strategy=random", "methods.core.masking.ratio=0.75", "methods.core.loss.beta=0"))
+    stmem = CoReECG(tiny_config("methods.core.masking.strategy=random", "methods.core.masking.ratio=0.75",
+                                "methods.core.loss.beta=0"))
     x = torch.randn(2, 12, core.config.model.input_samples)
     gen = torch.Generator().manual_seed(3)
     recon, *masks = core.reconstruct(x, gen)

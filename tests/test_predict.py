@@ -71,7 +71,8 @@ def runs(corpus, tmp_path_factory) -> dict[str, Path]:
     for name, leads in (("ft12", STANDARD_LEADS), ("ft6", LIMB)):
         cfg = load_config(overrides=[
             *SMALL, f"data.corpus={corpus}", f"finetune.encoder={tmp / 'pre' / 'encoder.pt'}", "finetune.mode=linear",
-            f"finetune.leads=[{','.join(leads)}]", "finetune.epochs=1", "finetune.batch_size=16", "finetune.linear_lr=0.05",
+            f"finetune.leads=[{','.join(leads)}]", "finetune.epochs=1", "finetune.batch_size=16",
+            "finetune.linear_lr=0.05",
             "finetune.bootstrap_resamples=0", "finetune.tsne_max_points=0", "train.num_workers=1",
             "train.device=cpu", "train.checkpoint_every_steps=0", f"train.storage_path={tmp}", f"train.name={name}"])
         plan = plan_finetune(cfg)

@@ -77,7 +77,8 @@ def test_resume_refuses_a_different_model(tmp_path):
     pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=1", "train.eval_every_epochs=0"),
                         windows, tmp_path)
     with pytest.raises(CheckpointError, match=r"checkpoint\.pt.*encoders\.coreecg\.depth: 2 -> 3"):
-        pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "encoders.coreecg.depth=3"), windows, tmp_path)
+        pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "encoders.coreecg.depth=3"), windows,
+                       tmp_path)
     # a longer schedule on the same model is a legitimate resume
     summary = pretrain_local(tiny_config("optim.batch_size=8", "optim.epochs=2", "train.eval_every_epochs=0"),
                                   windows, tmp_path)
@@ -85,7 +86,8 @@ def test_resume_refuses_a_different_model(tmp_path):
 
 
 def _epoch_lines(run_dir):
-    return [x for x in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if x.get("kind") == "epoch"]
+    return [x for x in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+            if x.get("kind") == "epoch"]
 
 
 def test_a_worker_lost_before_an_epochs_checkpoint_leaves_no_line_of_that_epoch(tmp_path, monkeypatch):

@@ -261,7 +261,8 @@ def test_finetuning_starts_from_the_published_weights(fx, stmem_corpus, tmp_path
 
     cfg = load_config(overrides=[f"data.corpus={stmem_corpus}", f"finetune.encoder={fx.encoder}",
                                  f"train.storage_path={tmp_path}", "train.name=plan", "finetune.batch_size=8",
-                                 "train.num_workers=1", "encoders.coreecg.embed_dim=32", "encoders.coreecg.depth=2"])   # a study's model
+                                 "train.num_workers=1",
+                                 "encoders.coreecg.embed_dim=32", "encoders.coreecg.depth=2"])   # a study's model
     plan = plan_finetune(cfg)
     assert plan.config.model == open_source(fx.encoder).config.model and plan.config.data.crop_samples == 2250
     assert plan.finetune.meta["method"] == "ST-MEM" and "preprocess_mismatch" not in plan.finetune.meta

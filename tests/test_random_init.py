@@ -29,7 +29,8 @@ def test_random_encoder_is_seeded_shaped_and_leaves_other_draws_alone():
     assert all(torch.equal(a[k], b[k]) for k in a)                        # same seed, same weights
     drawn = [k for k in a if a[k].is_floating_point() and a[k].std() > 0]
     assert drawn and all(not torch.equal(a[k], other[k]) for k in drawn)  # another seed, other weights
-    enc = random_encoder(load_config(overrides=[*TINY, "encoders.coreecg.embed_dim=64", "encoders.coreecg.depth=3", "encoders.coreecg.num_heads=4"]))
+    enc = random_encoder(load_config(overrides=[*TINY, "encoders.coreecg.embed_dim=64", "encoders.coreecg.depth=3",
+                                                "encoders.coreecg.num_heads=4"]))
     assert enc.dim == 64 and len(enc.transformer.blocks) == 3               # the configured architecture
     # independent of the global RNG, which it leaves as it found it
     torch.manual_seed(0)

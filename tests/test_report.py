@@ -228,4 +228,5 @@ def test_reference_is_selectable(runs, tmp_path):
     text = (out / "comparison.md").read_text()
     assert "the difference to ST-MEM has a p-value below 0.05 after Holm's correction" in text
     write_report(runs, tmp_path / "none", report=ReportConfig(reference="MoCo V3", bootstrap_resamples=10))
-    assert "No MoCo V3 runs in this table: no differences between methods." in (tmp_path / "none" / "comparison.md").read_text()
+    assert ("No MoCo V3 runs in this table: no differences between methods."
+            in (tmp_path / "none" / "comparison.md").read_text())

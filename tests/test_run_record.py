@@ -111,7 +111,8 @@ def test_tensorboard_hparams_hold_the_knobs_and_final_metrics(tracked_run):
     assert "hparam/loss_con" in scalars
     knobs = b"".join(v.metadata.plugin_data.content for v in plugin)
     assert b"optim.lr" in knobs and b"methods.core.masking.p_time" in knobs
-    assert hparams(cfg)["optim.lr"] == cfg.optim.lr and hparams(cfg)["methods.core.masking.p_time"] == cfg.methods.core.masking.p_time
+    assert hparams(cfg)["optim.lr"] == cfg.optim.lr
+    assert hparams(cfg)["methods.core.masking.p_time"] == cfg.methods.core.masking.p_time
 
 
 def test_mlflow_run_holds_the_params_and_every_epoch(tracked_run):

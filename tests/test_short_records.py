@@ -220,7 +220,7 @@ def test_pooled_features_ignore_padding_values_and_length(short_window):
         fa2 = enc.pooled(a2)
         zero_padded = enc.pooled(fill(a))                                  # zeros are NOT padding
     assert torch.isfinite(fa).all()
-    assert torch.allclose(fa, fb, atol=1e-5) and torch.allclose(fa, fc, atol=1e-5) and torch.allclose(fa, fa2, atol=1e-5)
+    assert all(torch.allclose(fa, other, atol=1e-5) for other in (fb, fc, fa2))
     assert not torch.allclose(fa, zero_padded, atol=1e-3)
     clf = Classifier(enc, 3, ("I", "II", "III", "aVR", "aVL", "aVF", "V1", "V2", "V3", "V4", "V5", "V6"),
                      multilabel=False).eval()
@@ -284,7 +284,8 @@ def short_corpus(ray_session, ecg_data, tmp_path_factory):
                         write_dir=str(root / "records500" / "00000"))
         else:
             for ext in (".hea", ".dat"):
-                (root / "records500" / "00000" / (name + ext)).symlink_to(src / PTBXL_500.split("/", 1)[1] / (name + ext))
+                target = src / PTBXL_500.split("/", 1)[1] / (name + ext)
+                (root / "records500" / "00000" / (name + ext)).symlink_to(target)
     out = root.parent / "corpus"
     cfg = load_config(overrides=["data.shard_records=32"]).data
     build_corpus("ptbxl", root, out, cfg, source_options=cfg.sources.for_source("ptbxl", 0))

@@ -179,7 +179,8 @@ def test_interval_and_p_match_an_independent_loop(tmp_path, monkeypatch, multila
         # below min_runs: the percentile interval of patient resamples alone, no p, not testable
         point, low, high, p, _ = by_loops(ref, other, metric, multilabel, B, seed, min_runs=4)
         f = few[metric]
-        assert (f.diff, f.low, f.high) == pytest.approx((point, low, high), abs=1e-12) and f.p_value is None and p is None
+        assert (f.diff, f.low, f.high) == pytest.approx((point, low, high), abs=1e-12)
+        assert f.p_value is None and p is None
         assert not f.testable and "test-set sampling only, not a claim about the methods" in f.unmarkable
 
 
@@ -477,7 +478,8 @@ def test_report_writes_latex(report, tmp_path):
            for i, m in enumerate(("CoRe-ECG", "Sharp"))]
     write_report([*runs, *six], tmp_path / "report6", report=ReportConfig(bootstrap_resamples=20))
     lead = (tmp_path / "report6" / "lead_reduction.tex").read_text()
-    assert r"\multirow{2}{*}{\textbf{Leads}}" in lead and r"\multirow{2}{*}{12}" in lead and r"\multirow{2}{*}{6}" in lead
+    assert r"\multirow{2}{*}{\textbf{Leads}}" in lead
+    assert r"\multirow{2}{*}{12}" in lead and r"\multirow{2}{*}{6}" in lead
     assert "Copy" not in lead and "Single" not in lead
 
 
@@ -730,4 +732,5 @@ def test_the_argmax_f1_cell_leaves_out_the_rare_class_its_difference_leaves_out(
     write_report([r for rs in runs.values() for r in rs], tmp_path / "old",
                  report=ReportConfig(f1="argmax", bootstrap_resamples=0))
     assert ("Rare classes: PTB-XL: the F1 column prints run(s)' stored argmax F1 (metrics.json test.f1_argmax, "
-            "written before per-class argmax F1), which holds the rare classes") in (tmp_path / "old" / "comparison.md").read_text()
+            "written before per-class argmax F1), which holds the rare classes"
+            in (tmp_path / "old" / "comparison.md").read_text())

@@ -35,7 +35,8 @@ SUBJECT_XML = """<componentOf><timepointEvent><componentOf><subjectAssignment><s
   {id}
   <subjectDemographicPerson><name>Clark Kent</name><birthTime value="19530508"/></subjectDemographicPerson>
 </trialSubject></subject></subjectAssignment></componentOf></timepointEvent></componentOf>
-<pertainsTo><subjectFindingComment><text>Subject felt dizzy before the ECG</text></subjectFindingComment></pertainsTo>"""
+<pertainsTo><subjectFindingComment><text>Subject felt dizzy before the ECG</text></subjectFindingComment>
+</pertainsTo>"""
 
 
 def time_seq(increment: str = '<increment value="0.002" unit="s"/>', code: str = "TIME_ABSOLUTE",

@@ -45,7 +45,8 @@ def test_every_built_in_is_registered_from_its_own_module():
     for name in BUILT_IN:
         spec = source_spec(name)
         assert spec.cls.__module__.startswith("coreecg.data.sources.") and get_source(name).name == name
-    with pytest.raises(ValueError, match=r"unknown source 'ptb-xl'; known: aecg, arrays, auto, cinc2021, code15, .*plugins"):
+    with pytest.raises(ValueError,
+                       match=r"unknown source 'ptb-xl'; known: aecg, arrays, auto, cinc2021, code15, .*plugins"):
         source_spec("ptb-xl")
 
 
@@ -196,7 +197,8 @@ def test_layouts_are_todays_known_layouts(tmp_path):
 
 def test_data_sources_is_an_open_section_naming_the_known_sources(built_ins_only, tmp_path):
     with pytest.raises(ConfigError, match=r"data\.sources\.ptb_xl: unknown key \(no registered source.*plugins\); "
-                                          r"the data\.sources keys are aecg, arrays, auto, cinc2021, code15, cpsc2018, dicom, edf, muse, ptbxl, synthetic"):
+                                          r"the data\.sources keys are aecg, arrays, auto, cinc2021, code15, cpsc2018, "
+                                          r"dicom, edf, muse, ptbxl, synthetic"):
         load_config(overrides=["data.sources.ptb_xl.rate=100"])
     saved = load_config(overrides=["data.sources.ptbxl.rate=100"]).to_dict()
     assert list(saved["data"]["sources"]) == ["ptbxl", "cpsc2018", "cinc2021", "code15", "synthetic",

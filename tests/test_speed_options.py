@@ -8,7 +8,6 @@ import torch
 from coreecg.methods import CoReECG
 from coreecg.model.classifier import Classifier
 from coreecg.model.layers import Transformer
-from coreecg.train.speed import keep_freed_memory
 from coreecg.train.step import FinetuneStep, PretrainStep, Schedule
 from tests.helpers import tiny_config
 from tests.step_reference import CASES, REFERENCE, fingerprint

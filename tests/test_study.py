@@ -35,7 +35,9 @@ def _study(tmp_path: Path, ecg_data: Path, **changes) -> Path:
         "mask_rates": {"space": str(tmp_path / "grid.yaml"), "corpora": ["ptbxl"]},
         "report": {"tables": ["comparison", "lead_reduction"], "figures": ["reconstruction", "tsne", "mask_rates"]},
     }
-    (tmp_path / "grid.yaml").write_text("grid:\n  methods.core.masking.p_time: [0.3, 0.7]\n  methods.core.masking.p_lead: [0.2]\n")
+    (tmp_path / "grid.yaml").write_text("grid:\n"
+                                        "  methods.core.masking.p_time: [0.3, 0.7]\n"
+                                        "  methods.core.masking.p_lead: [0.2]\n")
     for key, value in changes.items():
         section, _, field = key.partition("__")
         if field:

@@ -83,8 +83,10 @@ def _embeddings(train_x, val_x, k=3):
     from coreecg.eval.objectives import Embeddings
     from coreecg.eval.probe import ProbeData, ProbeSplit
 
-    split = lambda n: ProbeSplit(np.zeros((n, 1, 1), np.float32), np.eye(k, dtype=np.float32)[np.arange(n) % k],
-                                 np.arange(n) % k)
+    def split(n):
+        return ProbeSplit(np.zeros((n, 1, 1), np.float32), np.eye(k, dtype=np.float32)[np.arange(n) % k],
+                          np.arange(n) % k)
+
     return Embeddings(train_x, val_x, ProbeData(split(len(train_x)), split(len(val_x)), [f"c{i}" for i in range(k)],
                                                 False, "mem"), per_class=2, n_subsets=2)
 
@@ -162,7 +164,8 @@ def test_validation_picks_the_best_and_worst_at_equal_budget_and_correlates_each
 
     data = validation_study(tmp_path, picked, config=None, overrides=[], finetune=[str(corpus)],
                             variants=shipped("tune_spaces/ablations.yaml"))
-    assert data["pretrain"] == {"methods": []} and data["downstream"]["methods"] == [f"trial t{i}" for i in (4, 3, 1, 0)]
+    assert data["pretrain"] == {"methods": []}
+    assert data["downstream"]["methods"] == [f"trial t{i}" for i in (4, 3, 1, 0)]
     assert data["downstream"]["encoders"]["trial t4"] == str(tmp_path / "trials" / "t4" / "encoder.pt")
     from coreecg.study.reader import study_from_dict
 

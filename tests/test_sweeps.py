@@ -61,14 +61,16 @@ def test_optuna_sweep_writes_results_plot_and_a_usable_best_config(env, tmp_path
     rows = _rows(out / "results.csv")
     assert len(rows) == 4 and {r["status"] for r in rows} <= {"completed", "stopped_early"}
     _check_stored_study(url, rows)
-    assert all(0.0 <= float(r["probe_auroc"]) <= 1.0 and 0.3 <= float(r["methods.core.masking.p_time"]) <= 0.7 for r in rows)
+    assert all(0.0 <= float(r["probe_auroc"]) <= 1.0 and 0.3 <= float(r["methods.core.masking.p_time"]) <= 0.7
+               for r in rows)
     assert len({r["methods.core.masking.p_time"] for r in rows}) == 4                     # sampled, not repeated
     assert (out / "importance.png").read_bytes()[:4] == b"\x89PNG"
     best = next(r for r in rows if r["rank"] == "1")               # compared at equal budget (rank_rows)
     assert all(int(r["epochs"]) <= int(best["epochs"]) for r in rows)
     cfg = load_config(out / "best_config.yaml")                              # what jobs/pretrain.py --config reads
     assert cfg.methods.core.masking.p_time == pytest.approx(float(best["methods.core.masking.p_time"]), rel=1e-4)
-    assert cfg.methods.core.loss.tau == pytest.approx(float(best["methods.core.loss.tau"]), rel=1e-4) and cfg.encoders.coreecg.embed_dim == 32
+    assert cfg.methods.core.loss.tau == pytest.approx(float(best["methods.core.loss.tau"]), rel=1e-4)
+    assert cfg.encoders.coreecg.embed_dim == 32
     for r in rows:                                                           # every trial logs to TensorBoard
         assert any((Path(r["run_dir"]) / "tensorboard").iterdir())
         assert all("probe_auroc" in e for e in _epoch_lines(Path(r["run_dir"])))

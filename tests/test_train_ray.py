@@ -37,8 +37,8 @@ def _lines(run_dir: Path) -> list[dict]:
 
 def _config(tmp: Path, name: str, *extra: str):
     return load_config(overrides=[*TINY, "optim.batch_size=8", "optim.warmup_epochs=1", "optim.lr=1e-3",
-                                  "train.num_workers=2", "train.use_gpu=false", f"train.storage_path={tmp}", f"train.name={name}",
-                                  "train.log_every=1", *extra])
+                                  "train.num_workers=2", "train.use_gpu=false", f"train.storage_path={tmp}",
+                                  f"train.name={name}", "train.log_every=1", *extra])
 
 
 @pytest.fixture(scope="module")
@@ -255,7 +255,8 @@ def test_the_quickstart_job_prints_progress_and_no_warning(fresh_ray, tmp_path):
     assert re.search(r"^speed: [0-9.]+ samples/s over 2 epoch\(s\) of this command, [0-9.]+ after the first, "
                      r"first step [0-9.]+ s after the command \(ray [0-9.]+, data [0-9.]+, workers [0-9.]+"
                      r"( \(data materialised beside them in [0-9.]+\))?, "     # on a job's own cluster
-                     r"task [0-9.]+, model [0-9.]+, start [0-9.]+, batch [0-9.]+, first step [0-9.]+\)$", done.stdout, re.M), done.stdout
+                     r"task [0-9.]+, model [0-9.]+, start [0-9.]+, batch [0-9.]+, first step [0-9.]+\)$",
+                     done.stdout, re.M), done.stdout
     run = json.loads((tmp_path / "runs" / "quick" / "run.json").read_text())["sessions"][-1]
     assert run["status"] == "completed" and "jobs/pretrain.py" in run["command"]
 
@@ -282,7 +283,8 @@ def test_cmsc_on_two_workers_with_multi_window_recordings(fresh_ray, ecg_data, t
     from coreecg.data.reading import patient_index, read_split
 
     corpus = tmp_path / "cpsc"
-    build_corpus("cpsc2018", ecg_data / "cpsc2018-cinc2020", corpus, load_config(overrides=["data.shard_records=16"]).data)
+    build_corpus("cpsc2018", ecg_data / "cpsc2018-cinc2020", corpus,
+                 load_config(overrides=["data.shard_records=16"]).data)
     meta = read_split(corpus, "train", ["record_id"])
     ids = patient_index(corpus)
     assert len(set(ids)) == len(set(meta["record_id"])) < len(ids)            # several windows per recording

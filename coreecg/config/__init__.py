@@ -43,7 +43,8 @@ from coreecg.config.sections import ModelConfig, OptimConfig, TrainConfig
 
 __all__ = [
     "STANDARD_LEADS", "ConfigError", "DataConfig", "PreprocessConfig", "SourceOptions", "FINETUNE_AUGMENT_OPS",
-    "FinetuneConfig", "ReportConfig", "MOVED_KEYS", "moved_key", "moved_override", "moved_to_new_places", "PLUGIN_KEYS", "apply_overrides", "config_from_dict",
+    "FinetuneConfig", "ReportConfig", "MOVED_KEYS", "moved_key", "moved_override", "moved_to_new_places", "PLUGIN_KEYS",
+    "apply_overrides", "config_from_dict",
     "load_config", "METHODS", "MethodOptions", "MethodSpec", "PretrainConfig", "import_plugins", "method_specs",
     "Config", "ModelConfig", "OptimConfig", "TrainConfig",
 ]

@@ -52,6 +52,7 @@ def check_encoder_for_method(config) -> None:
         for name, m in method_specs().items():
             encs = [e for e, s in encoder_specs().items() if not s.published and s.yields(getattr(m, "needs", ANY))]
             works.append(f"{name} on {', '.join(encs)}")
-        raise ConfigError(f"pretrain.method={method} needs an encoder whose output is a {needs} "
-                          f"({'tokens on the (lead, time) grid, for its token masks' if needs == 'grid' else 'sequence over time'}); "
-                          f"model.arch={arch} ({spec.title}) yields a {spec.output}. Pairs that work: {'; '.join(works)}")
+        meaning = "tokens on the (lead, time) grid, for its token masks" if needs == "grid" else "sequence over time"
+        raise ConfigError(f"pretrain.method={method} needs an encoder whose output is a {needs} ({meaning}); "
+                          f"model.arch={arch} ({spec.title}) yields a {spec.output}. "
+                          f"Pairs that work: {'; '.join(works)}")

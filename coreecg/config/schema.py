@@ -100,7 +100,8 @@ class Config:
             raise ConfigError(f"model.input_samples={m.input_samples} is not a multiple of {self._patch_key}="
                               f"{self.patch_size}")
         if self.data.crop_samples != m.input_samples:
-            raise ConfigError(f"data.crop_samples={self.data.crop_samples} must equal model.input_samples={m.input_samples}")
+            raise ConfigError(f"data.crop_samples={self.data.crop_samples} must equal "
+                              f"model.input_samples={m.input_samples}")
         if self.data.crop_samples > self.data.preprocess.window_samples:
             raise ConfigError("data.crop_samples exceeds the stored window length")
         d = self.data

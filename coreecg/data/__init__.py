@@ -57,7 +57,8 @@ def synthetic_windows(n: int, seed: int, cfg: PreprocessConfig | None = None) ->
 
 
 __all__ = [
-    "ALL_COLUMNS", "CorpusError", "PreprocessConfig", "build_corpus", "build_corpus_from_arrays", "Record", "RecordError", "RecordRef", "SPLITS", "STANDARD_LEADS",
+    "ALL_COLUMNS", "CorpusError", "PreprocessConfig", "build_corpus", "build_corpus_from_arrays", "Record",
+    "RecordError", "RecordRef", "SPLITS", "STANDARD_LEADS",
     "SYNTHETIC_CLASS_NAMES", "assign_split", "load_manifest", "preprocess_record",
     "read_split", "split_files", "synthetic_windows", "verify_corpus",
 ]

@@ -107,7 +107,8 @@ def _stamp(table: pa.Table, corpus: OpenCorpus) -> pa.Table:
     return table.replace_schema_metadata({"fingerprint_version": str(FINGERPRINT_VERSION),
                                           "manifest_sha256": corpus.manifest_sha256,
                                           "preprocess": json.dumps(corpus.manifest.get("preprocess"), sort_keys=True),
-                                          "patient_ids": json.dumps(corpus.manifest.get("patient_ids"), sort_keys=True)})
+                                          "patient_ids": json.dumps(corpus.manifest.get("patient_ids"),
+                                                                    sort_keys=True)})
 
 
 def preprocess_warning(a: pa.Table, b: pa.Table) -> str | None:

@@ -33,7 +33,8 @@ from coreecg.data.pipeline import build_corpus
 
 
 def build_corpus_from_arrays(signals: Any, fs: float | Sequence[float], leads: Sequence[str], output_dir: str | Path,
-                             *, record_ids: Sequence[str] | None = None, patient_ids: Sequence[str | None] | None = None,
+                             *, record_ids: Sequence[str] | None = None,
+                             patient_ids: Sequence[str | None] | None = None,
                              labels: Sequence[Sequence[str]] | Mapping[str, Sequence[str]] | None = None,
                              class_map: Mapping[str, str] | None = None, units: str = "mV",
                              cfg: DataConfig | None = None, patient_id_policy: PatientIdPolicy | None = None
@@ -71,9 +72,9 @@ def arrays_to_folder(signals: Any, fs: float | Sequence[float], leads: Sequence[
                      record_ids: Sequence[str] | None = None, patient_ids: Sequence[str | None] | None = None,
                      units: str = "mV") -> Path:
     """Write `signals` (records, leads, samples) as folder/signals.npy and its index
-    folder/signals.csv (the `arrays` reader's format, coreecg.data.sources.arrays); `fs` one rate or one per record, `leads` the
-    names of axis 1, `record_ids` default '0', '1', ...; returns `folder`. ValueError naming
-    what does not fit."""
+    folder/signals.csv (the `arrays` reader's format, coreecg.data.sources.arrays); `fs` one rate
+    or one per record, `leads` the names of axis 1, `record_ids` default '0', '1', ...; returns
+    `folder`. ValueError naming what does not fit."""
     x = np.asarray(signals)
     if x.ndim != 3 or 0 in x.shape:
         raise ValueError(f"signals must be (records, leads, samples) with none empty, got shape {x.shape}")

@@ -187,7 +187,8 @@ class PatientIdPolicy:
         if self.record_map:
             f = Path(self.record_map).expanduser().resolve()
         else:
-            f = default_record_map((Path(self.salt_file).expanduser() if self.salt_file else default_salt_file()).resolve(), out)
+            salt = Path(self.salt_file).expanduser() if self.salt_file else default_salt_file()
+            f = default_record_map(salt.resolve(), out)
         if _inside(f, out):
             raise ValueError(f"the record map {f} lies inside the corpus folder {out}: it names the files behind "
                              "the keys, so it stays with the data's owner (--record-map elsewhere)")

@@ -40,7 +40,8 @@ class ViTOptions:
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout={self.dropout} must be in [0, 1)")
         if self.embed_dim % self.num_heads:
-            raise ConfigError(f"embed_dim={self.embed_dim} is not divisible by its head count num_heads={self.num_heads}")
+            raise ConfigError(f"embed_dim={self.embed_dim} is not divisible by its head count "
+                              f"num_heads={self.num_heads}")
 
     @classmethod
     def tiny(cls) -> "ViTOptions":

@@ -50,7 +50,8 @@ BOOKKEEPING = frozenset({
     "train.name", "train.storage_path", "train.mirror_uri", "train.log_every", "train.progress_every_s",
     "train.eval_every_epochs", "train.figures", "train.checkpoint_every_steps", "train.keep_checkpoints",
     "train.max_failures", "train.device", "train.cpus_per_worker", "train.host_memory_cache",
-    "train.activation_checkpointing", "train.compile", "train.compile_mode", "data.cache_dir", "data.cache_in_memory_gb",
+    "train.activation_checkpointing", "train.compile", "train.compile_mode", "data.cache_dir",
+    "data.cache_in_memory_gb",
     "finetune.eval_batch_size", "finetune.bootstrap_resamples", "finetune.tsne_max_points",
     "finetune.dataset", "finetune.cache_features", "train.seed"})       # seeds are compared as sets per row (SEEDS)
 SEEDS = "train.seed"

@@ -38,5 +38,5 @@ from coreecg.hub.publish import push_export
 from coreecg.loading import CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, load_classifier, load_encoder
 
 __all__ = ["LoadedModel", "input_contract", "load_model", "load_encoder", "load_classifier", "export_model",
-           "push_export", "export_onnx", "check_onnx", "model_card", "DATA_LICENCES", "FORMAT", "FORMAT_VERSION", "CARD_FILE",
-           "CONFIG_FILE", "ONNX_FILE", "WEIGHTS_FILE"]
+           "push_export", "export_onnx", "check_onnx", "model_card", "DATA_LICENCES", "FORMAT", "FORMAT_VERSION",
+           "CARD_FILE", "CONFIG_FILE", "ONNX_FILE", "WEIGHTS_FILE"]

@@ -45,10 +45,9 @@ One idea per module: `items` (what is passed around), `model_input` (what a mode
 """
 from __future__ import annotations
 
-# Every name the single module exported (FORWARD_WINDOWS, Progress, Item, log too: importable as before).
-from coreecg.inference.engine import FORWARD_WINDOWS, Progress, log, predict_paths, run_inference
+from coreecg.inference.engine import predict_paths, run_inference
 from coreecg.inference.in_memory import array_record, embed, predict
-from coreecg.inference.items import CorpusShard, Failure, InferenceError, InferenceResult, InputRecord, Item
+from coreecg.inference.items import CorpusShard, Failure, InferenceError, InferenceResult, InputRecord
 from coreecg.inference.listing import list_corpus, list_inputs, source_options
 from coreecg.inference.model_input import ModelInput, input_spec
 from coreecg.inference.reading import prepare, shard_windows
@@ -56,6 +55,10 @@ from coreecg.inference.writers import (
     EMBEDDINGS_FILE, FAILED_FILE, PREDICTIONS_FILE, write_embeddings_parquet, write_failures_csv,
     write_predictions_csv,
 )
+
+# Every name the single module exported, importable from here as before (not in __all__): re-exports.
+from coreecg.inference.engine import FORWARD_WINDOWS, Progress, log  # noqa: F401
+from coreecg.inference.items import Item  # noqa: F401
 
 __all__ = ["InputRecord", "CorpusShard", "Failure", "InferenceResult", "InferenceError", "ModelInput", "input_spec",
            "source_options", "list_inputs", "list_corpus", "prepare", "shard_windows", "run_inference",

@@ -298,7 +298,8 @@ def _open_published(file: Path, shown: Path, payload: Any) -> ModelSource:
     entries = {"published": family.name}
     if isinstance(payload, dict) and isinstance(payload.get("epoch"), int):
         entries["epoch"] = payload["epoch"]
-    return ModelSource(shown, file, "encoder", config, {k: v.float() if v.is_floating_point() else v for k, v in state.items()}, entries=entries)
+    return ModelSource(shown, file, "encoder", config,
+                       {k: v.float() if v.is_floating_point() else v for k, v in state.items()}, entries=entries)
 
 
 def _is_classifier(payload: dict[str, Any]) -> bool:

@@ -98,7 +98,8 @@ class Classifier(nn.Module, PretrainedMixin, pipeline_tag="other"):
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """x: (B, len(leads), T) -> pooled features (B, D)."""
         if x.shape[1] != len(self.leads):
-            raise ValueError(f"input has {x.shape[1]} leads, the model takes {len(self.leads)} ({', '.join(self.leads)})")
+            raise ValueError(f"input has {x.shape[1]} leads, the model takes {len(self.leads)} "
+                             f"({', '.join(self.leads)})")
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen_encoder):
             if self.pool is None:
                 return self.encoder.pooled(x, self.lead_idx)

@@ -202,7 +202,8 @@ def check_describes(model: nn.Module, info: PretrainedInfo) -> None:
             expected = (getattr(want, "_hub_mixin_config", None) or {}).get(arg)
             if arg != "dropout" and _plain(expected) != _plain(value):
                 raise ValueError(f"{kind}.save_pretrained: the config gives {arg}={_shown(expected)} "
-                                 f"({CONFIG_KEYS.get(arg, arg).replace('<arch>', info.config.model.arch)}) but the model has {_shown(value)}; it would "
+                                 f"({CONFIG_KEYS.get(arg, arg).replace('<arch>', info.config.model.arch)}) "
+                                 f"but the model has {_shown(value)}; it would "
                                  "load as another model: pass the config it was built from")
 
 

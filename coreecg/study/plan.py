@@ -238,7 +238,8 @@ class Study:
         """The run's overrides; `more` (its corpus and encoder) before the command line's --set."""
         leads = parse_lead_set(run.leads)
         method = f"{run.method} ({run.encoder.cell})" if run.encoder and run.encoder.params else run.method
-        out = [*self.base, *self.downstream_set, *run.set, f"finetune.mode={run.mode}", f"finetune.leads=[{','.join(leads)}]",
+        out = [*self.base, *self.downstream_set, *run.set, f"finetune.mode={run.mode}",
+               f"finetune.leads=[{','.join(leads)}]",
                f"finetune.train_fraction={run.fraction}", f"train.seed={run.seed}", f"finetune.method={method}",
                f"finetune.dataset={run.corpus}"]
         if isinstance(run.encoder, RandomEncoder):     # no file: the run's own config says it

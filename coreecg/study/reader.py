@@ -94,7 +94,8 @@ class StudyReader:
         return space
 
     def known(self, key: str, names: tuple[str, ...] | list[str], encoders: bool = False) -> None:
-        unknown = [n for n in names if n not in self.space.variants and not (encoders and n in self.spec.downstream.encoders)]
+        unknown = [n for n in names
+                   if n not in self.space.variants and not (encoders and n in self.spec.downstream.encoders)]
         if unknown:
             raise self.error(key, f"unknown variant(s) {unknown}; {self.space.path.name} has "
                                   f"{list(self.space.variants)}")
@@ -283,8 +284,10 @@ class StudyReader:
                      figures=s.report.figures, report_set=s.report.set, mask_rates=mask_rates, encoders=encoders,
                      published=self.table_checks(tables),
                      extra=self.extra, pretrain_corpora=pretrain_corpora,
-                     allow=(*space.allow, *(Allowance((name,), ("model.*", "encoders.*"), f"{name} is a given encoder ({path}): its "
-                                                  "architecture is its own") for name, path in encoders.items())))
+                     allow=(*space.allow,
+                            *(Allowance((name,), ("model.*", "encoders.*"),
+                                        f"{name} is a given encoder ({path}): its architecture is its own")
+                              for name, path in encoders.items())))
 
 
 def _text(value: str | tuple[str, ...]) -> str:

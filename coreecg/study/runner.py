@@ -238,7 +238,8 @@ def run_study(study: Study, output: str | Path, *, resume: bool = False, concurr
             rows.append(_finished(output, "pretrain", r.name))
         else:
             pending.append((r.name, study.pretrain_overrides(r, corpora)))
-    log.info("pretraining: %d run(s), %d finished before", len(study.pretrain_runs()), len(study.pretrain_runs()) - len(pending))
+    log.info("pretraining: %d run(s), %d finished before", len(study.pretrain_runs()),
+             len(study.pretrain_runs()) - len(pending))
     rows += run_phase(output, "pretrain", study.config_file, pending, concurrency, gpus_per_trial=gpus_per_trial,
                       group=study.name, devices=devices)
     finished, pending = _pending_finetunes(study, output, corpora)

@@ -48,8 +48,8 @@ seeds (without `grids`, the one grid of the section's fields; `grids: {}`, none:
 serve the mask-rate figure's fine-tunings only); a run two grids share runs once.
 A downstream seed s fine-tunes the encoder pretrained with seed s when the study pretrains one,
 else the one of the first pretraining seed; a `downstream.encoders` entry is one encoder for every seed
-(opened once here, so a wrong path or a foreign file fails before Ray). Every pretraining and every fine-tuning config is
-built here (an unknown key, variant, method, corpus, source, mode or lead name is a StudyError
+(opened once here, so a wrong path or a foreign file fails before Ray). Every pretraining and every
+fine-tuning config is built here (an unknown key, variant, method, corpus, source, mode or lead name is a StudyError
 "<file>: <dotted.key>: <reason>"), so a typo costs a second, not a cluster hour. The file's schema
 is `StudyFile` below (dataclasses, read by `coreecg.typed` like configs and search spaces);
 coreecg.study.reader makes it a `Study` (coreecg.study.plan), `study_from_dict` from the same

@@ -43,7 +43,8 @@ def weights_sha256(module: torch.nn.Module) -> str:
     """sha256 over a module's state (names, shapes, dtypes, bytes), in name order."""
     h = hashlib.sha256()
     for name, t in sorted(module.state_dict().items()):
-        t = t.detach().cpu().contiguous().reshape(-1) if t.dim() == 0 else t.detach().cpu().contiguous()   # 0-d: a BatchNorm counter
+        # 0-d: a BatchNorm counter
+        t = t.detach().cpu().contiguous().reshape(-1) if t.dim() == 0 else t.detach().cpu().contiguous()
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()

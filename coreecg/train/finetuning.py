@@ -86,8 +86,8 @@ class FinetuneTask:
 
     def build(self, ctx: WorkerContext):
         cfg, f = self.config, self.config.finetune
-        # Loading (and the random encoder's own generator) draws no random numbers (coreecg.loading): the head below is initialised
-        # alike whichever source (run folder, encoder.pt, export) holds the encoder's weights.
+        # Loading (and the random encoder's own generator) draws no random numbers (coreecg.loading): the head
+        # below is initialised alike whichever source (run folder, encoder.pt, export) holds the encoder's weights.
         if self.spec.encoder == RANDOM_ENCODER:
             encoder = random_encoder(cfg)
         else:

@@ -9,10 +9,11 @@ a fresh machine or cluster. Any URI `pyarrow.fs.FileSystem.from_uri` opens works
 hdfs://, abfs://, file:// (credentials as pyarrow reads them, e.g. AWS_* variables).
 
 Push is incremental: a file is uploaded when the mirror lacks it, holds another size, or
-holds a copy older than the local file (config.yaml rewritten at the same size on resume). Checkpoint folders pruned locally
-(`train.keep_checkpoints`) are deleted from the mirror; nothing else is ever deleted there. In a
-checkpoint folder the checkpoint goes up before its sha256 sidecar, so a folder cut short by a
-crash fails the pre-flight check on pull instead of loading half a file.
+holds a copy older than the local file (config.yaml rewritten at the same size on resume).
+Checkpoint folders pruned locally (`train.keep_checkpoints`) are deleted from the mirror; nothing
+else is ever deleted there. In a checkpoint folder the checkpoint goes up before its sha256
+sidecar, so a folder cut short by a crash fails the pre-flight check on pull instead of loading
+half a file.
 """
 from __future__ import annotations
 

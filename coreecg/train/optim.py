@@ -63,7 +63,8 @@ def _layer_decay_groups(model: nn.Module, weight_decay: float, layer_decay: floa
         if not p.requires_grad:
             continue
         exempt = _decay_exempt(name, p)
-        group = groups.setdefault((scales[name], exempt), {"params": [], "weight_decay": 0.0 if exempt else weight_decay,
+        group = groups.setdefault((scales[name], exempt), {"params": [],
+                                                           "weight_decay": 0.0 if exempt else weight_decay,
                                                            "lr_scale": scales[name]})
         group["params"].append(p)
     return list(groups.values())

@@ -157,7 +157,8 @@ class RunPlan:
         lines = [f"run folder: {self.run_dir}"]
         if self.task == "pretrain":
             lines += [f"method: {cfg.method_label} (pretrain.method={cfg.pretrain.method})",
-                      f"corpus: {self.corpus if self.mixture is None else 'a mixture of ' + str(len(self.mixture.corpora))}"
+                      "corpus: " + (str(self.corpus) if self.mixture is None
+                                    else f"a mixture of {len(self.mixture.corpora)}") +
                       f" ({self.train_windows} training windows, {self.steps_per_epoch} "
                       f"steps/epoch of {self.global_batch} over {t.num_workers} worker(s))",
                       *(_mixture_lines(self.mixture) if self.mixture is not None else []),

@@ -137,7 +137,8 @@ class PretrainTask:
             reason = collapse_reason(out, self.config.train.collapse_rankme)
             out["collapsed"] = float(reason is not None)
             if reason is not None:
-                stop = " (train.stop_on_collapse: a sweep stops this trial)" if self.config.train.stop_on_collapse else ""
+                stop = (" (train.stop_on_collapse: a sweep stops this trial)"
+                        if self.config.train.stop_on_collapse else "")
                 log.warning("collapse at epoch %d: %s%s", epoch, reason, stop)
                 writer.line({"event": "collapse", "epoch": epoch, "step": step, "reason": reason})
         if self.figure_windows is not None and bare.can_reconstruct:

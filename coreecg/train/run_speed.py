@@ -94,7 +94,8 @@ def run_speed(run_dir: Path | str, since: float) -> dict[str, Any]:
         return sum(n for n, _ in part) / seconds if seconds > 0 else None
 
     return {"epochs": len(epochs), "samples": round(sum(n for n, _ in epochs)), "seconds": sum(s for _, s in epochs),
-            "samples_per_s": rate(epochs), "samples_per_s_after_first_epoch": rate(epochs[1:]) if len(epochs) > 1 else None,
+            "samples_per_s": rate(epochs),
+            "samples_per_s_after_first_epoch": rate(epochs[1:]) if len(epochs) > 1 else None,
             "first_step_s": first_step, "startup_s": _phases(ends, since), "beside_s": _beside(ends),
             # torch.compile: graphs built in training steps after the first (the goal: 0); None when eager
             "graphs_compiled_after_first_step": sum(sessions) if compiled else None}

@@ -83,7 +83,8 @@ def uncompiled(model: nn.Module):
     (the probe at init and between epochs, fine-tuning's validation and test): evaluation's
     shapes (no grad, the probe's or validation's batch) would otherwise build graphs of their own,
     before the first step at init (the quickstart compiled on the CPU: 14.4 s for the probe at
-    init, 6.2 s eager, the same probe_auroc_init) and again between epochs, for passes that are a small share of a run."""
+    init, 6.2 s eager, the same probe_auroc_init) and again between epochs, for passes that are a
+    small share of a run."""
     if not getattr(model, "compiled", False) or not hasattr(torch.compiler, "set_stance"):
         yield
         return

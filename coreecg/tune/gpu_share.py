@@ -64,7 +64,8 @@ def trials_per_gpu(config: Config, memory: MemoryModel, gpu_bytes: float, gpu_na
     if need > usable:
         raise GpuShareError(
             f"--gpus-per-trial auto: a trial needs {need / 2**30:.1f} GiB at optim.batch_size="
-            f"{config.optim.batch_size} ({memory.per_sample / 2**20:.1f} MiB a sample + {memory.fixed / 2**30:.2f} GiB, "
+            f"{config.optim.batch_size} ({memory.per_sample / 2**20:.1f} MiB a sample + "
+            f"{memory.fixed / 2**30:.2f} GiB, "
             f"x{HEADROOM} headroom) but {gpu_name} has {gpu_bytes / 2**30:.1f} GiB ({usable / 2**30:.1f} usable); "
             "lower optim.batch_size, set train.activation_checkpointing=true, or use train.num_workers > 1")
     return max(1, math.floor(usable / need))

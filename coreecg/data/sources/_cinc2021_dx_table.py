@@ -4,7 +4,8 @@ Challenge 2021 tables dx_mapping_scored.csv and dx_mapping_unscored.csv
 
 DX_ROWS: (SNOMED-CT code, abbreviation, description, scored, counts per DB_COLUMNS).
 """
-EQUIVALENT_CODES = (('733534002', '164909002'), ('713427006', '59118001'), ('284470004', '63593006'), ('427172004', '17338001'))
+EQUIVALENT_CODES = (('733534002', '164909002'), ('713427006', '59118001'), ('284470004', '63593006'),
+                    ('427172004', '17338001'))
 
 DX_ROWS = (
     ('164889003', 'AF', 'atrial fibrillation', True, (1221, 153, 2, 15, 1514, 570, 1780, 0)),
@@ -63,7 +64,8 @@ DX_ROWS = (
     ('74615001', 'BTS', 'brady tachy syndrome', False, (0, 1, 1, 0, 0, 0, 0, 0)),
     ('426749004', 'CAF', 'chronic atrial fibrillation', False, (0, 1, 0, 0, 0, 0, 0, 0)),
     ('251199005', 'CCR', 'countercolockwise rotation', False, (0, 0, 0, 0, 0, 0, 162, 0)),
-    ('61721007', 'CVCL/CCVCL', 'clockwise or counterclockwise vectorcardiographic loop', False, (0, 0, 0, 0, 0, 0, 0, 653)),
+    ('61721007', 'CVCL/CCVCL', 'clockwise or counterclockwise vectorcardiographic loop', False,
+     (0, 0, 0, 0, 0, 0, 0, 653)),
     ('698247007', 'CD', 'cardiac dysrhythmia', False, (0, 0, 0, 16, 0, 0, 0, 0)),
     ('27885002', 'CHB', 'complete heart block', False, (0, 27, 0, 0, 16, 8, 1, 75)),
     ('204384007', 'CIAHB', 'congenital incomplete atrioventricular heart block', False, (0, 0, 0, 2, 0, 0, 0, 0)),

@@ -5,8 +5,9 @@ What is read, from the waveform part only:
 - the series: the first top-level `component/series` whose code is RHYTHM, and its first
   `component/sequenceSet` (a set holds the sequences recorded together). A REPRESENTATIVE_BEAT
   series (a median beat, a summary of the recording, as the DICOM and MUSE readers hold too) is
-  never read: a file with only that is a RecordError "no RHYTHM series". Series under `derivation` are not top-level and are not
-  considered. `meta` records the series codes and how many sets the chosen series had.
+  never read: a file with only that is a RecordError "no RHYTHM series". Series under
+  `derivation` are not top-level and are not considered. `meta` records the series codes and
+  how many sets the chosen series had.
 - the time: the set's first sequence coded TIME_ABSOLUTE or TIME_RELATIVE, an evenly sampled list
   (GLIST_TS or GLIST_PQ) whose `<increment value unit>` (s, ms or us) is the sampling period:
   fs = 1 / increment. No time sequence, no increment or one that is not > 0 is a RecordError.

@@ -139,4 +139,5 @@ def require_task_label(path: str, labels: tuple[str, ...], class_names: tuple[st
 
 
 __all__ = ["Source", "Record", "RecordRef", "RecordError", "require_root", "no_records", "walk",
-           "orphan_data_files", "no_header_ref", "raise_listing_error", "split_codes", "map_labels", "require_task_label", "as_age"]
+           "orphan_data_files", "no_header_ref", "raise_listing_error", "split_codes", "map_labels",
+           "require_task_label", "as_age"]

@@ -203,7 +203,8 @@ def _load_original_mat(path: str) -> tuple[np.ndarray, dict]:
     except Exception as exc:
         raise RecordError(path, f"unreadable .mat file: {exc}") from exc
     if "ECG" not in mat:
-        raise RecordError(path, f"no struct 'ECG' in .mat (variables: {sorted(k for k in mat if not k.startswith('__'))})")
+        variables = sorted(k for k in mat if not k.startswith('__'))
+        raise RecordError(path, f"no struct 'ECG' in .mat (variables: {variables})")
     ecg = mat["ECG"]
     try:
         data = np.asarray(ecg["data"][0, 0], dtype=np.float32)

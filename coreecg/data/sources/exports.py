@@ -114,7 +114,8 @@ def other_format_reason(path: Path, fmt: str | None, reader: str) -> str:
                 f"root <{xml_root_name(path)}>")
     if fmt is None:
         article = "an" if reader[:1] in "AEIOU" or reader.startswith("HL7") else "a"    # an EDF, an HL7 aECG
-        return f"not {article} {reader} file (its content is none of {', '.join(v for k, v in FORMAT_NAMES.items() if k not in ('xml', 'unreadable'))})"
+        others = ", ".join(v for k, v in FORMAT_NAMES.items() if k not in ("xml", "unreadable"))
+        return f"not {article} {reader} file (its content is none of {others})"
     return f"a {FORMAT_NAMES[fmt]} file, not {reader}: read it with --source auto"
 
 
@@ -215,7 +216,8 @@ class LabelTable:
         codes = self.lookup(record_id)
         if codes is None:
             raise RecordError(path, f"unlabelled: no row for {record_id!r} in {Path(self.path).name} "
-                                    "(an unlabelled record goes into pretraining corpora only: build them without labels)")
+                                    "(an unlabelled record goes into pretraining corpora only: "
+                                    "build them without labels)")
         hit = {self.code_to_class[c] for c in codes if c in self.code_to_class}
         unmapped = [c for c in codes if c not in self.code_to_class]
         labels = tuple(c for c in self.class_names if c in hit)
@@ -383,5 +385,5 @@ def iter_files(root: Path):
                 yield folder / f
 
 
-__all__ = ["sniff", "XML_ROOTS", "FORMAT_NAMES", "millivolts_per", "parse_number", "LabelTable", "ExportOptions", "LABEL_FREE",
-           "Export", "check_export", "ExportSource", "iter_files", "other_format_reason", "xml_root_name"]
+__all__ = ["sniff", "XML_ROOTS", "FORMAT_NAMES", "millivolts_per", "parse_number", "LabelTable", "ExportOptions",
+           "LABEL_FREE", "Export", "check_export", "ExportSource", "iter_files", "other_format_reason", "xml_root_name"]

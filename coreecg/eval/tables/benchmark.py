@@ -208,8 +208,10 @@ def table_markdown(table: BenchmarkTable) -> str:
     scratch = [m for m, row in table.cells.items() if all(r.mode == "scratch" for runs in row.values() for r in runs)]
     for method, row in table.cells.items():
         lines.append(f"| {method} | " + " | ".join(
-            UNAVAILABLE if method in scratch and c[1] != "finetune" else cell_text(row.get(c, [])) for c in cols) + " |")
-    notes = ["", *table.footnotes, "One run: its test AUROC and the 95 % interval of its patient bootstrap; several: mean ± SD over "
+            UNAVAILABLE if method in scratch and c[1] != "finetune" else cell_text(row.get(c, []))
+            for c in cols) + " |")
+    notes = ["", *table.footnotes,
+             "One run: its test AUROC and the 95 % interval of its patient bootstrap; several: mean ± SD over "
              "runs. 12 leads, all training data. Not a significance test (docs/evaluation.md); protocol "
              "differences to published numbers: docs/benchmark.md."]
     mismatched = {m: sorted({d for (d, _), runs in row.items() for r in runs if r.record.get("preprocess_mismatch")})
@@ -275,7 +277,8 @@ def _context_lines(table: BenchmarkTable, pub: Published, mark: str, columns: li
         values = [(m, v[c[0]]) for m, v in pub.rows.items() if c[0] in v]
         if values:
             why = _column_shares(table, pub, c)[0]
-            out.append(f"- {_label(c)}{mark} ({'not declared in its file' if why == 'not declared' else 'shares neither'}"
+            reason = "not declared in its file" if why == "not declared" else "shares neither"
+            out.append(f"- {_label(c)}{mark} ({reason}"
                        "): " + ", ".join(f"{m} {100 * v:.1f}" for m, v in values))
     return out
 

@@ -11,8 +11,8 @@ Random-init runs are recognised by metrics.json "encoder": "random" (finetune.en
 never by their name; a scratch run is its method's row without a mode suffix. The baselines have
 no difference. The differences are `cell_differences` (coreecg/eval/significance.py) marked by the
 report's run-level rule (report.min_runs, min_test_patients, min_positive_patients, report.adjust
-within each metric's family of this table, report.level), through the same Table / renderers as the other tables (a reference per
-row: `Table.references`).
+within each metric's family of this table, report.level), through the same Table / renderers as
+the other tables (a reference per row: `Table.references`).
 
     table = label_efficiency_table(runs, report)         # coreecg.eval.runs.load_run runs
     write_label_efficiency(table, out_dir)               # label_efficiency.{md,csv,tex},

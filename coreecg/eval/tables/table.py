@@ -282,7 +282,8 @@ def build_table(spec: TableSpec, runs: Sequence[Run], f1: str = "threshold", min
     leaks: dict[str, list[str]] = {}
     for run, _ in members:
         if note := leakage_note(run.record):
-            leaks.setdefault(run.method, []).append(f"{DATASETS.get(run.dataset, run.dataset)}, seed {run.seed}: {note}")
+            dataset = DATASETS.get(run.dataset, run.dataset)
+            leaks.setdefault(run.method, []).append(f"{dataset}, seed {run.seed}: {note}")
     return Table(spec, columns, cells, f1=f1, f1_fallback=tuple(dict.fromkeys(fallback)), members=cell_members,
                  leaks=leaks, below_chance=table_below, rare=rare, rare_unknown=rare_unknown,
                  rare_argmax_stored=set(argmax_stored))

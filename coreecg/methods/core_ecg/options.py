@@ -149,8 +149,10 @@ def _moved() -> dict[str, str]:
     for which in ("time", "latent"):
         out |= {f"model.{which}_decoder_{f.name}": f"methods.core.{which}_decoder.{f.name}"
                 for f in fields(DecoderOptions)}
-    out |= {"model.proj_hidden_dim": "methods.core.projection.hidden_dim", "model.proj_dim": "methods.core.projection.dim",
-            "optim.ema_momentum": "methods.core.ema.momentum", "optim.ema_momentum_end": "methods.core.ema.momentum_end"}
+    out |= {"model.proj_hidden_dim": "methods.core.projection.hidden_dim",
+            "model.proj_dim": "methods.core.projection.dim",
+            "optim.ema_momentum": "methods.core.ema.momentum",
+            "optim.ema_momentum_end": "methods.core.ema.momentum_end"}
     return out
 
 

@@ -290,7 +290,8 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
 STMemEncoder.output_kind = "grid"
 register_encoder(NAME)(STMemEncoder)
 register(PublishedFamily(
-    name=NAME, title="ST-MEM (Na et al., ICLR 2024)", label="ST-MEM", recognise=recognise, read_architecture=read_architecture,
+    name=NAME, title="ST-MEM (Na et al., ICLR 2024)", label="ST-MEM", recognise=recognise,
+    read_architecture=read_architecture,
     build=STMemEncoder.from_config, preprocess=CONTRACT, module="coreecg.model.published.st_mem.STMemEncoder",
     licence="CC BY-NC 4.0 (bakqui/ST-MEM, non-commercial); check it before any commercial use",
     pooling="final LayerNorm of the mean over leads and patches of the last block's patch tokens",

@@ -19,8 +19,9 @@ console within seconds by ClusterWatch; Ray itself ends the job once the GCS has
 On a private cluster, Ray Train's controller polls its workers every TRAIN_POLL_S (0.1 s)
 instead of Ray's 2 s: init_ray sets RAY_TRAIN_HEALTH_CHECK_INTERVAL_S in the job's environment
 (unless the job sets it itself) before the cluster starts, so its processes inherit it, and Ray
-Train hands the driver's value to the controller of every fit. Every `ray.train.report` waits for that poll: a worker's result
-queue holds one report, and the next report blocks until the controller has collected it, so at
+Train hands the driver's value to the controller of every fit. Every `ray.train.report` waits for
+that poll: a worker's result queue holds one report, and the next report blocks until the
+controller has collected it, so at
 2 s an epoch costs at least 2 s whatever it computes. An epoch of a linear probe on cached
 features computes ~0.1 s (tiny model, PTB-XL): at 2 s, 50 epochs took 122 s against 6 s of
 compute (bench/linear_probe.py). The faster poll costs nothing measurable: an idle one-worker
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import socket
 import threading
@@ -49,7 +51,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from coreecg.config.base import ConfigError
+from coreecg.config.sections import AUTO, CPU_WORKERS
 from coreecg.log import TRACE_MANIFEST_ENV
+
+# Lazy imports: ray (the `ray` extra: the light install calls init_ray without it, which names the extra), with
+# coreecg.extras, the check that names it (jobs/sweep.py's --help imports this module: 2,552 modules, 1 more);
+# torch (coreecg.data.from_arrays imports this module, and the data package stays torch-free).
 
 REACH_TIMEOUT_S = 5.0
 # Ray Train's controller poll on a private cluster (module docstring); Ray's default is 2.0 s.
@@ -238,8 +246,6 @@ def check_gpus(needed: float, what: str, fix: str = "set train.use_gpu=false to 
     can join, that is a ClusterError at once naming `what` and `fix`. On a cluster it joined (one
     that may add GPU nodes, `cluster.yaml`'s autoscaler) a warning, and the run waits as Ray
     does; with joined_may_wait=False (inference: `--workers` is cheap to lower) an error there too."""
-    import math
-
     import ray
 
     if needed <= 0:
@@ -393,8 +399,6 @@ def _choose_devices(t, gpus: int) -> tuple[bool, int, int | None]:
     """train.use_gpu and train.num_workers made concrete (t: the train section) on `gpus` GPUs ->
     (use_gpu, workers, too_few: the set workers that outnumber the GPUs when auto chose the CPU for
     them, else None)."""
-    from coreecg.config.sections import AUTO, CPU_WORKERS
-
     gpu_auto, workers_auto = t.use_gpu == AUTO, t.num_workers == AUTO
     too_few = None
     if not gpu_auto:
@@ -411,8 +415,6 @@ def _device_lines(t, devices: Devices, use_gpu: bool, workers: int, too_few: int
                   why_workers: str) -> list[str]:
     """The console's lines on the devices chosen (t: the train section as set): what, why, and
     how to train on GPUs that went unused."""
-    from coreecg.config.sections import AUTO
-
     g, gpu_auto = devices.gpus, t.use_gpu == AUTO
     how = "auto" if gpu_auto else "set"
     if use_gpu:
@@ -443,9 +445,6 @@ def resolve_devices(config, devices: Devices):
     trains on GPUs, else CPU_WORKERS (2). A set value is kept, true without GPUs included (the
     GPU check, coreecg.cluster.check_gpus, then names it). The resolved config is validated again:
     the global batches must divide over the workers auto chose (a ConfigError saying so)."""
-    from coreecg.config.base import ConfigError
-    from coreecg.config.sections import AUTO
-
     t, g = config.train, devices.gpus
     workers_auto = t.num_workers == AUTO
     use_gpu, workers, too_few = _choose_devices(t, g)

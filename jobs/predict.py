@@ -45,14 +45,20 @@ arguments, a model that cannot be loaded, or no readable input (nothing written 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
 from coreecg.cli import fail, job_parser, parse_args
 
+# Lazy imports: in main and score, so that --help stays as light as it is (204 modules): the model side
+# (devices, hub, inference: torch, about 2,600 modules), the Ray actors (coreecg.inference.distributed: ray),
+# and coreecg.cluster and coreecg.extras (2 modules more, 3 ms).
+
 parser = job_parser(__doc__, config=False)
 parser.add_argument("--model", required=True, metavar="PATH",
-                    help="the model: a fine-tuning or pretraining run folder, best.pt / encoder.pt, or an export folder")
+                    help="the model: a fine-tuning or pretraining run folder, best.pt / encoder.pt, or an export "
+                         "folder")
 parser.add_argument("--input", nargs="+", default=[], metavar="FILES_OR_FOLDER",
                     help="WFDB record files (.hea/.dat/.mat) and folders (a known database layout or any WFDB tree)")
 parser.add_argument("--output", required=True, metavar="F",
@@ -106,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--records-per-task {args.records_per_task}: must be >= 1")
     if args.workers:
         from coreecg.extras import MissingExtra, require_ray_extra
+
         try:                                    # before the model loads: the light install has no Ray
             require_ray_extra("--workers (Ray Data actors)")
         except MissingExtra as e:
@@ -135,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         _print_failures(failures)
         return fail("no readable input: no record was found in " + ", ".join(sources))
     from coreecg.cluster import ClusterError
+
     try:
         result = score(loaded, items, failures, args, embeddings, device)
     except InferenceError as e:                 # it names the model's file
@@ -172,8 +180,6 @@ def score(loaded, items, failures, args, embeddings: bool, device):
     if args.workers == 0:
         return run_inference(loaded, items, embeddings=embeddings, batch_size=args.batch_size, device=device,
                              failures=failures)
-    import logging
-
     from coreecg.cluster import find_devices, init_ray, plan_actors
     from coreecg.inference.distributed import run_inference_ray
 

@@ -4,7 +4,8 @@ representation probe (probe_auroc), which (unlike the loss) compares across mask
     python jobs/sweep.py                                            # tune_spaces/core.yaml, 8 trials, this machine
     python jobs/sweep.py --space tune_spaces/core.yaml --num-samples 64 --output sweeps/core
     python jobs/sweep.py --output sweeps/core --resume              # continue after a crash
-    python jobs/sweep.py --num-samples 8 --validate 2 --finetune corpora/ptbxl   # does the objective predict fine-tuning?
+    python jobs/sweep.py --num-samples 8 --validate 2 --finetune corpora/ptbxl
+                                                                    # does the objective predict fine-tuning?
     optuna-dashboard sqlite:///sweeps/core/optuna.db                # watch the stored study while it runs
 
 ASHA stops weak trials after any epoch (grace period 1 epoch, reduction factor 2); a stopped
@@ -21,9 +22,16 @@ from __future__ import annotations
 
 import sys
 
-from coreecg.cli import fail, parse_args, renamed, sweep_parser, sweep_settings
+from coreecg.cli import fail, parse_args, renamed, run_study_job, shipped, sweep_parser, sweep_settings
+from coreecg.config import load_config
+from coreecg.tune.spaces import SpaceError, load_space, optuna_space, trial_config
+from coreecg.tune.sweep import (OBJECTIVES, SweepError, best_row, rank_rows, result_rows, run_sweep,
+                                write_results)
 
-from coreecg.tune.sweep import OBJECTIVES
+# Lazy imports: Ray Tune's search (the `ray` extra), after the job has checked the extra is installed, and
+# the rest where it is used, so that --help stays as light as it is (2,552 modules): the extras check, the
+# plots and the stored study (coreecg.extras, coreecg.tune.plots, coreecg.tune.storage: 3 modules more) and
+# the validation study (coreecg.study: 139 modules more).
 
 
 def build_parser():
@@ -61,11 +69,8 @@ def main(argv=None) -> int:
     from ray.tune.search import ConcurrencyLimiter
     from ray.tune.search.optuna import OptunaSearch
 
-    from coreecg.config import load_config
     from coreecg.tune.plots import importance_plot
     from coreecg.tune.storage import load_stored_study, open_storage, study_storage
-    from coreecg.tune.spaces import SpaceError, load_space, optuna_space, trial_config
-    from coreecg.tune.sweep import SweepError, best_row, rank_rows, result_rows, run_sweep, write_results
 
     try:
         space = load_space(args.space, args.config, args.overrides)
@@ -111,7 +116,6 @@ def main(argv=None) -> int:
 
 def validate(args, s, compared: list[dict]) -> int:
     """--validate K: the K best and K worst trials fine-tuned (the study machinery), rho per objective."""
-    from coreecg.cli import run_study_job
     from coreecg.study.reader import study_from_dict
     from coreecg.study.validate import VALIDATION, chosen_trials, validation_rows, validation_study, write_validation
 
@@ -121,8 +125,6 @@ def validate(args, s, compared: list[dict]) -> int:
         picked = chosen_trials(compared, args.validate)
     except ValueError as e:
         return fail(str(e))
-    from coreecg.cli import shipped
-
     data = validation_study(s.output, picked, config=args.config, overrides=args.overrides, finetune=args.finetune,
                             variants=shipped("tune_spaces/ablations.yaml"))
     study = study_from_dict(data, s.output / f"{VALIDATION}.yaml")

@@ -14,14 +14,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LAZY_MARKER = "Lazy imports:"
-# Being restructured in another branch (issue 57): their inner imports are left as they are until it
-# lands; each must say why (LAZY_MARKER) or move to its top then, and leave this list.
-PENDING = {
-    "coreecg.train.loop", "coreecg.train.fit", "coreecg.data.pipeline", "coreecg.hub.contract",
-    "coreecg.data.sources.wfdb_io", "coreecg.train.finetune_plan", "coreecg.data.subsets", "coreecg.eval.figures",
-    "coreecg.inference.engine", "coreecg.inference.distributed", "coreecg.eval.tables.render", "coreecg.cluster",
-    "coreecg.eval.significance", "coreecg.train.mixture", "coreecg.eval.metrics",
-}
 
 
 def modules(root: Path = REPO) -> dict[str, tuple[Path, bool]]:
@@ -157,12 +149,10 @@ def _witnesses(edges: dict[str, set[str]], comp: list[str]) -> list[str]:
 
 def unexplained(inner: dict[str, list[int]], root: Path = REPO) -> list[str]:
     """`module:line` of each import inside a function or class in a module that does not say why
-    (LAZY_MARKER before its first function or class), PENDING left out."""
+    (LAZY_MARKER before its first function or class)."""
     known = modules(root)
     out = []
     for m, lines in sorted(inner.items()):
-        if m in PENDING:
-            continue
         tree = ast.parse(known[m][0].read_text())
         first = min((n.lineno for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                     ast.ClassDef))), default=None)
@@ -193,7 +183,6 @@ def test_every_lazy_import_says_why():
     assert not missing, (f"imports inside functions in modules that do not say why at their top ({LAZY_MARKER!r}): "
                          f"{', '.join(missing)}; move them to the top, or say why (an optional dependency, a "
                          "torch-free module, a measured import cost)")
-    assert PENDING <= set(modules())                          # a pending module that left: drop it from the list
 
 
 def test_the_checks_have_teeth(tmp_path):

@@ -10,6 +10,10 @@ import torch
 
 from coreecg.config import STANDARD_LEADS
 
+# Lazy imports: matplotlib and scikit-learn (the `ray` extra), where a figure is drawn: the training modules
+# import this module without them, so the plan's preflight names the extra; and the figure backend (Agg) is
+# chosen only where this module draws. Measured: pyplot 1,178 -> 1,353 modules (0.35 s), t-SNE +1,343 (0.95 s).
+
 
 def reconstruction_figure(model, windows: torch.Tensor, seed: int = 0, title: str = ""):
     """A matplotlib Figure: one row per lead; one column per window, or, for several models

@@ -23,13 +23,16 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+# Lazy imports: scikit-learn (the `ray` extra), where a metric is scored: inference (aggregate_by_record)
+# runs on the light install without it (tests/test_light_install.py).
+
 THRESHOLD = 0.5
 BOOTSTRAP_CHUNK = 250   # resamples scored together: bounds the (chunk, n) weight matrix
 
 
 def per_class_auroc(y: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """One-vs-rest AUROC per class. y: (n, K) {0, 1}; scores: (n, K). -> (K,), NaN where undefined."""
-    from sklearn.metrics import roc_auc_score     # here: inference (aggregate_by_record) runs without sklearn
+    from sklearn.metrics import roc_auc_score
 
     y = np.asarray(y)
     out = np.full(y.shape[1], np.nan)

@@ -14,9 +14,12 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from coreecg.encoders.build import build_encoder
 from coreecg.encoders.registry import encoder_spec, is_published
 from coreecg.config import STANDARD_LEADS, Config
+from coreecg.eval.downstream import crop_rule, eval_offsets
 from coreecg.loading import Kind, ModelSource, build_model, open_source
+from coreecg.model.published import family
 
 
 @dataclass
@@ -79,8 +82,6 @@ def input_contract(config: Config, kind: Kind = "encoder", *, class_names: Seque
     class_names, multilabel: required for a classifier (they are not in the Config).
     stored_samples: samples of a stored window (default: data.preprocess's window).
     """
-    from coreecg.eval.downstream import crop_rule, eval_offsets
-
     p, m = config.data.preprocess, config.model
     stored = int(stored_samples or p.window_samples)
     leads = list(config.finetune.leads) if kind == "classifier" else list(STANDARD_LEADS[:m.n_leads])
@@ -107,16 +108,10 @@ def input_contract(config: Config, kind: Kind = "encoder", *, class_names: Seque
         "preprocessing": "coreecg.data.preprocess.preprocess_record(record, config.data.preprocess)",
     }
     if is_published(m.arch):                      # a published encoder: whose contract this is
-        from coreecg.model.published import family
-
         fam = family(m.arch)
         contract["encoder"] = {"arch": fam.name, "family": fam.title, "pooled": fam.pooling,
                                "normalisation": fam.normalisation, "licence": fam.licence}
     if kind == "encoder":
-        import torch
-
-        from coreecg.encoders.build import build_encoder
-
         with torch.device("meta"):                    # its width and token stride, from the module's shape
             enc = build_encoder(config)
         width = enc.dim

@@ -28,7 +28,11 @@ import time
 from typing import Any, Sequence
 
 import numpy as np
+import ray
+import ray.data
+import torch
 
+from coreecg.cluster import check_gpus, find_devices, plan_actors, quiet_data
 from coreecg.inference.engine import FORWARD_WINDOWS, Progress, log, run_inference
 from coreecg.inference.items import CorpusShard, Failure, InferenceResult
 from coreecg.inference.model_input import input_spec
@@ -43,9 +47,6 @@ class _Scorer:
     (scored or failed), keyed by (item index, position in the item)."""
 
     def __init__(self, model: list, embeddings: bool, batch_size: int | None, device: str):
-        import ray
-        import torch
-
         torch.set_num_threads(1)            # one core per actor: N actors, N cores, no oversubscription
         self.loaded = ray.get(model[0])     # put once by the driver; a list, so Ray hands over the ref
         self.embeddings, self.batch_size, self.device = embeddings, batch_size, device
@@ -93,11 +94,6 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
     actor call (default RECORDS_PER_TASK or 2 forward passes' windows, the larger; a corpus
     shard is a task of its own). Progress: the `coreecg.inference` logger, as tasks come back.
     """
-    import ray
-    import ray.data
-
-    from coreecg.cluster import check_gpus, find_devices, plan_actors, quiet_data
-
     if workers < 1:
         raise ValueError(f"workers={workers}: must be >= 1")
     if device == "auto":                        # the GPUs of the cluster the caller joined or started

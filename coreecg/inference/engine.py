@@ -14,6 +14,9 @@ import torch
 
 from coreecg.data.corpus import SIGNAL_DTYPE
 from coreecg.devices import resolve_device
+from coreecg.eval.downstream import predict
+from coreecg.eval.metrics import aggregate_by_record
+from coreecg.hub import load_model
 from coreecg.inference.items import Failure, InferenceError, InferenceResult, Item
 from coreecg.inference.listing import list_inputs
 from coreecg.inference.model_input import PooledEncoder, input_spec
@@ -62,8 +65,6 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     records share its passes, so Ray actors (coreecg.inference.distributed) give this process's outputs
     bit for bit (tests/test_inference_scale.py).
     """
-    from coreecg.eval.downstream import predict
-
     spec = input_spec(loaded)
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     batch = int(batch_size or FORWARD_WINDOWS)
@@ -147,8 +148,6 @@ class _PassStream:
         return np.diff([0, *self.ends]).astype(np.int64)
 
     def _flush(self, final: bool) -> None:
-        from coreecg.eval.metrics import aggregate_by_record
-
         signal = np.concatenate(self.queue) if self.queue else np.zeros((0, *self.shape), SIGNAL_DTYPE)
         n = len(signal) if final else len(signal) // self.batch * self.batch
         if n == 0:
@@ -176,8 +175,6 @@ def predict_paths(model: str | Path, inputs: Iterable[str | Path], *, embeddings
                   batch_size: int | None = None, device: str = "cpu", splits: Sequence[str] | None = None,
                   progress_every_s: float = 5.0) -> InferenceResult:
     """load_model + list_inputs + run_inference (InferenceError / CheckpointError for a bad model)."""
-    from coreecg.hub import load_model
-
     loaded = load_model(model)
     items, failures = list_inputs(inputs, loaded.config, splits=splits)
     return run_inference(loaded, items, embeddings=embeddings, batch_size=batch_size, device=device,

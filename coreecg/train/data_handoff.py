@@ -45,8 +45,6 @@ def beside_workers(config: Config) -> bool:
     Ray Data's read tasks. Elsewhere (a joined cluster, a Tune trial's process) other placement
     groups may hold every CPU while this fit's workers wait for the data, and a read waiting for a
     CPU would wait forever: the split is materialised before the fit there."""
-    import ray
-
     t = config.train
     return owns_cluster() and ray.cluster_resources().get("CPU", 0.0) - t.num_workers * t.cpus_per_worker >= 1
 

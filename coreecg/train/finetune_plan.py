@@ -16,12 +16,16 @@ import numpy as np
 
 from coreecg.encoders.registry import is_published
 from coreecg.checkpoints import CheckpointError
+from coreecg.cluster import with_devices
 from coreecg.config import Config, FinetuneConfig, ModelConfig, PreprocessConfig
 from coreecg.data.corpus import open_corpus
+from coreecg.data.locate import training_corpus
 from coreecg.data.sources import dataset_key
 from coreecg.data.leads import LEAD_SETS, LeadSetError, parse_lead_set
 from coreecg.data.reading import META_COLUMNS, read_split
+from coreecg.data.subsets import stratified_patient_subset, subset_summary
 from coreecg.loading import open_source
+from coreecg.model.published import family
 from coreecg.train.leakage_guard import Pretraining, check_overlap, pretraining_of
 from coreecg.train.plan import FinetuneSpec, RunPlan, preflight, steps_per_epoch
 
@@ -73,10 +77,6 @@ def plan_finetune(config: Config) -> RunPlan:
     a run folder that holds another run; LeakageError when the encoder's pretraining corpus shares
     records or patients with the val/test splits (unless finetune.allow_overlap; docs/leakage.md).
     """
-    from coreecg.cluster import with_devices
-    from coreecg.data.locate import training_corpus
-    from coreecg.data.subsets import subset_summary
-
     config = with_devices(config)       # train.use_gpu/num_workers=auto not resolved by a job (plan_run): here
     corpus = open_corpus(training_corpus(config))      # its manifest read once, from here to the ingest
     manifest = corpus.manifest
@@ -174,8 +174,6 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
     otherwise, no pretraining)."""
     f = config.finetune
     if is_published(config.model.arch):     # a family the registry declares: its adapter module too
-        from coreecg.model.published import family
-
         try:
             family(config.model.arch)
         except KeyError as e:
@@ -232,8 +230,6 @@ def _train_subset(corpus: Path, config: Config, names: list[str]) -> tuple[dict[
     """-> (the train split's metadata columns, labelled (N,) bool, keep (N,) bool: the labelled
     windows of the finetune.train_fraction patient subset). FinetuneError when train, val or
     test holds no labelled window; SubsetError when the fraction empties a class."""
-    from coreecg.data.subsets import stratified_patient_subset
-
     train = read_split(corpus, "train", META_COLUMNS)
     labelled = train["multihot"].any(axis=1)
     if not labelled.any():

@@ -29,21 +29,40 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ray
+import ray.train
+import ray.train.torch
+import torch
+from ray.train import UserCallback
+from ray.train.torch import TorchTrainer
+
 from coreecg.checkpoints import BEST_FILE, ENCODER_FILE, latest_checkpoint
+from coreecg.cluster import check_gpus, find_devices, init_ray, quiet_data, resolve_devices
 from coreecg.config import Config
+from coreecg.devices import trial_device
+from coreecg.run_record import end_session
 from coreecg.train.finetuning import plan_finetune
 from coreecg.train.console import progress_log
 from coreecg.train.data_handoff import DatasetHandoff, beside_workers, start_handoff
 from coreecg.train.follower import RunFollower
-from coreecg.train.ingest import ShardFiles, training_dataset
+from coreecg.train.ingest import ShardFiles, local_source, training_dataset
+from coreecg.train.loop import train_worker
 from coreecg.train.mirror import mirrored, pull_if_missing
+from coreecg.train.mixture import mixture_files
 from coreecg.train.plan import RunPlan, write_run_folder
 from coreecg.train.run_speed import MATERIALISED, mark
 from coreecg.train.pretraining import plan_pretrain
+from coreecg.train.worker import worker_context
+
+try:        # Ray Train v2's logger of every report (_quiet_worker_logs); other Ray versions lack it
+    from ray.train.v2._internal.execution import context as _train_context
+except ImportError:
+    _train_context = None
 
 log = logging.getLogger(__name__)
 PLANNERS = {"pretrain": plan_pretrain, "finetune": plan_finetune}
@@ -66,8 +85,6 @@ def start_ray(config: Config, gpus: int | None = None) -> None:
     """Connect to (or start) the cluster with CPUs for the workers plus Ray Data's own (and, on
     this job's own local cluster, `gpus`: the GPUs the devices were planned on), and quiet Ray
     Data's per-epoch progress output. `config`: its devices resolved (plan_devices)."""
-    from coreecg.cluster import init_ray, quiet_data
-
     t = config.train
     init_ray(t.num_workers * t.cpus_per_worker, gpus=gpus)
     quiet_data()
@@ -77,8 +94,6 @@ def check_run_gpus(config: Config) -> None:
     """coreecg.cluster.check_gpus for a run's Train workers (one GPU each with train.use_gpu)."""
     t = config.train
     if t.use_gpu:
-        from coreecg.cluster import check_gpus
-
         check_gpus(t.num_workers, f"train.use_gpu=true with train.num_workers={t.num_workers}")
 
 
@@ -86,8 +101,6 @@ def plan_run(config: Config, task: str) -> RunPlan:
     """The devices (the console's first lines; what the run folder records), then Ray (a first
     build of the embedded synthetic corpus runs on it), the run folder pulled from its mirror
     where it is missing here, then the task's planner."""
-    from coreecg.cluster import find_devices, resolve_devices
-
     devices = find_devices()                # joins a shared cluster; else before this job's own starts
     config, lines = resolve_devices(config, devices)
     for line in lines:
@@ -133,8 +146,6 @@ def fit(plan: RunPlan, *, callbacks: list | None = None, report_fn=None) -> RunR
 def _open_run(plan: RunPlan, in_process: bool) -> None:
     """Ray (once), the GPUs a worker group needs, the plan on the console, and the run folder
     written (a finished fine-tuning resumed with more epochs loses its final outputs)."""
-    import ray
-
     if not ray.is_initialized():            # plan_run (or the Tune trial) started it: once
         start_ray(plan.config)
     if not in_process:                      # a Train worker group would wait for absent GPUs forever
@@ -152,8 +163,6 @@ def _training_data(plan: RunPlan, in_process: bool) -> tuple[Any, DatasetHandoff
     ShardFiles to stream or a Ray Dataset, materialised here unless beside the workers
     (coreecg.train.data_handoff)."""
     if plan.mixture is not None:
-        from coreecg.train.mixture import mixture_files
-
         return mixture_files(plan.mixture, [plan.open(c) for c in plan.mixture.corpora]), None
     beside = not in_process and beside_workers(plan.config)
     dataset = training_dataset(plan.open(plan.corpus), plan.config.train.seed, plan.config.data.cache_in_memory_gb,
@@ -180,11 +189,6 @@ def _fit_on_ray(plan: RunPlan, dataset, handoff: DatasetHandoff | None, callback
 
 def _fit_here(plan: RunPlan, dataset, report_fn, mirror) -> dict[str, Any]:
     """The one worker in this process; -> the last report's numbers."""
-    from coreecg.devices import trial_device
-    from coreecg.train.ingest import local_source
-    from coreecg.train.loop import train_worker
-    from coreecg.train.worker import worker_context
-
     last: dict[str, Any] = {}
 
     def report(metrics: dict[str, float]) -> None:
@@ -193,8 +197,6 @@ def _fit_here(plan: RunPlan, dataset, report_fn, mirror) -> dict[str, Any]:
         report_fn(metrics)
         if mirror is not None:
             mirror()
-
-    import torch
 
     threads = torch.get_num_threads()
     try:
@@ -234,12 +236,6 @@ def _train_loop(config: dict[str, Any]) -> None:
     """train_loop_per_worker: the loop with Ray's data, DDP and reporting. config: {"plan":
     RunPlan.to_dict() (its task is built on the worker), "files": the split's ShardFiles when it
     streams, else None (the materialised dataset is Ray Train's "train")}."""
-    import ray.train
-    import ray.train.torch
-
-    from coreecg.train.loop import train_worker
-    from coreecg.train.worker import worker_context
-
     _quiet_worker_logs()
     rc = ray.train.get_context()
 
@@ -255,26 +251,19 @@ def _train_loop(config: dict[str, Any]) -> None:
 
 
 def _quiet_worker_logs() -> None:
-    import warnings
-
     # Ray hands read-only Arrow buffers to torch; the batch is never written in place.
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
     # The driver prints each epoch's line from metrics.jsonl (RunFollower); the worker's would repeat it.
     progress_log.setLevel(logging.WARNING)
     # Train logs every report (the whole metrics dict) at INFO under a logger named after its
     # file, outside LoggingConfig's reach; the driver prints one line instead (RunFollower).
-    try:
-        from ray.train.v2._internal.execution import context as _train_context
+    if _train_context is not None:
         logging.getLogger(_train_context.__file__).setLevel(logging.WARNING)
-    except ImportError:
-        pass
 
 
 def _failure_callback():
     """A Ray Train UserCallback (runs in the Train controller) that logs a failed worker's error
     where the controller's output goes (the console with --verbose, Ray's logs otherwise)."""
-    from ray.train import UserCallback
-
     class Failures(UserCallback):
         def after_exception(self, run_context, worker_exceptions):
             for rank, exc in worker_exceptions.items():
@@ -288,9 +277,6 @@ def _trainer(plan: RunPlan, dataset, callbacks: list | None):
     "train" dataset (a materialised Ray Dataset, or the callable that waits for one:
     coreecg.train.data_handoff). Checkpoints are the workers' own (coreecg.train.worker), so Ray
     keeps none."""
-    import ray.train
-    from ray.train.torch import TorchTrainer
-
     t, run_dir = plan.config.train, plan.run_dir
     files = dataset if isinstance(dataset, ShardFiles) else None
     return TorchTrainer(
@@ -313,8 +299,6 @@ def _trainer(plan: RunPlan, dataset, callbacks: list | None):
 @contextlib.contextmanager
 def _failed_session(run_dir: Path):
     """A fit that raises closes the run record's session as failed, with the cause."""
-    from coreecg.run_record import end_session
-
     try:
         yield
     except BaseException as e:

@@ -32,11 +32,12 @@ import torch
 from coreecg.checkpoints import CheckpointError, load_latest, prune_checkpoints, save_step
 from coreecg.config import Config
 from coreecg.devices import resolve_device
+from coreecg.run_record import end_session
 from coreecg.train.resume_check import check_compatible
 from coreecg.train.run_speed import startup_record
 from coreecg.train.console import progress_line, progress_log, progress_record, progress_text
 from coreecg.train.ingest import memory_epoch_batches, seed_for
-from coreecg.train.plan import RunPlan
+from coreecg.train.plan import RunPlan, write_run_folder
 from coreecg.train.speed import graphs_compiled, release_freed_memory, uncompiled
 from coreecg.train.step import TrainStep
 from coreecg.train.writer import RunWriter
@@ -139,8 +140,6 @@ def train_worker(task: Task, config: Config, ctx: WorkerContext) -> dict[str, fl
         summary = run.end_epoch(sums, count, seconds)
         run.epoch += 1
     if ctx.is_main:
-        from coreecg.run_record import end_session
-
         with uncompiled(bare):                                     # evaluation runs eager (speed.uncompiled)
             task.finish(bare, ctx, run.writer, summary, run.state)
         end_session(ctx.run_dir, "completed")
@@ -368,8 +367,6 @@ def run_local(plan: RunPlan, task: Task, windows: np.ndarray) -> dict[str, float
 
     It lives beside the loop because it is the loop in one process: only its `WorkerContext` (one
     rank, batches from memory, checkpoints straight to the store) is its own, with no Ray to drive."""
-    from coreecg.train.plan import write_run_folder
-
     config, run_dir = plan.config, write_run_folder(plan)
     device = resolve_device(config.train.device)
     data = torch.from_numpy(np.ascontiguousarray(windows))

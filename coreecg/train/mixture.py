@@ -32,9 +32,12 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from coreecg.data.corpus import OpenCorpus, open_corpora
+from coreecg.data.fingerprints import corpus_fingerprints
+from coreecg.data.overlap import only_splits, signal_windows
 from coreecg.train.ingest import ShardFiles, seed_for
 
 log = logging.getLogger(__name__)
@@ -170,11 +173,6 @@ def duplicate_windows(corpora: Sequence[Path | OpenCorpus],
     kept train window of corpora 0..j-1 (coreecg.data.overlap.signal_windows: the leakage
     guard's match). The same folder listed again loses all of its windows. corpora: paths, or the
     plan's opened corpora (their fingerprint files are then checked once)."""
-    from coreecg.data.fingerprints import corpus_fingerprints
-    from coreecg.data.overlap import only_splits
-
-    import pyarrow as pa
-
     keeps: list[np.ndarray | None] = []
     notes: list[dict] = []
     tables: list[pa.Table | None] = []   # each earlier corpus's kept train fingerprints
@@ -210,8 +208,6 @@ def _in_earlier(table, records: np.ndarray, earlier: list, names: list[str]) -> 
     """One corpus's train fingerprints (`table`; records: each window's dataset + record id) against
     the earlier corpora's kept ones -> (the keep mask: False for every window of a recording with a
     window matching one of theirs; windows dropped per earlier corpus, by name)."""
-    from coreecg.data.overlap import signal_windows
-
     keep = np.ones(table.num_rows, bool)
     dup_of: dict[str, int] = {}
     for name, kept in zip(names, earlier):

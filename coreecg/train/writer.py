@@ -11,6 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from coreecg.config import Config
+from coreecg.eval.figures import save_figure
+from coreecg.train.tracking import start_tracking
+
+# Lazy imports: tensorboardX (the `ray` extra): the training modules import without it, so the plan's
+# preflight (coreecg.train.plan) names the extra to install.
 
 
 class RunWriter:
@@ -29,8 +34,6 @@ class RunWriter:
             self._log = open(run_dir / "metrics.jsonl", "a")
             self._tb = SummaryWriter(str(run_dir / "tensorboard"))
             if config is not None and config.train.tracking != "none":
-                from coreecg.train.tracking import start_tracking
-
                 self._tracker = start_tracking(config, run_dir, job)
 
     def line(self, record: dict[str, Any]) -> None:
@@ -55,8 +58,6 @@ class RunWriter:
                 self._tb.add_scalar(f"{prefix}/{k}", v, step)
 
     def figure(self, fig, name: str, epoch: int, step: int) -> Path | None:
-        from coreecg.eval.figures import save_figure
-
         if not self.enabled:
             return None
         self._tb.add_figure(f"figures/{name}", fig, step, close=False)

@@ -37,9 +37,10 @@ def _rare_notes(table: Table) -> list[str]:
                    f"patients than report.min_positive_patients, left out of its macro F1 and AUROC: {names} "
                    "(docs/evaluation.md, \"Rare classes\").")
     for dataset in sorted(table.rare_unknown):
-        out.append(f"Rare classes: {DATASETS.get(dataset, dataset)}: run(s) written before report.min_positive_patients "
-                   "hold every class in their macro means; their differences, scored from predictions.csv, leave "
-                   "out the classes under it, so a printed mean and its difference can hold other classes.")
+        out.append(f"Rare classes: {DATASETS.get(dataset, dataset)}: run(s) written before "
+                   "report.min_positive_patients hold every class in their macro means; their differences, scored "
+                   "from predictions.csv, leave out the classes under it, so a printed mean and its difference can "
+                   "hold other classes.")
     for dataset in sorted(table.rare_argmax_stored):
         out.append(f"Rare classes: {DATASETS.get(dataset, dataset)}: the F1 column prints run(s)' stored argmax F1 "
                    "(metrics.json test.f1_argmax, written before per-class argmax F1), which holds the rare classes; "

@@ -1,10 +1,9 @@
-"""The training split materialised beside the Train worker group's start (issue 41: seconds from
-the command to the first step).
+"""The training split materialised beside the Train worker group's start, to shorten the time
+from the command to the first step.
 
-A fit's two slowest start-up phases used to run one after the other on the driver: Ray Data
-materialising the split in the object store (6.1 s for the 9,861 windows of a 12,288-record
-corpus on 2 cores), then the TorchTrainer starting its controller and worker group (8.5 s).
-Neither needs the other until a worker asks for its shard, so the driver now materialises in a
+A fit's two slowest start-up phases are Ray Data materialising the split in the object store and
+the TorchTrainer starting its controller and worker group (their figures: docs/performance.md).
+Neither needs the other until a worker asks for its shard, so the driver materialises in a
 thread while `trainer.fit()` starts the workers, and Ray Train takes the dataset through a
 callable (`TorchTrainer(datasets={"train": callable})`, which Ray Train V2 calls in its
 controller once the worker group is up, on every start of it) that waits for the thread's result

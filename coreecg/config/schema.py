@@ -84,8 +84,8 @@ class Config:
         return text
 
     @property
-    def _patch_key(self) -> str:
-        """The dotted key `patch_size` comes from (for errors)."""
+    def patch_key(self) -> str:
+        """The dotted key `patch_size` comes from (errors name it)."""
         arch = self.model.arch if getattr(self.encoder, "patch_size", None) else "coreecg"
         return f"encoders.{arch}.patch_size"
 
@@ -97,7 +97,7 @@ class Config:
         if m.arch in self.encoders.names(m.arch):     # its own sections' keys that go together
             getattr(getattr(self.encoders, m.arch), "check", lambda: None)()
         if m.input_samples % self.patch_size:
-            raise ConfigError(f"model.input_samples={m.input_samples} is not a multiple of {self._patch_key}="
+            raise ConfigError(f"model.input_samples={m.input_samples} is not a multiple of {self.patch_key}="
                               f"{self.patch_size}")
         if self.data.crop_samples != m.input_samples:
             raise ConfigError(f"data.crop_samples={self.data.crop_samples} must equal "
@@ -111,7 +111,7 @@ class Config:
         pre = self.data.preprocess
         if pre.min_duration_s * pre.sampling_rate < self.patch_size:
             raise ConfigError(f"data.preprocess.min_duration_s={pre.min_duration_s} keeps records shorter than "
-                              f"one patch ({self._patch_key}={self.patch_size} samples at {pre.sampling_rate} Hz)")
+                              f"one patch ({self.patch_key}={self.patch_size} samples at {pre.sampling_rate} Hz)")
         for what, batch in (("finetune", self.finetune.batch_size), ("optim", self.optim.batch_size)):
             # train.num_workers=auto: checked on the resolved config (coreecg.cluster.resolve_devices)
             if isinstance(self.train.num_workers, int) and batch % self.train.num_workers:

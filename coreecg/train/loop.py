@@ -342,11 +342,11 @@ class _Run:
         was lost between the two): write that line now, from the checkpoint, so that every epoch has
         exactly one (rank 0)."""
         record = payload.get("epoch_record")
-        log_path = self.ctx.run_dir / "metrics.jsonl"
-        if not self.ctx.is_main or record is None or not log_path.is_file():
+        if not self.ctx.is_main or record is None:
             return
+        log_path = self.ctx.run_dir / "metrics.jsonl"
         number = record.get("epoch")
-        for line in log_path.read_text().splitlines():
+        for line in (log_path.read_text().splitlines() if log_path.is_file() else ()):
             try:
                 old = json.loads(line)
             except ValueError:             # a line cut off by the loss of its writer

@@ -21,22 +21,22 @@ driver read.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
-import importlib.util
 
 import numpy as np
 
 from coreecg.checkpoints import CHECKPOINT_FILE, CheckpointError, checkpoint_dirs, load_checkpoint, verify_checkpoint
 from coreecg.config import Config, ConfigError, config_from_dict, load_config
 from coreecg.data.corpus import OpenCorpus, adopt_corpus, open_corpus
-from coreecg.train.resume_check import changed_keys, check_compatible
 from coreecg.data.fingerprints import corpus_record
 from coreecg.data.overlap import OVERLAP_CSV
 from coreecg.extras import RAY_EXTRA_MODULES, require_ray_extra
 from coreecg.run_record import start_session
 from coreecg.train.mixture import Mixture
+from coreecg.train.resume_check import changed_keys, check_compatible
 
 
 TASKS = ("pretrain", "finetune")

@@ -28,7 +28,7 @@ class CMSCOptions:
         n = config.n_patches
         if n % self.segments:
             raise ConfigError(f"methods.cmsc.segments={self.segments} must divide the {n} patches of a "
-                              f"window (model.input_samples / {config._patch_key})")
+                              f"window (model.input_samples / {config.patch_key})")
 
 
 SPEC = declare_method(MethodSpec("cmsc", "CMSC", options=CMSCOptions, structural=("methods.cmsc.dim",),

@@ -42,7 +42,7 @@ class CPCOptions:
         grid = encoder_spec(config.model.arch).output == GRID          # a patch encoder reads whole patches
         if grid and self.segment_samples % config.patch_size:
             raise ConfigError(f"methods.cpc.segment_samples={self.segment_samples} must be whole patches of "
-                              f"{config._patch_key}={config.patch_size} for model.arch={config.model.arch}")
+                              f"{config.patch_key}={config.patch_size} for model.arch={config.model.arch}")
 
 
 # A checkpoint cannot resume across these: they change the heads.

@@ -72,7 +72,7 @@ def bare_rates(cfg, spec: dict) -> dict:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     leads, k, stored = list(f.leads), spec["classes"], spec["stored_samples"]
-    model = Classifier.for_mode(build_encoder(cfg.model), k, leads, spec["multilabel"], f.mode)
+    model = Classifier.for_mode(build_encoder(cfg), k, leads, spec["multilabel"], f.mode)
     step = FinetuneStep(model, cfg, Schedule(max(1, spec["steps_per_epoch"]), f.epochs, f.warmup_epochs))
     gen = torch.Generator().manual_seed(0)
     pool = 4                                             # batches of stored windows held in memory

@@ -45,25 +45,26 @@ def build_parser():
                    help="a variants file (tune_spaces/ablations.yaml) whose allow: entries declare protocol "
                         "differences between rows")
     p.add_argument("--tables", nargs="+", default=None, metavar="NAME",
-                   help="write these registered tables (a plugin's too: --set plugins=[my_tables]) instead of the "
-                        "default ones: comparison, lead_reduction, train_fraction and, when a run has a random "
-                        "encoder, label_efficiency")
+                   help="report.tables: write these registered tables (a plugin's too: --set plugins=[my_tables]) "
+                        "instead of the default ones: comparison, lead_reduction, train_fraction and, when a run "
+                        "has a random encoder, label_efficiency")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = parse_args(p, argv)          # with --print-config, RUN_DIR and --output may be left out
-    cfg = resolve_config(p, args)       # imports --set plugins=[...]: their tables are registered now
-    unknown = [name for name in args.tables or () if name not in known_tables()]
+    tables = {"report.tables": ("--tables", f"[{', '.join(args.tables)}]" if args.tables else None)}
+    cfg = resolve_config(p, args, tables)       # imports --set plugins=[...]: their tables are registered now
+    unknown = [name for name in cfg.report.tables if name not in known_tables()]
     if unknown:
-        p.exit(2, f"error: --tables: unknown table(s) {unknown}; registered: {known_tables()}\n")
+        p.exit(2, f"error: report.tables (--tables): unknown table(s) {unknown}; registered: {known_tables()}\n")
     from coreecg.tune.spaces import SpaceError, load_space
 
     try:
         allow = load_space(args.variants).allow if args.variants else []
         written = write_report(args.run_dirs, args.output, report=cfg.report, allow=allow, extra=extra_tables(),
-                               tables=args.tables)
+                               tables=list(cfg.report.tables) or None)
     except (RunError, UnfairTableError, SpaceError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 import pytest
 
 from coreecg.config import Config, ConfigError, ReportConfig, config_from_dict, load_config
+from coreecg.config.loading import apply_overrides
 
 
 def test_defaults_are_the_papers_values():
@@ -162,5 +163,11 @@ def test_the_vits_sizes_moved_from_model_to_its_encoder_section(tmp_path):
     with pytest.raises(ConfigError, match=r"model\.depth \(moved to encoders\.coreecg\.depth\) and "
                                           r"encoders\.coreecg\.depth are both given"):
         config_from_dict({"model": {"depth": 3}, "encoders": {"coreecg": {"depth": 4}}})
-    with pytest.raises(ConfigError, match=r"encoders\.coreecg.*embed_dim=30 is not divisible.*num_heads=4"):
+    with pytest.raises(ConfigError, match=r"encoders\.coreecg: embed_dim=30 is not divisible.*num_heads=4"):
         load_config(overrides=["encoders.coreecg.embed_dim=30"])
+    # keys that go together are checked on the whole config, not after each override
+    both = load_config(overrides=["encoders.coreecg.embed_dim=30", "encoders.coreecg.num_heads=3"])
+    assert (both.encoder.embed_dim, both.encoder.num_heads) == (30, 3)
+    # an override of an old size key lands in the section of the arch the overrides before it chose
+    st = apply_overrides(Config(), ["model.arch=st_mem", "model.depth=6"])
+    assert (st.encoders.st_mem.depth, st.encoders.coreecg.depth) == (6, 10)

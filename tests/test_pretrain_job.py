@@ -127,3 +127,16 @@ def test_a_worker_lost_after_an_epochs_checkpoint_gets_its_line_back_on_resume(t
     a, b = _epoch_lines(tmp_path / "a"), _epoch_lines(tmp_path / "b")
     assert [x["epoch"] for x in b] == [1, 2] and "restored_from" in b[0] and "restored_from" not in b[1]
     assert b[0]["loss"] == a[0]["loss"] and b[1]["loss"] == a[1]["loss"] and b[0]["step"] == a[0]["step"]
+
+
+def test_a_resume_compares_the_encoders_own_sizes_and_the_grid_it_reads():
+    """Structural for every encoder: its own section encoders.<arch> (an S4's width, not the ViT's),
+    and for an encoder without a patch, the ViT patch its grid shares (CMSC's segments)."""
+    from coreecg.train.resume_check import structural_differences
+
+    s4 = tiny_config("model.arch=s4")
+    assert structural_differences(s4, tiny_config("model.arch=s4", "encoders.s4.d_model=64")) == ["encoders.s4.d_model"]
+    assert structural_differences(s4, tiny_config("model.arch=s4", "encoders.coreecg.depth=5")) == []
+    assert structural_differences(s4, tiny_config("model.arch=s4", "encoders.coreecg.patch_size=50")) == \
+        ["encoders.coreecg.patch_size"]
+    assert structural_differences(tiny_config(), tiny_config("encoders.coreecg.depth=3")) == ["encoders.coreecg.depth"]

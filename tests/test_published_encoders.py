@@ -174,10 +174,12 @@ def test_visible_tokens_only_enter_the_transformer(fx):
 
 
 def test_the_registry_builds_by_arch():
-    from coreecg.config import ModelConfig
+    from coreecg.config import Config, ModelConfig
     from coreecg.model.encoder import Encoder
 
-    assert "st_mem" in FAMILIES and isinstance(build_encoder(ModelConfig()), Encoder)
+    assert "st_mem" in FAMILIES and isinstance(build_encoder(Config()), Encoder)
+    with pytest.raises(TypeError, match="the whole Config"):      # a model section alone drops the sizes
+        build_encoder(ModelConfig())
     # the config reads the encoder registry (coreecg.encoders): an unknown name is refused there,
     # naming the registered ones and where a plugin goes
     from coreecg.config import ConfigError

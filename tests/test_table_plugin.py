@@ -134,6 +134,10 @@ def test_the_report_job_refuses_an_unknown_table_naming_the_registered_ones(tmp_
         job.main([*map(str, _report_runs(tmp_path)), "--output", str(tmp_path / "out"),
                   "--tables", "comparison", "best_aurco"])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and "--tables: unknown table(s) ['best_aurco']; registered: [" in err
+    assert e.value.code == 2 and "report.tables (--tables): unknown table(s) ['best_aurco']; registered: [" in err
     assert all(f"'{name}'" in err for name in ("comparison", "lead_reduction", "train_fraction", "label_efficiency"))
     assert not (tmp_path / "out").exists()             # refused before anything is written
+    # --tables is the typed key report.tables: the resolved config says it
+    with pytest.raises(SystemExit) as e:
+        job.main(["--print-config", "--tables", "comparison", "lead_reduction"])
+    assert e.value.code == 0 and "  tables:\n  - comparison\n  - lead_reduction\n" in capsys.readouterr().out

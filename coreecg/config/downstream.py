@@ -169,6 +169,9 @@ class ReportConfig:
     equivalence_margin: float = 2.0
     power: float = 0.8
     min_positive_patients: int = 5
+    # jobs/report.py writes these registered tables (a plugin's too) instead of its default ones;
+    # empty: the defaults (--tables sets it)
+    tables: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.equivalence_margin <= 0:

@@ -34,8 +34,8 @@ def apply_overrides(cfg: Config, overrides: Iterable[str], origin: str = "overri
     """`cfg` with each `a.b=c` applied in order (not validated across sections: `validate()`);
     `error` "<origin>: <key>: <reason>" for an unknown key or a wrong value."""
     import_plugins_of(overrides)
-    overrides = [moved_override(item, origin, error) for item in overrides]
-    for item in overrides:
+    for item in overrides:        # each mapped against the arch the overrides before it set
+        item = moved_override(item, origin, error, arch=cfg.model.arch)
         cfg = load(cfg, override(Config, item, error, origin), origin=origin, error=error)
     return cfg
 
@@ -87,12 +87,17 @@ def moved_key(key: str) -> str:
     return all_moved_keys().get(key, key)
 
 
-def moved_override(item: str, origin: str = "overrides", error: type[Exception] = ConfigError) -> str:
-    """An `a.b=c` override with its key at its place now; `error` for a key of a section that
-    moved away and has no new place."""
+def moved_override(item: str, origin: str = "overrides", error: type[Exception] = ConfigError,
+                   arch: str | None = None) -> str:
+    """An `a.b=c` override with its key at its place now (a ViT size `model.<size>` under the
+    section of `arch`, the config's model.arch, where that encoder has the key: st_mem's; else
+    the paper ViT's); `error` for a key of a section that moved away and has no new place."""
     key, sep, raw = item.partition("=")
     moved = all_moved_keys()
     new = moved.get(key.strip())
+    size = key.strip().removeprefix("model.")
+    if new and arch and arch != "coreecg" and size in VIT_SIZES and size in _option_fields(arch):
+        new = f"encoders.{arch}.{size}"
     if sep and new:
         return f"{new}={raw}"
     gone = _gone_sections(moved)
@@ -104,7 +109,7 @@ def moved_override(item: str, origin: str = "overrides", error: type[Exception] 
 def moved_to_new_places(data: dict[str, Any], origin: str) -> dict[str, Any]:
     """`data` (a nested mapping: a file, a saved config) with every moved key at its new place (a
     copy, if any moved); ConfigError for a key left in a section that moved away."""
-    data = _vit_sizes_moved(data)
+    data = _vit_sizes_moved(data, origin)
     moved = all_moved_keys()
     for old, new in moved.items():
         *path, leaf = old.split(".")
@@ -150,7 +155,13 @@ def config_from_dict(data: dict[str, Any], origin: str = "config") -> Config:
     return load(Config, data, origin=origin, error=ConfigError).validate()
 
 
-def _vit_sizes_moved(data: dict[str, Any]) -> dict[str, Any]:
+def _option_fields(arch: str) -> set[str]:
+    """The keys of encoder `arch`'s options section (empty: unknown here, or none)."""
+    spec = ENCODERS.get(arch)
+    return {f.name for f in dataclasses.fields(spec.options)} if spec is not None and spec.options else set()
+
+
+def _vit_sizes_moved(data: dict[str, Any], origin: str) -> dict[str, Any]:
     """A saved config whose model.arch is a published ViT family with the same size keys (st_mem):
     its `model.<size>` keys moved to `encoders.<arch>` (a copy); any other `data` as it is (the
     generic MOVED_KEYS then take `model.<size>` to `encoders.coreecg`)."""
@@ -158,16 +169,14 @@ def _vit_sizes_moved(data: dict[str, Any]) -> dict[str, Any]:
     arch = model.get("arch") if isinstance(model, dict) else None
     if not arch or arch == "coreecg" or not any(k in model for k in VIT_SIZES):
         return data
-    spec = ENCODERS.get(arch)
-    fields = {f.name for f in dataclasses.fields(spec.options)} if spec is not None and spec.options else set()
-    if not set(VIT_SIZES) <= fields:
+    if not set(VIT_SIZES) <= _option_fields(arch):
         return data
     data = copy.deepcopy(data)
     sizes = {k: data["model"].pop(k) for k in VIT_SIZES if k in data["model"]}
     section = _section_at(data, ["encoders", arch], create=True)
     for k, v in sizes.items():
         if k in section and section[k] != v:
-            raise ConfigError(f"model.{k} (moved to encoders.{arch}.{k}) and encoders.{arch}.{k} are both given: "
-                              f"keep encoders.{arch}.{k}")
+            raise ConfigError(f"{origin}: model.{k} (moved to encoders.{arch}.{k}) and encoders.{arch}.{k} are both "
+                              f"given: keep encoders.{arch}.{k}")
         section[k] = v
     return data

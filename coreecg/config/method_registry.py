@@ -31,7 +31,8 @@ class MethodSpec:
         them against the rest of the config (called by `Config.validate` when the method trains).
     structural: the config keys that decide which modules a checkpoint of it holds and their
         shapes: "a.b" (its value; a section's whole value) or "a.b>0" (whether it is positive);
-        `model.*` and `pretrain.method` are structural for every method.
+        `model.*`, the encoder's `encoders.<model.arch>.*` and `pretrain.method` are structural
+        for every method (coreecg.train.resume_check).
     defining: keys outside `methods.<name>` that table rows may differ in ("a.b", "a.*",
         "a.b_*"; coreecg/eval/fairness.py): its own section and `pretrain.*` always define it.
     reported_losses: the loss terms its forward returns besides `loss`, each "loss_<label>".

@@ -95,7 +95,10 @@ class Config:
         m = self.model
         encoder_spec(m.arch)          # a registered encoder (coreecg.encoders), or the error names them
         if m.arch in self.encoders.names(m.arch):     # its own sections' keys that go together
-            getattr(getattr(self.encoders, m.arch), "check", lambda: None)()
+            try:
+                getattr(getattr(self.encoders, m.arch), "check", lambda: None)()
+            except ConfigError as e:                   # named by its section, as a key's own error is
+                raise ConfigError(str(e) if str(e).startswith("encoders.") else f"encoders.{m.arch}: {e}") from None
         if m.input_samples % self.patch_size:
             raise ConfigError(f"model.input_samples={m.input_samples} is not a multiple of {self.patch_key}="
                               f"{self.patch_size}")

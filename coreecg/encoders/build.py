@@ -63,9 +63,10 @@ def encoder_class(name: str) -> type[nn.Module]:
     return spec.cls
 
 
-def build_encoder(config) -> nn.Module:
+def build_encoder(config: Config) -> nn.Module:
     """The encoder `config.model.arch` names, randomly initialised (weights are loaded after).
-    `config`: a Config (a bare ModelConfig, for a published family's sizes, is taken too)."""
-    if isinstance(config, ModelConfig):
-        config = Config(model=config)
+    `config`: the whole Config: its sizes are the encoder's own section `encoders.<arch>`."""
+    if isinstance(config, ModelConfig):        # it would build the default sizes, not the run's
+        raise TypeError("build_encoder takes the whole Config (its sizes are encoders.<model.arch>), "
+                        "not its model section")
     return encoder_class(config.model.arch).from_config(config)

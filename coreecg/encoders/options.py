@@ -34,11 +34,13 @@ class ViTOptions:
     mlp_ratio: float = 4.0
     dropout: float = 0.0
 
-    def __post_init__(self) -> None:     # model.input_samples against patch_size: Config.validate
+    def __post_init__(self) -> None:     # keys that go together (width, heads): `check`, on the whole config
         if min(self.patch_size, self.embed_dim, self.depth, self.num_heads) < 1 or self.mlp_ratio <= 0:
             raise ConfigError("patch_size, embed_dim, depth and num_heads must be >= 1 and mlp_ratio > 0")
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout={self.dropout} must be in [0, 1)")
+
+    def check(self) -> None:
         if self.embed_dim % self.num_heads:
             raise ConfigError(f"embed_dim={self.embed_dim} is not divisible by its head count "
                               f"num_heads={self.num_heads}")

@@ -20,14 +20,16 @@ STRUCTURAL = ("model", "encoders.<model.arch>", "pretrain.method")
 
 def structural_differences(saved: Config, current: Config) -> list[str]:
     """Config keys (dotted) whose values change the model's modules or shapes: `STRUCTURAL` (the
-    encoder's input and its own sizes section) and the saved method's own structural keys (when
-    both configs train that method)."""
+    encoder's input, its own sizes section and the grid's patch it reads) and the saved method's
+    own structural keys (when both configs train that method)."""
     a, b = saved.to_dict(), current.to_dict()
     diffs = [f"model.{k}" for k in a["model"] if a["model"][k] != b["model"].get(k)]
     arch = saved.model.arch
     if arch == current.model.arch:
         mine, theirs = a["encoders"].get(arch) or {}, b["encoders"].get(arch) or {}
         diffs += [f"encoders.{arch}.{k}" for k in mine if mine[k] != theirs.get(k)]
+        if saved.patch_key != f"encoders.{arch}.patch_size" and saved.patch_size != current.patch_size:
+            diffs.append(saved.patch_key)          # the grid an encoder without a patch shares (Config.patch_size)
     if saved.pretrain.method != current.pretrain.method:
         return diffs + ["pretrain.method"]
     spec = saved.method

@@ -275,6 +275,9 @@ def fit_job(config: Config, kind: str, input_errors: tuple[type[Exception], ...]
     failure propagates (exit 1)."""
     from coreecg.checkpoints import CheckpointError
     from coreecg.data.corpus import CorpusError
+    from coreecg.extras import RAY_EXTRA_MODULES, TRAINING, require_ray_extra
+
+    require_ray_extra(TRAINING, RAY_EXTRA_MODULES)      # before the driver's module imports Ray
     from coreecg.train.fit import fit, plan_run
 
     named = (CheckpointError, CorpusError, *input_errors)

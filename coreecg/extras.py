@@ -20,6 +20,9 @@ class MissingExtra(ImportError):
     """A package of an extra is not installed; the message names the extra's install command."""
 
 
+TRAINING = "training (pretraining, fine-tuning, their sweeps and studies)"     # what needs the whole extra
+
+
 def require_ray_extra(what: str, modules: tuple[str, ...] = ("ray",)) -> None:
     """MissingExtra naming `what` (a job, a feature) and the install command when one of
     `modules` (import names) is not installed; nothing is imported."""

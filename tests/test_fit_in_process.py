@@ -50,3 +50,24 @@ def test_a_failing_worker_gives_the_caller_its_threads_back_too(fit_here, tmp_pa
     with pytest.raises(RuntimeError, match="a report that fails"):
         fit_here(_plan(tmp_path, "train.cpus_per_worker=1"), report_fn=report)
     assert torch.get_num_threads() == 3
+
+
+def test_a_trial_stopped_in_its_epoch_report_keeps_that_epochs_checkpoint_and_line(fit_here, tmp_path):
+    """Tune stops a trial inside its report (the training thread exits there): the epoch's
+    checkpoint and its metrics.jsonl line are both written before the report."""
+    import json
+
+    from coreecg.checkpoints import checkpoint_dirs
+
+    class Stopped(BaseException):
+        pass
+
+    def report(metrics):
+        if "seconds" in metrics:              # the epoch's report, not a mid-epoch checkpoint's
+            raise Stopped
+
+    plan = _plan(tmp_path, "train.checkpoint_every_steps=0")
+    with pytest.raises(Stopped):
+        fit_here(plan, report_fn=report)
+    lines = [json.loads(x) for x in (plan.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in lines if x.get("kind") == "epoch"] == [1] and len(checkpoint_dirs(plan.run_dir)) == 1

@@ -98,3 +98,22 @@ def test_training_checks_the_whole_extra(monkeypatch, tmp_path):
     monkeypatch.setattr(extras, "_installed", lambda m: m not in ("tensorboardX", "sklearn"))
     with pytest.raises(extras.MissingExtra, match=r"training .* needs tensorboardX, sklearn, .*coreecg\[ray\]"):
         preflight(tmp_path / "run", load_config())
+
+
+TRAIN_JOB = BLOCK + """
+import runpy
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("job", [["jobs/pretrain.py"],
+                                 ["jobs/finetune.py", "--encoder", "none", "--mode", "scratch", "--corpus", "nowhere",
+                                  "--output", "nowhere-out"]])
+def test_a_training_job_without_the_extra_names_it_before_importing_ray(job):
+    """The training driver's module imports Ray at its top: the job names the extra first, never
+    a bare ModuleNotFoundError."""
+    done = _run(TRAIN_JOB, *job)
+    assert done.returncode != 0
+    assert "MissingExtra" in done.stderr and "training (pretraining" in done.stderr, done.stderr[-3000:]
+    assert "pip install 'coreecg[ray]'" in done.stderr and "No module named 'ray'" not in done.stderr

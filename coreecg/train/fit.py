@@ -215,7 +215,10 @@ def last_epoch(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / "metrics.jsonl"
     lines = path.read_text().splitlines() if path.is_file() else []
     for line in reversed(lines):
-        record = json.loads(line)
+        try:
+            record = json.loads(line)
+        except ValueError:         # a line cut off when an earlier session's writer was lost
+            continue
         if record.get("kind") == "epoch":
             return {k: v for k, v in record.items() if k not in ("kind", "time")}
     return {}

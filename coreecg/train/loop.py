@@ -51,8 +51,9 @@ class WorkerContext:
 
     epoch_batches(epoch) -> iterable of (signal (b, C, T_stored) on device, uid (b,)); every rank
         yields at least `steps_per_epoch` batches.
-    report(metrics, checkpoint) persists metrics and, when `checkpoint` (a payload dict, rank 0
-        only) is given, a checkpoint; under Ray every rank must call it (a barrier).
+    report(metrics, checkpoint, saved=None) persists metrics and, when `checkpoint` (a payload
+        dict, rank 0 only) is given, a checkpoint; then calls `saved()` (if given), then reports
+        (under Ray every rank must call it: a barrier; a Tune trial may be stopped inside it).
     latest() -> (payload, its config, path) of the checkpoint to resume from, or None.
     """
 
@@ -62,7 +63,7 @@ class WorkerContext:
     steps_per_epoch: int
     run_dir: Path
     epoch_batches: Callable[[int], Iterable[tuple[torch.Tensor, torch.Tensor]]]
-    report: Callable[[dict[str, float], dict[str, Any] | None], None]
+    report: Callable[..., None]       # (metrics, checkpoint payload | None, saved=None)
     latest: Callable[[], tuple[dict, Config, Path] | None]
     wrap: Callable[[torch.nn.Module], torch.nn.Module] = lambda m: m
     started: float = 0.0      # when the worker's training function began (s since the epoch; 0: not known)
@@ -321,11 +322,10 @@ class _Run:
         payload = self.payload(ctx.steps_per_epoch, summary)
         if payload is not None:
             payload["epoch_record"] = record
-        # The epoch's line follows its checkpoint: a worker lost between the two would otherwise leave
-        # the line of an epoch the resumed run trains again (twice in metrics.jsonl); a checkpoint
-        # whose line is missing gets it back on resume (resume_or_start).
-        ctx.report(summary, payload)
-        self._write_epoch(record, summary)
+        # The epoch's line follows its checkpoint (a worker lost between the two would otherwise leave
+        # the line of an epoch the resumed run trains again) and precedes the report (where Tune may
+        # stop the trial); a checkpoint whose line is missing gets it back on resume (resume_or_start).
+        ctx.report(summary, payload, saved=lambda: self._write_epoch(record, summary))
         return summary
 
     def _write_epoch(self, record: dict[str, Any], summary: dict[str, float]) -> None:
@@ -374,10 +374,13 @@ def run_local(plan: RunPlan, task: Task, windows: np.ndarray) -> dict[str, float
         raise ValueError(f"{len(data)} windows for a plan of {plan.train_windows}")
     bs = task.global_batch
 
-    def report(metrics: dict[str, float], payload: dict[str, Any] | None) -> None:
+    def report(metrics: dict[str, float], payload: dict[str, Any] | None,
+               saved: Callable[[], None] | None = None) -> None:
         if payload is not None:
             save_step(run_dir, payload["trainer"]["step"], payload.pop("model"), config, **payload)
             prune_checkpoints(run_dir, config.train.keep_checkpoints)
+        if saved is not None:
+            saved()
 
     ctx = WorkerContext(
         rank=0, world_size=1, device=device, steps_per_epoch=plan.steps_per_epoch, run_dir=run_dir,

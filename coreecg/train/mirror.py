@@ -52,11 +52,9 @@ class RunMirror:
     def __init__(self, run_dir: Path, uri: str):
         self.run_dir, self.uri = Path(run_dir), f"{uri.rstrip('/')}/{Path(run_dir).name}"
         self.fs, self.base = _open(self.uri)
-        self._pafs = pafs               # imported here: the module loads without pyarrow.fs
 
     def _remote(self) -> dict[str, tuple[int, float]]:
         """rel path -> (size, mtime s) of every file in the mirror ({} when it does not exist yet)."""
-        pafs = self._pafs
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.base, recursive=True, allow_not_found=True))
         except OSError as e:

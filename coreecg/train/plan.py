@@ -33,7 +33,7 @@ from coreecg.config import Config, ConfigError, config_from_dict, load_config
 from coreecg.data.corpus import OpenCorpus, adopt_corpus, open_corpus
 from coreecg.data.fingerprints import corpus_record
 from coreecg.data.overlap import OVERLAP_CSV
-from coreecg.extras import RAY_EXTRA_MODULES, require_ray_extra
+from coreecg.extras import RAY_EXTRA_MODULES, TRAINING, require_ray_extra
 from coreecg.run_record import start_session
 from coreecg.train.mixture import Mixture
 from coreecg.train.resume_check import changed_keys, check_compatible
@@ -235,7 +235,7 @@ def preflight(run_dir: Path, config: Config, same_run: Sequence[str] = ()) -> li
     and intact checkpoints (CheckpointError naming the file otherwise). Returns the config keys
     that differ from the saved run (allowed: schedule, logging, data; reported on resume); none
     when the folder is new. MissingExtra first where the `ray` extra is not all installed."""
-    require_ray_extra("training (pretraining, fine-tuning, their sweeps and studies)", RAY_EXTRA_MODULES)
+    require_ray_extra(TRAINING, RAY_EXTRA_MODULES)
     backend = {"mlflow": "MLflow", "wandb": "Weights & Biases"}.get(config.train.tracking)
     if backend and importlib.util.find_spec(config.train.tracking) is None:
         raise PlanError(f"train.tracking={config.train.tracking} needs {backend}, which is not installed: "

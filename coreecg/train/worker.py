@@ -47,10 +47,13 @@ def worker_context(plan: RunPlan, source, rank: int, world: int, device: torch.d
     task = build_task(plan, rank, device)
     per_worker = task.global_batch // world
 
-    def report(metrics: dict[str, float], payload: dict[str, Any] | None) -> None:
+    def report(metrics: dict[str, float], payload: dict[str, Any] | None,
+               saved: Callable[[], None] | None = None) -> None:
         if payload is not None:                  # rank 0 only: the others wait in report_fn
             save_step(run_dir, int(payload["trainer"]["step"]), payload.pop("model"), cfg, **payload)
             prune_checkpoints(run_dir, cfg.train.keep_checkpoints)
+        if saved is not None:                    # after the checkpoint, before a report Tune may stop in
+            saved()
         report_fn(metrics)
 
     return task, WorkerContext(

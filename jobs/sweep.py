@@ -23,14 +23,14 @@ from __future__ import annotations
 import sys
 
 from coreecg.cli import fail, parse_args, renamed, run_study_job, shipped, sweep_parser, sweep_settings
-from coreecg.config import load_config
 from coreecg.tune.spaces import SpaceError, load_space, optuna_space, trial_config
-from coreecg.tune.sweep import (OBJECTIVES, SweepError, best_row, rank_rows, result_rows, run_sweep,
+from coreecg.tune.sweep import (OBJECTIVES, SweepError, best_row, check_sweep, rank_rows, result_rows, run_sweep,
                                 write_results)
 
 # Lazy imports: Ray Tune's search (the `ray` extra), after the job has checked the extra is installed, and
 # the rest where it is used, so that --help stays as light as it is (2,552 modules): the extras check, the
-# plots and the stored study (coreecg.extras, coreecg.tune.plots, coreecg.tune.storage: 3 modules more) and
+# plots, the searcher and the stored study (coreecg.extras, coreecg.tune.plots, coreecg.tune.search,
+# coreecg.tune.storage) and
 # the validation study (coreecg.study: 139 modules more).
 
 
@@ -48,9 +48,12 @@ def build_parser():
                         help="where the Optuna study is stored (an RDB URL; default: sqlite:///<output>/optuna.db)")
     renamed(parser, "--seed", "--search-seed (Optuna's sampler seed; the trials' training seed is "
                               "--set train.seed=N)")
+    built_in = ", ".join(f"{k} ({v})" for k, v in OBJECTIVES.items())
     parser.add_argument("--metric", default="probe_auroc", metavar="NAME",
-                        help=f"the objective, from each epoch's report: {', '.join(OBJECTIVES)} or a loss the "
-                             "method reports (CoRe-ECG: loss_rec, loss_con); loss*: minimised, probe*: maximised")
+                        help=f"the objective, from each epoch's report: {built_in}, a loss the "
+                             "method reports (CoRe-ECG: loss_rec, loss_con; minimised), or an objective a plugin "
+                             "registers (a module named in `plugins`, e.g. --set 'plugins=[my_objectives]'), "
+                             "optimised in the direction its registration declares (docs/sweeps.md)")
     return parser
 
 
@@ -67,21 +70,25 @@ def main(argv=None) -> int:
         return fail(str(e))
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search import ConcurrencyLimiter
-    from ray.tune.search.optuna import OptunaSearch
 
     from coreecg.tune.plots import importance_plot
-    from coreecg.tune.storage import load_stored_study, open_storage, study_storage
+    from coreecg.tune.search import EqualBudgetOptunaSearch
+    from coreecg.tune.storage import StudyError, check_study, load_stored_study, open_storage, study_storage
 
     try:
         space = load_space(args.space, args.config, args.overrides)
         if not space.params:
             return fail(f"{args.space}: needs a 'params' section of Optuna distributions")
-        epochs = load_config(args.config, args.overrides).optim.epochs
         s.swept = tuple(space.params)
-        distributions = optuna_space(space)
+        # every refusal before anything is written: a refused sweep leaves no folder and no study
+        cfg = check_sweep(s)
+        epochs = cfg.optim.epochs
         storage_url, study_name = study_storage(s.output, args.optuna_storage)
-        searcher = OptunaSearch(space=distributions, metric=s.metric, mode=s.mode, seed=args.search_seed,
-                                storage=open_storage(storage_url), study_name=study_name)
+        check_study(storage_url, study_name, s.mode, s.resume)
+        distributions = optuna_space(space)
+        # stopped trials are stored as PRUNED: the study's best_trial keeps the equal-budget rule
+        searcher = EqualBudgetOptunaSearch(space=distributions, metric=s.metric, mode=s.mode, seed=args.search_seed,
+                                           storage=open_storage(storage_url), study_name=study_name, budget=epochs)
         print(f"Optuna study {study_name!r} in {storage_url}: watch it with `optuna-dashboard {storage_url}`",
               flush=True)
         if args.concurrency:
@@ -90,8 +97,9 @@ def main(argv=None) -> int:
         # encoder.pt and done.json (at max_t ASHA stops the trial at that report, before either)
         scheduler = ASHAScheduler(time_attr="training_iteration", max_t=epochs + 1, grace_period=1,
                                   reduction_factor=2)
-        grid = run_sweep(s, {}, search_alg=searcher, scheduler=scheduler, num_samples=args.num_samples)
-    except (SpaceError, SweepError, ValueError) as e:
+        grid = run_sweep(s, {}, search_alg=searcher, scheduler=scheduler, num_samples=args.num_samples,
+                         checked=cfg)
+    except (SpaceError, SweepError, StudyError, ValueError) as e:
         return fail(str(e))
     rows = result_rows(grid, list(space.params), s)
     out = s.output

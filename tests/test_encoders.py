@@ -370,3 +370,54 @@ def test_encoder_cost_is_the_vits_hand_count():
     cost = encoder_cost(cfg)
     assert cost["parameters"] == sum(p.numel() for p in build_encoder(cfg).parameters())
     np.testing.assert_allclose(cost["train_gflop_per_sample"] * 1e9, expected, rtol=1e-6)
+
+
+def _pairs():
+    """Every registered method on every built-in encoder it trains with (published families excluded:
+    their sizes come from their weights)."""
+    from coreecg.config.method_registry import METHODS
+    from coreecg.encoders import encoder_specs
+
+    built_in = {m: s for m, s in METHODS.items() if getattr(s.options, "__module__", "").startswith("coreecg.")}
+    return [(m, a) for m, spec in sorted(built_in.items())
+            for a, e in encoder_specs().items() if e.built_in and not e.published and e.yields(spec.needs)]
+
+
+HEADS = ["methods.moco_v3.hidden_dim=32", "methods.moco_v3.dim=16", "methods.cmsc.dim=16", "methods.cpc.context_dim=16"]
+
+
+@pytest.mark.parametrize("method, arch", _pairs())
+def test_no_method_builds_a_parameter_that_gets_no_gradient(method, arch):
+    """What DDP with find_unused_parameters off (Ray's prepare_model) refuses on 2 workers: after one
+    training step of each method x encoder pair at its defaults (issue 61: CPC's heads 10-12 had no
+    (context, target) pair on 10 segments), every trainable parameter has a gradient."""
+    from coreecg.methods import build_method
+
+    cfg = load_config(overrides=[*TINY, *ENCODERS.get(arch, []), f"pretrain.method={method}", *HEADS])
+    torch.manual_seed(0)
+    model = build_method(cfg)
+    model.train()
+    out = model(torch.randn(4, 12, cfg.model.input_samples))
+    out["loss"].backward()
+    dead = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert dead == [], f"{method} on {arch}: no gradient for {dead}"
+
+
+def test_cpc_steps_are_checked_against_the_segments_when_the_config_is_read():
+    """The default derives the steps from the context (12 on the causal S4's frames, segments - 1 on
+    10 segments); an explicit count past the last segment is refused before anything is built."""
+    from coreecg.methods import build_method
+
+    vit = load_config(overrides=[*TINY, "pretrain.method=cpc", *HEADS])
+    assert vit.methods.cpc.steps is None and len(build_method(vit).heads) == 9
+    assert len(build_method(load_config(overrides=[*TINY, *S4, "pretrain.method=cpc", *HEADS])).heads) == 12
+    with pytest.raises(ConfigError, match=r"methods.cpc.steps=12 predicts up to 12 segments ahead, but "
+                                          r"methods.cpc.segment_samples=225 gives 10 segments .* only steps 1..9 "
+                                          r"have a \(context, target\) pair.*set methods.cpc.steps <= 9"):
+        load_config(overrides=[*TINY, *XRES, "pretrain.method=cpc", "methods.cpc.steps=12"])
+    assert load_config(overrides=[*TINY, *XRES, "pretrain.method=cpc", "methods.cpc.steps=9"]).methods.cpc.steps == 9
+    # the causal S4 offers frames (450 of them): 12 steps are fine; bidirectional, it falls back to segments
+    load_config(overrides=[*TINY, *S4, "pretrain.method=cpc", "methods.cpc.steps=12"])
+    with pytest.raises(ConfigError, match="methods.cpc.steps=12 predicts"):
+        load_config(overrides=[*TINY, *S4, "encoders.s4.bidirectional=true", "pretrain.method=cpc",
+                               "methods.cpc.steps=12"])

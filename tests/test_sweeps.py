@@ -50,46 +50,66 @@ def _epoch_lines(run_dir: Path) -> list[dict]:
 
 
 def test_optuna_sweep_writes_results_plot_and_a_usable_best_config(env, tmp_path):
+    """On a plugin objective, minimised (issue 61: such a sweep named no best): results.csv ranks it
+    at equal budget, and the stored study's best_trial is that same trial."""
     environ, sets = env
     space = tmp_path / "space.yaml"
     space.write_text("params:\n  methods.core.masking.p_time: {type: uniform, low: 0.3, high: 0.7}\n"
                      "  methods.core.loss.tau: {type: loguniform, low: 0.1, high: 0.4}\n")
     out = tmp_path / "sweep"
-    done = _run("sweep.py", "--space", str(space), "--num-samples", "4", "--output", str(out), *sets, env=environ)
+    plugin = ["--set", "plugins=[tests.plugin_objective]", "--metric", "top_pc_share"]
+    done = _run("sweep.py", "--space", str(space), "--num-samples", "4", "--output", str(out), *plugin, *sets,
+                env=environ)
     url = f"sqlite:///{out.resolve() / 'optuna.db'}"
     assert f"Optuna study 'coreecg-sweep' in {url}: watch it with `optuna-dashboard {url}`" in done.stdout
     rows = _rows(out / "results.csv")
     assert len(rows) == 4 and {r["status"] for r in rows} <= {"completed", "stopped_early"}
     _check_stored_study(url, rows)
-    assert all(0.0 <= float(r["probe_auroc"]) <= 1.0 and 0.3 <= float(r["methods.core.masking.p_time"]) <= 0.7
-               for r in rows)
+    assert all(0.0 <= float(r["top_pc_share"]) <= 1.0 and 0.0 <= float(r["probe_auroc"]) <= 1.0
+               and 0.3 <= float(r["methods.core.masking.p_time"]) <= 0.7 for r in rows)
     assert len({r["methods.core.masking.p_time"] for r in rows}) == 4                     # sampled, not repeated
     assert (out / "importance.png").read_bytes()[:4] == b"\x89PNG"
     best = next(r for r in rows if r["rank"] == "1")               # compared at equal budget (rank_rows)
     assert all(int(r["epochs"]) <= int(best["epochs"]) for r in rows)
+    assert all(float(best["top_pc_share"]) <= float(r["top_pc_share"]) for r in rows if r["rank"])
+    assert f"best top_pc_share {float(best['top_pc_share']):.4f} (trial {best['trial_id']})" in done.stdout
     cfg = load_config(out / "best_config.yaml")                              # what jobs/pretrain.py --config reads
     assert cfg.methods.core.masking.p_time == pytest.approx(float(best["methods.core.masking.p_time"]), rel=1e-4)
     assert cfg.methods.core.loss.tau == pytest.approx(float(best["methods.core.loss.tau"]), rel=1e-4)
     assert cfg.encoders.coreecg.embed_dim == 32
     for r in rows:                                                           # every trial logs to TensorBoard
         assert any((Path(r["run_dir"]) / "tensorboard").iterdir())
-        assert all("probe_auroc" in e for e in _epoch_lines(Path(r["run_dir"])))
+        assert all("probe_auroc" in e and "top_pc_share" in e for e in _epoch_lines(Path(r["run_dir"])))
 
-
-    # --resume continues the same stored study: nothing is sampled twice, the study reads back whole
-    _run("sweep.py", "--space", str(space), "--num-samples", "4", "--output", str(out), "--resume", *sets, env=environ)
+    # a new sweep on the folder is refused (it holds a study); --resume continues the same stored
+    # study: nothing is sampled twice, the study reads back whole
+    refused = subprocess.run([sys.executable, "jobs/sweep.py", "--space", str(space), "--output", str(out), *plugin,
+                              *sets], cwd=REPO, env=environ, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "pass --resume" in refused.stderr
+    _run("sweep.py", "--space", str(space), "--num-samples", "4", "--output", str(out), "--resume", *plugin, *sets,
+         env=environ)
     _check_stored_study(url, _rows(out / "results.csv"))
     _check_dashboard_serves(url)
 
 
 def _check_stored_study(url: str, rows: list[dict]) -> None:
-    """The study, read back in this process (the sweep's is gone): one trial per row, same parameters."""
+    """The study, read back in this process (the sweep's is gone): one trial per row, same parameters;
+    a trial that ran the whole budget is COMPLETE, one stopped earlier PRUNED with its epochs, so the
+    study's best_trial is results.csv's rank 1."""
     import optuna
 
     study = optuna.load_study(study_name="coreecg-sweep", storage=url)
     stored = sorted(round(t.params["methods.core.masking.p_time"], 6) for t in study.trials)
     assert stored == sorted(round(float(r["methods.core.masking.p_time"]), 6) for r in rows)
-    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    by_p = {round(float(r["methods.core.masking.p_time"]), 6): r for r in rows}
+    for t in study.trials:
+        row = by_p[round(t.params["methods.core.masking.p_time"], 6)]
+        assert t.user_attrs["epochs"] == int(row["epochs"]) and t.user_attrs["budget"] == 2
+        full = int(row["epochs"]) == 2
+        assert t.state == (optuna.trial.TrialState.COMPLETE if full else optuna.trial.TrialState.PRUNED)
+    best = next(r for r in rows if r["rank"] == "1")
+    assert round(study.best_trial.params["methods.core.masking.p_time"], 6) == \
+        round(float(best["methods.core.masking.p_time"]), 6)
 
 
 def _check_dashboard_serves(url: str) -> None:
@@ -113,7 +133,7 @@ def _check_dashboard_serves(url: str) -> None:
                 time.sleep(0.5)
         assert body is not None, "optuna-dashboard did not answer"
         (study,) = [x for x in body["study_summaries"] if x["study_name"] == "coreecg-sweep"]
-        assert study["directions"] == ["maximize"]
+        assert study["directions"] == ["minimize"]
     finally:
         server.terminate()
         server.wait(timeout=30)

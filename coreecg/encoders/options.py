@@ -126,6 +126,11 @@ class S4Options:
         return cls(d_model=16, n_layers=2, d_state=8, stem=(16, 16), stem_strides=(5, 3), dropout=0.0)
 
     @property
+    def causal_frames(self) -> bool:
+        """Whether it offers CPC causal local frames (`methods.cpc.context: auto` then takes them)."""
+        return not self.bidirectional
+
+    @property
     def stride(self) -> int:
         out = 1
         for s in self.stem_strides:

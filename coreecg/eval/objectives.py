@@ -109,7 +109,8 @@ def knn_scores(train_x: np.ndarray, train_multihot: np.ndarray, val_x: np.ndarra
     return train_multihot[idx].mean(axis=1)
 
 
-@register_objective("knn_auroc", "max", f"{KNN_K}-nearest-neighbour probe (cosine), macro AUROC")
+@register_objective("knn_auroc", "max", f"{KNN_K}-nearest-neighbour probe (cosine), macro AUROC",
+                    also=("knn_acc",))
 def _knn(e: Embeddings) -> dict[str, float]:
     scores = knn_scores(e.train_x, e.data.train.multihot, e.val_x)
     auroc, _ = macro_auroc(e.data.val.multihot, scores)
@@ -129,7 +130,9 @@ def rankme(x: np.ndarray, eps: float = RANKME_EPS) -> float:
     return float(np.exp(-(p * np.log(p)).sum()))
 
 
-@register_objective("rankme", "max", "RankMe: the effective rank of the probe windows' embeddings")
+# embedding_std: larger is further from collapse (docs/sweeps.md: not scale-free, so a weak objective)
+@register_objective("rankme", "max", "RankMe: the effective rank of the probe windows' embeddings",
+                    also=("embedding_std",))
 def _rankme(e: Embeddings) -> dict[str, float]:
     x = np.concatenate([e.train_x, e.val_x])
     return {"rankme": rankme(x), "embedding_std": float(x.std(axis=0).mean())}

@@ -28,6 +28,7 @@ from coreecg.tune.trials import TrialSpec, concurrency_for, cpus_per_trial, erro
 from coreecg.cluster import find_devices, init_ray, resolve_devices
 from coreecg.override_paths import absolute_overrides
 from coreecg.data.locate import training_corpus
+from coreecg.tune.storage import STUDY_FILE
 
 # Lazy imports: ray (the `ray` extra): jobs/sweep.py's --help and the light install import this module
 # without it.
@@ -86,9 +87,12 @@ def check_objective(metric: str, config: Config, swept: tuple[str, ...] | list[s
     itself: the method's `loss_scales`), naming the key and the objectives that stay comparable."""
     allowed = objectives(config)
     if metric not in allowed:
+        plugins = f" (plugins imported: {', '.join(config.plugins)})" if config.plugins else ""
         raise SweepError(f"--metric {metric}: not an objective of pretrain.method={config.pretrain.method}, which "
                          f"reports {', '.join(reported_losses(config)) or 'no loss term'} besides loss; "
-                         f"objectives: {', '.join(allowed)}")
+                         f"objectives: {', '.join(allowed)}. An objective of your own is registered by a module "
+                         f"named in `plugins` (--set 'plugins=[my_objectives]', importable from the working "
+                         f"folder or PYTHONPATH){plugins}: docs/sweeps.md, \"Objectives of your own\"")
     if metric not in objective_directions():                  # a loss: its scale may move with a key
         scale = set(config.method.loss_scales.get(metric, ())) | {"pretrain.method", "train.variant"}
         moving = [k for k in swept if k in scale]
@@ -100,14 +104,35 @@ def check_objective(metric: str, config: Config, swept: tuple[str, ...] | list[s
     return allowed[metric]
 
 
-def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_alg=None, scheduler=None,
-              num_samples: int = 1):
-    """Fit (or, with settings.resume, restore and continue) the sweep -> Tune's ResultGrid. The
-    devices are chosen once, before Ray starts (coreecg.cluster: the console's first lines), and
-    every trial resolves train.use_gpu / train.num_workers "auto" with the same facts."""
+def check_sweep(settings: SweepSettings, param_space: dict[str, Any] | None = None) -> Config:
+    """Everything a sweep can be refused for, checked before anything is written (no folder, no
+    stored study: a refused sweep leaves nothing that a later one would silently reuse) -> the
+    base config. SweepError: an objective the method does not report (or one a swept key
+    rescales), a folder that already holds a sweep or an Optuna study without --resume, a
+    --resume with nothing to resume."""
     out = settings.output.resolve()
     cfg = load_config(settings.config_file, settings.base)
-    check_objective(settings.metric, cfg, (*settings.swept, *param_space))
+    check_objective(settings.metric, cfg, (*settings.swept, *(param_space or {})))
+    if settings.resume:
+        if not tune_can_restore(out / EXPERIMENT):
+            raise SweepError(f"{out / EXPERIMENT}: no sweep to resume here (run without --resume to start one)")
+        return cfg
+    for held in (out / EXPERIMENT, out / STUDY_FILE):
+        if held.exists():
+            raise SweepError(f"{held} exists: {out} holds a sweep; pass --resume to continue it, or another "
+                             "--output")
+    return cfg
+
+
+def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_alg=None, scheduler=None,
+              num_samples: int = 1, checked: Config | None = None):
+    """Fit (or, with settings.resume, restore and continue) the sweep -> Tune's ResultGrid. The
+    devices are chosen once, before Ray starts (coreecg.cluster: the console's first lines), and
+    every trial resolves train.use_gpu / train.num_workers "auto" with the same facts. `checked`:
+    what `check_sweep` returned to a caller that wrote something after it (jobs/sweep.py's stored
+    study), else the sweep is checked here."""
+    out = settings.output.resolve()
+    cfg = checked if checked is not None else check_sweep(settings, param_space)
     devices = find_devices()                 # joins a shared cluster; else before this job's own starts
     cfg, lines = resolve_devices(cfg, devices)
     for line in lines:
@@ -117,12 +142,8 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
     common = dict(storage=out, name=EXPERIMENT, config=cfg, concurrency=concurrency,
                   gpus_per_trial=settings.gpus_per_trial, label="trials", metric=settings.metric)
     if settings.resume:
-        if not tune_can_restore(out / EXPERIMENT):
-            raise SweepError(f"{out / EXPERIMENT}: no sweep to resume here (run without --resume to start one)")
         log.info("resuming the sweep in %s: finished trials are kept, unfinished ones continue", out / EXPERIMENT)
         return run_trials({}, restore=True, **common)
-    if (out / EXPERIMENT).exists():
-        raise SweepError(f"{out / EXPERIMENT} exists: pass --resume to continue that sweep, or another --output")
     out.mkdir(parents=True, exist_ok=True)
     config_file = str(Path(settings.config_file).expanduser().resolve()) if settings.config_file else None
     # with train.tracking, each trial is one tracked run grouped under the sweep folder's name
@@ -164,8 +185,10 @@ def _status(result, epochs: int) -> str:
 
 def result_rows(grid, params: list[str], settings: SweepSettings) -> list[dict[str, Any]]:
     """One row per trial: trial_id, status, the parameters, seed, probe_auroc (final, best, at
-    init), the last epoch's losses, the objective when it is another metric (final, best), steps,
-    epochs, wall seconds, run folder, error."""
+    init), the last epoch's value of every objective (registered ones, plugins' included, with
+    the keys they also report; the loss and its terms) and of the sweep's own metric, the
+    objective's best over the trial's epochs, steps, epochs, wall seconds, run folder, error.
+    The sweep's metric is always a column: the ranking (`rank_rows`) reads it."""
     cfg = load_config(settings.config_file, settings.base)
     rows = []
     for result in grid:
@@ -177,10 +200,9 @@ def result_rows(grid, params: list[str], settings: SweepSettings) -> list[dict[s
             "trial_id": trial_id, "status": _status(result, cfg.optim.epochs),
             **{p: conf.get(p) for p in params},
             "seed": conf.get("train.seed", cfg.train.seed),
-            "probe_auroc": m.get(METRIC, math.nan), "probe_auroc_best": best,
-            "probe_auroc_init": m.get("probe_auroc_init", math.nan),
-            **{k: m.get(k, math.nan) for k in ("knn_auroc", "rankme", "collapsed")},
-            **{k: m.get(k, math.nan) for k in ("loss", *reported_losses(cfg))},
+            "probe_auroc": _number(m.get(METRIC)), "probe_auroc_best": best,
+            "probe_auroc_init": _number(m.get("probe_auroc_init")),
+            **{k: _number(m.get(k)) for k in reported_columns(cfg, settings.metric) if k != METRIC},
             **_objective_columns(settings, history),
             "steps": m.get("step"), "epochs": int(m.get("epoch", 0)),
             "wall_s": m.get("wall_s", m.get("time_total_s")),     # a re-reported finished trial: its own
@@ -190,9 +212,26 @@ def result_rows(grid, params: list[str], settings: SweepSettings) -> list[dict[s
     return sorted(rows, key=lambda r: r["trial_id"])
 
 
+def reported_columns(config: Config, metric: str) -> list[str]:
+    """The final values results.csv keeps: every objective a sweep of `config` may optimise (the
+    registered ones and what they also report, the loss and the method's terms), `collapsed`, and
+    `metric` itself wherever it comes from. From the registries, never a fixed list: a plugin's
+    objective is a column as soon as its module is imported (issue 61)."""
+    return list(dict.fromkeys([*objectives(config), "collapsed", metric]))
+
+
+def _number(value: Any) -> float:
+    """A reported value as a float (an int or a numpy scalar too), NaN where there is none."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 def _objective_columns(settings: SweepSettings, history) -> dict[str, float]:
     """`<metric>_best` over the trial's epochs when the sweep optimises something other than
-    probe_auroc (its final value is already a column)."""
+    probe_auroc (probe_auroc_best is already a column). For reading: the ranking compares the
+    final values at equal budget."""
     metric = settings.metric
     if metric == METRIC:
         return {}

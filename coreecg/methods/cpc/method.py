@@ -71,7 +71,17 @@ class CPC(PretrainMethod):
             context_width = o.context_dim
         else:
             self.context_net, context_width = None, width
-        self.heads = nn.ModuleList(nn.Linear(context_width, width, bias=False) for _ in range(o.steps))
+        declared = o.context_of(config)
+        if declared is not None and declared != self.mode:
+            raise ConfigError(f"methods.cpc.context=auto: encoders.{config.model.arch} declares causal_frames="
+                              f"{declared == 'frames'}, but the built encoder {'has' if frames else 'lacks'} causal "
+                              "local frames (`causal` and `local_features`): declare what it builds")
+        self.n_steps = o.prediction_steps(config, self.mode)
+        # the config checked this before Ray where it knew the context; a plugin encoder's is known here
+        if self.mode == "segments" and self.n_steps > o.segments(config) - 1:
+            raise ConfigError(f"methods.cpc.steps={self.n_steps}: {o.segments(config)} segments give only "
+                              f"{o.segments(config) - 1} steps ahead (see methods.cpc.steps)")
+        self.heads = nn.ModuleList(nn.Linear(context_width, width, bias=False) for _ in range(self.n_steps))
 
     def steps(self, x: torch.Tensor, lead_idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """x: (B, C, T) -> (context (B, L, Dc), targets (B, L, Dz), valid (B, L) or None)."""
@@ -92,6 +102,9 @@ class CPC(PretrainMethod):
         """x: (B, C, T) -> {loss, loss_con, cpc_accuracy}."""
         B, C, _ = self.check_input(x)
         context, targets, valid = self.steps(x, self.lead_idx(C, x.device))
+        if context.shape[1] <= len(self.heads):       # a head with no (context, target) pair would never train
+            raise ConfigError(f"methods.cpc.steps={len(self.heads)}: the {self.mode} context has {context.shape[1]} "
+                              f"steps, so at most {context.shape[1] - 1} can be predicted ahead")
         loss, accuracy = cpc_infonce(context, targets, self.heads, valid, self.options.temperature,
                                      self.config.optim.gather_negatives)
         return {"loss": loss, "loss_con": loss.detach(), "cpc_accuracy": accuracy}

@@ -271,8 +271,9 @@ def fit_job(config: Config, kind: str, input_errors: tuple[type[Exception], ...]
     """A training job's run, `fit(plan_run(config, kind))` -> its FitResult; None (the job exits 2)
     after an "error: ..." line when the input is at fault: a CheckpointError, CorpusError, missing
     file or ValueError from planning, or a CheckpointError, CorpusError or one of `input_errors`
-    that stopped a worker (the cause of Ray's TrainingFailedError, not its traceback). Any other
-    failure propagates (exit 1)."""
+    that stopped a worker (the cause of Ray's TrainingFailedError, not its traceback), or a
+    deterministic error that ended the run after one try (coreecg.train.failures.RunFailed). Any
+    other failure propagates (exit 1)."""
     from coreecg.checkpoints import CheckpointError
     from coreecg.data.corpus import CorpusError
     from coreecg.extras import RAY_EXTRA_MODULES, TRAINING, require_ray_extra
@@ -280,10 +281,12 @@ def fit_job(config: Config, kind: str, input_errors: tuple[type[Exception], ...]
     require_ray_extra(TRAINING, RAY_EXTRA_MODULES)      # before the driver's module imports Ray
     from coreecg.train.fit import fit, plan_run
 
+    from coreecg.train.failures import RunFailed
+
     named = (CheckpointError, CorpusError, *input_errors)
     try:
         return fit(plan_run(config, kind))
-    except (*named, FileNotFoundError, ValueError) as e:
+    except (*named, FileNotFoundError, ValueError, RunFailed) as e:   # RunFailed: ended after one try, named
         error = e
     except Exception as e:   # ray.train.TrainingFailedError and friends: the cause, not the traceback
         error = getattr(e, "__cause__", None) or e

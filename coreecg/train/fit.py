@@ -27,8 +27,10 @@ job's own cluster the split is materialised beside the workers' start (`coreecg.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
+import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,8 @@ from coreecg.cluster import check_gpus, find_devices, init_ray, quiet_data, reso
 from coreecg.config import Config
 from coreecg.devices import trial_device
 from coreecg.run_record import end_session
+from coreecg.train.failures import (RunFailed, clear_failures, deterministic_cause, record_failure,
+                                     recorded_failure)
 from coreecg.train.finetuning import plan_finetune
 from coreecg.train.console import progress_log
 from coreecg.train.data_handoff import DatasetHandoff, beside_workers, start_handoff
@@ -175,16 +179,39 @@ def _training_data(plan: RunPlan, in_process: bool) -> tuple[Any, DatasetHandoff
 def _fit_on_ray(plan: RunPlan, dataset, handoff: DatasetHandoff | None, callbacks: list | None,
                 mirror) -> dict[str, Any]:
     """The TorchTrainer's fit, its console lines followed from metrics.jsonl -> the last epoch's
-    record (Ray's Result holds metrics only beside its own checkpoints)."""
-    trainer = _trainer(plan, handoff.source() if handoff is not None else dataset, callbacks)
-    try:
-        with RunFollower(plan.run_dir / "metrics.jsonl", plan.epochs, on_epoch=mirror):
-            trainer.fit()
-    except Exception:
-        if handoff is not None:     # a failed read: its own error (the file, the reason), not Train's
-            handoff.raise_if_failed()
-        raise
+    record (Ray's Result holds metrics only beside its own checkpoints).
+
+    A failed worker group is restarted here, not by Ray Train: up to `train.max_failures` times
+    (-1: without limit) when a restart can mend it (a process or node lost), each from the newest
+    checkpoint (a rerun with the same storage path and name); never when a rank recorded a
+    deterministic error (coreecg.train.failures): the run then ends after this one try with
+    RunFailed naming it. Preemptions stay Ray Train's own (`max_preemption_failures`)."""
+    limit = plan.config.train.max_failures
+    source = handoff.source() if handoff is not None else dataset
+    clear_failures(plan.run_dir)
+    for attempt in itertools.count(1):
+        token = uuid.uuid4().hex[:12]
+        trainer = _trainer(plan, source, callbacks, token)
+        try:
+            with RunFollower(plan.run_dir / "metrics.jsonl", plan.epochs, on_epoch=mirror):
+                trainer.fit()
+            break
+        except Exception as e:
+            if handoff is not None:     # a failed read: its own error (the file, the reason), not Train's
+                handoff.raise_if_failed()
+            cause = recorded_failure(plan.run_dir, token)
+            if cause is not None:
+                raise RunFailed(cause) from e
+            if not isinstance(e, ray.train.TrainingFailedError) or 0 <= limit < attempt:
+                raise
+            log.warning("the worker group failed (attempt %d of %s): %s; restarting from the newest checkpoint",
+                        attempt, limit + 1 if limit >= 0 else "unlimited", _first_line(e))
     return last_epoch(plan.run_dir)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[-1] if text else ''}"[:500]
 
 
 def _fit_here(plan: RunPlan, dataset, report_fn, mirror) -> dict[str, Any]:
@@ -203,6 +230,11 @@ def _fit_here(plan: RunPlan, dataset, report_fn, mirror) -> dict[str, Any]:
         task, ctx = worker_context(plan, local_source(dataset), 0, 1, trial_device(plan.config.train.use_gpu),
                                    report_fn=report)
         train_worker(task, plan.config, ctx)
+    except Exception as e:
+        cause = deterministic_cause(e)
+        if cause is None:
+            raise
+        raise RunFailed(cause) from e
     finally:
         # the worker takes train.cpus_per_worker threads, as a Train worker's process does; this
         # process is the caller's (a notebook, a Tune trial's), whose own count comes back after
@@ -248,9 +280,16 @@ def _train_loop(config: dict[str, Any]) -> None:
                                              parallel_strategy_kwargs={"forward_sync_buffers": False})
 
     plan = RunPlan.from_dict(config["plan"])
-    task, ctx = worker_context(plan, config["files"] or ray.train.get_dataset_shard("train"), rc.get_world_rank(),
-                               rc.get_world_size(), ray.train.torch.get_device(), report_fn=ray.train.report, wrap=wrap)
-    train_worker(task, plan.config, ctx)
+    try:
+        task, ctx = worker_context(plan, config["files"] or ray.train.get_dataset_shard("train"), rc.get_world_rank(),
+                                   rc.get_world_size(), ray.train.torch.get_device(), report_fn=ray.train.report,
+                                   wrap=wrap)
+        train_worker(task, plan.config, ctx)
+    except Exception as e:
+        cause = deterministic_cause(e)
+        if cause is not None:           # the driver reads it and ends the run instead of restarting it
+            record_failure(plan.run_dir, config["attempt"], rc.get_world_rank(), cause)
+        raise
 
 
 def _quiet_worker_logs() -> None:
@@ -275,21 +314,22 @@ def _failure_callback():
     return Failures()
 
 
-def _trainer(plan: RunPlan, dataset, callbacks: list | None):
+def _trainer(plan: RunPlan, dataset, callbacks: list | None, attempt: str):
     """The TorchTrainer of a plan. dataset: ShardFiles to stream, or what Ray Train takes as the
     "train" dataset (a materialised Ray Dataset, or the callable that waits for one:
     coreecg.train.data_handoff). Checkpoints are the workers' own (coreecg.train.worker), so Ray
-    keeps none."""
+    keeps none. `attempt`: this try's id (the name of a deterministic failure's record); restarts
+    are the driver's (_fit_on_ray), so Ray Train's own max_failures is 0."""
     t, run_dir = plan.config.train, plan.run_dir
     files = dataset if isinstance(dataset, ShardFiles) else None
     return TorchTrainer(
         _train_loop,
-        train_loop_config={"plan": plan.to_dict(), "files": files},
+        train_loop_config={"plan": plan.to_dict(), "files": files, "attempt": attempt},
         scaling_config=ray.train.ScalingConfig(num_workers=t.num_workers, use_gpu=t.use_gpu,
                                                resources_per_worker={"CPU": t.cpus_per_worker}),
         run_config=ray.train.RunConfig(
             name=run_dir.name, storage_path=str(run_dir.parent),
-            failure_config=ray.train.FailureConfig(max_failures=t.max_failures),
+            failure_config=ray.train.FailureConfig(max_failures=0),
             logging_config=ray.train.LoggingConfig(log_level="WARNING"),
             callbacks=[*(callbacks or []), _failure_callback()]),
         datasets={} if files is not None else {"train": dataset},

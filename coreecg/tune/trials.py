@@ -31,6 +31,7 @@ from typing import Any
 
 from coreecg.config import Config, load_config
 from coreecg.files import write_json
+from coreecg.train.failures import RunFailed, deterministic_cause, record_failure, recorded_failure
 from coreecg.tune.gpu_share import AUTO as AUTO_GPUS, auto_gpus_per_trial
 from coreecg.tune.spaces import overrides_for
 from coreecg.cluster import Devices, check_gpus, find_devices, resolve_devices, with_devices
@@ -87,13 +88,38 @@ def run_trial(trial: dict[str, Any]) -> None:
     if is_done(run_dir):
         tune.report(read_done(run_dir))
         return
+    attempt = f"job{_job_id()}"
+    earlier = recorded_failure(run_dir, attempt)
+    if earlier is not None:               # Tune's retry of a deterministic error: ended before it starts
+        raise RunFailed(f"{earlier}; its first attempt under this driver failed so")
     cfg = build_trial_config(spec, {k: v for k, v in trial.items() if k != "run"}, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "trials.jsonl", "a") as f:        # every attempt's start (bench/study.py reads it)
         f.write(json.dumps({"event": "trial_start", "time": round(time.time(), 3)}) + "\n")
     t0 = time.perf_counter()
-    last = _fit(spec, cfg)
+    last = _fit_once(spec, cfg, run_dir, attempt)
     write_json(run_dir / DONE_FILE, {**last, "wall_s": time.perf_counter() - t0})
+
+
+def _fit_once(spec: dict[str, Any], cfg: Config, run_dir: Path, attempt: str) -> dict[str, Any]:
+    """_fit, recording a deterministic error (coreecg.train.failures) under `attempt`, this
+    driver's Ray job: Tune restarts a failed trial `train.max_failures` times whatever the error,
+    and a restart under the same driver then ends at its start (run_trial). A later command (a fixed
+    config, --resume) tries again."""
+    try:
+        return _fit(spec, cfg)
+    except Exception as e:
+        cause = deterministic_cause(e)
+        if cause is None:
+            raise
+        record_failure(run_dir, attempt, None, cause)
+        raise RunFailed(cause) from e
+
+
+def _job_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_job_id()
 
 
 def _fit(spec: dict[str, Any], cfg: Config) -> dict[str, Any]:

@@ -25,7 +25,20 @@ def import_plugins(modules: Iterable[str], key: str = "plugins") -> None:
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise ConfigError(f"{key}: cannot import {module!r}: {e}") from e
+            raise ConfigError(f"{key}: cannot import {module!r}: {e}. {_importable_hint(module, e)}") from e
+
+
+def _importable_hint(module: str, error: ImportError) -> str:
+    """How to make `module` importable (or, where the module was found, whose import failed)."""
+    missing = getattr(error, "name", None) or ""
+    if missing and not module.startswith(missing) and not missing.startswith(module):
+        return (f"{module!r} itself was found, but it imports {missing!r}, which is not installed here "
+                f"(pip install it, in every environment the job's Ray workers run in)")
+    return (f"A plugin is imported by its module path, as `python -m` would: put {module.replace('.', '/')}.py "
+            f"(or the package holding it) in the folder the job runs from ({os.getcwd()}), on PYTHONPATH, or in a "
+            "package installed with pip install -e; the same must hold on every Ray worker (on a cluster: ray job "
+            "submit --working-dir .) and where a run or export made with it is loaded (docs/encoders.md, "
+            "\"Importable where it runs\")")
 
 
 # The config keys that name plugins: the one key, and where older configs named method plugins.

@@ -88,9 +88,15 @@ def compute_objectives(e: Embeddings) -> dict[str, float]:
     out: dict[str, float] = {}
     for o in OBJECTIVES.values():
         try:
-            out.update(o.compute(e))
+            got = o.compute(e)
         except Exception as exc:
             raise RuntimeError(f"objective {o.name!r} ({o.compute.__module__}) failed: {exc}") from exc
+        missing = [k for k in (o.name, *o.also) if not isinstance(got, dict) or k not in got]
+        if missing:          # a sweep on it would find no value to rank: said at the first evaluation
+            wanted = ", ".join(repr(k) for k in (o.name, *o.also))
+            raise ValueError(f"objective {o.name!r} ({o.compute.__module__}) must return a dict holding {wanted}; "
+                             f"it lacks {', '.join(map(repr, missing))}")
+        out.update(got)
     return out
 
 

@@ -4,6 +4,7 @@ exit codes."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -55,6 +56,30 @@ def made(tmp_path_factory):
         "test": {"acc": 0.77, "f1": 0.59, "auroc": 0.874, "n": 50, "patients": 41, "ci": ci}}))
     return {"cfg": cfg, "fcfg": fcfg, "encoder": core.encoder.eval(), "classifier": clf.eval(), "pre": pre, "ft": ft,
             "enc_export": export_model(pre, root / "enc-export"), "clf_export": export_model(ft, root / "clf-export")}
+
+
+@pytest.fixture(scope="module")
+def others(tmp_path_factory):
+    """Exports of encoders other than the ViT, as pretraining writes them: the plugin tiny ResNet
+    (BatchNorm: float and int64 buffers), S4 and xresnet1d -> {arch: (export folder, encoder)}."""
+    from coreecg.config import load_config
+    from coreecg.methods import build_method
+    from tests.test_encoders import ENCODERS, MOCO
+
+    root = tmp_path_factory.mktemp("others")
+    made = {}
+    for arch, sizes in {"tiny_resnet": ["plugins=[tests.plugin_encoder]", "model.arch=tiny_resnet"],
+                        **ENCODERS}.items():
+        cfg = load_config(overrides=[*sizes, *MOCO])
+        torch.manual_seed(0)
+        method = build_method(cfg)
+        save_encoder(root / arch / "encoder.pt", method, cfg, step=1)
+        made[arch] = (export_model(root / arch, root / f"{arch}-export"), method.encoder)
+    return made
+
+
+def _section(card: str, title: str) -> str:
+    return card.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
 def _same_state(a: torch.nn.Module, b: torch.nn.Module) -> None:
@@ -217,3 +242,81 @@ def test_export_job_exit_codes_and_output(made, tmp_path):
     with torch.no_grad():
         x = torch.randn(2, len(LEADS), 1500)
         assert torch.equal(load_classifier(out)(x)["logits"], made["classifier"](x)["logits"])
+
+
+def test_the_parameter_count_is_the_parameters_and_the_buffers_are_apart(made, others):
+    """BatchNorm's running statistics are in the file but are not parameters (a plugin CNN's card
+    counted them as such)."""
+    for folder, model in [others["tiny_resnet"], others["xresnet1d"], (made["clf_export"], made["classifier"])]:
+        weights = json.loads((folder / "config.json").read_text())["weights"]
+        params = sum(p.numel() for p in model.parameters())
+        norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        buffers = sum(2 * m.num_features + 1 for m in norms)       # running mean, variance; a step counter
+        assert weights["parameters"] == params
+        assert weights["buffers"] == buffers
+        line = (folder / "README.md").read_text().split("Weights: `model.safetensors`")[1].split("\n")[0]
+        assert f", {params:,} parameters" in line
+        assert (f"{buffers:,} buffer values" in line) == (buffers > 0), line
+
+
+def test_the_docs_state_the_dtypes_an_export_writes(others):
+    """docs/export.md's model.safetensors row against a plugin CNN's file: parameters, float
+    buffers and integer buffers (BatchNorm's num_batches_tracked) each at the dtype the docs give."""
+    from safetensors.torch import load_file
+
+    folder, model = others["tiny_resnet"]
+    state = load_file(folder / "model.safetensors")
+    named = dict(model.named_parameters())
+    kinds: dict[str, set[str]] = {"parameters": set(), "float buffers": set(), "integer buffers": set()}
+    for key, tensor in state.items():
+        kind = ("parameters" if key in named else "float buffers" if tensor.is_floating_point()
+                else "integer buffers")
+        kinds[kind].add(str(tensor.dtype).removeprefix("torch."))
+    assert all(len(dtypes) == 1 for dtypes in kinds.values()), kinds     # the file holds each kind
+    docs = (REPO / "docs" / "export.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| `model.safetensors` |"))
+    for kind, (dtype,) in kinds.items():
+        assert f"{kind} `{dtype}`" in row, (kind, dtype, row)
+    assert "num_batches_tracked" in row and state["blocks.0.conv.1.num_batches_tracked"].dtype == torch.int64
+    meta = json.loads((folder / "config.json").read_text())
+    assert meta["weights"]["dtypes"] == sorted(set().union(*kinds.values()))
+
+
+def test_a_plugin_models_card_says_its_module_must_be_importable(made, others, monkeypatch):
+    """The card names the plugin module (config.json's config.plugins) and the failure a loader
+    without it gives; that failure is the loader's."""
+    folder, _ = others["tiny_resnet"]
+    meta = json.loads((folder / "config.json").read_text())
+    assert meta["config"]["plugins"] == ["tests.plugin_encoder"]
+    assert meta["architecture"]["class"] == "tests.plugin_encoder.TinyResNet"
+    how = _section((folder / "README.md").read_text(), "How to load").lstrip()
+    assert how.startswith("**Code outside coreecg.**")                 # before the code that needs it
+    assert "`tests.plugin_encoder`, which defines the encoder `tests.plugin_encoder.TinyResNet`" in how
+    assert "importable" in how and "PYTHONPATH" in how and "pip install" in how and "from_pretrained" in how
+    quoted = how.split("loading stops with `")[1].split("`")[0]
+    monkeypatch.setitem(sys.modules, "tests.plugin_encoder", None)        # not importable here
+    with pytest.raises(CheckpointError) as e:
+        load_encoder(folder)
+    assert quoted in str(e.value) and quoted == "plugins: cannot import 'tests.plugin_encoder'"
+    for built_in in (made["enc_export"], others["s4"][0]):
+        assert "Code outside coreecg" not in (built_in / "README.md").read_text()
+
+
+@pytest.mark.parametrize("arch", ["coreecg", "classifier", "tiny_resnet", "s4", "xresnet1d"])
+def test_the_card_states_each_size_once(made, others, arch):
+    """The encoder's sentence gives its own sizes once each (the plugin's card said "width 16"
+    twice); the input's crop and rate are stated once (the preprocessing and a classifier's record
+    rule used to repeat them)."""
+    folder = {"coreecg": made["enc_export"], "classifier": made["clf_export"]}.get(arch) or others[arch][0]
+    card = (folder / "README.md").read_text()
+    meta = json.loads((folder / "config.json").read_text())
+    sentence = card.split("\n# ", 1)[1].split("\n\n")[1]
+    if arch in ("coreecg", "classifier"):
+        assert sentence.count("width") == 1 and "transformer" in sentence
+    else:
+        assert re.findall(r"; (\w+) ", sentence) == list(meta["architecture"]["options"]), sentence
+    c, section = meta["input"], _section(card, "Input")
+    assert section.count(str(c["window_samples"])) == 1 and section.count(f"{c['sampling_rate']} Hz") == 1
+    assert section.count(str(c["stored_window_samples"])) == 1 and "resampling to the input's rate" in section
+    if arch == "classifier":                     # the record rule is there, by its offsets
+        assert f"offsets {c['aggregation']['crop_offsets']}" in section

@@ -149,27 +149,36 @@ def _input_lines(kind: str, c: dict[str, Any]) -> list[str]:
     lines = [
         "## Input", "",
         f"`{c['tensor']['layout']}` float32: {len(c['leads'])} leads in the order {', '.join(c['leads'])}, "
-        f"{c['window_samples']} samples ({c['window_seconds']:g} s) at {c['sampling_rate']} Hz.", "",
+        f"{c['window_samples']} samples ({c['window_seconds']:g} s) at {c['sampling_rate']} Hz: a crop of one "
+        "preprocessed window.", "",
+        # each size once: the rate and the crop are the input's, above
         f"Preprocessing (as in training, `{c['preprocessing'].split('(')[0]}`): band-pass "
         f"{c['bandpass']['highpass_hz']:g}-{c['bandpass']['lowpass_hz']:g} Hz (Butterworth, order "
-        f"{c['bandpass']['order']} per stage, zero-phase) at the native rate, resampling to {c['sampling_rate']} Hz, "
+        f"{c['bandpass']['order']} per stage, zero-phase) at the native rate, resampling to the input's rate, "
         f"windows of {c['stored_window_samples']} samples ({c['stored_window_seconds']:g} s), "
         + (f"z-score per lead over each window (eps {c['normalisation']['eps']:g}: flat leads become zeros)"
            if c['normalisation']['axis'].startswith("per lead") else
            f"z-score over leads and time together in each window (eps {c['normalisation']['eps']:g}: a flat "
-           "window becomes zeros)")
-        + "; the model takes "
-        f"{c['window_samples']}-sample crops of those windows.",
+           "window becomes zeros)") + ".",
     ]
     if c.get("encoder"):
         e = c["encoder"]
         lines += ["", f"Encoder: published {e['family']} weights (`model.arch: {e['arch']}`), run by coreecg's "
                       f"adapter with its own input contract above. Licence of the weights: {e['licence']}."]
     if kind == "classifier":
-        lines += ["", f"Record scores: {c['aggregation']['rule']}."]
+        lines += ["", f"Record scores: {_aggregation(c['aggregation'])}."]
     else:
         lines += ["", f"Outputs: the pooled embedding {c['output']['pooled']}; tokens {c['output']['tokens']}."]
     return lines
+
+
+def _aggregation(a: dict[str, Any]) -> str:
+    """The crop and record rule without the crop and window lengths the input section gives (the
+    contract's `rule` states them again)."""
+    if "window" not in a or "crop_offsets" not in a:
+        return a["rule"]
+    return (f"crops of each window at offsets {a['crop_offsets']}; the window's score is the {a['window']}; "
+            f"a record's probabilities are the {a['record']}")
 
 
 def _use_lines(kind: str) -> list[str]:
@@ -206,9 +215,9 @@ def _encoder_words(enc: dict[str, Any]) -> str:
         return ("A 12-lead ECG transformer encoder (patch embedding + lead and time embeddings + pre-norm "
                 f"transformer, {sizes['depth']} blocks, width {sizes['embed_dim']}, {sizes['num_heads']} heads, "
                 f"patches of {sizes['patch_size']} samples)")
+    # no width of its own: an option may state it (width, d_model), and the outputs' shapes give it
     shown = "".join(f"; {k} {v}" for k, v in sizes.items())
-    return f"A 12-lead ECG encoder, {enc.get('title') or enc['arch']} (`model.arch: {enc['arch']}`{shown}; width " \
-           f"{_width(enc)})"
+    return f"A 12-lead ECG encoder: {enc.get('title') or enc['arch']} (`model.arch: {enc['arch']}`{shown})"
 
 
 def _load_lines(meta: dict[str, Any], kind: str, c: dict[str, Any]) -> list[str]:
@@ -216,7 +225,7 @@ def _load_lines(meta: dict[str, Any], kind: str, c: dict[str, Any]) -> list[str]
     arch = meta["architecture"]
     enc = arch["encoder"] if kind == "classifier" else arch
     return [
-        "## How to load", "", "```python", "import torch", "import coreecg", "",
+        "## How to load", "", *_plugin_lines(meta, enc), "```python", "import torch", "import coreecg", "",
         "loaded = coreecg.load_model(\"PATH/TO/THIS/FOLDER\")   # verifies model.safetensors' sha256",
         "model, contract = loaded.model, loaded.contract",
         f"x = torch.zeros(1, {len(c['leads'])}, {c['window_samples']})   # preprocessed as in contract",
@@ -230,8 +239,34 @@ def _load_lines(meta: dict[str, Any], kind: str, c: dict[str, Any]) -> list[str]
         f"({meta['weights']['keys']}).", "",
         *_onnx_lines(meta.get("onnx")),
         f"Weights: `{meta['weights']['file']}`, sha256 `{meta['weights']['sha256']}`, "
-        f"{meta['weights']['parameters']:,} parameters.", "",
+        f"{_counts(meta['weights'])}.", "",
     ]
+
+
+def _counts(weights: dict[str, Any]) -> str:
+    """The parameter count, and the buffers' apart: running statistics are in the file but not trained."""
+    shown = f"{weights['parameters']:,} parameters"
+    if weights.get("buffers"):
+        shown += (f" and {weights['buffers']:,} buffer values (running statistics and counters such as "
+                  "BatchNorm's, not trained by gradient)")
+    return shown
+
+
+def _plugin_lines(meta: dict[str, Any], enc: dict[str, Any]) -> list[str]:
+    """What loading needs beyond coreecg: the modules the config's `plugins` names, imported before
+    the config is read (coreecg.config.plugins), so a folder without them does not load."""
+    plugins = list((meta.get("config") or {}).get("plugins") or [])
+    if not plugins:
+        return []
+    module = str(enc.get("class", "")).rpartition(".")[0]
+    named = ", ".join(f"`{p}`" + (f", which defines the encoder `{enc['class']}`"
+                                  if module == p or module.startswith(p + ".") else "") for p in plugins)
+    return [f"**Code outside coreecg.** Loading imports the modules config.json's `config.plugins` names: {named}. "
+            "Every loader (`coreecg.load_model`, `from_pretrained`) imports them before it reads the config, so "
+            "each must be importable where the model is loaded: installed (`pip install` of the package that holds "
+            "it) or on `PYTHONPATH`; the current directory is searched first, as with `python -m`. This folder does "
+            "not hold that code, nor does a Hub download fetch it; without it, loading stops with "
+            f"`plugins: cannot import '{plugins[0]}'`.", ""]
 
 
 def _hub_lines(kind: str, published: bool) -> list[str]:

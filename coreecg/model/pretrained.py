@@ -256,16 +256,21 @@ def carry_source_files(info: PretrainedInfo, sha256: str, folder: Path) -> dict[
 
 
 def write_weights(model: nn.Module, folder: Path, kind: str) -> dict[str, Any]:
-    """model.state_dict() as folder/model.safetensors (float32 as trained, no pickle) ->
-    config.json's "weights" entry (file, sha256, bytes, dtypes, tensors, parameters, keys)."""
+    """model.state_dict() as folder/model.safetensors (dtypes as trained, no pickle) ->
+    config.json's "weights" entry (file, sha256, bytes, dtypes, tensors, parameters, buffers, keys).
+
+    parameters: the elements of model.parameters(); buffers: those of the state dict's other
+    tensors (BatchNorm's running statistics and counters), which no gradient trains."""
     # clone: safetensors refuses tensors that share storage (views of one buffer) or are not contiguous
     state = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+    named = {name for name, _ in model.named_parameters(remove_duplicate=False)}
     # one metadata key: safetensors writes a map's keys in random order, and the same weights
     # should give the same file and sha256 (kind and version are in config.json)
     path = write_atomic(Path(folder) / WEIGHTS_FILE, lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
     return {"file": WEIGHTS_FILE, "sha256": sha256_file(path), "bytes": path.stat().st_size,
             "dtypes": sorted({str(v.dtype).removeprefix("torch.") for v in state.values()}),
-            "tensors": len(state), "parameters": int(sum(v.numel() for v in state.values())),
+            "tensors": len(state), "parameters": sum(p.numel() for p in model.parameters()),
+            "buffers": sum(v.numel() for k, v in state.items() if k not in named),
             "keys": "Encoder.state_dict()" if kind == "encoder" else "Classifier.state_dict(): encoder.* and head.*"}
 
 

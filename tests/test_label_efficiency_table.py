@@ -158,18 +158,16 @@ def test_verdicts_quote_the_differences(table):
 
 
 def test_the_detectable_difference_comes_from_each_cells_own_data(table):
-    """delta x SE / c4(df), delta the noncentrality at which the noncentral t of the Difference's df
-    passes the bar t_{df, 1-alpha/2k} with probability 0.8, k = its family's size; summarised under
-    the table over the primary metric's family."""
-    from scipy import stats
+    """The difference at which the run-level test of the Difference's own SE parts, its df estimated
+    as the report estimates it, passes the bar at alpha/k with probability 0.8, k = its family's
+    size (`estimated_df_power`); summarised under the table over the primary metric's family."""
+    from coreecg.eval.significance import estimated_df_power
 
     family = table.families["auroc"]
     for key in family:
         d, k = table.difference(*key), len(family)
-        c4 = stats.chi(d.df).mean() / np.sqrt(d.df)
-        q, delta = stats.t.ppf(1 - 0.05 / (2 * k), d.df), table.detectable[key] * c4 / d.se
-        assert stats.nct.sf(q, d.df, delta) + stats.nct.sf(q, d.df, -delta) == pytest.approx(0.8, abs=1e-8)
-        assert d.se > 0
+        assert d.parts.se == pytest.approx(d.se, rel=1e-12) and d.se > 0
+        assert estimated_df_power(d.parts, 0.05 / k)(table.detectable[key]) == pytest.approx(0.8, abs=1e-8)
     summary = detectable_summary(table)
     sizes = sorted(100 * table.detectable[key] for key in family)
     assert (summary["family"], summary["n"], summary["untested"]) == (7, 7, 1)     # the 2-run 10 % cell

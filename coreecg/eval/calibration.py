@@ -30,7 +30,7 @@ import tempfile
 import numpy as np
 
 from coreecg.eval.metrics import patient_resample_weights, resample_metrics
-from coreecg.eval.significance import adjust_p, cell_differences, detectable_difference, run_level_se
+from coreecg.eval.significance import SEParts, adjust_p, cell_differences, detectable_difference, run_level_parts
 from coreecg.eval.downstream import RecordScores, read_predictions, write_predictions
 
 CLASSES = ("A", "B", "C", "D")
@@ -101,10 +101,11 @@ def simulate_table(root: Path, scenario: Scenario, rng: np.random.Generator) -> 
                      for r, x in enumerate(runs)] for i, (method, runs) in enumerate(logits.items())}
 
 
-def table_statistics(scenario: Scenario, rng: np.random.Generator, n_resamples: int = 200,
-                     metric: str = "auroc") -> tuple[float, float, float]:
-    """(D, SE, df) of one simulated table's `metric` by `run_level_se`, in memory: the same runs as
-    `simulate_table` without the files (and their 8-digit rounding), for scans of thousands of tables."""
+def table_parts(scenario: Scenario, rng: np.random.Generator, n_resamples: int = 200,
+                metric: str = "auroc") -> tuple[float, SEParts]:
+    """(D, the SE's parts) of one simulated table's `metric` by `run_level_parts`, in memory: the same
+    runs as `simulate_table` without the files (and their 8-digit rounding), for scans of thousands of
+    tables."""
     (_, pids, y), logits = table_logits(scenario, rng)
     w = np.vstack([np.ones((1, len(y))), patient_resample_weights(pids, n_resamples, rng)])
     values = {}
@@ -114,13 +115,21 @@ def table_statistics(scenario: Scenario, rng: np.random.Generator, n_resamples: 
     a, b = values["reference"], values["other"]
     ok = ~np.isnan(np.vstack([a, b])).any(0)
     ok[0] = False                                              # column 0: the full test set
-    return run_level_se(a[:, 0], b[:, 0], a[:, ok], b[:, ok])
+    return run_level_parts(a[:, 0], b[:, 0], a[:, ok], b[:, ok])
+
+
+def table_statistics(scenario: Scenario, rng: np.random.Generator, n_resamples: int = 200,
+                     metric: str = "auroc") -> tuple[float, float, float]:
+    """(D, SE, df) of one simulated table's `metric` (`table_parts`)."""
+    diff, parts = table_parts(scenario, rng, n_resamples, metric)
+    return diff, parts.se, parts.df
 
 
 def table_marks(runs: dict[str, list[Path]], n_resamples: int, seed: int, adjust: str, alpha: float = 0.05,
-                min_runs: int = 3, min_test_patients: int = 30) -> dict[str, np.ndarray]:
+                min_runs: int = 3, min_test_patients: int = 30) -> dict:
     """The rule on one simulated table: per metric of METRICS, {"p": raw p, "marked_raw": p < alpha,
-    "marked": adjusted p < alpha (`adjust` over the table's testable metrics), "diff": difference}."""
+    "marked": adjusted p < alpha (`adjust` over the table's testable metrics), "diff": difference,
+    "se", "df" and "parts" (a list: SEParts or None) of the run-level test}."""
     found = cell_differences(runs, "reference", METRICS, False, CLASSES, n_resamples, seed, 1 - alpha, min_runs,
                              min_test_patients)["other"]
     d = [found[m] for m in METRICS]
@@ -131,7 +140,7 @@ def table_marks(runs: dict[str, list[Path]], n_resamples: int, seed: int, adjust
     return {"p": p, "marked_raw": p < alpha, "marked": adjusted < alpha,
             "diff": np.array([np.nan if x.diff is None else x.diff for x in d]),
             "se": np.array([np.nan if x.se is None else x.se for x in d]),
-            "df": np.array([np.nan if x.df is None else x.df for x in d])}
+            "df": np.array([np.nan if x.df is None else x.df for x in d]), "parts": [x.parts for x in d]}
 
 
 def mark_rates(root: Path, scenario: Scenario, n_tables: int, seed: int = 0, n_resamples: int = 200,
@@ -160,7 +169,8 @@ def mark_rates(root: Path, scenario: Scenario, n_tables: int, seed: int = 0, n_r
             "sd_auroc_diff": float(np.nanstd([r["diff"][k] for r in rows], ddof=1)) if n_tables > 1 else float("nan"),
             "mean_se_auroc": float(np.nanmean([r["se"][k] for r in rows])),
             # the per-cell detectable AUROC difference for one test (family 1) at 80 % power, as the report states it
-            "detectable_auroc": float(np.nanmean([detectable_difference(r["se"][k], r["df"][k], alpha, 1)
+            "detectable_auroc": float(np.nanmean([detectable_difference(r["se"][k], r["df"][k], alpha, 1,
+                                                                         parts=r["parts"][k])
                                                    for r in rows if np.isfinite(r["se"][k])])),
             "auroc_p": [float(r["p"][k]) for r in rows]}
 

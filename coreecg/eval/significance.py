@@ -38,10 +38,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 from scipy.optimize import brentq
 
 from coreecg.eval.metrics import BOOTSTRAP_CHUNK, kept_classes, patient_resample_weights, resample_metrics
@@ -57,6 +57,31 @@ NOT_TESTABLE = ("not testable: zero variance on both sides (every run of both me
 ZERO_SPREAD = 1e-9
 SUPPORTED = ("acc", "f1", "f1_argmax", "auroc")
 ADJUSTMENTS = ("holm", "bh", "none")
+# Gauss-Legendre nodes per run variance, on the chi-square's probability scale (no tail is cut off):
+# the power at an estimated df to 1e-7.
+POWER_NODES = 32
+
+
+class SEParts(NamedTuple):
+    """The run-level test's SE^2 = reference + other + shared, in squared fractions: the variances of
+    the two run means (s_a^2 / n and s_b^2 / m, estimates with n - 1 and m - 1 degrees of freedom)
+    and the test-set term the methods' runs share, taken as known (many patients)."""
+
+    reference: float
+    other: float
+    shared: float
+    n: int
+    m: int
+
+    @property
+    def se(self) -> float:
+        return float(np.sqrt(self.reference + self.other + self.shared))
+
+    @property
+    def df(self) -> float:
+        """Welch-Satterthwaite's; inf when both run variances are 0 and only the shared term is left."""
+        welch = self.reference ** 2 / (self.n - 1) + self.other ** 2 / (self.m - 1)
+        return float(self.se ** 4 / welch) if welch > 0 else np.inf
 
 
 class PairingError(ValueError):
@@ -91,6 +116,7 @@ class Difference:
     unmarkable: str | None
     se: float | None = None         # the run-level test's standard error of diff (None below min_runs)
     df: float | None = None         # its Welch-Satterthwaite degrees of freedom
+    parts: SEParts | None = None    # what se and df are made of: the df's own sampling (detectable_difference)
 
     @property
     def testable(self) -> bool:
@@ -181,11 +207,10 @@ class _Cell:
         self.probs[path] = s.probs[order]
 
 
-def run_level_se(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarray) -> tuple[float, float, float]:
-    """(D, SE, df) of the run-level test: D = mean(b) - mean(a), SE^2 = s_a^2/n + s_b^2/m + V_shared,
-    df Welch-Satterthwaite's (inf when the run variances are 0 and only the shared term is left).
-    Each of s_a, s_b, sqrt(V_shared) and D counts as 0 when under ZERO_SPREAD x the largest |value|:
-    identical runs give D = SE = 0 exactly, however their means were rounded.
+def run_level_parts(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarray) -> tuple[float, SEParts]:
+    """(D, its SE's parts) of the run-level test: D = mean(b) - mean(a), SE^2 = s_a^2/n + s_b^2/m +
+    V_shared (`SEParts`). Each of s_a, s_b, sqrt(V_shared) and D counts as 0 when under ZERO_SPREAD x
+    the largest |value|: identical runs give D = SE = 0 exactly, however their means were rounded.
 
     a (n,), b (m,): each run's metric on the full test set, n, m >= 2; a_boot (n, B), b_boot (m, B):
     the same runs on B >= 2 patient resamples (one draw per column for all runs)."""
@@ -193,17 +218,22 @@ def run_level_se(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.nd
     tol = ZERO_SPREAD * max(np.abs(x).max() for x in (a, b, a_boot, b_boot))
 
     def variance(v: float) -> float:
-        return v if np.sqrt(v) > tol else 0.0
+        return float(v) if np.sqrt(v) > tol else 0.0
 
     va, vb = variance(np.var(a, ddof=1)) / n, variance(np.var(b, ddof=1)) / m
     d_boot = b_boot.mean(0) - a_boot.mean(0)
     # each run's own test-set noise, which the run variances va, vb already hold (var(w) / n)
     own = sum(np.var(x - x.mean(0), axis=1, ddof=1).mean() / (len(x) - 1) for x in (a_boot, b_boot))
-    se = float(np.sqrt(va + vb + variance(max(0.0, np.var(d_boot, ddof=1) - own))))
-    welch = va ** 2 / (n - 1) + vb ** 2 / (m - 1)
-    df = se ** 4 / welch if welch > 0 else np.inf          # the shared term: known (many patients)
+    shared = variance(max(0.0, np.var(d_boot, ddof=1) - own))
     diff = float(np.mean(b) - np.mean(a))
-    return (diff if abs(diff) > tol else 0.0), se, float(df)
+    return (diff if abs(diff) > tol else 0.0), SEParts(va, vb, shared, n, m)
+
+
+def run_level_se(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarray) -> tuple[float, float, float]:
+    """(D, SE, df) of the run-level test (`run_level_parts`): df Welch-Satterthwaite's, inf when the
+    run variances are 0 and only the shared term is left."""
+    diff, parts = run_level_parts(a, b, a_boot, b_boot)
+    return diff, parts.se, parts.df
 
 
 def run_level_test(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarray,
@@ -219,18 +249,30 @@ def run_level_test(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.
     return diff - q * se, diff + q * se, float(2 * stats.t.sf(abs(diff) / se, df))
 
 
-def detectable_difference(se: float, df: float, alpha: float, family: int = 1, power: float = 0.8) -> float:
+def detectable_difference(se: float, df: float, alpha: float, family: int = 1, power: float = 0.8,
+                          parts: SEParts | None = None) -> float:
     """The smallest true difference the run-level test detects with probability `power` at level
     `alpha` after a Bonferroni/Holm family of `family` tests (the bar of a family's smallest p), for
-    a comparison with standard error `se` and `df` degrees of freedom: delta x SE / c4(df), delta
-    the noncentrality at which the noncentral t with df degrees of freedom passes the two-sided bar
-    t_{df, 1-alpha/2k} with probability `power` (the exact power of the t-test), and SE / c4(df)
-    the unbiased estimate of the difference's SD (E[SE] = c4 x SD, c4 = E[sqrt(chi2_df / df)]).
-    The normal-theory sum (t_{df, 1-alpha/2k} + t_{df, power}) x SE it replaced gave power
-    0.68-0.73 at df 2-4 and a family of 12, and SE alone as the SD another 0.05 less at df 3."""
+    a comparison with standard error `se` and `df` degrees of freedom (fractions, as se).
+
+    With `parts` (the comparison's `SEParts`, whose se and df these are): the power of the test as
+    the report runs it, its df estimated from each replicate's own run variances, at the estimated
+    parts (`estimated_df_power`). Without: the df taken as known, delta x SE / c4(df), delta the
+    noncentrality at which the noncentral t with df degrees of freedom passes the two-sided bar
+    t_{df, 1-alpha/2k} with probability `power`, SE / c4(df) the unbiased estimate of the SD (E[SE]
+    = c4 x SD, c4 = E[sqrt(chi2_df / df)]). A df taken as known leaves out that a replicate of few
+    runs often has a smaller df, whose bar at alpha/2k is far higher (docs/evaluation.md)."""
     k = max(1, int(family))
     if not alpha / k < power < 1:
         raise ValueError(f"power {power} must lie between the level alpha/k = {alpha / k:g} and 1")
+    if parts is not None:
+        if not (np.isclose(parts.se, se, rtol=1e-9, atol=0) and np.isclose(parts.df, df, rtol=1e-9)):
+            raise ValueError(f"se {se:g} and df {df:g} are not those of {parts}")
+        at = estimated_df_power(parts, alpha / k)
+        high = (stats.t.ppf(1 - alpha / (2 * k), parts.df) + stats.norm.ppf(power)) * se
+        while at(high) < power:
+            high *= 2
+        return float(brentq(lambda d: at(d) - power, 0.0, high, xtol=1e-10 * se))
     q = stats.t.ppf(1 - alpha / (2 * k), df)
 
     def short(delta: float) -> float:                   # power at noncentrality delta, less the target
@@ -244,6 +286,32 @@ def detectable_difference(se: float, df: float, alpha: float, family: int = 1, p
     return float(brentq(short, 0.0, high, xtol=1e-10) * se / c4)
 
 
+def estimated_df_power(parts: SEParts, level: float):
+    """d -> the two-sided power at level `level` of the run-level test of a true difference d
+    (fractions), the parts taken as the truth: D ~ N(d, parts.se^2), each replicate's run variances
+    reference x chi2_{n-1} / (n - 1) and other x chi2_{m-1} / (m - 1) (the shared term known), and
+    its bar t_{df', 1-level/2} x SE' at that replicate's own Welch-Satterthwaite df', as
+    `run_level_test` computes it. Integrated over the two chi-squares by Gauss-Legendre quadrature
+    of their quantiles (POWER_NODES each)."""
+    u, w = special.roots_legendre(POWER_NODES)
+
+    def variances(v: float, dof: int) -> np.ndarray:      # v x chi2_dof / dof at the nodes
+        return v * stats.chi2.ppf((u + 1) / 2, dof) / dof
+
+    va = variances(parts.reference, parts.n - 1)[:, None]
+    vb = variances(parts.other, parts.m - 1)[None, :]
+    se2 = va + vb + parts.shared
+    welch = va ** 2 / (parts.n - 1) + vb ** 2 / (parts.m - 1)
+    df = np.divide(se2 ** 2, welch, out=np.full(se2.shape, np.inf), where=welch > 0)
+    bar = (stats.t.ppf(1 - level / 2, df) * np.sqrt(se2)).ravel()
+    weight = np.outer(w, w).ravel() / 4                   # each rule's weights sum to 2 on [-1, 1]
+    sd = parts.se
+
+    def power(d: float) -> float:
+        return float(weight @ (stats.norm.sf((bar - d) / sd) + stats.norm.sf((bar + d) / sd)))
+    return power
+
+
 def equivalence_p(diff: float, se: float, df: float, margin: float) -> float:
     """Two one-sided tests (TOST) of |true difference| < `margin`: the larger of the p-values of
     H0: d <= -margin and H0: d >= +margin, each a one-sided t with `df`. Below alpha: the
@@ -255,14 +323,20 @@ def equivalence_p(diff: float, se: float, df: float, margin: float) -> float:
     return float(max(lower, upper))
 
 
+def _defined(a_boot: np.ndarray, b_boot: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The resamples (columns) where the metric is defined for every run of both: (a_boot, b_boot,
+    how many were left out); undefined is decided by the labels alone."""
+    ok = ~np.isnan(np.vstack([a_boot, b_boot])).any(0)
+    return a_boot[:, ok], b_boot[:, ok], int((~ok).sum())
+
+
 def _compare(a: np.ndarray, b: np.ndarray, a_boot: np.ndarray, b_boot: np.ndarray, level: float,
              min_runs: int, min_test_patients: int, n_patients: int) -> tuple:
     """One method against the reference on one metric: (diff, low, high, p, unmarkable, undefined,
     se, df).
     a, b: full-set metrics (NaN where undefined); a_boot, b_boot: (runs, B) resampled."""
-    ok = ~np.isnan(np.vstack([a_boot, b_boot])).any(0)         # undefined: decided by the labels alone
-    a_boot, b_boot, undefined = a_boot[:, ok], b_boot[:, ok], int((~ok).sum())
-    if np.isnan(a).any() or np.isnan(b).any() or ok.sum() < 2:
+    a_boot, b_boot, undefined = _defined(a_boot, b_boot)
+    if np.isnan(a).any() or np.isnan(b).any() or a_boot.shape[1] < 2:
         return None, None, None, None, "the metric undefined on the test set or its resamples", undefined, None, None
     diff, few = float(np.mean(b) - np.mean(a)), min(len(a), len(b)) < min_runs
     why = [f"fewer than {min_runs} runs ({len(b)} and {len(a)} of the reference, runs fine-tuned from one "
@@ -356,8 +430,10 @@ def cell_differences(runs: Mapping[str, Sequence], reference: str, metrics: Sequ
             b, b_boot = _replicates(by_seed[method].values(), m, point, resampled)
             diff, low, high, p, why, undefined, se, df = _compare(a, b, a_boot, b_boot, level, min_runs,
                                                                   min_test_patients, n_patients)
+            parts = None if se is None else run_level_parts(a, b, *_defined(a_boot, b_boot)[:2])[1]
             out[method][m] = Difference(m, diff, low, high, p, tuple(by_seed[method]), tuple(by_seed[reference]),
-                                        len(cell.record_id), n_patients, n_resamples, undefined, level, why, se, df)
+                                        len(cell.record_id), n_patients, n_resamples, undefined, level, why, se, df,
+                                        parts)
     return out
 
 

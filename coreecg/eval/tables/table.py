@@ -196,7 +196,7 @@ class Table:
             found = [self.difference(m, j) for m, j in family]
             self.adjusted.update(zip(family, map(float, adjust_p([d.p_value for d in found], sig.adjust))))
             k = 1 if sig.adjust == "none" else len(family)
-            self.detectable.update({key: detectable_difference(d.se, d.df, alpha, k, sig.power)
+            self.detectable.update({key: detectable_difference(d.se, d.df, alpha, k, sig.power, d.parts)
                                     for key, d in zip(family, found)})
             if metric == sig.primary_metric:
                 margin = sig.equivalence_margin / 100

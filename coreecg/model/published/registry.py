@@ -14,6 +14,14 @@ from coreecg.config import Config, PreprocessConfig
 COREECG = "coreecg"
 
 
+def model_entry(entries: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The default container: a dict whose "model" entry is the state dict (or a bare state dict),
+    its own "config" entry the recorded sizes. -> (candidate state, recorded config)."""
+    state = entries.get("model", entries)
+    recorded = entries.get("config") if isinstance(entries.get("config"), dict) else None
+    return (state if isinstance(state, dict) else None), recorded
+
+
 @dataclass(frozen=True)
 class PublishedFamily:
     name: str                                                    # model.arch
@@ -28,6 +36,12 @@ class PublishedFamily:
     pooling: str = ""
     normalisation: str = ""
     pretraining: str = ""
+    # the file's container -> (candidate state dict, recorded config): a `files.Payload` in, so a
+    # family reads its own entries ("state_dict", "encoder", "cfg") and a folder's config.json
+    unpack: Callable[[Any], tuple[dict[str, Any] | None, dict[str, Any] | None]] | None = None
+    contract: Any = None                                         # coreecg.data.contract.InputContract
+    pretrained_on: tuple[str, ...] = ()                          # databases (source names) the weights saw
+    commercial_use: bool = True                                  # False: non-commercial weights
 
 
 FAMILIES: dict[str, PublishedFamily] = {}

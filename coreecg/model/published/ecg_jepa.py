@@ -59,6 +59,7 @@ from torch import nn
 from coreecg.config import Config, ModelConfig, PreprocessConfig
 from coreecg.config.base import STANDARD_LEADS
 from coreecg.config.encoders import EncoderOptions
+from coreecg.data.contract import InputContract, Resample, Window
 from coreecg.encoders.build import register_encoder
 from coreecg.encoders.published.ecg_jepa import EcgJepaOptions
 from coreecg.model.encoder import Encoded, masked_mean
@@ -74,6 +75,17 @@ _BLOCK_KEY = re.compile(r"^encoder_blocks\.blocks\.(\d+)\.(norm1|norm2|attn\.qkv
 _TOP_KEYS = ("pos_embed", "W_P.weight", "W_P.bias", "norm.weight", "norm.bias")
 _SIGNATURE = ("pos_embed", "W_P.weight", "encoder_blocks.blocks.0.attn.qkv.weight")
 
+# ECG-JEPA's downstream input (ecg_data.waves_ptbxl): the whole 500 Hz record FFT-resampled to 250
+# Hz (scipy.signal.resample, 5,000 -> 2,500 for PTB-XL's 10 s), the 8 leads, millivolts as read.
+CONTRACT = InputContract(
+    leads=LEADS, sampling_rate=250, window_samples=2500,
+    steps=(Resample(rate=250, method="fft", length="floor"), Window(2500, first=True)),
+    layout="channels_first",
+    notes="leads I, II, V1-V6 in that order (the 12-lead array without III, aVR, aVL, aVF); the whole record is "
+          "FFT-resampled (scipy.signal.resample) before the first 10 s are kept; no filter and no normalisation "
+          "(millivolts as read); exactly 2,500 samples per lead (the original asserts it). ECG-JEPA's CPSC reader "
+          "instead keeps the first 10 s at 500 Hz and then resamples (the same on a 10 s record).")
+
 # The closest standard corpus settings: 250 Hz, 10 s windows of the model's 8 leads. ECG-JEPA's
 # input is neither filtered nor normalised, which a coreecg corpus cannot express (it always
 # band-passes and z-scores): the widest band it takes and a record-wide z-score (which keeps the
@@ -85,11 +97,13 @@ PREPROCESS = PreprocessConfig(sampling_rate=250, window_s=10.0, highpass_hz=0.05
 def sincos_table(dim: int, n_leads: int, n_patches: int) -> torch.Tensor:
     """ECG-JEPA's 2-D sin-cos position table (R = n_leads * n_patches, dim) float32, row lead *
     n_patches + patch: [sin(patch w), cos(patch w), sin(lead w), cos(lead w)], each dim / 4 wide,
-    w_k = 10000 ** (-k / (dim / 4)); computed in float64 as the original (numpy)."""
+    w_k = 10000 ** (-k / (dim / 4)); computed in float64 as the original (numpy), on the host (also
+    under a meta default device: a table of data, not of the sizes)."""
     quarter = dim // 4
-    omega = 1.0 / 10000 ** (torch.arange(quarter, dtype=torch.float64) / quarter)
-    patch = torch.arange(n_patches, dtype=torch.float64)[None, :].expand(n_leads, -1).reshape(-1, 1) * omega
-    lead = torch.arange(n_leads, dtype=torch.float64)[:, None].expand(-1, n_patches).reshape(-1, 1) * omega
+    f64 = {"dtype": torch.float64, "device": "cpu"}
+    omega = 1.0 / 10000 ** (torch.arange(quarter, **f64) / quarter)
+    patch = torch.arange(n_patches, **f64)[None, :].expand(n_leads, -1).reshape(-1, 1) * omega
+    lead = torch.arange(n_leads, **f64)[:, None].expand(-1, n_patches).reshape(-1, 1) * omega
     return torch.cat([patch.sin(), patch.cos(), lead.sin(), lead.cos()], dim=1).float()
 
 
@@ -361,3 +375,15 @@ def read_architecture(state: dict[str, Any], recorded: dict[str, Any] | None = N
 
 EcgJepaEncoder.output_kind = "grid"
 register_encoder(NAME)(EcgJepaEncoder)
+register(PublishedFamily(
+    name=NAME, title="ECG-JEPA (Kim 2024)", label="ECG-JEPA", recognise=recognise, unpack=unpack,
+    read_architecture=read_architecture, build=EcgJepaEncoder.from_config, preprocess=PREPROCESS,
+    contract=CONTRACT, module="coreecg.model.published.ecg_jepa.EcgJepaEncoder",
+    licence="code MIT (sehunfromdaegu/ECG_JEPA); the weights (Google Drive) state no licence of their own",
+    pooling="mean of the 400 tokens after the final LayerNorm (MaskTransformer.representation)",
+    normalisation="none: millivolts as read, no filter",
+    pretraining="Chapman-Shaoxing and Ningbo (PhysioNet's ecg-arrhythmia WFDB records, 1.0.0) and CODE-15 "
+                "(pretrain_ECG_JEPA.py); PTB-XL is only the downstream evaluation",
+    pretrained_on=("chapman", "ningbo", "code15"),
+    commercial_use=False,
+))

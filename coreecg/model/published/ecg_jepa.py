@@ -221,6 +221,9 @@ class EcgJepaEncoder(nn.Module):
                 raise ValueError(f"{self.source or 'ECG-JEPA encoder'}: {C} input leads, the model knows "
                                  f"{self.n_leads} ({', '.join(LEADS)})")
             return torch.arange(C, device=device)
+        if lead_idx.numel() != C:
+            raise ValueError(f"{self.source or 'ECG-JEPA encoder'}: lead_idx names {lead_idx.numel()} leads for "
+                             f"{C} input rows")
         rows = self._slot.to(device)[lead_idx.to(device)]
         if bool((rows < 0).any()):
             names = [STANDARD_LEADS[i] for i in lead_idx.tolist() if STANDARD_LEADS[i] not in LEADS]

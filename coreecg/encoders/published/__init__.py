@@ -1,4 +1,6 @@
 """The published families' declarations and options sections (torch-free, one module each): the
 config reads `encoders.<family>` without importing torch. Each module declares its EncoderSpec
-(published=True) and names its torch module under coreecg.model.published."""
+(published=True) and names its torch module under coreecg.model.published. Imported by
+coreecg/encoders/__init__.py, so `import coreecg` declares them (ST-MEM's is in ../options.py)."""
 from coreecg.encoders.published import merl  # noqa: F401
+from coreecg.encoders.published import ecg_jepa  # noqa: F401

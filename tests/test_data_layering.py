@@ -52,7 +52,8 @@ LAYERS = [
                 "coreecg.methods.core_ecg.options", "coreecg.methods.moco_v3.options",
                 "coreecg.methods.cmsc.options", "coreecg.methods.cpc.options",
                 # ... and model.arch, encoders.<name> (the encoder registry and the built-ins' options)
-                "coreecg.encoders.registry", "coreecg.encoders.options"}),
+                "coreecg.encoders.registry", "coreecg.encoders.options",
+                "coreecg.encoders.published"}),        # ... and the published families' options
     # a recording, its leads and a published family's input contract: below the model layer, where each
     # family declares its contract (coreecg.model.published.<family>.CONTRACT)
     ("recordings and input contracts", {"coreecg.data.record", "coreecg.data.leads", "coreecg.data.contract"}),

@@ -99,7 +99,8 @@ class Config:
                 getattr(getattr(self.encoders, m.arch), "check", lambda: None)()
             except ConfigError as e:                   # named by its section, as a key's own error is
                 raise ConfigError(str(e) if str(e).startswith("encoders.") else f"encoders.{m.arch}: {e}") from None
-        if m.input_samples % self.patch_size:
+        # a published family's input is its contract's window, whatever its token stride
+        if m.input_samples % self.patch_size and not encoder_spec(m.arch).published:
             raise ConfigError(f"model.input_samples={m.input_samples} is not a multiple of {self.patch_key}="
                               f"{self.patch_size}")
         if self.data.crop_samples != m.input_samples:

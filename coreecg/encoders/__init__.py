@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from coreecg.encoders import options as _options  # noqa: F401  (declares the built-ins)
+from coreecg.encoders import published as _published  # noqa: F401  (declares the published families)
 from coreecg.config.encoder_registry import (ANY, GRID, SEQUENCE, EncoderSpec, declare_encoder, encoder_spec,
                                              encoder_specs)
 

@@ -57,6 +57,7 @@ from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder
 from coreecg.model.pretrained import PretrainedInfo
 from coreecg.model.published import FAMILIES, recognise
+from coreecg.model.published.registry import contract_preprocess
 from coreecg.model.published.files import Payload, is_hub_id, is_published_folder, read_published
 # The export folder's format (the writers: coreecg.model.pretrained and coreecg.hub.export).
 from coreecg.weights import (
@@ -296,8 +297,12 @@ def _open_published(shown: Path, read: Payload) -> ModelSource:
         raise CheckpointError(f"{file}: neither a coreecg checkpoint (no 'config'/'model' entry) nor a published "
                               f"encoder coreecg knows ({', '.join(FAMILIES)}); it holds {keys}")
     family, state, arch = found
-    crop = min(arch.model.input_samples, family.preprocess.window_samples)
-    data = dataclasses.replace(DataConfig(), preprocess=family.preprocess, crop_samples=crop)
+    preprocess = contract_preprocess(family)
+    if family.contract is not None:        # the model's input: one stored window of its contract's corpus
+        arch = dataclasses.replace(arch, model=dataclasses.replace(
+            arch.model, n_leads=len(family.contract.leads), input_samples=preprocess.window_samples))
+    crop = min(arch.model.input_samples, preprocess.window_samples)
+    data = dataclasses.replace(DataConfig(), preprocess=preprocess, crop_samples=crop)
     try:
         config = dataclasses.replace(arch, data=data,
                                      train=dataclasses.replace(TrainConfig(), variant=family.label)).validate()

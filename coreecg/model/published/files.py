@@ -30,6 +30,9 @@ from typing import Any
 
 import torch
 import yaml
+from huggingface_hub import snapshot_download
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from coreecg.checkpoints import CheckpointError
 
@@ -196,9 +199,6 @@ def _read_folder(folder: Path) -> Payload:
     if not isinstance(config, dict):
         raise CheckpointError(f"{cfg_path}: not a JSON object")
     if (folder / HF_WEIGHTS).is_file():
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         weights = folder / HF_WEIGHTS
         try:
             state = load_file(str(weights), device="cpu")
@@ -229,8 +229,6 @@ def _sidecar(file: Path) -> dict[str, Any] | None:
 def _download(repo_id: str) -> Path:
     """A Hugging Face id -> its local snapshot folder (huggingface_hub; needs the network)."""
     try:
-        from huggingface_hub import snapshot_download
-
         return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.bin"]))
     except Exception as e:
         raise CheckpointError(f"{repo_id}: not a local path, and the Hugging Face download failed ({e}); "

@@ -54,6 +54,18 @@ def register(family: PublishedFamily) -> PublishedFamily:
     return family
 
 
+def contract_preprocess(fam: PublishedFamily) -> PreprocessConfig:
+    """The data.preprocess of a corpus built under the family's declared contract: its stored form's
+    rate, window and leads, and `contract` naming the family (coreecg.data.preprocess.contract_windows);
+    the family's closest standard settings (`preprocess`) when it declares no contract."""
+    c = fam.contract
+    if c is None:
+        return fam.preprocess
+    rate, n = c.stored_rate(), c.stored_samples()
+    return PreprocessConfig(sampling_rate=int(rate), window_s=n / rate, leads=tuple(c.leads), contract=fam.name,
+                            min_duration_s=min(PreprocessConfig.min_duration_s, n / rate))
+
+
 def family(name: str) -> PublishedFamily:
     """The registered family `name`; KeyError naming the known ones."""
     if name not in FAMILIES:

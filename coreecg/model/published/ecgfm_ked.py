@@ -261,11 +261,12 @@ register(PublishedFamily(
     name=NAME, title="ECGFM-KED (Tian et al., Cell Reports Medicine 2024)", label="ECGFM-KED",
     recognise=recognise, unpack=unpack, read_architecture=read_architecture, build=EcgFmKedEncoder.from_config,
     preprocess=PREPROCESS, contract=CONTRACT, module="coreecg.model.published.ecgfm_ked.EcgFmKedEncoder",
-    licence="code: no licence file in control-spiderman/ECGFM-KED; weights: Zenodo record 14881564 (its licence "
-            "not checked by coreecg); trained on MIMIC-IV-ECG (PhysioNet credentialed access): check both before use",
+    licence="code: no licence file in control-spiderman/ECGFM-KED (no rights granted); weights: Zenodo record "
+            "14881564, its licence not checked by coreecg; check both before any use beyond research",
     pooling="mean over time of the backbone's output (ecg_features.mean(-1))",
     normalisation="none: raw mV (FFT-resampled to 100 Hz, NaN set to 0)",
-    pretraining="MIMIC-IV-ECG v1.0 (about 800,000 10-s 12-lead ECGs at 500 Hz) with their machine reports, "
-                "contrasted with a Bio_ClinicalBERT text tower and a query decoder (knowledge-enhanced labels)",
+    pretraining="MIMIC-IV-ECG v1.0 (PhysioNet, open access: about 800,000 10-s 12-lead ECGs at 500 Hz of nearly "
+                "160,000 patients) with their reports, contrasted with a Bio_ClinicalBERT "
+                "text tower and a query decoder over knowledge-enhanced label descriptions",
     pretrained_on=("mimic-iv-ecg",), commercial_use=False,
 ))

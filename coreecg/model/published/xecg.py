@@ -326,8 +326,6 @@ class XEcgEncoder(nn.Module):
     padding (left out of the pooled mean, invalid in `forward`), xECG's rule.
     """
 
-    output_kind = "sequence"
-
     def __init__(self, options: XEcgOptions | None = None, n_leads: int = 12):
         super().__init__()
         o = options or XEcgOptions()
@@ -580,6 +578,7 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
 # the block keys this module knows (either kind), relative to "blocks.<b>."
 _BLOCK_KEYS = frozenset(k.split(".", 2)[2] for k in _layout(XEcgOptions(blocks="sm"), 12) if k.startswith("blocks."))
 
+XEcgEncoder.output_kind = "sequence"
 register_encoder(NAME)(XEcgEncoder)
 register(PublishedFamily(
     name=NAME, title="xECG (BenchECG and xECG, 2025)", label="xECG", recognise=recognise, unpack=unpack,

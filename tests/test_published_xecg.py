@@ -179,6 +179,8 @@ def test_the_architecture_of_another_size_is_read_back(tmp_path):
     assert torch.equal(back.pooled(x)[1], out.tokens[1, :15].amax(dim=0))
     with pytest.raises(ValueError, match="xlstm_config"):
         read_architecture(recognise(state), {**recorded, "xlstm_config": ["s"] * 5})
+    with pytest.raises(ValueError, match="cls_type 'attn_pool'"):
+        read_architecture(recognise(state), {**recorded, "cls_type": "attn_pool"})
 
 
 def test_a_missing_key_and_a_wrong_shape_are_named(fx):

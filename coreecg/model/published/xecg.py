@@ -534,7 +534,9 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
     the activation and pooling from `recorded`, config.json). ValueError naming a missing key or one
     whose shape does not fit the others."""
     E, n_leads, P = _shape(state, "patch_embedding.conv.weight", 3)
-    depth = 1 + max(int(m.group(1)) for m in map(_BLOCK.match, state) if m)
+    depth = 1 + max((int(m.group(1)) for m in map(_BLOCK.match, state) if m), default=-1)
+    if depth == 0:
+        raise ValueError("missing key 'blocks.0.xlstm_norm.weight' (no xLSTM block in the weights)")
     kinds = ""
     for b in range(depth):
         p = f"blocks.{b}."
@@ -554,6 +556,10 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
     hidden = _shape(state, f"blocks.{s}.ffn.proj_down.weight", 2)[1] if s >= 0 else rounded_up(1.3 * E)
     kernel = _shape(state, "blocks.0.xlstm.conv1d.conv.weight", 3)[2]
     rec = recorded or {}
+    cls_type = rec.get("cls_type", "avg")
+    if cls_type not in ("avg", "mean", "max", None):
+        raise ValueError(f"config.json's cls_type {cls_type!r} is not supported: xECG's released class pools "
+                         "with 'avg', 'mean' or 'max'")
     recorded_kinds = rec.get("xlstm_config")
     if isinstance(recorded_kinds, (list, tuple)) and "".join(map(str, recorded_kinds)) != kinds:
         raise ValueError(f"config.json's xlstm_config {list(recorded_kinds)} differs from the weights' blocks "
@@ -565,7 +571,7 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
                         qkv_blocksize=blk, mlstm_dim=inner, ffn_dim=hidden,
                         post_norm="post_blocks_norm.weight" in state,
                         activation=str(rec.get("activation_fn") or "gelu"),
-                        pooling="max" if rec.get("cls_type") == "max" else "avg")
+                        pooling="max" if cls_type == "max" else "avg")
     for key, (shape, why) in _layout(sizes, n_leads).items():
         if key not in state:
             raise ValueError(f"missing key '{key}'")

@@ -186,6 +186,8 @@ def test_broken_states_name_the_key():
     wrong = dict(state, **{"encoder.layers.0.attention.k_proj.weight": torch.zeros(32, 31)})
     with pytest.raises(ValueError, match=r"'encoder\.layers\.0\.attention\.k_proj\.weight' has shape \(32, 31\)"):
         read_architecture(wrong, None)
+    with pytest.raises(ValueError, match="model_type='wav2vec2'"):
+        read_architecture(state, {"model_type": "wav2vec2"})
     with pytest.raises(ValueError, match="do_stable_layer_norm"):
         read_architecture(state, {"do_stable_layer_norm": True})
     assert recognise({"pos_embedding": torch.zeros(1)}) is None

@@ -383,6 +383,8 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
     input samples) and `encoders.hubert_ecg` (its sizes); ValueError naming the key whose absence or
     shape does not fit. `recorded`: config.json (heads, strides, eps, and the structure checked)."""
     rec = recorded or {}
+    if rec.get("model_type", NAME) not in (NAME, "hubert"):     # wav2vec2 has the same keys
+        raise ValueError(f"config model_type={rec['model_type']!r}: not a HuBERT(-ECG) model")
     for key, value in _FIXED.items():
         if key in rec and rec[key] != value:
             raise ValueError(f"config {key}={rec[key]!r}: this module implements HuBERT-ECG's {key}={value!r} only")

@@ -4,5 +4,6 @@ config reads `encoders.<family>` without importing torch. Each module declares i
 coreecg/encoders/__init__.py, so `import coreecg` declares them (ST-MEM's is in ../options.py)."""
 from coreecg.encoders.published import merl  # noqa: F401
 from coreecg.encoders.published import ecgfm_ked  # noqa: F401
+from coreecg.encoders.published import hubert_ecg  # noqa: F401
 from coreecg.encoders.published import xecg  # noqa: F401
 from coreecg.encoders.published import ecg_jepa  # noqa: F401

@@ -24,6 +24,7 @@ from coreecg.encoders.build import build_encoder  # noqa: F401  (kept here for c
 from coreecg.model.published import st_mem  # noqa: F401  (registers the family)
 from coreecg.model.published import merl  # noqa: F401  (registers the family)
 from coreecg.model.published import ecgfm_ked  # noqa: F401  (registers the family)
+from coreecg.model.published import hubert_ecg  # noqa: F401  (registers the family)
 from coreecg.model.published import xecg  # noqa: F401  (registers the family)
 from coreecg.model.published import ecg_jepa  # noqa: F401  (registers the family)
 from coreecg.model.published.registry import COREECG, FAMILIES, PublishedFamily, family, recognise, register

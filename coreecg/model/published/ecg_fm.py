@@ -443,7 +443,11 @@ register(PublishedFamily(
     pooling="pretrained: mean over tokens (the ECG-FM benchmark's); fine-tuned: per channel sum over tokens / "
             "count of non-zero entries (ECG-FM's quickstart)",
     normalisation="z-score per lead over the whole record (std ddof 0, + 1e-8), constant leads 0, no filter",
-    pretraining="MIMIC-IV-ECG v1.0 and PhysioNet/CinC 2021 v1.0.3 (wav2vec 2.0 + CMSC + random lead masking); "
+    pretraining="MIMIC-IV-ECG v1.0 and PhysioNet/CinC 2021 v1.0.3 (PTB-XL, CPSC 2018 and its extra set, Georgia, "
+                "Chapman-Shaoxing, Ningbo, INCART, PTB; wav2vec 2.0 + CMSC + random lead masking); "
                 "the fine-tuned file further on MIMIC-IV-ECG (17 labels)",
-    pretrained_on=("mimic_iv_ecg", "cinc2021"), commercial_use=True,
+    # CinC 2021 v1.0.3 holds these databases, PTB-XL among them
+    pretrained_on=("mimic_iv_ecg", "cinc2021", "ptbxl", "cpsc2018", "cpsc2018_extra", "georgia", "chapman", "ningbo",
+                   "incart", "ptb"),
+    commercial_use=True,
 ))

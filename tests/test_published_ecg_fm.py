@@ -143,8 +143,11 @@ def test_missing_and_misshapen_keys_are_named(loaded):
         broken = dict(sub, **{key: torch.zeros(shape)})
         with pytest.raises(ValueError, match=f"key '{key}' has shape"):
             ecg_fm.read_architecture(broken, recorded)
-    with pytest.raises(ValueError, match="conv_feature_layers"):
-        ecg_fm.read_architecture(sub, dict(recorded, conv_feature_layers="[(64, 2, 2)] * 4"))
+    for text in ("[(64, 2, 2)] * 4", "[(32, 2, 2)] * 10**9", "__import__('os')", "[(32, 2)] * 4"):
+        with pytest.raises(ValueError, match="conv_feature_layers"):
+            ecg_fm.read_architecture(sub, dict(recorded, conv_feature_layers=text))
+    with pytest.raises(ValueError, match="num_heads=5"):
+        ecg_fm.read_architecture(sub, dict(recorded, encoder_attention_heads=5))
 
 
 def test_recognise_refuses_other_states_and_unpack_reads_a_sidecar():

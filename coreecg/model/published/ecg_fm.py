@@ -70,7 +70,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
-from coreecg.config import Config, ModelConfig, PreprocessConfig, STANDARD_LEADS
+from coreecg.config import STANDARD_LEADS, Config, ConfigError, ModelConfig, PreprocessConfig
 from coreecg.config.encoders import EncoderOptions
 from coreecg.data.contract import ConstantLeads, InputContract, Normalise, Resample, Window
 from coreecg.encoders.build import register_encoder
@@ -356,16 +356,16 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
         raise ValueError(f"missing key 'encoder.layers.{_first_gap(layers)}.fc1.weight' (layers found: {layers})")
     ffn = int(_get(state, "encoder.layers.0.fc1.weight", 2).shape[0])
     heads = rec.get("encoder_attention_heads", HEADS)
-    heads = heads if isinstance(heads, int) and heads > 0 and dim % heads == 0 else HEADS
+    heads = heads if isinstance(heads, int) else HEADS
     pooling = "nonzero" if rec.get("_name") in _FINETUNED else "mean"
-    sizes = EcgFmOptions(embed_dim=dim, depth=len(layers), num_heads=heads, ffn_dim=ffn, conv_dims=dims,
-                         conv_kernels=kernels, conv_strides=strides,
-                         conv_bias="feature_extractor.conv_layers.0.0.bias" in state, pos_kernel=int(v.shape[2]),
-                         pos_groups=dim // int(v.shape[1]), pooling=pooling)
     try:
+        sizes = EcgFmOptions(embed_dim=dim, depth=len(layers), num_heads=heads, ffn_dim=ffn, conv_dims=dims,
+                             conv_kernels=kernels, conv_strides=strides,
+                             conv_bias="feature_extractor.conv_layers.0.0.bias" in state,
+                             pos_kernel=int(v.shape[2]), pos_groups=dim // int(v.shape[1]), pooling=pooling)
         sizes.check()
-    except Exception as e:
-        raise ValueError(f"inconsistent sizes read from the weights: {e}") from None
+    except ConfigError as e:
+        raise ValueError(f"inconsistent sizes read from the weights and the recorded config: {e}") from None
     config = Config(model=ModelConfig(arch=NAME, n_leads=n_leads, input_samples=WINDOW),
                     encoders=EncoderOptions({NAME: sizes}))
     _check_shapes(state, config)
@@ -391,7 +391,13 @@ def _strides(rec: dict[str, Any], dims: tuple[int, ...], kernels: tuple[int, ...
     text = rec.get("conv_feature_layers")
     if not isinstance(text, str):
         return kernels
-    layers = _literal(ast.parse(text, mode="eval").body)
+    try:
+        layers = _literal(ast.parse(text, mode="eval").body)
+        ok = all(isinstance(x, tuple) and len(x) == 3 for x in layers)
+    except (SyntaxError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"recorded conv_feature_layers {text!r} is not a list of (dim, kernel, stride)")
     if [tuple(x[:2]) for x in layers] != list(zip(dims, kernels)):
         raise ValueError(f"recorded conv_feature_layers {text!r} does not match the weights' (dim, kernel) "
                          f"{list(zip(dims, kernels))}")
@@ -407,6 +413,9 @@ def _literal(node: ast.AST) -> Any:
         return items if isinstance(node, ast.List) else tuple(items)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add)):
         a, b = _literal(node.left), _literal(node.right)
+        if isinstance(node.op, ast.Mult) and max(abs(a) if isinstance(a, int) else 0,
+                                                 abs(b) if isinstance(b, int) else 0) > 1000:
+            raise ValueError("conv_feature_layers: a repeat count above 1000")     # a file's string: bounded
         return a * b if isinstance(node.op, ast.Mult) else a + b
     raise ValueError(f"conv_feature_layers: unsupported expression {ast.dump(node)[:80]}")
 

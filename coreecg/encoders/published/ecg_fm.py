@@ -63,8 +63,9 @@ class EcgFmOptions:
                    pos_groups=4)
 
     @property
-    def stride(self) -> int:
-        """Input samples per output token (the product of the convolutions' strides)."""
+    def patch_size(self) -> int:
+        """Input samples per output token (the product of the convolutions' strides): what
+        `Config.patch_size` reads, so model.input_samples is a whole number of tokens."""
         out = 1
         for s in self.conv_strides:
             out *= s

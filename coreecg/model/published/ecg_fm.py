@@ -54,7 +54,8 @@ never eval; else stride = kernel) and the head count (`encoder_attention_heads`;
 Traps: the head count is not in the weights (12 at every size: 48 wide -> 4-wide heads); the
 conv_pos keys come in two styles (legacy weight_g/weight_v and torch's parametrizations); an even
 position kernel drops the last step (SamePad); 2500 samples do not divide by 16 (the last 4 are
-not read); the fine-tuned pooling counts non-zero entries per channel, not tokens.
+not read, so model.input_samples is 2496 while the contract's window stays 2500); the fine-tuned
+pooling counts non-zero entries per channel, not tokens.
 
 No fairseq-signals or ECG-FM code is used: this module names its parameters as the published
 state dicts do, so those load with `load_state_dict` unchanged.
@@ -329,10 +330,10 @@ def recognise(state: dict[str, Any]) -> dict[str, torch.Tensor] | None:
 
 
 def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] | None = None) -> Config:
-    """The config of an ECG-FM encoder state dict: `model` (arch "ecg_fm", its leads, 2500 input
-    samples) and `encoders.ecg_fm` (its sizes); ValueError naming the key for one that is missing
-    or whose shape does not fit the others. `recorded`: the checkpoint's cfg["model"] (strides,
-    heads, which pooling)."""
+    """The config of an ECG-FM encoder state dict: `model` (arch "ecg_fm", its leads, the whole
+    tokens of a 2500-sample window: 2496 input samples) and `encoders.ecg_fm` (its sizes);
+    ValueError naming the key for one that is missing or whose shape does not fit the others.
+    `recorded`: the checkpoint's cfg["model"] (strides, heads, which pooling)."""
     rec = recorded or {}
     if rec.get("extractor_mode", "default") != "default" or rec.get("layer_norm_first", False):
         raise ValueError(f"recorded extractor_mode={rec.get('extractor_mode')!r}, layer_norm_first="
@@ -366,7 +367,10 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
         sizes.check()
     except ConfigError as e:
         raise ValueError(f"inconsistent sizes read from the weights and the recorded config: {e}") from None
-    config = Config(model=ModelConfig(arch=NAME, n_leads=n_leads, input_samples=WINDOW),
+    # 2500 is no multiple of the 16-sample token: model.input_samples is what the convolutions read of a
+    # 2500-sample window (2496 = 156 tokens); the contract still feeds 2500, the last 4 samples unread
+    config = Config(model=ModelConfig(arch=NAME, n_leads=n_leads, input_samples=WINDOW // sizes.patch_size
+                                      * sizes.patch_size),
                     encoders=EncoderOptions({NAME: sizes}))
     _check_shapes(state, config)
     return config

@@ -6,4 +6,5 @@ from coreecg.encoders.published import merl  # noqa: F401
 from coreecg.encoders.published import ecgfm_ked  # noqa: F401
 from coreecg.encoders.published import hubert_ecg  # noqa: F401
 from coreecg.encoders.published import xecg  # noqa: F401
+from coreecg.encoders.published import ecg_fm  # noqa: F401
 from coreecg.encoders.published import ecg_jepa  # noqa: F401

@@ -26,6 +26,7 @@ from coreecg.model.published import merl  # noqa: F401  (registers the family)
 from coreecg.model.published import ecgfm_ked  # noqa: F401  (registers the family)
 from coreecg.model.published import hubert_ecg  # noqa: F401  (registers the family)
 from coreecg.model.published import xecg  # noqa: F401  (registers the family)
+from coreecg.model.published import ecg_fm  # noqa: F401  (registers the family)
 from coreecg.model.published import ecg_jepa  # noqa: F401  (registers the family)
 from coreecg.model.published.registry import COREECG, FAMILIES, PublishedFamily, family, recognise, register
 

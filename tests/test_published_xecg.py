@@ -24,6 +24,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from coreecg.data.contract import ContractError
 from coreecg.config.base import ConfigError
 from coreecg.encoders.published.xecg import XEcgOptions
 from coreecg.model.published import FAMILIES
@@ -99,11 +100,11 @@ def test_the_contract_reproduces_the_model_input():
     ref = np.load(FIXTURES / "model_input.npy")
     assert ours.shape == ref.shape == (1, 1000, 12) and ours.dtype == np.float32
     assert float(np.abs(ours - ref).max()) <= 1e-6
-    # 12 s at most, cut to whole patches; rows picked by name (a shuffled record gives the same input)
+    # the first 10 s of at most 12 s (coreecg's stored window); a shorter record is refused, not padded
     long = CONTRACT.model_input(np.tile(raw, (1, 2))[:, :6513], 500, meta["leads"])
-    assert long.shape == (1, 1200, 12)
-    short = CONTRACT.model_input(raw[:, :2130], 500, meta["leads"])      # 426 samples at 100 Hz -> 425
-    assert short.shape == (1, 425, 12)
+    assert long.shape == (1, 1000, 12)
+    with pytest.raises(ContractError, match="shorter than one window of 1000"):
+        CONTRACT.model_input(raw[:, :2130], 500, meta["leads"])
     order = np.random.default_rng(0).permutation(12)
     np.testing.assert_array_equal(CONTRACT.model_input(raw[order], 500, [meta["leads"][i] for i in order]), ours)
     assert FAMILIES["xecg"].contract is CONTRACT and CONTRACT.describe()["layout"] == "time_major"

@@ -76,7 +76,7 @@ from torch import nn
 
 from coreecg.config import Config, ModelConfig, PreprocessConfig
 from coreecg.config.encoders import EncoderOptions
-from coreecg.data.contract import Crop, InputContract, Resample
+from coreecg.data.contract import Crop, InputContract, Resample, Window
 from coreecg.encoders.build import register_encoder
 from coreecg.encoders.published.xecg import XEcgOptions, rounded_up
 from coreecg.model.encoder import Encoded, default_lead_idx
@@ -97,14 +97,17 @@ _CELL_FILE = ("xlstm.slstm_cell._recurrent_kernel_", "xlstm.slstm_cell._bias_") 
 # bench-xecg's input (pretraining_dataset.py, generic_utils.py, pretrain_run_config.yaml): leads
 # mapped by name, FFT-resampled to 100 Hz onto round(N * 100 / fs) samples (neurokit2's
 # signal_resample "FFT"), the first 12 s kept (CropFixedLen), the tail cut to whole patches; raw mV.
+WINDOW = 1000            # 10 s at 100 Hz: the window coreecg stores and fine-tunes on (docs/published_encoders.md)
 CONTRACT = InputContract(
-    leads=LEADS, sampling_rate=RATE, window_samples=MAX_SAMPLES,
-    steps=(Resample(RATE, method="fft", length="round"), Crop(samples=MAX_SAMPLES, multiple=PATCH)),
+    leads=LEADS, sampling_rate=RATE, window_samples=WINDOW,
+    steps=(Resample(RATE, method="fft", length="round"), Crop(samples=MAX_SAMPLES, multiple=PATCH),
+           Window(WINDOW, first=True)),
     layout="time_major",
-    notes="raw mV: no filter, no normalisation, no clipping; one window per record, at most 12 s (1200 "
-          "samples) from its start, its length cut to a multiple of 25 (any length the model takes); a missing "
-          "lead is fed as zeros; a 25-sample patch whose first sample is 0 on all 12 leads counts as padding "
-          "(zero-padded batches), so real signal must not be zero-filled")
+    notes="raw mV: no filter, no normalisation, no clipping; the original keeps at most 12 s (1200 samples) from "
+          "a record's start, cut to a multiple of 25; coreecg then takes its first 10 s (1000 samples: the fixed "
+          "window a corpus stores; a 10 s record is exactly the original's input, a longer one loses its tail, a "
+          "shorter one is refused rather than padded, since padding changes the real tokens through the reversed "
+          "blocks); a 25-sample patch whose first sample is 0 on all 12 leads counts as padding")
 
 
 # ---------------------------------------------------------------------------- xlstm's components

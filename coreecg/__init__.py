@@ -37,6 +37,15 @@ def load_model(path, map_location="cpu"):
     return _load(path, map_location=map_location)
 
 
+def model_input(path, signal, fs, leads):
+    """The windows the model at `path` is fed for one raw recording (leads, samples) in mV at `fs`
+    Hz, rows named by `leads`: float32 (W, ...) in the model's own layout, batch axis first; a
+    published family's under its own declared contract (`coreecg.hub.model_input`)."""
+    from coreecg.hub import model_input as _model_input
+
+    return _model_input(path, signal, fs, leads)
+
+
 def embed(signal, fs=None, leads=None, model=None, *, device="cpu"):
     """One raw recording (leads, samples) in mV at `fs` Hz, rows named by `leads`, or a file's path
     (WFDB, DICOM, MUSE XML, HL7 aECG, EDF: `embed("ecg.xml", model=...)`) -> its embedding (D,),
@@ -54,4 +63,4 @@ def predict(signal, fs=None, leads=None, model=None, *, device="cpu"):
     return _predict(signal, fs, leads, model, device=device)
 
 
-__all__ = ["__version__", "load_encoder", "load_classifier", "load_model", "embed", "predict"]
+__all__ = ["__version__", "load_encoder", "load_classifier", "load_model", "model_input", "embed", "predict"]

@@ -53,6 +53,9 @@ LAYERS = [
                 "coreecg.methods.cmsc.options", "coreecg.methods.cpc.options",
                 # ... and model.arch, encoders.<name> (the encoder registry and the built-ins' options)
                 "coreecg.encoders.registry", "coreecg.encoders.options"}),
+    # a recording, its leads and a published family's input contract: below the model layer, where each
+    # family declares its contract (coreecg.model.published.<family>.CONTRACT)
+    ("recordings and input contracts", {"coreecg.data.record", "coreecg.data.leads", "coreecg.data.contract"}),
     ("devices", {"coreecg.devices"}),
     ("checkpoint store", {"coreecg.checkpoints"}),
     ("weights in", {"coreecg.weights"}),      # the loader's part from_pretrained (model) uses

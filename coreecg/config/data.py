@@ -37,6 +37,11 @@ class PreprocessConfig:
     # Resampling uses exact rational factors up/down; a rate whose ratio to sampling_rate
     # needs a denominator above this (e.g. 257.3 Hz -> 2500/2573) is quarantined.
     resample_max_denominator: int = 1000
+    # A published family's name (model.arch): the corpus is built with that family's declared input
+    # contract (coreecg.data.contract, the original pipeline's steps) instead of the filter, resampling
+    # and z-score above; sampling_rate, window_s and leads are then the contract's stored form
+    # (coreecg.model.published.contract_preprocess writes them). docs/published_encoders.md.
+    contract: str = ""
 
     def __post_init__(self) -> None:
         # messages without the section's key: the config's loader prefixes data.preprocess
@@ -58,6 +63,8 @@ class PreprocessConfig:
         out = dataclasses.asdict(self)
         if out["standardize"] == "lead":
             del out["standardize"]
+        if not out["contract"]:
+            del out["contract"]
         return out
 
 

@@ -368,6 +368,43 @@ class InputContract:
             x = x.reshape(x.shape[0], -1)
         return np.ascontiguousarray(x, dtype=np.float32)
 
+    def windows(self, signal: np.ndarray, fs: float, leads: Sequence[str], path: str = "<array>") -> np.ndarray:
+        """The same windows in coreecg's stored form, (W, C, T') channels first (`canonical`): what
+        a corpus built under this contract holds (data.preprocess.contract)."""
+        return self.canonical(self.model_input(signal, fs, leads, path))
+
+    def canonical(self, x):
+        """Model layout -> (W, C, T'): time-major transposed; flat split into the C leads' equal
+        parts (lead-major, so part c is lead c's samples: HuBERT-ECG's decimated 6000 -> 12 x 500).
+        numpy arrays and torch tensors alike."""
+        if self.layout == "time_major":
+            return x.swapaxes(-1, -2)
+        if self.layout == "flat":
+            return x.reshape(x.shape[0], len(self.leads), -1)
+        return x
+
+    def to_model(self, x):
+        """(B, C, T') stored form -> the model's layout (the inverse of `canonical`)."""
+        if self.layout == "time_major":
+            return x.swapaxes(-1, -2)
+        if self.layout == "flat":
+            return x.reshape(x.shape[0], -1)
+        return x
+
+    def stored_samples(self) -> int:
+        """T' of the stored form: samples per lead of one window after every step."""
+        shape = self.input_shape()
+        return shape[0] // len(self.leads) if self.layout == "flat" else shape[-1] if \
+            self.layout == "channels_first" else shape[0]
+
+    def stored_rate(self) -> float:
+        """The rate of the stored form (a Decimate divides it)."""
+        rate = float(self.sampling_rate)
+        for s in self.steps:
+            if isinstance(s, Decimate):
+                rate /= s.q
+        return rate
+
     def input_shape(self) -> tuple[int, ...]:
         """One window's shape (no batch axis)."""
         c, t = len(self.leads), self.window_samples

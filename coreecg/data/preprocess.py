@@ -37,6 +37,9 @@ from coreecg.config import PreprocessConfig
 from coreecg.data.leads import select_leads
 from coreecg.data.record import Record, RecordError
 
+# Lazy imports: the published families (coreecg.model.published, torch), inside contract_windows only:
+# a corpus built under a family's declared contract needs it; importing the data layer pulls in no model.
+
 # Edge handling, measured in docs/data_pipeline.md ("Filter edges"): mirror padding ("even")
 # settles the 0.65 Hz high-pass where odd (point-symmetric) padding extrapolates a slope into
 # a large excursion; one cut-off period of padding is where the gain levels off.
@@ -125,7 +128,10 @@ def preprocess_record(record: Record, cfg: PreprocessConfig) -> np.ndarray:
 
     Raises RecordError (with the record's path) for anything that makes the record unusable.
     Dropped extra leads are noted in `record.meta["dropped_leads"]`.
+    cfg.contract: a published family's declared contract instead (`contract_windows`).
     """
+    if cfg.contract:
+        return contract_windows(record, cfg)
     path = record.path
     sig = np.asarray(record.signal)
     if sig.ndim != 2 or sig.shape[0] != len(record.lead_names):
@@ -146,6 +152,30 @@ def preprocess_record(record: Record, cfg: PreprocessConfig) -> np.ndarray:
     if len(w) == 0:  # a short record: one window, its real samples first, NaN padding after
         return pad_window(x, cfg.window_samples, cfg.zscore_eps, cfg.standardize)[None]
     return zscore(w, cfg.zscore_eps, cfg.standardize).astype(np.float32)
+
+
+def contract_windows(record: Record, cfg: PreprocessConfig) -> np.ndarray:
+    """One record under a published family's declared input contract (cfg.contract names it) ->
+    (n_windows, leads, samples) float32 in the stored form (`InputContract.windows`); RecordError
+    naming the record for what the contract cannot take."""
+    from coreecg.model.published import family   # the families (torch) only for a contract corpus
+
+    contract = family(cfg.contract).contract
+    if contract is None:
+        raise ValueError(f"data.preprocess.contract={cfg.contract!r}: that family declares no input contract")
+    # no NaN / flat-lead quarantine here: each original pipeline handles those itself (NanTo, ConstantLeads)
+    try:
+        out = contract.windows(np.asarray(record.signal), record.fs, record.lead_names, record.path)
+    except ValueError as e:              # ContractError: a lead missing, too short
+        raise RecordError(record.path, str(e).removeprefix(f"{record.path}: ")) from e
+    if not np.isfinite(out).all():
+        raise RecordError(record.path, f"the {cfg.contract} contract gives non-finite model input")
+    if out.shape[1:] != (len(cfg.leads), cfg.window_samples) or tuple(cfg.leads) != tuple(contract.leads):
+        raise ValueError(f"data.preprocess does not match the {cfg.contract} contract's stored form "
+                         f"({list(contract.leads)}, {contract.stored_samples()} samples at "
+                         f"{contract.stored_rate():g} Hz): "
+                         "build it with coreecg.model.published.contract_preprocess")
+    return out
 
 
 def pad_window(x: np.ndarray, n: int, eps: float, standardize: str = "lead") -> np.ndarray:

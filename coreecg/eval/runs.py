@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from coreecg.data.declared import declared_note
 from coreecg.data.sources import dataset_aliases, dataset_labels
 
 METRICS = {"acc": "ACC", "f1": "F1", "auroc": "AUROC"}     # metrics.json test key -> column label
@@ -123,6 +124,8 @@ def leakage_note(record: dict) -> str:
     """What a run's metrics.json "leakage" says when the guard was overruled (--allow-overlap):
     the val/test records shared with the encoder's pretraining corpus, or that it went unchecked."""
     leak = record.get("leakage") if isinstance(record.get("leakage"), dict) else {}
+    if declared := declared_note(leak.get("declared")):   # a published family's own declaration
+        return declared
     if leak.get("overlap"):
         return (f"{leak.get('b_records')} val/test record(s) share a patient ({leak.get('patient_records')}) or a "
                 f"recording ({leak.get('signal_records')}) with the encoder's pretraining corpus (overlap.csv)")

@@ -31,12 +31,13 @@ CheckpointError naming the file.
 from __future__ import annotations
 
 from coreecg.hub.card import CARD_FILE, DATA_LICENCES, model_card
-from coreecg.hub.contract import LoadedModel, input_contract, load_model
+from coreecg.hub.contract import LoadedModel, input_contract, load_model, model_input
 from coreecg.hub.export import export_model
 from coreecg.hub.onnx_export import ONNX_FILE, check_onnx, export_onnx
 from coreecg.hub.publish import push_export
 from coreecg.loading import CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, load_classifier, load_encoder
 
-__all__ = ["LoadedModel", "input_contract", "load_model", "load_encoder", "load_classifier", "export_model",
+__all__ = ["LoadedModel", "input_contract", "load_model", "model_input", "load_encoder", "load_classifier",
+           "export_model",
            "push_export", "export_onnx", "check_onnx", "model_card", "DATA_LICENCES", "FORMAT", "FORMAT_VERSION",
            "CARD_FILE", "CONFIG_FILE", "ONNX_FILE", "WEIGHTS_FILE"]

@@ -6,6 +6,7 @@ from typing import Any
 
 from huggingface_hub import ModelCardData
 
+from coreecg.data.declared import MARK as DECLARED, declared_overlap
 from coreecg.model.pretrained import HUB_TAGS
 
 CARD_FILE = "README.md"
@@ -36,6 +37,7 @@ def model_card(meta: dict[str, Any]) -> str:
     kind, c, prov = meta["kind"], meta["input"], meta.get("provenance") or {}
     pre, ft = prov.get("pretraining") or {}, prov.get("finetuning") or {}
     lines = _method_lines(meta, pre, ft)
+    lines += _published_lines(c.get("encoder"), ft)
     lines += _data_lines(kind, meta["architecture"], pre, ft)
     if kind == "classifier":
         lines += _metrics_lines(ft)
@@ -72,6 +74,25 @@ def _method_lines(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any])
                   + f") on {ft.get('dataset') or 'unknown'}, leads {', '.join(c['finetuned_leads'])}, "
                   f"{100 * float(ft.get('train_fraction') or 1):g} % of the training patients, seed {ft.get('seed')}",
                   f"- task: {c['task']}, {len(c['class_names'])} classes: {', '.join(c['class_names'])}"]
+    return lines
+
+
+def _published_lines(enc: dict[str, Any] | None, ft: dict[str, Any]) -> list[str]:
+    """A published family's weights: its licence (non-commercial said so), declared pretraining data,
+    and the declared overlap with the fine-tuning corpus (coreecg.data.declared)."""
+    if not enc:
+        return []
+    lines = ["", "## Published weights", "", f"- family: {enc.get('family')} (`model.arch={enc.get('arch')}`)",
+             f"- licence of the weights: {enc.get('licence')}"]
+    if enc.get("commercial_use") is False:
+        lines.append("- **non-commercial weights**: this model may not be used commercially")
+    lines.append(f"- declared pretraining data: {enc.get('pretraining') or 'not declared'}")
+    corpus = ft.get("corpus") or {}
+    if corpus.get("source") and enc.get("pretrained_on"):
+        hit = declared_overlap(enc["pretrained_on"], corpus)
+        lines.append(f"- **{DECLARED}**: the fine-tuning corpus's {', '.join(hit)} is in the weights' declared "
+                     "pretraining data; its test scores may include records the weights saw" if hit else
+                     "- declared overlap with the fine-tuning corpus: none")
     return lines
 
 

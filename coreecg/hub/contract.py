@@ -7,16 +7,20 @@ scores, derived from its config (never written by hand). An export's config.json
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
 from coreecg.encoders.build import build_encoder
 from coreecg.encoders.registry import encoder_spec, is_published
 from coreecg.config import STANDARD_LEADS, Config
+from coreecg.data.preprocess import preprocess_record
+from coreecg.data.record import Record
 from coreecg.eval.downstream import crop_rule, eval_offsets
 from coreecg.loading import Kind, ModelSource, build_model, open_source
 from coreecg.model.published import family
@@ -50,6 +54,29 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Lo
     """
     src = open_source(path)
     return LoadedModel(build_model(src).to(map_location), src.kind, src.config, source_contract(src), src.path)
+
+
+def model_input(path: str | Path, signal: np.ndarray, fs: float, leads: Sequence[str]) -> np.ndarray:
+    """The windows a model is fed for one raw recording: signal (C, N) in mV at `fs` Hz, rows named
+    by `leads` -> float32 (W, ...) in the model's own layout, batch axis first.
+
+    A published family's weights (or a run / export of them): its declared contract
+    (`coreecg.data.contract`, the family module's CONTRACT), the original pipeline's steps, e.g.
+    ECGFounder's (W, 12, 5000), xECG's time-major (W, T, 12), HuBERT-ECG's flat (W, 6000).
+    coreecg's own encoders: `preprocess_record` (data.preprocess) then each stored window's centre
+    crop of model.input_samples, (W, C, input_samples). No model is built.
+    """
+    src = open_source(path, kind="encoder")
+    arch = src.config.model.arch
+    if is_published(arch) and family(arch).contract is not None:
+        return family(arch).contract.model_input(signal, fs, leads, str(path))
+    cfg = src.config
+    record = Record(source="array", record_id="array", signal=np.asarray(signal, dtype=np.float32), fs=float(fs),
+                    lead_names=tuple(leads), patient_id=None, labels=(), path=str(path))
+    pre = dataclasses.replace(cfg.data.preprocess, leads=tuple(STANDARD_LEADS[: cfg.model.n_leads]))
+    windows = preprocess_record(record, pre)
+    start = eval_offsets(windows.shape[-1], cfg.model.input_samples, 1)[0]
+    return np.ascontiguousarray(windows[..., start: start + cfg.model.input_samples])
 
 
 def source_contract(src: ModelSource) -> dict[str, Any]:
@@ -110,7 +137,11 @@ def input_contract(config: Config, kind: Kind = "encoder", *, class_names: Seque
     if is_published(m.arch):                      # a published encoder: whose contract this is
         fam = family(m.arch)
         contract["encoder"] = {"arch": fam.name, "family": fam.title, "pooled": fam.pooling,
-                               "normalisation": fam.normalisation, "licence": fam.licence}
+                               "normalisation": fam.normalisation, "licence": fam.licence,
+                               "commercial_use": fam.commercial_use, "pretraining": fam.pretraining,
+                               "pretrained_on": list(fam.pretrained_on)}
+        if fam.contract is not None:              # the original pipeline, step by step (coreecg.data.contract)
+            contract["encoder"]["input"] = fam.contract.describe()
     if kind == "encoder":
         with torch.device("meta"):                    # its width and token stride, from the module's shape
             enc = build_encoder(config)

@@ -49,7 +49,7 @@ from torch import nn
 from coreecg.config.encoder_registry import is_published
 from coreecg.checkpoints import (
     BEST_FILE, ENCODER_FILE, STEP_PREFIX, CheckpointError, checkpoint_config, is_coreecg_payload, latest_checkpoint,
-    read_payload,
+    read_payload, verify_checkpoint,
 )
 from coreecg.config import Config, ConfigError, DataConfig, PreprocessConfig, TrainConfig, config_from_dict
 from coreecg.encoders.build import build_encoder
@@ -57,6 +57,7 @@ from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder
 from coreecg.model.pretrained import PretrainedInfo
 from coreecg.model.published import FAMILIES, recognise
+from coreecg.model.published.files import Payload, is_hub_id, is_published_folder, read_published
 # The export folder's format (the writers: coreecg.model.pretrained and coreecg.hub.export).
 from coreecg.weights import (
     CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE, kept_sections, read_folder, restore,
@@ -104,6 +105,8 @@ def open_source(path: str | Path, kind: Kind | None = None) -> ModelSource:
     corrupted or foreign.
     """
     path = Path(path).expanduser()
+    if is_published_folder(path) or is_hub_id(path):      # a Hugging Face folder (or id) of a published model
+        return _open_published(path, read_published(path))
     file = _checkpoint_file(path)
     if file is None:
         src = _open_export(path if path.is_dir() else path.parent)
@@ -260,10 +263,11 @@ def _open_export(folder: Path) -> ModelSource:
 
 def _open_checkpoint(file: Path, shown: Path, kind: Kind | None) -> ModelSource:
     """A coreecg .pt (sha256 sidecar checked) or a published encoder's checkpoint -> ModelSource."""
-    payload = read_payload(file)
-    if not is_coreecg_payload(payload):
-        return _open_published(file, shown, payload)
-    payload, config = checkpoint_config(file, payload)
+    verify_checkpoint(file)
+    read = read_published(file)      # weights_only; the inert unpickler only for a file that pickles more
+    if read.inert or not is_coreecg_payload(read.entries):
+        return _open_published(shown, read)
+    payload, config = checkpoint_config(file, read.entries)
     entries = {k: v for k, v in payload.items() if k not in ("config", "model")}
     manifest = corpus_manifest(config)
     config = _with_corpus_preprocess(config, manifest)
@@ -276,28 +280,32 @@ def _open_checkpoint(file: Path, shown: Path, kind: Kind | None) -> ModelSource:
     return ModelSource(shown, file, "encoder", config, state, entries=entries, manifest=manifest)
 
 
-def _open_published(file: Path, shown: Path, payload: Any) -> ModelSource:
-    """Another project's encoder checkpoint (`coreecg.model.published`) -> an encoder ModelSource
+def _open_published(shown: Path, read: Payload) -> ModelSource:
+    """Another project's encoder file or folder (`coreecg.model.published`) -> an encoder ModelSource
     whose config is coreecg's defaults with model (arch, input) and encoders.<arch> (sizes) read from the weights,
-    data.preprocess the family's input contract and train.variant its name for report tables."""
+    data.preprocess the family's corpus settings and train.variant its name for report tables."""
+    file = read.weights
     try:
-        found = recognise(payload)
-    except (ValueError, KeyError, IndexError, AttributeError) as e:
+        found = recognise(read)
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError) as e:
         raise CheckpointError(f"{file}: keys of a published encoder, but not a usable one: {e}") from e
     if found is None:
-        keys = list(payload.get("model", payload))[:4] if isinstance(payload, dict) else type(payload).__name__
+        entries = read.entries
+        keys = list(entries.get("model", entries))[:4] if isinstance(entries.get("model", entries), dict) else \
+            list(entries)[:4]
         raise CheckpointError(f"{file}: neither a coreecg checkpoint (no 'config'/'model' entry) nor a published "
                               f"encoder coreecg knows ({', '.join(FAMILIES)}); it holds {keys}")
-    family, state, read = found
-    data = dataclasses.replace(DataConfig(), preprocess=family.preprocess, crop_samples=read.model.input_samples)
+    family, state, arch = found
+    crop = min(arch.model.input_samples, family.preprocess.window_samples)
+    data = dataclasses.replace(DataConfig(), preprocess=family.preprocess, crop_samples=crop)
     try:
-        config = dataclasses.replace(read, data=data,
+        config = dataclasses.replace(arch, data=data,
                                      train=dataclasses.replace(TrainConfig(), variant=family.label)).validate()
     except ConfigError as e:
         raise CheckpointError(f"{file}: a {family.title} encoder coreecg cannot run as configured: {e}") from e
     entries = {"published": family.name}
-    if isinstance(payload, dict) and isinstance(payload.get("epoch"), int):
-        entries["epoch"] = payload["epoch"]
+    if isinstance(read.entries.get("epoch"), int):
+        entries["epoch"] = read.entries["epoch"]
     return ModelSource(shown, file, "encoder", config,
                        {k: v.float() if v.is_floating_point() else v for k, v in state.items()}, entries=entries)
 

@@ -13,6 +13,7 @@ run), unless finetune.allow_overlap, which records that the run went unchecked.
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ import pyarrow as pa
 
 from coreecg.checkpoints import CheckpointError
 from coreecg.data.corpus import MANIFEST, OpenCorpus
+from coreecg.data.declared import declared_overlap
 from coreecg.data.fingerprints import FINGERPRINT_FILE, corpus_fingerprints, read_fingerprint_file
 from coreecg.data.overlap import (
     EXAMPLES, GUARDED_SPLITS, OVERLAP_CSV, PRETRAINED_SPLITS, LeakageError, Overlap, compare,
@@ -44,6 +46,8 @@ class Pretraining:
     sha256: str | None = None
     note: str = ""
     mixture: tuple[str, ...] = ()       # a mixture's corpora (`corpus` then names them, joined by " + ")
+    declared: tuple[str, ...] = ()      # a published family's declared pretraining databases
+    family: str = ""                    # ... and its title
 
     @property
     def recorded(self) -> str | list[str] | None:
@@ -64,8 +68,9 @@ def _of_paths(paths: Any, carried: Path | None = None, sha256: str | None = None
 def pretraining_of(src: ModelSource) -> Pretraining:
     """The pretraining data of a model source opened as an encoder (coreecg.loading.open_source)."""
     if src.entries.get("published"):   # another project's weights (also exported or fine-tuned): not here
-        return Pretraining(None, note=f"published {family(src.entries['published']).title} weights: "
-                                      f"{family(src.entries['published']).pretraining}")
+        fam = family(src.entries["published"])
+        return Pretraining(None, note=f"published {fam.title} weights: {fam.pretraining}",
+                           declared=tuple(fam.pretrained_on), family=fam.title)
     if src.export is not None:
         corpus = (((src.export.get("provenance") or {}).get("pretraining") or {}).get("corpus")) or {}
         fp = corpus.get("fingerprints") or {}
@@ -119,7 +124,13 @@ def check_overlap(pre: Pretraining, downstream: Path | OpenCorpus,
     splits, or cannot be checked, unless `allow`. downstream: a path, or the planner's opened
     corpus (its manifest is then not read again)."""
     if pre.corpus is None and pre.carried is None:
-        return {"checked": False, "allowed": allow, "overlap": False, "reason": pre.note}, None
+        entry = {"checked": False, "allowed": allow, "overlap": False, "reason": pre.note}
+        if pre.declared:                 # the family's own declaration, held against the downstream database
+            manifest = downstream.manifest if isinstance(downstream, OpenCorpus) else \
+                json.loads((Path(downstream) / MANIFEST).read_text())
+            entry["declared"] = {"family": pre.family, "pretrained_on": list(pre.declared),
+                                 "databases": declared_overlap(pre.declared, manifest)}
+        return entry, None
     t0 = time.perf_counter()
     try:
         table, where = fingerprints_of(pre)

@@ -139,6 +139,24 @@ def inert_load(file: Path) -> tuple[Any, list[str]]:
     return payload, sorted(set(_Unpickler.seen))
 
 
+def is_published_folder(path: Path) -> bool:
+    """A folder with a config.json that is not a coreecg export's (a Hugging Face model folder)."""
+    cfg = Path(path) / HF_CONFIG
+    if not cfg.is_file():
+        return False
+    try:
+        meta = json.loads(cfg.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and "format" not in meta and (
+        (Path(path) / HF_WEIGHTS).is_file() or (Path(path) / HF_BIN).is_file())
+
+
+def is_hub_id(path: str | Path) -> bool:
+    """"org/name" that is no local path: a Hugging Face model id."""
+    return not Path(path).exists() and bool(_HF_ID.match(str(path)))
+
+
 def read_published(path: str | Path) -> Payload:
     """A published file, folder or Hugging Face id -> Payload (module docstring)."""
     p = Path(path).expanduser()
@@ -160,9 +178,10 @@ def _read_file(file: Path) -> tuple[dict[str, Any], list[str]]:
         try:
             payload, inert = inert_load(file)
         except Exception as e:  # a truncated or garbled file: every reader error is the file's fault
-            raise CheckpointError(f"{file}: unreadable checkpoint: {type(e).__name__}: {e}") from e
-    except Exception as e:
-        raise CheckpointError(f"{file}: unreadable checkpoint: {type(e).__name__}: {e}") from e
+            raise CheckpointError(f"{file}: unreadable checkpoint (truncated or corrupted): "
+                                  f"{type(e).__name__}: {e}") from e
+    except Exception as e:  # torch raises several types for truncated zips and bad pickles
+        raise CheckpointError(f"{file}: unreadable checkpoint (truncated or corrupted): {type(e).__name__}: {e}") from e
     if not isinstance(payload, dict):
         raise CheckpointError(f"{file}: holds a {type(payload).__name__}, not a dict of weights")
     return payload, inert

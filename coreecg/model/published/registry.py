@@ -64,16 +64,22 @@ def family(name: str) -> PublishedFamily:
 
 
 def recognise(payload: Any) -> tuple[PublishedFamily, dict[str, Any], Config] | None:
-    """A torch.load'ed checkpoint (a dict with a "model" state dict, or a bare state dict) ->
-    (its family, the encoder's state, its config: model and encoders.<family>); None when no family knows its keys.
-    ValueError when a family knows the keys but the shapes do not fit together."""
-    if not isinstance(payload, dict):
+    """A published file's contents (a `coreecg.model.published.files.Payload`, or a torch.load'ed
+    dict: a dict with a "model" state dict, or a bare state dict) -> (its family, the encoder's
+    state, its config: model and encoders.<family>); None when no family knows its keys.
+    ValueError when a family knows the keys but they do not fit together (a key missing, a shape)."""
+    entries = getattr(payload, "entries", payload)
+    if not isinstance(entries, dict):
         return None
-    state = payload.get("model", payload)
-    if not isinstance(state, dict):
-        return None
-    recorded = payload.get("config") if isinstance(payload.get("config"), dict) else None
     for fam in FAMILIES.values():
+        if fam.unpack is not None:
+            if not hasattr(payload, "entries"):
+                continue                 # a family with its own container reads a Payload only
+            state, recorded = fam.unpack(payload)
+        else:
+            state, recorded = model_entry(entries)
+        if not isinstance(state, dict):
+            continue
         sub = fam.recognise(state)
         if sub is not None:
             return fam, sub, fam.read_architecture(sub, recorded)

@@ -1,0 +1,206 @@
+"""The eight published families through the two public calls an outside check makes
+(docs/published_encoders.md):
+
+    coreecg.load_encoder(FILE).pooled(model_input)  == the original model's embedding.npy
+    coreecg.model_input(FILE, raw, fs, leads)[0]    == the original pipeline's model_input.npy
+
+for every file each fixture folder's fixture.json pairs (../shared/fixtures/published/<family>/,
+made by each original project's own code: README.md there). Then the refusals: a truncated file,
+a missing key and a wrong shape, each a CheckpointError naming the file and the reason; and that
+nothing a file names is ever called.
+
+Tolerances (float32 throughout):
+- model input: the same scipy/resampy calls on the same float64 input, so ~1e-6 of the signal's
+  scale (ECG-CPC's resampy: 7e-7 measured); MODEL_INPUT_ATOL below.
+- embedding: the same arithmetic in another order (SDPA, fused convolutions, BatchNorm folded or
+  not) differs by float32 rounding, growing with depth: 1e-4 relative to the embedding's scale,
+  EMBEDDING_RTOL below; the measured figures are in docs/published_encoders.md.
+"""
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import coreecg
+from coreecg.checkpoints import CheckpointError
+from coreecg.loading import open_source
+from coreecg.model.published import FAMILIES
+from coreecg.model.published.files import Inert, read_published
+
+PUBLISHED = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "published"
+FAMILY_NAMES = ("ecgfounder", "merl", "ecgfm_ked", "hubert_ecg", "xecg", "ecg_fm", "ecg_jepa", "ecg_cpc")
+MODEL_INPUT_ATOL = 1e-5          # relative to max |model_input|
+EMBEDDING_RTOL = 1e-4            # relative to max |embedding|
+
+
+def _cases() -> list[tuple[str, dict]]:
+    out = []
+    for name in FAMILY_NAMES:
+        meta = json.loads((PUBLISHED / name / "fixture.json").read_text())
+        out += [(name, entry) for entry in meta["files"]]
+    return out
+
+
+CASES = _cases()
+IDS = [f"{n}:{e['weights']}" for n, e in CASES]
+
+
+def _raw(folder: Path) -> tuple[np.ndarray, float, list[str]]:
+    meta = json.loads((folder / "raw.json").read_text())
+    return np.load(folder / "raw.npy"), float(meta["fs"]), list(meta["leads"])
+
+
+def _weights(name: str, entry: dict) -> Path:
+    return (PUBLISHED / name / entry["weights"]).resolve()
+
+
+def test_every_family_is_registered():
+    assert set(FAMILY_NAMES) | {"st_mem"} <= set(FAMILIES)
+    for name in FAMILY_NAMES:
+        fam = FAMILIES[name]
+        assert fam.contract is not None and fam.licence and fam.pretraining and fam.pretrained_on, name
+
+
+@pytest.mark.parametrize("name,entry", CASES, ids=IDS)
+def test_the_loader_reproduces_the_original_embedding(name, entry):
+    folder = PUBLISHED / name
+    x = torch.from_numpy(np.load(folder / entry["model_input"]))
+    expected = np.load(folder / entry["embedding"])
+    encoder = coreecg.load_encoder(_weights(name, entry))
+    assert not encoder.training and all(p.dtype == torch.float32 for p in encoder.parameters())
+    with torch.no_grad():
+        got = encoder.pooled(x).numpy()
+    assert got.shape == expected.shape and got.dtype == np.float32
+    scale = float(np.abs(expected).max())
+    assert np.abs(got - expected).max() <= EMBEDDING_RTOL * max(scale, 1e-3), (name, np.abs(got - expected).max())
+
+
+@pytest.mark.parametrize("name,entry", CASES, ids=IDS)
+def test_the_contract_reproduces_the_original_model_input(name, entry):
+    folder = PUBLISHED / name
+    raw, fs, leads = _raw(folder)
+    expected = np.load(folder / entry["model_input"])
+    windows = coreecg.model_input(_weights(name, entry), raw, fs, leads)
+    assert windows.dtype == np.float32 and windows.shape[1:] == expected.shape[1:]
+    scale = float(np.abs(expected).max())
+    assert np.abs(windows[:1] - expected).max() <= MODEL_INPUT_ATOL * scale
+    # the contract's own account of itself matches what it does
+    described = coreecg.load_model(_weights(name, entry)).contract["encoder"]["input"]
+    assert described["shape"][1:] == list(expected.shape[1:])
+    # the leads are picked by name: the same recording in another row order gives the same windows
+    order = np.random.default_rng(0).permutation(len(leads))
+    shuffled = coreecg.model_input(_weights(name, entry), raw[order], fs, [leads[i] for i in order])
+    np.testing.assert_array_equal(shuffled, windows)
+
+
+# ---------------------------------------------------------------------------- refusals
+
+
+def _copy(name: str, entry: dict, tmp: Path) -> Path:
+    """The fixture's weights (file and sidecar yaml, or the folder) copied under tmp."""
+    src = _weights(name, entry)
+    if src.is_dir():
+        dst = tmp / name
+        shutil.copytree(src, dst)
+        return dst
+    for f in src.parent.glob(f"config_{src.stem}*.yaml"):
+        shutil.copy(f, tmp / f.name)
+    shutil.copy(src, tmp / src.name)
+    return tmp / src.name
+
+
+def _plain(obj):
+    """A payload with its inert placeholders dropped (what torch.save can write again)."""
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items() if not isinstance(v, Inert)}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_plain(v) for v in obj if not isinstance(v, Inert))
+    return obj
+
+
+def _rewrite(path: Path, edit) -> None:
+    """Rewrite the tensors of a published file or folder with `edit(state) -> state`, in its container."""
+    if path.is_dir():
+        file = path / "model.safetensors"
+        save_file(edit(load_file(str(file))), str(file))
+        return
+    entries = _plain(read_published(path).entries)
+    # the container: the dict entry holding the most tensors (state_dict, model, encoder), or the file itself
+    holders = [k for k, v in entries.items() if isinstance(v, dict)
+               and sum(torch.is_tensor(t) for t in v.values()) > 0]
+    if holders:
+        key = max(holders, key=lambda k: sum(torch.is_tensor(t) for t in entries[k].values()))
+        entries[key] = edit(dict(entries[key]))
+    else:
+        entries = edit(entries)
+    torch.save(entries, path)
+
+
+def _encoder_keys(path: Path) -> list[str]:
+    return list(open_source(path).state)
+
+
+@pytest.mark.parametrize("name,entry", CASES, ids=IDS)
+def test_a_truncated_file_a_missing_key_and_a_wrong_shape_are_refused_by_name(name, entry, tmp_path):
+    path = _copy(name, entry, tmp_path)
+    keys = _encoder_keys(path)
+    # a key deep in the backbone: its full name in the file ends with the encoder's name for it
+    target = keys[len(keys) // 2]
+
+    def drop(state):
+        hit = [k for k in state if k == target or k.endswith("." + target)]
+        assert hit, target
+        return {k: v for k, v in state.items() if k != hit[0]}
+
+    def widen(state):
+        hit = [k for k in state if (k == target or k.endswith("." + target))]
+        t = state[hit[0]]
+        return {**state, hit[0]: torch.zeros(t.shape[0] + 3, *t.shape[1:]) if t.ndim else torch.zeros(3)}
+
+    _rewrite(path, drop)
+    with pytest.raises(CheckpointError) as e:
+        coreecg.load_encoder(path)
+    message = str(e.value)
+    assert str(path if path.is_file() else path / "model.safetensors") in message or str(path) in message
+    assert target.split(".")[-2] in message or "issing" in message, message
+
+    (tmp_path / "shape").mkdir()
+    path = _copy(name, entry, tmp_path / "shape")
+    _rewrite(path, widen)
+    with pytest.raises(CheckpointError) as e:
+        coreecg.load_encoder(path)
+    assert str(path) in str(e.value) and ("shape" in str(e.value) or "size" in str(e.value)), str(e.value)
+
+    trunc = tmp_path / "trunc"
+    trunc.mkdir()
+    cut = _copy(name, entry, trunc)
+    file = cut / "model.safetensors" if cut.is_dir() else cut
+    file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match="unreadable"):
+        coreecg.load_encoder(cut)
+
+
+def test_nothing_a_file_names_is_called(tmp_path):
+    """A pickle that would run a command, beside real tensors: read as data (an inert placeholder),
+    then refused; the command never runs."""
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (shutil.copy, (__file__, str(marker)))
+
+    entries = {"state_dict": {"w": torch.zeros(2)}, "hook": Evil()}
+    (tmp_path / "evil.pth").write_bytes(b"")
+    torch.save(entries, tmp_path / "evil.pth", pickle_module=pickle)
+    read = read_published(tmp_path / "evil.pth")
+    assert "shutil.copy" in read.inert and isinstance(read.entries["hook"], Inert)
+    with pytest.raises(CheckpointError, match="evil.pth: neither a coreecg checkpoint"):
+        coreecg.load_encoder(tmp_path / "evil.pth")
+    assert not marker.exists()

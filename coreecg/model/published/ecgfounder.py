@@ -190,6 +190,15 @@ class ECGFounderEncoder(SequenceEncoder):
         return h
 
 
+def contract_for(config: Config) -> InputContract:
+    """The contract of the file a config was read from: the 12-lead model's or the 1-lead one's
+    (`family.contract` is the 12-lead one)."""
+    n = config.model.n_leads
+    if n not in CONTRACTS:
+        raise ValueError(f"ECGFounder publishes 12- and 1-lead models; no contract for {n} leads")
+    return CONTRACTS[n]
+
+
 # ---------------------------------------------------------------------------- reading the weights
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from coreecg.encoders.build import build_encoder  # noqa: F401  (kept here for callers of this package)
 from coreecg.model.published import st_mem  # noqa: F401  (registers the family)
+from coreecg.model.published import ecgfounder  # noqa: F401  (registers the family)
 from coreecg.model.published import merl  # noqa: F401  (registers the family)
 from coreecg.model.published import ecgfm_ked  # noqa: F401  (registers the family)
 from coreecg.model.published import hubert_ecg  # noqa: F401  (registers the family)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from coreecg.encoders.build import build_encoder  # noqa: F401  (kept here for callers of this package)
 from coreecg.model.published import st_mem  # noqa: F401  (registers the family)
+from coreecg.model.published import ecg_cpc  # noqa: F401  (registers the family)
 from coreecg.model.published.registry import COREECG, FAMILIES, PublishedFamily, family, recognise, register
 
 __all__ = ["COREECG", "FAMILIES", "PublishedFamily", "family", "recognise", "register", "build_encoder"]

@@ -134,12 +134,12 @@ def fft_nodes(length: int, dtype: torch.dtype = torch.complex64) -> tuple[torch.
 
 def cauchy(v: torch.Tensor, z: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """v (..., H, N2), z (L,), w (H, N2) complex -> (..., H, L): sum_n v_n / (z_l - w_n) + conj(v_n) /
-    (z_l - conj(w_n)), written as the original's KeOps expression 2 (z Re v - Re(v conj w)) /
-    ((z - w)(z - conj w)), summed over the modes."""
-    w = w[..., None]                                                   # (H, N2, 1)
-    denom = (z - w) * (z - w.conj())                                   # (H, N2, L)
-    num = z * v.real[..., None] - (v * w[..., 0].conj()).real[..., None]
-    return 2 * (num / denom).sum(dim=-2)
+    (z_l - conj(w_n)) = sum_n 2 (z_l Re v_n - Re(v_n conj w_n)) / ((z_l - w_n)(z_l - conj w_n)) (the
+    original's KeOps expression), the reciprocal computed once for every v."""
+    inv = 1 / ((z - w[..., None]) * (z - w.conj()[..., None]))                   # (H, N2, L)
+    a = torch.einsum("...hn,hnl->...hl", v.real.to(inv.dtype), inv)
+    b = torch.einsum("...hn,hnl->...hl", (v * w.conj()).real.to(inv.dtype), inv)
+    return 2 * (z * a - b)
 
 
 class NPLRKernel(nn.Module):

@@ -125,7 +125,8 @@ def test_the_published_size_has_the_reported_parameter_count():
 
 def _random_checkpoint(tmp_path: Path, options: EcgCpcOptions, sidecar: dict | None) -> tuple[Path, EcgCpcEncoder]:
     """A random EcgCpcEncoder of `options`, saved as the original's Lightning container (the
-    backbone under ts_encoder., an SSL head, an EMA copy, a downstream head) with its sidecar."""
+    backbone under ts_encoder., an SSL head, an EMA copy, a downstream head) with its sidecar; B
+    as a stride-0 expanded view, as a freshly built original holds it."""
     torch.manual_seed(1)
     model = EcgCpcEncoder(12, options)
     with torch.no_grad():
@@ -134,7 +135,10 @@ def _random_checkpoint(tmp_path: Path, options: EcgCpcOptions, sidecar: dict | N
                 t.add_(0.05 * torch.randn_like(t))
             if name.endswith("running_var"):
                 t.abs_().add_(0.5)
-    state = {f"ts_encoder.{k}": v.clone() for k, v in model.state_dict().items()}
+            if name.endswith("kernel.B"):          # identical rows, saved as the original's stride-0 view
+                t.copy_(t[:, :1].expand_as(t))
+    state = {f"ts_encoder.{k}": v[:, :1].expand_as(v) if k.endswith("kernel.B") else v.clone()
+             for k, v in model.state_dict().items()}
     state["ts_encoder.head_ssl.proj.0.weight"] = torch.randn(options.d_model, options.d_model)
     state["ts_encoder.ema.encoder.layers.0.0.weight"] = torch.randn(3)
     state["head.0.weight"] = torch.randn(5, options.d_model)
@@ -163,6 +167,7 @@ def test_the_architecture_is_read_from_another_size(tmp_path, variant):
     state, recorded = unpack(payload)
     assert (recorded is None) == (sidecar is None)
     sub = recognise(state)
+    assert sub["predictor.predictor.s4_layers.0.kernel.kernel.B"].stride()[1] == 0
     assert set(sub) == set(reference.state_dict())                    # head, EMA, downstream head dropped
     config = read_architecture(sub, recorded)
     assert config.encoders.ecg_cpc == options

@@ -54,11 +54,12 @@ dilations and prenorm from the sidecar config (the published values when there i
 (2, 1, 1, 1), dilations 1, post-norm).
 
 Traps: the S4 buffers `log_dt, B, P, w, Q` may be stride-0 expanded views in a freshly built
-original (copied here on load); `omega`/`z` are used as stored (recomputing them moves the nodes by
-float32 rounding); `features[-1] != model_dim` adds the predictor's input Linear; the nodes define
-L, not the config (the original's load replaces the buffers by assignment). NaN: the original sets
-NaN to 0 (`nan_to_num`); coreecg's NaN is a short record's padding marker, set to 0 too, and the
-pooled mean then covers the real steps only (the same as the original on an input without NaN).
+original (load_state_dict copies them into the module's own tensors); `omega`/`z` are used as
+stored (recomputing them moves the nodes by float32 rounding); `features[-1] != model_dim` adds
+the predictor's input Linear; the nodes define L, not the config (the original's load replaces
+the buffers by assignment). NaN: the original sets NaN to 0 (`nan_to_num`); coreecg's NaN is a
+short record's padding marker, set to 0 too, and the pooled mean then covers the real steps only
+(the same as the original on an input without NaN).
 
 No ECG-CPC code is used (its repository has no licence file): this module names its parameters as
 the published state dict does, so it loads with `load_state_dict` unchanged.
@@ -327,13 +328,6 @@ class EcgCpcEncoder(SequenceEncoder):
     def _build_for(cls, config, class_names=None, multilabel=None) -> "EcgCpcEncoder":
         return cls.from_config(config)
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # the original's B, P, w may be stride-0 expanded views: own copies before any in-place op
-        for key in [k for k in state_dict if k.startswith(prefix)]:
-            if isinstance(state_dict[key], torch.Tensor):
-                state_dict[key] = state_dict[key].contiguous()
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """(B, n_leads, T), no NaN -> the predictor's output (B, d_model, L)."""
         if x.shape[-1] < self.patch_size:
@@ -500,8 +494,7 @@ register(PublishedFamily(
             "Apache-2.0); the figshare weights are reported as CC BY 4.0; check both before use",
     pooling="mean over the tokens of the S4 predictor's output (CPCWrapper: seq.mean(dim=1))",
     normalisation="none: raw millivolts",
-    pretraining="HEEDB (Harvard-Emory ECG Database, about 10.7M ECGs of 1.8M patients; the repository's "
-                "config_cpc_ecg_s4_heedb.yaml: 34 HEEDB parts), CPC, 10 s windows at 240 Hz; not checked by "
-                "coreecg's leakage guard",
+    pretraining="HEEDB (the Harvard-Emory ECG Database; the repository's config_cpc_ecg_s4_heedb.yaml: 34 "
+                "HEEDB parts), CPC, 10 s windows at 240 Hz; not checked by coreecg's leakage guard",
     pretrained_on=("heedb",), commercial_use=True,
 ))

@@ -9,3 +9,4 @@ from coreecg.encoders.published import hubert_ecg  # noqa: F401
 from coreecg.encoders.published import xecg  # noqa: F401
 from coreecg.encoders.published import ecg_fm  # noqa: F401
 from coreecg.encoders.published import ecg_jepa  # noqa: F401
+from coreecg.encoders.published import ecg_cpc  # noqa: F401

@@ -29,6 +29,7 @@ from coreecg.model.published import hubert_ecg  # noqa: F401  (registers the fam
 from coreecg.model.published import xecg  # noqa: F401  (registers the family)
 from coreecg.model.published import ecg_fm  # noqa: F401  (registers the family)
 from coreecg.model.published import ecg_jepa  # noqa: F401  (registers the family)
+from coreecg.model.published import ecg_cpc  # noqa: F401  (registers the family)
 from coreecg.model.published.registry import COREECG, FAMILIES, PublishedFamily, family, recognise, register
 
 __all__ = ["COREECG", "FAMILIES", "PublishedFamily", "family", "recognise", "register", "build_encoder"]

@@ -197,6 +197,9 @@ def test_broken_states_are_named_errors(loaded):
         read_architecture(batchnorm, None)
     with pytest.raises(ValueError, match="ts.enc.kss"):
         read_architecture(sub, {"ts": {"enc": {"kss": [5, 1, 1, 1], "strides": [2, 1, 1, 1]}}})
+    # a missing S4 parameter is still this family's state, and read_architecture names it
+    with pytest.raises(ValueError, match="missing key 'predictor.predictor.s4_layers.0.kernel.kernel.omega'"):
+        read_architecture(recognise({k: v for k, v in sub.items() if "omega" not in k}), None)
     # not this family's: the signature keys are absent
-    assert recognise({k: v for k, v in sub.items() if "omega" not in k}) is None
+    assert recognise({k: v for k, v in sub.items() if not k.startswith("predictor.")}) is None
     assert recognise({"model": {"pos_embedding": torch.zeros(1)}}) is None

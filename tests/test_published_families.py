@@ -116,12 +116,17 @@ def _copy(name: str, entry: dict, tmp: Path) -> Path:
     return tmp / src.name
 
 
+def _inert(v) -> bool:
+    return isinstance(v, Inert) or (isinstance(v, type) and issubclass(v, Inert))
+
+
 def _plain(obj):
-    """A payload with its inert placeholders dropped (what torch.save can write again)."""
+    """A payload with its inert placeholders (and references to their classes) dropped: what
+    torch.save can write again."""
     if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items() if not isinstance(v, Inert)}
+        return {k: _plain(v) for k, v in obj.items() if not _inert(v)}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_plain(v) for v in obj if not isinstance(v, Inert))
+        return type(obj)(_plain(v) for v in obj if not _inert(v))
     return obj
 
 

@@ -158,9 +158,9 @@ def contract_windows(record: Record, cfg: PreprocessConfig) -> np.ndarray:
     """One record under a published family's declared input contract (cfg.contract names it) ->
     (n_windows, leads, samples) float32 in the stored form (`InputContract.windows`); RecordError
     naming the record for what the contract cannot take."""
-    from coreecg.model.published import family   # the families (torch) only for a contract corpus
+    from coreecg.model.published import contract_of, family   # the families (torch) only for a contract corpus
 
-    contract = family(cfg.contract).contract
+    contract = contract_of(family(cfg.contract), leads=tuple(cfg.leads))
     if contract is None:
         raise ValueError(f"data.preprocess.contract={cfg.contract!r}: that family declares no input contract")
     # no NaN / flat-lead quarantine here: each original pipeline handles those itself (NanTo, ConstantLeads)

@@ -24,6 +24,7 @@ from coreecg.data.record import Record
 from coreecg.eval.downstream import crop_rule, eval_offsets
 from coreecg.loading import Kind, ModelSource, build_model, open_source
 from coreecg.model.published import family
+from coreecg.model.published.registry import contract_of
 
 
 @dataclass
@@ -69,7 +70,7 @@ def model_input(path: str | Path, signal: np.ndarray, fs: float, leads: Sequence
     src = open_source(path, kind="encoder")
     arch = src.config.model.arch
     if is_published(arch) and family(arch).contract is not None:
-        return family(arch).contract.model_input(signal, fs, leads, str(path))
+        return contract_of(family(arch), src.config.model.n_leads).model_input(signal, fs, leads, str(path))
     cfg = src.config
     record = Record(source="array", record_id="array", signal=np.asarray(signal, dtype=np.float32), fs=float(fs),
                     lead_names=tuple(leads), patient_id=None, labels=(), path=str(path))
@@ -141,7 +142,7 @@ def input_contract(config: Config, kind: Kind = "encoder", *, class_names: Seque
                                "commercial_use": fam.commercial_use, "pretraining": fam.pretraining,
                                "pretrained_on": list(fam.pretrained_on)}
         if fam.contract is not None:              # the original pipeline, step by step (coreecg.data.contract)
-            contract["encoder"]["input"] = fam.contract.describe()
+            contract["encoder"]["input"] = contract_of(fam, m.n_leads).describe()
     if kind == "encoder":
         with torch.device("meta"):                    # its width and token stride, from the module's shape
             enc = build_encoder(config)

@@ -52,6 +52,7 @@ from coreecg.checkpoints import (
     read_payload, verify_checkpoint,
 )
 from coreecg.config import Config, ConfigError, DataConfig, PreprocessConfig, TrainConfig, config_from_dict
+from coreecg.config.loading import apply_overrides
 from coreecg.encoders.build import build_encoder
 from coreecg.model.classifier import Classifier
 from coreecg.model.encoder import Encoder
@@ -297,15 +298,19 @@ def _open_published(shown: Path, read: Payload) -> ModelSource:
         raise CheckpointError(f"{file}: neither a coreecg checkpoint (no 'config'/'model' entry) nor a published "
                               f"encoder coreecg knows ({', '.join(FAMILIES)}); it holds {keys}")
     family, state, arch = found
-    preprocess = contract_preprocess(family)
+    try:
+        preprocess = contract_preprocess(family, arch.model.n_leads)
+    except ValueError as e:
+        raise CheckpointError(f"{file}: {e}") from e
     if family.contract is not None:        # the model's input: one stored window of its contract's corpus
-        arch = dataclasses.replace(arch, model=dataclasses.replace(
-            arch.model, n_leads=len(family.contract.leads), input_samples=preprocess.window_samples))
+        arch = dataclasses.replace(arch, model=dataclasses.replace(arch.model, input_samples=preprocess.window_samples))
     crop = min(arch.model.input_samples, preprocess.window_samples)
     data = dataclasses.replace(DataConfig(), preprocess=preprocess, crop_samples=crop)
     try:
-        config = dataclasses.replace(arch, data=data,
-                                     train=dataclasses.replace(TrainConfig(), variant=family.label)).validate()
+        config = dataclasses.replace(arch, data=data, train=dataclasses.replace(TrainConfig(), variant=family.label))
+        if config.model.n_leads < 2:      # a 1-lead file (ECGFounder's): the config's masking has no lead axis
+            config = apply_overrides(config, ["methods.core.masking.strategy=temporal"], f"{file}")
+        config = config.validate()
     except ConfigError as e:
         raise CheckpointError(f"{file}: a {family.title} encoder coreecg cannot run as configured: {e}") from e
     entries = {"published": family.name}

@@ -30,6 +30,8 @@ from coreecg.model.published import xecg  # noqa: F401  (registers the family)
 from coreecg.model.published import ecg_fm  # noqa: F401  (registers the family)
 from coreecg.model.published import ecg_jepa  # noqa: F401  (registers the family)
 from coreecg.model.published import ecg_cpc  # noqa: F401  (registers the family)
-from coreecg.model.published.registry import COREECG, FAMILIES, PublishedFamily, family, recognise, register
+from coreecg.model.published.registry import (COREECG, FAMILIES, PublishedFamily, contract_of, contract_preprocess,
+                                              family, recognise, register)
 
-__all__ = ["COREECG", "FAMILIES", "PublishedFamily", "family", "recognise", "register", "build_encoder"]
+__all__ = ["COREECG", "FAMILIES", "PublishedFamily", "contract_of", "contract_preprocess", "family", "recognise",
+           "register", "build_encoder"]

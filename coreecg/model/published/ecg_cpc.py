@@ -355,7 +355,8 @@ def recognise(state: dict[str, Any]) -> dict[str, torch.Tensor] | None:
     name. None when the signature keys are absent."""
     for prefix in (PREFIX, ""):
         sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-        if all(k in sub for k in _SIGNATURE):
+        # the stem's first conv and any S4 layer: a missing S4 parameter is then read_architecture's named error
+        if _SIGNATURE[0] in sub and any(k.startswith("predictor.predictor.s4_layers.") for k in sub):
             return {k: v for k, v in sub.items() if k.split(".", 1)[0] in ("encoder", "predictor")}
     return None
 

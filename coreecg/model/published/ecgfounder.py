@@ -284,7 +284,7 @@ register_encoder(NAME)(ECGFounderEncoder)
 register(PublishedFamily(
     name=NAME, title="ECGFounder (Li et al., NEJM AI 2025)", label="ECGFounder", recognise=recognise,
     unpack=unpack, read_architecture=read_architecture, build=ECGFounderEncoder.from_config, preprocess=PREPROCESS,
-    contract=CONTRACT, module="coreecg.model.published.ecgfounder.ECGFounderEncoder",
+    contract=CONTRACT, variants=(CONTRACT_1_LEAD,), module="coreecg.model.published.ecgfounder.ECGFounderEncoder",
     licence="code MIT (PKUDigitalHealth/ECGFounder); the weights' model card licence not checked by coreecg",
     pooling="mean over time of the last stage's output (Net1D's deep_features, before the dense head)",
     normalisation="z-score over leads and time together (each 10 s window), + 1e-8 on the std",

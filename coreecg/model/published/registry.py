@@ -40,6 +40,7 @@ class PublishedFamily:
     # family reads its own entries ("state_dict", "encoder", "cfg") and a folder's config.json
     unpack: Callable[[Any], tuple[dict[str, Any] | None, dict[str, Any] | None]] | None = None
     contract: Any = None                                         # coreecg.data.contract.InputContract
+    variants: tuple[Any, ...] = ()                               # other files' contracts (ECGFounder's 1-lead)
     pretrained_on: tuple[str, ...] = ()                          # databases (source names) the weights saw
     commercial_use: bool = True                                  # False: non-commercial weights
 
@@ -54,11 +55,24 @@ def register(family: PublishedFamily) -> PublishedFamily:
     return family
 
 
-def contract_preprocess(fam: PublishedFamily) -> PreprocessConfig:
-    """The data.preprocess of a corpus built under the family's declared contract: its stored form's
-    rate, window and leads, and `contract` naming the family (coreecg.data.preprocess.contract_windows);
-    the family's closest standard settings (`preprocess`) when it declares no contract."""
-    c = fam.contract
+def contract_of(fam: PublishedFamily, n_leads: int | None = None, leads: tuple[str, ...] | None = None) -> Any:
+    """The family's contract for a file of `n_leads` leads (or those `leads`): its main one, or the
+    variant that takes them (ECGFounder's 1-lead file); None when it declares none."""
+    if fam.contract is None:
+        return None
+    for c in (fam.contract, *fam.variants):
+        if (leads is None or tuple(c.leads) == tuple(leads)) and (n_leads is None or len(c.leads) == n_leads):
+            return c
+    raise ValueError(f"{fam.title}: no declared contract for {list(leads) if leads else f'{n_leads} leads'}; it "
+                     f"declares {[list(c.leads) for c in (fam.contract, *fam.variants)]}")
+
+
+def contract_preprocess(fam: PublishedFamily, n_leads: int | None = None) -> PreprocessConfig:
+    """The data.preprocess of a corpus built under the family's declared contract (for a file of
+    `n_leads` leads): its stored form's rate, window and leads, and `contract` naming the family
+    (coreecg.data.preprocess.contract_windows); the family's closest standard settings (`preprocess`)
+    when it declares no contract."""
+    c = contract_of(fam, n_leads)
     if c is None:
         return fam.preprocess
     rate, n = c.stored_rate(), c.stored_samples()

@@ -85,7 +85,7 @@ def test_the_fixture_files_read_as_their_sizes():
     assert (vit.model.input_samples, model.n_patches, model.dim) == (5000, 100, 96)
     # the registry's own lookup finds this family (and no other claims the files)
     for name in ("res18_best_encoder.pth", "vit_tiny_best_encoder.pth"):
-        fam, _, _ = recognise_any(read_published(FIX / name).entries)
+        fam, _, _ = recognise_any(read_published(FIX / name))
         assert fam is FAMILIES["merl"]
 
 

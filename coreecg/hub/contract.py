@@ -113,6 +113,8 @@ def input_contract(config: Config, kind: Kind = "encoder", *, class_names: Seque
     p, m = config.data.preprocess, config.model
     stored = int(stored_samples or p.window_samples)
     leads = list(config.finetune.leads) if kind == "classifier" else list(STANDARD_LEADS[:m.n_leads])
+    if kind == "encoder" and p.contract:          # a published family's corpus: its contract's rows, in its order
+        leads = list(p.leads)
     contract: dict[str, Any] = {
         "tensor": {"layout": "(batch, leads, samples)", "dtype": "float32",
                    "shape": [None, len(leads), m.input_samples]},

@@ -13,6 +13,7 @@ from coreecg.config import STANDARD_LEADS
 from coreecg.encoders.build import build_encoder
 from coreecg.model.encoder import Encoder, _with_a_key
 from coreecg.model.pretrained import PretrainedMixin
+from coreecg.model.published.registry import model_layout
 
 
 def standard_lead_positions(leads: Sequence[str]) -> list[int]:
@@ -100,6 +101,7 @@ class Classifier(nn.Module, PretrainedMixin, pipeline_tag="other"):
         if x.shape[1] != len(self.leads):
             raise ValueError(f"input has {x.shape[1]} leads, the model takes {len(self.leads)} "
                              f"({', '.join(self.leads)})")
+        x = model_layout(self.encoder, x)        # a published family's own layout (xECG, HuBERT-ECG)
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen_encoder):
             if self.pool is None:
                 return self.encoder.pooled(x, self.lead_idx)

@@ -43,7 +43,7 @@ from coreecg.data.exclusion import (
 )
 from coreecg.data.fingerprints import write_fingerprints
 from coreecg.data.patient_ids import Keys, PatientIdPolicy, write_record_map
-from coreecg.data.preprocess import preprocess_record
+from coreecg.data.preprocess import preprocess_record, resolve_contract
 from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources import dataset_key, dataset_label, get_source
 from coreecg.data.splits import SPLITS, patient_key, record_split
@@ -356,6 +356,8 @@ def build_corpus(source_name: str, input_dir: str | Path | None, output_dir: str
     keep them or store salted hashes (the default; coreecg.data.patient_ids); the manifest says which.
     """
     cfg = cfg or DataConfig()
+    if cfg.preprocess.contract:           # a published family's declared contract: its stored form
+        cfg = dataclasses.replace(cfg, preprocess=resolve_contract(cfg.preprocess))
     source = get_source(source_name, **(source_options or {}))
     if refs is None:
         refs = source.list_records(Path(input_dir) if input_dir is not None else None)

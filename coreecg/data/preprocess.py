@@ -37,8 +37,9 @@ from coreecg.config import PreprocessConfig
 from coreecg.data.leads import select_leads
 from coreecg.data.record import Record, RecordError
 
-# Lazy imports: the published families (coreecg.model.published, torch), inside contract_windows only:
-# a corpus built under a family's declared contract needs it; importing the data layer pulls in no model.
+# Lazy imports: the published families (coreecg.model.published, torch), inside resolve_contract and
+# contract_windows only: a corpus built under a family's declared contract needs them; importing the data
+# layer pulls in no model.
 
 # Edge handling, measured in docs/data_pipeline.md ("Filter edges"): mirror padding ("even")
 # settles the 0.65 Hz high-pass where odd (point-symmetric) padding extrapolates a slope into
@@ -152,6 +153,20 @@ def preprocess_record(record: Record, cfg: PreprocessConfig) -> np.ndarray:
     if len(w) == 0:  # a short record: one window, its real samples first, NaN padding after
         return pad_window(x, cfg.window_samples, cfg.zscore_eps, cfg.standardize)[None]
     return zscore(w, cfg.zscore_eps, cfg.standardize).astype(np.float32)
+
+
+def resolve_contract(cfg: PreprocessConfig) -> PreprocessConfig:
+    """data.preprocess with `contract` set -> the contract's stored form (rate, window, leads: the
+    variant whose leads cfg.leads names, e.g. ECGFounder's [I], else the family's main contract);
+    unchanged without a contract. What a corpus build applies, so `--set data.preprocess.contract=X`
+    is all a user gives."""
+    if not cfg.contract:
+        return cfg
+    from coreecg.model.published import contract_of, contract_preprocess, family
+
+    fam = family(cfg.contract)
+    variants = [c for c in (fam.contract, *fam.variants) if c is not None and tuple(c.leads) == tuple(cfg.leads)]
+    return contract_preprocess(fam, len(variants[0].leads) if variants else len(contract_of(fam).leads))
 
 
 def contract_windows(record: Record, cfg: PreprocessConfig) -> np.ndarray:

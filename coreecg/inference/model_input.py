@@ -82,7 +82,7 @@ class PooledEncoder(nn.Module):
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """x: (B, len(leads), T) -> (B, D)."""
-        return self.encoder.pooled(model_layout(self.encoder, x), self.lead_idx)
+        return self.encoder.pooled(*model_layout(self.encoder, x, self.lead_idx))
 
     def head(self, f: torch.Tensor) -> torch.Tensor:
         return f[:, :0]                           # (B, 0): no classes

@@ -101,11 +101,11 @@ class Classifier(nn.Module, PretrainedMixin, pipeline_tag="other"):
         if x.shape[1] != len(self.leads):
             raise ValueError(f"input has {x.shape[1]} leads, the model takes {len(self.leads)} "
                              f"({', '.join(self.leads)})")
-        x = model_layout(self.encoder, x)        # a published family's own layout (xECG, HuBERT-ECG)
+        x, lead_idx = model_layout(self.encoder, x, self.lead_idx)   # a published family's own layout and rows
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen_encoder):
             if self.pool is None:
-                return self.encoder.pooled(x, self.lead_idx)
-            encoded = self.encoder(x, self.lead_idx)
+                return self.encoder.pooled(x, lead_idx)
+            encoded = self.encoder(x, lead_idx)
         return self.pool(encoded.tokens, encoded.valid)
 
     @classmethod

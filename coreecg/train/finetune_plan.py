@@ -85,16 +85,17 @@ def plan_finetune(config: Config) -> RunPlan:
         raise FinetuneError(f"{corpus}: the corpus has no labels (class_names is empty); fine-tuning needs a "
                             "labelled corpus (build it with a label view)")
     stored = list(manifest["signal"]["leads"])
+    # the encoder first: a published family's contract fixes the leads and the corpus it takes
+    config, encoder_hash, method, pretraining, contract = _with_encoder(config)
+    mismatch = preprocess_mismatch(contract, manifest, corpus)
     missing = [x for x in config.finetune.leads if x not in stored]
     if missing:
         raise FinetuneError(f"{corpus}: finetune.leads {missing} are not stored in this corpus (it has {stored})")
-    config, encoder_hash, method, pretraining, contract = _with_encoder(config)
     f = config.finetune
     if f.mode in ("linear", "frozen") and f.lr != FinetuneConfig.lr:
         # a head-only mode trains at linear_lr; an lr set for it is almost always meant for it
         log.warning("finetune.lr=%g is not used in mode %s: the head-only modes train at finetune.linear_lr=%g "
                     "(set that instead)", f.lr, f.mode, f.linear_lr)
-    mismatch = preprocess_mismatch(contract, manifest, corpus)
     leakage, overlap = _leakage_check(pretraining, corpus, f.allow_overlap,
                                       *(("randomly initialised encoder: no pretraining",)
                                         if f.encoder == RANDOM_ENCODER else ()))
@@ -157,6 +158,18 @@ def preprocess_mismatch(encoder: PreprocessConfig | None, manifest: dict, corpus
     saved = manifest.get("preprocess")
     if encoder is None or not isinstance(saved, dict):
         return []
+    if encoder.contract or saved.get("contract"):   # a published family's declared contract: the corpus's own
+        if saved.get("contract") != encoder.contract or tuple(saved.get("leads") or ()) != tuple(encoder.leads):
+            built = f"the {saved['contract']} contract" if saved.get("contract") else "coreecg's preprocessing"
+            raise FinetuneError(
+                f"{corpus}: built with {built}, but the encoder takes the {encoder.contract or 'coreecg'} input "
+                f"contract; build its corpus once from the same raw records: python jobs/preprocess.py --source "
+                f"{manifest.get('source', 'SOURCE')} --input RAW --output {corpus}-{encoder.contract or 'coreecg'} "
+                + (f"--set data.preprocess.contract={encoder.contract}"
+                   + (f" --set 'data.preprocess.leads=[{','.join(encoder.leads)}]'" if len(encoder.leads) == 1 else "")
+                   if encoder.contract else "")
+                + " (a study builds it itself: docs/published_encoders.md)")
+        return []
     corpus_pre = {**{k: getattr(PreprocessConfig(), k) for k in CONTRACT_KEYS}, **saved}
     diff = [f"{k}: encoder {getattr(encoder, k)}, corpus {corpus_pre[k]}" for k in CONTRACT_KEYS
             if getattr(encoder, k) != corpus_pre[k]]
@@ -201,6 +214,9 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
                 "asked" for k in dataclasses.fields(ModelConfig)
                 if getattr(saved.model, k.name) != getattr(config.model, k.name)]
         raise CheckpointError(f"{path}: an encoder of another shape than the config asks for ({'; '.join(diff[:4])})")
+    if saved.data.preprocess.contract:        # a contract corpus's rows are the model's own leads, in its order
+        # and its window is the model's whole input: one evaluation crop (more would be the same crop)
+        f = dataclasses.replace(f, leads=tuple(saved.data.preprocess.leads), eval_crops=1)
     config = dataclasses.replace(
         config, model=saved.model, encoders=_encoder_sections(config, saved, path),
         # the encoder's plugins travel with it: the fine-tuned run (and what is made from it) loads

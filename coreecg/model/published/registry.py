@@ -80,14 +80,16 @@ def contract_preprocess(fam: PublishedFamily, n_leads: int | None = None) -> Pre
                             min_duration_s=min(PreprocessConfig.min_duration_s, n / rate))
 
 
-def model_layout(encoder: nn.Module, x: Any) -> Any:
-    """A batch in coreecg's stored form (B, C, T) -> the layout `encoder` takes: a published family's
-    contract's (xECG time-major, HuBERT-ECG flat; `InputContract.to_model`), else unchanged. What a
-    Classifier and an embedding pass call before the encoder, so a contract corpus feeds any family."""
+def model_layout(encoder: nn.Module, x: Any, lead_idx: Any = None) -> tuple[Any, Any]:
+    """A batch in coreecg's stored form (B, C, T) and its rows' standard-lead indices -> what
+    `encoder` takes: for a published family with a contract, its layout (xECG time-major, HuBERT-ECG
+    flat; `InputContract.to_model`) and no lead_idx (a contract corpus's rows are the model's own,
+    in its order: MERL's aVF before aVL); anything else unchanged. What a Classifier and an embedding
+    pass call before the encoder, so a contract corpus feeds any family."""
     fam = FAMILIES.get(getattr(type(encoder), "encoder_name", ""))
-    if fam is None or fam.contract is None or fam.contract.layout == "channels_first":
-        return x
-    return contract_of(fam, getattr(encoder, "n_leads", None)).to_model(x)
+    if fam is None or fam.contract is None:
+        return x, lead_idx
+    return contract_of(fam, getattr(encoder, "n_leads", None)).to_model(x), None
 
 
 def family(name: str) -> PublishedFamily:

@@ -209,3 +209,72 @@ def test_nothing_a_file_names_is_called(tmp_path):
     with pytest.raises(CheckpointError, match="evil.pth: neither a coreecg checkpoint"):
         coreecg.load_encoder(tmp_path / "evil.pth")
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------- the contract in fine-tuning
+
+RECORDS = 60
+LAYOUTS = ("ecg_jepa", "merl", "xecg", "hubert_ecg")   # a lead subset, another lead order, time-major, flat
+
+
+def _contract_corpus(out: Path, family: str) -> Path:
+    """A small labelled synthetic corpus built under `family`'s contract, without a cluster."""
+    import ray.data
+
+    from coreecg.config import load_config
+    from coreecg.data.pipeline import build_corpus
+    from tests.helpers import InProcessDataset
+
+    cfg = load_config(overrides=["data.shard_records=30", "data.split_ratios=[0.6,0.2,0.2]",
+                                 f"data.preprocess.contract={family}"]).data
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ray.data, "from_items", lambda items, **_: InProcessDataset(items))
+        build_corpus("synthetic", None, out, cfg, source_options=cfg.sources.for_source("synthetic", RECORDS),
+                     log_warnings=False)
+    return out
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_fine_tuning_feeds_the_encoder_its_own_contract(name, tmp_path):
+    """A corpus built with data.preprocess.contract=<family> stores the contract's windows (float16),
+    and the fine-tuning plan and classifier feed them to the encoder exactly as the original pipeline's
+    model input: the same pooled feature as encoder.pooled(model_input) on that record."""
+    from coreecg.config import load_config
+    from coreecg.data.corpus import decode_signals, read_shard, split_files
+    from coreecg.data.sources import get_source
+    from coreecg.model.classifier import Classifier
+    from coreecg.train.finetune_plan import FinetuneError, plan_finetune, preprocess_mismatch
+
+    entry = dict(CASES)[name]
+    weights = _weights(name, entry)
+    fam = FAMILIES[name]
+    corpus = _contract_corpus(tmp_path / "corpus", name)
+    manifest = json.loads((corpus / "manifest.json").read_text())
+    assert manifest["preprocess"]["contract"] == name and manifest["signal"]["leads"] == list(fam.contract.leads)
+    assert manifest["signal"]["shape"] == [len(fam.contract.leads), fam.contract.stored_samples()]
+    # the stored windows are the contract's on the raw record (float16 storage)
+    source = get_source("synthetic", **load_config().data.sources.for_source("synthetic", RECORDS))
+    table = read_shard(split_files(corpus, "train")[0], ["record_id", "signal"])
+    stored = decode_signals(table["signal"], manifest["signal"]["shape"])[0]
+    ref = next(r for r in source.list_records(None) if r.record_id == table["record_id"][0].as_py())
+    record = source.read(ref)
+    raw_windows = fam.contract.windows(record.signal, record.fs, record.lead_names)
+    np.testing.assert_allclose(stored, raw_windows[0], atol=1e-3 * max(1.0, float(np.abs(raw_windows).max())))
+
+    plan = plan_finetune(load_config(overrides=[f"data.corpus={corpus}", f"finetune.encoder={weights}",
+                                                f"train.storage_path={tmp_path}", "train.name=ft",
+                                                "finetune.batch_size=8", "train.num_workers=1"]))
+    assert plan.config.finetune.leads == fam.contract.leads and plan.config.finetune.eval_crops == 1
+    assert plan.config.data.crop_samples == fam.contract.stored_samples()
+    encoder = coreecg.load_encoder(weights)
+    classifier = Classifier(encoder, 3, plan.config.finetune.leads, True).eval()
+    x = torch.from_numpy(stored[None])
+    with torch.no_grad():
+        via_corpus = classifier.features(x)
+        direct = encoder.pooled(torch.from_numpy(fam.contract.to_model(stored[None])))
+    torch.testing.assert_close(via_corpus, direct, atol=1e-5, rtol=0)
+
+    # a corpus of coreecg's own preprocessing is refused, naming the build that fixes it
+    standard = {**manifest, "preprocess": load_config().data.preprocess.settings()}
+    with pytest.raises(FinetuneError, match=f"coreecg's preprocessing.*--set data.preprocess.contract={name}"):
+        preprocess_mismatch(open_source(weights).config.data.preprocess, standard, corpus)

@@ -48,6 +48,7 @@ class StudyReader:
 
     def __init__(self, path: Path, spec: StudyFile, extra: tuple[str, ...]):
         self.path, self.spec = path, spec
+        self.contracts: dict[str, str] = {}     # given encoder -> its published family's contract (encoders())
         self.config_file = self.relative("config", spec.config) if spec.config else None
         # Data paths: in the study's `set` relative to the study file, on the command line and in
         # the config to the current folder; trials run elsewhere (and on other nodes), so absolute.
@@ -190,6 +191,7 @@ class StudyReader:
         coreecg run, export or .pt, or a published checkpoint), so a typo fails before Ray."""
         from coreecg.checkpoints import CheckpointError
         from coreecg.loading import open_source
+        from coreecg.model.published.registry import release_hint
 
         out = {}
         for name, value in self.spec.downstream.encoders.items():
@@ -199,9 +201,12 @@ class StudyReader:
                                       "another name")
             path = self.relative(key, value)
             try:
-                open_source(path, kind="encoder")
+                pre = open_source(path, kind="encoder").config.data.preprocess
+                if pre.contract:            # a published family fed its own input contract
+                    self.contracts[name] = pre.contract
             except (CheckpointError, OSError) as e:
-                raise self.error(key, str(e)) from None
+                hint = release_hint(path) if not Path(path).exists() else ""
+                raise self.error(key, str(e) + (f"; {hint}" if hint else "")) from None
             out[name] = path
         return out
 
@@ -287,7 +292,15 @@ class StudyReader:
                      allow=(*space.allow,
                             *(Allowance((name,), ("model.*", "encoders.*"),
                                         f"{name} is a given encoder ({path}): its architecture is its own")
-                              for name, path in encoders.items())))
+                              for name, path in encoders.items()),
+                            *(Allowance((name,), CONTRACT_KEYS,
+                                        f"{name} is fed its own input contract ({contract}): the downstream corpus "
+                                        "built under it, its leads and window (docs/published_encoders.md)")
+                              for name, contract in self.contracts.items())))
+
+
+# What a published encoder's own input contract changes in its fine-tuning runs (a declared difference).
+CONTRACT_KEYS = ("data.corpus", "data.preprocess.*", "data.crop_samples", "finetune.leads", "finetune.eval_crops")
 
 
 def _text(value: str | tuple[str, ...]) -> str:

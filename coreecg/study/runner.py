@@ -107,7 +107,59 @@ def build_corpora(study: Study, output: Path) -> dict[str, Path]:
                 raise
             raise StudyRunError(f"corpus {c.name}: {e}") from None
         out[c.name] = dest
+    for c, contract, leads in contract_corpora(study):
+        dest = output / "corpora" / contract_key(c.name, contract)
+        if not c.source:
+            raise StudyRunError(f"corpus {c.name}: given by its path, but a published encoder of the study takes "
+                                f"the {contract} input contract, whose corpus is built from the raw records: give "
+                                f"{c.name} as source + input (docs/published_encoders.md)")
+        if not (dest / "manifest.json").is_file():
+            log.info("building corpus %s under the %s contract from %s (%s)", c.name, contract, c.input, c.source)
+        cfg = load_config(study.config_file, [*study.base, *c.set, *study.extra, f"data.preprocess.contract={contract}",
+                                              f"data.preprocess.leads=[{','.join(leads)}]"])
+        build_corpus(c.source, c.input, dest, cfg.data,
+                     source_options=cfg.data.sources.for_source(c.source, cfg.data.synthetic_records))
+        out[contract_key(c.name, contract)] = dest
     return out
+
+
+def contract_key(corpus: str, contract: str) -> str:
+    """The study's name of a downstream corpus built under a published family's contract."""
+    return f"{corpus}@{contract}"
+
+
+def _encoder_contract(path: str) -> tuple[str, tuple[str, ...]] | None:
+    """A downstream.encoders file's input contract: (family, its leads), None for coreecg's preprocessing."""
+    from coreecg.loading import open_source
+
+    pre = open_source(path, kind="encoder").config.data.preprocess
+    return (pre.contract, tuple(pre.leads)) if pre.contract else None
+
+
+def contract_corpora(study: Study) -> list[tuple[Any, str, tuple[str, ...]]]:
+    """(downstream corpus, family, leads) of each corpus a published encoder with its own contract
+    fine-tunes on: built once per family under its contract (a cached, resumable corpus build)."""
+    seen: dict[str, tuple[str, tuple[str, ...]] | None] = {}
+    by_name = {c.name: c for c in study.corpora}
+    out: dict[tuple[str, str], tuple[Any, str, tuple[str, ...]]] = {}
+    for r in [*study.finetune_runs(), *study.mask_rate_runs()]:
+        if not isinstance(r.encoder, ExternalEncoder):
+            continue
+        if r.encoder.path not in seen:
+            seen[r.encoder.path] = _encoder_contract(r.encoder.path)
+        found = seen[r.encoder.path]
+        if found is not None:
+            out.setdefault((r.corpus, found[0]), (by_name[r.corpus], *found))
+    return list(out.values())
+
+
+def run_corpus(study: Study, run: FinetuneRun, corpora: dict[str, Path]) -> Path:
+    """The corpus a fine-tuning reads: its downstream corpus, or that corpus under its encoder's contract."""
+    if isinstance(run.encoder, ExternalEncoder):
+        found = _encoder_contract(run.encoder.path)
+        if found is not None:
+            return corpora[contract_key(run.corpus, found[0])]
+    return corpora[run.corpus]
 
 
 def check_leakage(study: Study, corpora: dict[str, Path]) -> None:
@@ -194,7 +246,7 @@ def _pending_finetunes(study: Study, output: Path, corpora: dict[str, Path]
         if is_done(run_dir(output, "finetune", r.name)):
             rows.append(_finished(output, "finetune", r.name))
             continue
-        extra = [f"data.corpus={corpora[r.corpus]}"]
+        extra = [f"data.corpus={run_corpus(study, r, corpora)}"]
         if isinstance(r.encoder, ExternalEncoder):
             extra.append(f"finetune.encoder={r.encoder.path}")
         elif isinstance(r.encoder, RandomEncoder):

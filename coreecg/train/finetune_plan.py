@@ -222,7 +222,9 @@ def _with_encoder(config: Config) -> tuple[Config, str | None, str, Pretraining 
         # the encoder's plugins travel with it: the fine-tuned run (and what is made from it) loads
         # in a fresh process that has only its config
         plugins=tuple(dict.fromkeys([*config.plugins, *saved.plugins])),
-        data=dataclasses.replace(config.data, crop_samples=saved.model.input_samples),
+        data=dataclasses.replace(config.data, crop_samples=saved.model.input_samples,
+                                 # a contract corpus's settings are the contract's stored form (its window)
+                                 **({"preprocess": saved.data.preprocess} if saved.data.preprocess.contract else {})),
         finetune=dataclasses.replace(f, encoder=str(path))).validate()
     return (config, config_hash(saved), config.finetune.method or saved.method_label, pretraining_of(src),
             saved.data.preprocess)

@@ -49,10 +49,11 @@ from typing import Sequence
 import numpy as np
 import yaml
 
+from coreecg.data.declared import declared_note
 from coreecg.eval.fairness import FINETUNING, Allowance, check_table, run_entries
 from coreecg.eval.runs import DATASET_ALIASES, DATASETS, Run, RunError
 from coreecg.eval.tables.registry import TableError, TableInputs, register_table
-from coreecg.eval.tables.table import MISSING, UNAVAILABLE
+from coreecg.eval.tables.table import LEAK, MISSING, UNAVAILABLE
 
 BENCHMARK_TABLE = "benchmark"
 MODES = ("finetune", "frozen", "linear")
@@ -195,6 +196,12 @@ def cell_text(runs: list[Run]) -> str:
     return f"{100 * np.mean(values):.1f} ± {100 * np.std(values, ddof=1):.1f} ({len(values)} runs)"
 
 
+def _declared(run: Run) -> str:
+    """The run's declared overlap in words ("" when none: coreecg.data.declared)."""
+    leak = run.record.get("leakage") if isinstance(run.record.get("leakage"), dict) else {}
+    return declared_note(leak.get("declared"))
+
+
 def _label(column: tuple[str, str]) -> str:
     dataset, mode = column
     return f"{DATASETS.get(dataset, dataset)} {MODE_NAMES[mode]}"
@@ -208,7 +215,8 @@ def table_markdown(table: BenchmarkTable) -> str:
     scratch = [m for m, row in table.cells.items() if all(r.mode == "scratch" for runs in row.values() for r in runs)]
     for method, row in table.cells.items():
         lines.append(f"| {method} | " + " | ".join(
-            UNAVAILABLE if method in scratch and c[1] != "finetune" else cell_text(row.get(c, []))
+            UNAVAILABLE if method in scratch and c[1] != "finetune"
+            else cell_text(row.get(c, [])) + (f" {LEAK}" if any(map(_declared, row.get(c, []))) else "")
             for c in cols) + " |")
     notes = ["", *table.footnotes,
              "One run: its test AUROC and the 95 % interval of its patient bootstrap; several: mean ± SD over "
@@ -222,6 +230,9 @@ def table_markdown(table: BenchmarkTable) -> str:
                            for r in runs if r.record.get("preprocess_mismatch"))
             notes.append(f"{method}: fine-tuned on {', '.join(datasets)} preprocessed otherwise than its input "
                          f"contract ({'; '.join(example)}); rebuild those corpora to its contract for its own numbers.")
+    for method, row in table.cells.items():       # a published family's declared pretraining data
+        said = sorted({_declared(r) for runs in row.values() for r in runs} - {""})
+        notes += [f"{LEAK} {method}: {n}." for n in said]
     if scratch and any(c[1] != "finetune" for c in cols):
         notes.append(f"{UNAVAILABLE}: {', '.join(scratch)} trained from scratch, so it has no frozen or linear run.")
     if table.left_out:
@@ -291,7 +302,7 @@ def write_benchmark(table: BenchmarkTable, out_dir: str | Path) -> list[Path]:
     md.write_text(table_markdown(table))
     path = out / "benchmark.csv"
     fields = ["method", "dataset", "mode", "seed", "auroc", "auroc_low", "auroc_high", "test_n", "split_rule",
-              "source", "run_dir"]
+              "source", "declared_overlap", "run_dir"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fields)
         w.writeheader()
@@ -302,7 +313,7 @@ def write_benchmark(table: BenchmarkTable, out_dir: str | Path) -> list[Path]:
                     w.writerow({"method": method, "dataset": dataset, "mode": r.mode, "seed": r.seed,
                                 "auroc": _auroc(r), "auroc_low": low, "auroc_high": high,
                                 "test_n": r.record["test"].get("n"), "split_rule": r.record.get("split_rule", ""),
-                                "source": "measured", "run_dir": str(r.path)})
+                                "source": "measured", "declared_overlap": _declared(r), "run_dir": str(r.path)})
         for pub in table.published:
             for method, values in pub.rows.items():
                 for dataset, value in values.items():

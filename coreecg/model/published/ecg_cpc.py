@@ -488,6 +488,10 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
 EcgCpcEncoder.output_kind = "sequence"
 register_encoder(NAME)(EcgCpcEncoder)
 register(PublishedFamily(
+    releases=(
+        ('last_11597276.ckpt',
+         'figshare article 30192604 "ECG-CPC Checkpoint" (the zip: keep config_last_11597276_ckpt.yaml beside it)'),
+    ),
     name=NAME, title="ECG-CPC (Al-Masud, Lopez Alcaraz & Strodthoff, ICLR 2026)", label="ECG-CPC",
     recognise=recognise, unpack=unpack, read_architecture=read_architecture, build=EcgCpcEncoder.from_config,
     preprocess=PREPROCESS, contract=CONTRACT, module="coreecg.model.published.ecg_cpc.EcgCpcEncoder",

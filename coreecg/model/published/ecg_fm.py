@@ -445,6 +445,12 @@ def _check_shapes(state: dict[str, torch.Tensor], config: Config) -> None:
 EcgFmEncoder.output_kind = "sequence"
 register_encoder(NAME)(EcgFmEncoder)
 register(PublishedFamily(
+    releases=(
+        ('mimic_iv_ecg_physionet_pretrained.pt',
+         'Hugging Face wanglab/ecg-fm'),
+        ('mimic_iv_ecg_finetuned.pt',
+         'Hugging Face wanglab/ecg-fm'),
+    ),
     name=NAME, title="ECG-FM (McKeen et al. 2024)", label="ECG-FM", recognise=recognise, unpack=unpack,
     read_architecture=read_architecture, build=EcgFmEncoder.from_config,
     # the closest corpus settings: 500 Hz, 5 s windows, per-lead z-score; ECG-FM filters nothing, and a

@@ -379,6 +379,10 @@ def read_architecture(state: dict[str, Any], recorded: dict[str, Any] | None = N
 EcgJepaEncoder.output_kind = "grid"
 register_encoder(NAME)(EcgJepaEncoder)
 register(PublishedFamily(
+    releases=(
+        ('multiblock_epoch100.pth',
+         'ECG-JEPA\'s Google Drive link (github.com/sehunfromdaegu/ECG_JEPA README, "Pretrained Checkpoints")'),
+    ),
     name=NAME, title="ECG-JEPA (Kim 2024)", label="ECG-JEPA", recognise=recognise, unpack=unpack,
     read_architecture=read_architecture, build=EcgJepaEncoder.from_config, preprocess=PREPROCESS,
     contract=CONTRACT, module="coreecg.model.published.ecg_jepa.EcgJepaEncoder",

@@ -258,6 +258,10 @@ def _check_keys(state: dict[str, Any], n_leads: int, o: EcgFmKedOptions) -> None
 EcgFmKedEncoder.output_kind = "sequence"
 register_encoder(NAME)(EcgFmKedEncoder)
 register(PublishedFamily(
+    releases=(
+        ('best_valid_all_increase_with_augment_epoch_3.pt',
+         'Zenodo record 14881564 (zenodo.org/records/14881564)'),
+    ),
     name=NAME, title="ECGFM-KED (Tian et al., Cell Reports Medicine 2024)", label="ECGFM-KED",
     recognise=recognise, unpack=unpack, read_architecture=read_architecture, build=EcgFmKedEncoder.from_config,
     preprocess=PREPROCESS, contract=CONTRACT, module="coreecg.model.published.ecgfm_ked.EcgFmKedEncoder",

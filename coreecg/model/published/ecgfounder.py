@@ -282,6 +282,12 @@ def _check_shapes(state: dict[str, torch.Tensor], n_leads: int, sizes: ECGFounde
 ECGFounderEncoder.output_kind = "sequence"
 register_encoder(NAME)(ECGFounderEncoder)
 register(PublishedFamily(
+    releases=(
+        ('12_lead_ECGFounder.pth',
+         'Hugging Face PKUDigitalHealth/ECGFounder'),
+        ('1_lead_ECGFounder.pth',
+         'Hugging Face PKUDigitalHealth/ECGFounder'),
+    ),
     name=NAME, title="ECGFounder (Li et al., NEJM AI 2025)", label="ECGFounder", recognise=recognise,
     unpack=unpack, read_architecture=read_architecture, build=ECGFounderEncoder.from_config, preprocess=PREPROCESS,
     contract=CONTRACT, variants=(CONTRACT_1_LEAD,), module="coreecg.model.published.ecgfounder.ECGFounderEncoder",

@@ -467,6 +467,14 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
 HubertEcgEncoder.output_kind = "sequence"
 register_encoder(NAME)(HubertEcgEncoder)
 register(PublishedFamily(
+    releases=(
+        ('hubert-ecg-small',
+         'Hugging Face Edoardo-BS/hubert-ecg-small (the folder: config.json + model.safetensors)'),
+        ('hubert-ecg-base',
+         'Hugging Face Edoardo-BS/hubert-ecg-base (the folder: config.json + model.safetensors)'),
+        ('hubert-ecg-large',
+         'Hugging Face Edoardo-BS/hubert-ecg-large (the folder: config.json + model.safetensors)'),
+    ),
     name=NAME, title="HuBERT-ECG (Coppola et al. 2024)", label="HuBERT-ECG", recognise=recognise, unpack=unpack,
     read_architecture=read_architecture, build=HubertEcgEncoder.from_config,
     # the closest corpus settings (coreecg's Butterworth, z-score): the exact input is CONTRACT

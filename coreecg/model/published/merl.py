@@ -401,7 +401,15 @@ def _check_shapes(state: dict[str, Any], config: Config, why: str) -> None:
 
 MerlEncoder.output_kind = "sequence"
 register_encoder(NAME)(MerlEncoder)
+_DRIVE = ("MERL's Google Drive folder (github.com/cheliu-computation/MERL-ICML2024 README: "
+          "drive.google.com/drive/folders/13wb4DppUciMn-Y_qC2JRWTbZdz3xX0w2)")
 register(PublishedFamily(
+    releases=(
+        ('res18_best_encoder.pth',
+         _DRIVE),
+        ('vit_tiny_best_encoder.pth',
+         _DRIVE),
+    ),
     name=NAME, title="MERL (Liu et al., ICML 2024)", label="MERL", recognise=recognise, unpack=unpack,
     read_architecture=read_architecture, build=MerlEncoder.from_config, preprocess=PREPROCESS, contract=CONTRACT,
     module="coreecg.model.published.merl.MerlEncoder",

@@ -43,6 +43,7 @@ class PublishedFamily:
     variants: tuple[Any, ...] = ()                               # other files' contracts (ECGFounder's 1-lead)
     pretrained_on: tuple[str, ...] = ()                          # databases (source names) the weights saw
     commercial_use: bool = True                                  # False: non-commercial weights
+    releases: tuple[tuple[str, str], ...] = ()                   # (released file or folder name, where to get it)
 
 
 FAMILIES: dict[str, PublishedFamily] = {}
@@ -90,6 +91,16 @@ def model_layout(encoder: nn.Module, x: Any, lead_idx: Any = None) -> tuple[Any,
     if fam is None or fam.contract is None:
         return x, lead_idx
     return contract_of(fam, getattr(encoder, "n_leads", None)).to_model(x), None
+
+
+def release_hint(path: str) -> str:
+    """Where the released file or folder a path names is downloaded ("" when no family releases it)."""
+    name = str(path).rstrip("/").rsplit("/", 1)[-1]
+    for fam in FAMILIES.values():
+        for released, where in fam.releases:
+            if released == name:
+                return f"{name} is {fam.title}'s released weights: download it from {where}"
+    return ""
 
 
 def family(name: str) -> PublishedFamily:

@@ -590,6 +590,10 @@ _BLOCK_KEYS = frozenset(k.split(".", 2)[2] for k in _layout(XEcgOptions(blocks="
 XEcgEncoder.output_kind = "sequence"
 register_encoder(NAME)(XEcgEncoder)
 register(PublishedFamily(
+    releases=(
+        ('xECG_base_model_v1',
+         'Hugging Face riccardolunelli/xECG_base_model_v1 (the folder: config.json + model.safetensors)'),
+    ),
     name=NAME, title="xECG (BenchECG and xECG, 2025)", label="xECG", recognise=recognise, unpack=unpack,
     read_architecture=read_architecture, build=XEcgEncoder.from_config,
     # a corpus cannot say "no filter, no normalisation": the gentlest settings its checks allow; the

@@ -278,3 +278,66 @@ def test_fine_tuning_feeds_the_encoder_its_own_contract(name, tmp_path):
     standard = {**manifest, "preprocess": load_config().data.preprocess.settings()}
     with pytest.raises(FinetuneError, match=f"coreecg's preprocessing.*--set data.preprocess.contract={name}"):
         preprocess_mismatch(open_source(weights).config.data.preprocess, standard, corpus)
+
+
+# ---------------------------------------------------------------------------- the study of the field's models
+
+STUDIES = Path(__file__).resolve().parents[1] / "studies"
+
+
+def test_the_foundation_model_studies_hold_every_family():
+    """Both study files name every family (and ST-MEM and coreecg's own rows) and read before Ray:
+    every weights file opened, each published encoder's contract a declared difference."""
+    from coreecg.study.spec import load_study
+
+    tiny = load_study(STUDIES / "foundation_models_tiny.yaml")
+    archs = {coreecg.load_model(p).config.model.arch for p in tiny.encoders.values()}
+    assert archs == set(FAMILY_NAMES) | {"st_mem"}
+    assert {"Supervised", "CoRe-ECG"} <= set(tiny.methods) and {g.modes for g in tiny.grids} == {
+        ("linear", "frozen", "finetune")}
+    allowed = {a.variants[0] for a in tiny.allow if "data.preprocess.*" in a.keys}
+    assert allowed == {n for n, p in tiny.encoders.items() if coreecg.load_model(p).config.data.preprocess.contract}
+
+
+@pytest.mark.slow
+def test_the_tiny_study_runs_to_its_report_with_the_declared_overlap_marked(ray_session, tmp_path):
+    """A cut of studies/foundation_models_tiny.yaml (CI time): ECG-FM's fine-tuned weights (declared
+    on PhysioNet/CinC 2021, which holds PTB-XL) and MERL's (MIMIC-IV-ECG) on PTB-XL superdiagnostic,
+    linear probe; each on its own contract corpus, built once by the study."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    spec = yaml.safe_load((STUDIES / "foundation_models_tiny.yaml").read_text())
+    spec.pop("pretrain")
+    keep = ["ECG-FM (fine-tuned)", "MERL (ResNet18)"]
+    spec["downstream"]["encoders"] = {k: str((STUDIES / v).resolve()) for k, v in spec["downstream"]["encoders"].items()
+                                      if k in keep}
+    spec["downstream"].update(methods=keep, modes=["linear"])
+    spec["downstream"]["corpora"] = {"ptbxl-super": {**spec["downstream"]["corpora"]["ptbxl-super"],
+                                                     "input": str((STUDIES / "../../shared/ecg-data/ptbxl").resolve())}}
+    spec["config"] = str((STUDIES / spec["config"]).resolve())
+    spec["variants"] = str((STUDIES / spec["variants"]).resolve())
+    spec["report"]["published"] = [str((STUDIES / p).resolve()) for p in spec["report"]["published"]]
+    path = tmp_path / "fm.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    out = tmp_path / "out"
+    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    done = subprocess.run([sys.executable, "jobs/study.py", str(path), "--output", str(out)], cwd=STUDIES.parent,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(p.name for p in (out / "corpora").iterdir()) == ["ptbxl-super", "ptbxl-super@ecg_fm",
+                                                                   "ptbxl-super@merl"]
+    table = (out / "report" / "tables" / "benchmark.md").read_text()
+    fm = next(line for line in table.splitlines() if line.startswith("| ECG-FM (fine-tuned) |"))
+    merl = next(line for line in table.splitlines() if line.startswith("| MERL (ResNet18) |"))
+    assert fm.rstrip(" |").endswith("‡") and not merl.rstrip(" |").endswith("‡")
+    assert "‡ ECG-FM (fine-tuned): declared overlap" in table and "contains the downstream ptbxl" in table
+    assert "MERL (ResNet18) is fed its own input contract (merl)" in table
+    for run in (out / "runs" / "finetune").iterdir():
+        metrics = json.loads((run / "metrics.json").read_text())
+        family = "ecg_fm" if metrics["method"].startswith("ECG-FM") else "merl"
+        assert metrics["corpus"].endswith(f"ptbxl-super@{family}")
+        assert metrics["lead_names"] == list(FAMILIES[family].contract.leads)

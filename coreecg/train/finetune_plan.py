@@ -56,9 +56,10 @@ def parse_leads(text: str) -> tuple[str, ...]:
 
 
 def leads_label(leads: tuple[str, ...]) -> str:
-    """"12" / "6" / "1" for the paper's lead sets, else the names joined by commas."""
+    """"12" / "6" / "1" for the paper's lead sets (in any row order: a published family's contract
+    may order them its own way, MERL's aVF before aVL), else the names joined by commas."""
     for label, names in LEAD_SETS.items():
-        if tuple(leads) == names:
+        if len(leads) == len(names) and set(leads) == set(names):
             return label
     return ",".join(leads)
 

@@ -70,9 +70,10 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import REPO, SHARED, count_flops, emit, parser, pretrain_flops_per_sample, transformer_flops
-from coreecg.config import Config, PreprocessConfig, load_config
+from coreecg.config import STANDARD_LEADS, Config, PreprocessConfig, load_config
 from coreecg.data.corpus import SIGNAL_DTYPE, load_manifest
 from coreecg.data.preprocess import resample_factors
+from coreecg.study.plan import ExternalEncoder
 from coreecg.train.plan import steps_per_epoch
 
 # Peak dense tensor throughput for bf16 inputs (fp32 accumulate), FLOP/s, and GPUs per node.
@@ -127,6 +128,41 @@ PRETRAIN_SOURCES = {
 # Stand-ins for a study's $VARS (--stand-in-data), under --shared; None: --shared itself.
 STAND_INS = {"MIMIC_IV_ECG": "mimic-iv-ecg-layout", "CODE15": None, "CINC2021": "cinc2021", "PTBXL": "ptbxl",
              "CPSC2018": "cpsc2018-cinc2020"}
+
+
+# The published releases' names (studies/foundation_models.yaml's $COREECG_WEIGHTS) -> the fixture
+# file of the same format (random weights, reduced sizes: priced at the published size all the same).
+STAND_IN_WEIGHTS = {
+    "12_lead_ECGFounder.pth": "ecgfounder/12_lead_ECGFounder.pth",
+    "1_lead_ECGFounder.pth": "ecgfounder/1_lead_ECGFounder.pth",
+    "res18_best_encoder.pth": "merl/res18_best_encoder.pth",
+    "vit_tiny_best_encoder.pth": "merl/vit_tiny_best_encoder.pth",
+    "best_valid_all_increase_with_augment_epoch_3.pt": "ecgfm_ked/best_valid_all_increase_with_augment_epoch_3.pt",
+    "hubert-ecg-base": "hubert_ecg", "xECG_base_model_v1": "xecg",
+    "mimic_iv_ecg_physionet_pretrained.pt": "ecg_fm/mimic_iv_ecg_physionet_pretrained.pt",
+    "mimic_iv_ecg_finetuned.pt": "ecg_fm/mimic_iv_ecg_finetuned.pt",
+    "multiblock_epoch100.pth": "ecg_jepa/multiblock_epoch100.pth", "last_11597276.ckpt": "ecg_cpc/last_11597276.ckpt",
+    "config_last_11597276_ckpt.yaml": "ecg_cpc/config_last_11597276_ckpt.yaml",
+    "st_mem_vit_base_encoder.pth": "../st-mem/encoder.pth",
+}
+
+
+def stand_in_weights(cfg: Config) -> Path:
+    """A temporary $COREECG_WEIGHTS: each release name linked to the fixture file of its format, and
+    `coreecg-encoder`, a randomly initialised export of the config's own encoder ($COREECG_ENCODER)."""
+    import tempfile
+
+    import torch
+
+    from coreecg.encoders.build import build_encoder
+
+    folder = Path(tempfile.mkdtemp(prefix="coreecg-stand-in-weights-"))
+    fixtures = REPO.parent / "shared" / "fixtures" / "published"
+    for name, rel in STAND_IN_WEIGHTS.items():
+        (folder / name).symlink_to((fixtures / rel).resolve())
+    with torch.random.fork_rng(devices=[]):
+        build_encoder(cfg).save_pretrained(folder / "coreecg-encoder", config=cfg)
+    return folder
 
 
 def source_options(source: str, overrides: tuple[str, ...] | list[str]) -> dict:
@@ -302,7 +338,10 @@ def _measured_encoder(cfg: Config) -> tuple[float, int]:
             torch.manual_seed(0)
             encoder = build_encoder(cfg).eval()
             x = torch.randn(2, cfg.model.n_leads, cfg.model.input_samples)
-            _ENCODERS[key] = (count_flops(encoder.pooled, x)["total"] / 2, int(encoder.dim))
+            # a published family's own layout (xECG time-major, HuBERT-ECG flat) and rows
+            from coreecg.model.published.registry import model_layout
+
+            _ENCODERS[key] = (count_flops(encoder.pooled, *model_layout(encoder, x))["total"] / 2, int(encoder.dim))
     return _ENCODERS[key]
 
 
@@ -312,6 +351,37 @@ def measured_encoder_forward(cfg: Config) -> float:
 
 def measured_encoder_width(cfg: Config) -> int:
     return _measured_encoder(cfg)[1]
+
+
+def external_run_config(rc: Config, path: str, published_size: bool) -> tuple[Config, int]:
+    """A fine-tuning run's config with its given encoder's architecture (coreecg.loading.open_source),
+    a published family's input contract (its leads, window, one evaluation crop) and -> the contract's
+    windows per 10 s window of the downstream corpus (ECG-FM: two 5 s windows). `published_size`
+    (--stand-in-data): a published file is priced at its release's published size (the family's options
+    defaults; MERL's ViT-tiny by its name), whatever size the stand-in file holds."""
+    import dataclasses
+
+    from coreecg.loading import open_source
+    from coreecg.model.published import FAMILIES, contract_of
+    from coreecg.model.published.registry import published_config
+
+    src = open_source(path, kind="encoder").config
+    arch = src.model.arch
+    if published_size and arch in FAMILIES:
+        src = dataclasses.replace(src, **published_config(arch, Path(path).name, src.model.n_leads))
+    sections = type(rc.encoders)({**rc.encoders._sections, **{arch: getattr(src.encoders, arch)}}) \
+        if arch in src.encoders.names(arch) else rc.encoders
+    pre = src.data.preprocess
+    ft = rc.finetune
+    per_window = 1
+    if pre.contract:
+        contract = contract_of(FAMILIES[arch], len(pre.leads))
+        noise = np.random.default_rng(0).normal(size=(12, 5000))       # a 10 s record at 500 Hz
+        per_window = int(contract.windows(noise, 500, STANDARD_LEADS).shape[0])
+        ft = dataclasses.replace(ft, leads=tuple(pre.leads), eval_crops=1)
+    data = dataclasses.replace(rc.data, crop_samples=src.model.input_samples,
+                               **({"preprocess": pre} if pre.contract else {}))
+    return dataclasses.replace(rc, model=src.model, encoders=sections, data=data, finetune=ft), per_window
 
 
 def samples_per_epoch(n_windows: int, batch: int) -> int:
@@ -433,6 +503,10 @@ def main() -> None:
 
         for var, sub in STAND_INS.items():
             os.environ.setdefault(var, str(Path(args.shared) / sub if sub else Path(args.shared)))
+        if "COREECG_WEIGHTS" not in os.environ or "COREECG_ENCODER" not in os.environ:
+            folder = stand_in_weights(load_config(args.config))
+            os.environ.setdefault("COREECG_WEIGHTS", str(folder))
+            os.environ.setdefault("COREECG_ENCODER", str(folder / "coreecg-encoder"))
 
     for v in (args.mfu, args.mfu_rtx3090, args.mfu_h100):
         if v is not None and not 0 < v <= 1:
@@ -563,7 +637,11 @@ def main() -> None:
     mask_names = {r.name for r in study.mask_rate_runs()}
     for run in [*study.finetune_runs(), *study.mask_rate_runs()]:
         rc = load_config(study.config_file, study.finetune_overrides(run))
-        ft, ds = rc.finetune, downstream[run.corpus]
+        ds = downstream[run.corpus]
+        if isinstance(run.encoder, ExternalEncoder):      # a given encoder: its own architecture and contract
+            rc, per_window = external_run_config(rc, run.encoder.path, args.stand_in_data)
+            ds = {**ds, **{k: ds[k] * per_window for k in ("train", "val", "test")}}
+        ft = rc.finetune
         ft_flops[run.name], ft_eval[run.name] = finetune_cost(rc, ds)
         if no_full_batch(rc, ds):
             short[(run.corpus, ft.train_fraction)] = (int(ds["train"] * ft.train_fraction), ft.batch_size)

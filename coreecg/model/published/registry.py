@@ -103,6 +103,28 @@ def release_hint(path: str) -> str:
     return ""
 
 
+def published_config(name: str, file: str = "", n_leads: int | None = None) -> dict[str, Any]:
+    """The `model` and `encoders` sections of family `name` at a released size: its options' defaults
+    (the published model), or the named release a file name says (`releases_by_file`: MERL's ViT-tiny);
+    for pricing and benchmarks without the weights (bench.capacity --stand-in-data)."""
+    from coreecg.config import ModelConfig
+    from coreecg.config.encoder_registry import encoder_spec
+    from coreecg.config.encoders import EncoderOptions
+
+    fam = family(name)
+    options_type = encoder_spec(name).options
+    release = RELEASE_SIZES.get(file)
+    options = options_type.release(release) if release else options_type()
+    contract = contract_of(fam, n_leads)
+    model = (ModelConfig(arch=name, n_leads=len(contract.leads), input_samples=contract.stored_samples())
+             if contract is not None else ModelConfig(arch=name, n_leads=n_leads or 12))   # ST-MEM: 2250 at 250 Hz
+    return {"model": model, "encoders": EncoderOptions({name: options})}
+
+
+# A released file whose size is not its family's options defaults: its release name there.
+RELEASE_SIZES = {"vit_tiny_best_encoder.pth": "vit_tiny"}
+
+
 def family(name: str) -> PublishedFamily:
     """The registered family `name`; KeyError naming the known ones."""
     if name not in FAMILIES:

@@ -296,5 +296,5 @@ register(PublishedFamily(
     normalisation="z-score over leads and time together (each 10 s window), + 1e-8 on the std",
     pretraining="HEEDB (Harvard-Emory ECG Database, ~10M ECGs, 150 labels), supervised; not checked by "
                 "coreecg's leakage guard",
-    pretrained_on=("heedb",), commercial_use=True,
+    pretrained_on=("heedb",), commercial_use=False,
 ))

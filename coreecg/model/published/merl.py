@@ -419,5 +419,5 @@ register(PublishedFamily(
     normalisation="one min-max to [0, 1] over the whole (12, 5000) window (+1e-8), no filter",
     pretraining="MIMIC-IV-ECG v1.0 (about 800,000 12-lead 10 s ECGs with their machine reports), ECG-report "
                 "contrastive pretraining",
-    pretrained_on=("mimic_iv_ecg",), commercial_use=True,
+    pretrained_on=("mimic_iv_ecg",), commercial_use=False,
 ))

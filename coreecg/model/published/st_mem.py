@@ -298,4 +298,7 @@ register(PublishedFamily(
     normalisation="z-score over leads and time together (each window)",
     pretraining="ST-MEM's own pretraining data (Chapman, Ningbo, CODE-15 per the paper); not checked "
                 "by coreecg's leakage guard",
+    pretrained_on=("chapman", "ningbo", "code15"), commercial_use=False,
+    releases=(("st_mem_vit_base_encoder.pth", "bakqui/ST-MEM's README (its Google Drive links)"),
+              ("st_mem_vit_base_full.pth", "bakqui/ST-MEM's README (its Google Drive links)")),
 ))

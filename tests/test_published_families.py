@@ -341,3 +341,28 @@ def test_the_tiny_study_runs_to_its_report_with_the_declared_overlap_marked(ray_
         family = "ecg_fm" if metrics["method"].startswith("ECG-FM") else "merl"
         assert metrics["corpus"].endswith(f"ptbxl-super@{family}")
         assert metrics["lead_names"] == list(FAMILIES[family].contract.leads)
+
+
+@pytest.mark.parametrize("name", ["hubert_ecg", "ecgfounder"])
+def test_an_export_states_the_family_contract_licence_and_commercial_use(name, tmp_path):
+    """The contract travels into an export: config.json's input names the family's steps (not
+    coreecg's filter) and whether the weights may be used commercially; the card says the same."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("export_job", STUDIES.parent / "jobs" / "export.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    entry = dict(CASES)[name]
+    assert job.main(["--model", str(_weights(name, entry)), "--output", str(tmp_path / "exp")]) == 0
+    meta = json.loads((tmp_path / "exp" / "config.json").read_text())
+    enc = meta["input"]["encoder"]
+    fam = FAMILIES[name]
+    assert enc["arch"] == name and enc["commercial_use"] is fam.commercial_use is False
+    assert enc["input"]["steps"] == [s.describe() for s in fam.contract.steps]
+    bandpass = meta["input"]["bandpass"]
+    assert bandpass["highpass_hz"] is None and "declared contract" in bandpass["filter"]
+    card = (tmp_path / "exp" / "README.md").read_text()
+    assert "non-commercial weights" in card and fam.contract.steps[0].describe() in card
+    assert "Butterworth, order 4 per stage" not in card
+    # the export loads back as the same family, its contract intact
+    assert coreecg.load_model(tmp_path / "exp").contract["encoder"]["input"] == enc["input"]

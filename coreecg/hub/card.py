@@ -167,6 +167,22 @@ def _data_lines(kind: str, arch: dict[str, Any], pre: dict[str, Any], ft: dict[s
 
 def _input_lines(kind: str, c: dict[str, Any]) -> list[str]:
     """The input tensor and its preprocessing, from the contract; then what comes out."""
+    declared = (c.get("encoder") or {}).get("input")
+    if declared:                  # a published family's own contract: its steps, not coreecg's preprocessing
+        lines = ["## Input", "",
+                 f"The {c['encoder']['family']} input contract (`coreecg.model_input`, docs/published_encoders.md): "
+                 f"leads {', '.join(declared['leads'])} (this order), {declared['window_samples']} samples "
+                 f"({declared['window_seconds']:g} s) at {declared['sampling_rate']:g} Hz, the model's tensor "
+                 f"{declared['shape']} ({declared['layout']}); its steps, in order: {'; '.join(declared['steps'])}."
+                 + (f" {declared['notes']}" if declared.get("notes") else ""), "",
+                 f"Stored (a corpus built with `data.preprocess.contract={c['encoder']['arch']}`): {len(c['leads'])} "
+                 f"leads x {c['stored_window_samples']} samples at {c['sampling_rate']} Hz, float16.", "",
+                 f"Licence of the weights: {c['encoder']['licence']}."]
+        if kind == "classifier":
+            lines += ["", f"Record scores: {_aggregation(c['aggregation'])}."]
+        else:
+            lines += ["", f"Outputs: the pooled embedding {c['output']['pooled']}; tokens {c['output']['tokens']}."]
+        return lines
     lines = [
         "## Input", "",
         f"`{c['tensor']['layout']}` float32: {len(c['leads'])} leads in the order {', '.join(c['leads'])}, "

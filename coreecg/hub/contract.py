@@ -144,7 +144,16 @@ def input_contract(config: Config, kind: Kind = "encoder", *, class_names: Seque
                                "commercial_use": fam.commercial_use, "pretraining": fam.pretraining,
                                "pretrained_on": list(fam.pretrained_on)}
         if fam.contract is not None:              # the original pipeline, step by step (coreecg.data.contract)
-            contract["encoder"]["input"] = contract_of(fam, m.n_leads).describe()
+            declared = contract_of(fam, m.n_leads).describe()
+            contract["encoder"]["input"] = declared
+            # coreecg's own filter and z-score do not apply: the family's steps do
+            contract["bandpass"] = {"highpass_hz": None, "lowpass_hz": None, "order": None,
+                                    "filter": "the family's declared contract: " + "; ".join(declared["steps"])}
+            contract["resampling"] = "the family's declared contract (encoder.input.steps)"
+            contract["normalisation"] = {"method": "the family's declared contract", "axis": "encoder.input.steps",
+                                         "eps": None, "flat": None}
+            contract["preprocessing"] = ("coreecg.model_input(path, signal, fs, leads) (a corpus: "
+                                         f"data.preprocess.contract={fam.name})")
     if kind == "encoder":
         with torch.device("meta"):                    # its width and token stride, from the module's shape
             enc = build_encoder(config)

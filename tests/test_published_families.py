@@ -295,15 +295,16 @@ def test_the_foundation_model_studies_hold_every_family():
     assert archs == set(FAMILY_NAMES) | {"st_mem"}
     assert {"Supervised", "CoRe-ECG"} <= set(tiny.methods) and {g.modes for g in tiny.grids} == {
         ("linear", "frozen", "finetune")}
-    allowed = {a.variants[0] for a in tiny.allow if "data.preprocess.*" in a.keys}
+    allowed = {v for a in tiny.allow if "data.preprocess.*" in a.keys for v in a.variants}
     assert allowed == {n for n, p in tiny.encoders.items() if coreecg.load_model(p).config.data.preprocess.contract}
 
 
 @pytest.mark.slow
 def test_the_tiny_study_runs_to_its_report_with_the_declared_overlap_marked(ray_session, tmp_path):
     """A cut of studies/foundation_models_tiny.yaml (CI time): ECG-FM's fine-tuned weights (declared
-    on PhysioNet/CinC 2021, which holds PTB-XL) and MERL's (MIMIC-IV-ECG) on PTB-XL superdiagnostic,
-    linear probe; each on its own contract corpus, built once by the study."""
+    on PhysioNet/CinC 2021, which holds PTB-XL), MERL's (MIMIC-IV-ECG; its own lead order) and
+    ECG-JEPA's (8 leads) on PTB-XL superdiagnostic, linear probe; each on its own contract corpus,
+    built once by the study."""
     import os
     import subprocess
     import sys
@@ -312,7 +313,7 @@ def test_the_tiny_study_runs_to_its_report_with_the_declared_overlap_marked(ray_
 
     spec = yaml.safe_load((STUDIES / "foundation_models_tiny.yaml").read_text())
     spec.pop("pretrain")
-    keep = ["ECG-FM (fine-tuned)", "MERL (ResNet18)"]
+    keep = ["ECG-FM (fine-tuned)", "MERL (ResNet18)", "ECG-JEPA"]
     spec["downstream"]["encoders"] = {k: str((STUDIES / v).resolve()) for k, v in spec["downstream"]["encoders"].items()
                                       if k in keep}
     spec["downstream"].update(methods=keep, modes=["linear"])
@@ -329,16 +330,19 @@ def test_the_tiny_study_runs_to_its_report_with_the_declared_overlap_marked(ray_
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert sorted(p.name for p in (out / "corpora").iterdir()) == ["ptbxl-super", "ptbxl-super@ecg_fm",
-                                                                   "ptbxl-super@merl"]
+                                                                   "ptbxl-super@ecg_jepa", "ptbxl-super@merl"]
     table = (out / "report" / "tables" / "benchmark.md").read_text()
     fm = next(line for line in table.splitlines() if line.startswith("| ECG-FM (fine-tuned) |"))
     merl = next(line for line in table.splitlines() if line.startswith("| MERL (ResNet18) |"))
     assert fm.rstrip(" |").endswith("‡") and not merl.rstrip(" |").endswith("‡")
     assert "‡ ECG-FM (fine-tuned): declared overlap" in table and "contains the downstream ptbxl" in table
-    assert "MERL (ResNet18) is fed its own input contract (merl)" in table
+    assert "each published encoder is fed its own input contract (" in table and "MERL (ResNet18): merl" in table
+    # ECG-JEPA's 8 leads are every lead its model takes: its row is in the 12-lead table, said so
+    assert any(line.startswith("| ECG-JEPA |") for line in table.splitlines())
+    assert "ECG-JEPA: I,II,V1,V2,V3,V4,V5,V6" in table
     for run in (out / "runs" / "finetune").iterdir():
         metrics = json.loads((run / "metrics.json").read_text())
-        family = "ecg_fm" if metrics["method"].startswith("ECG-FM") else "merl"
+        family = {"ECG-FM (fine-tuned)": "ecg_fm", "MERL (ResNet18)": "merl", "ECG-JEPA": "ecg_jepa"}[metrics["method"]]
         assert metrics["corpus"].endswith(f"ptbxl-super@{family}")
         assert metrics["lead_names"] == list(FAMILIES[family].contract.leads)
 

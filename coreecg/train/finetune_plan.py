@@ -122,6 +122,8 @@ def plan_finetune(config: Config) -> RunPlan:
     }
     if mismatch:
         meta["preprocess_mismatch"] = mismatch
+    if config.data.preprocess.contract:     # the leads are the published model's own (its contract's), all of them
+        meta["contract_leads"] = True
     spec = FinetuneSpec(encoder=f.encoder, lead_rows=tuple(stored.index(x) for x in f.leads),
                         stored_leads=len(stored), stored_samples=stored_samples, class_names=tuple(names),
                         multilabel=bool(manifest["multilabel"]), meta=meta,

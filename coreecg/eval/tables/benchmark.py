@@ -132,7 +132,8 @@ def load_published(path: str | Path) -> Published:
 def benchmark_table(runs: Sequence[Run], published: Sequence[Published] = ()) -> BenchmarkTable:
     """The table of `runs` (coreecg.eval.runs.load_run); RunError for two runs of one method,
     column and seed."""
-    kept = [r for r in runs if r.leads == "12" and isclose(r.train_fraction, 1.0)
+    # 12 leads, or every lead a published model takes (its contract's: ECG-JEPA's 8, ECGFounder's lead I)
+    kept = [r for r in runs if (r.leads == "12" or r.record.get("contract_leads")) and isclose(r.train_fraction, 1.0)
             and MODE_OF.get(r.mode, r.mode) in MODES]
     datasets = list(dict.fromkeys(r.dataset for r in kept))
     modes = [m for m in MODES if any(MODE_OF.get(r.mode, r.mode) == m for r in kept)]
@@ -230,6 +231,11 @@ def table_markdown(table: BenchmarkTable) -> str:
                            for r in runs if r.record.get("preprocess_mismatch"))
             notes.append(f"{method}: fine-tuned on {', '.join(datasets)} preprocessed otherwise than its input "
                          f"contract ({'; '.join(example)}); rebuild those corpora to its contract for its own numbers.")
+    fewer = {m: next(r.leads for runs in row.values() for r in runs) for m, row in table.cells.items()
+             if any(r.leads != "12" for runs in row.values() for r in runs)}
+    if fewer:
+        notes.append("Leads: every lead the model takes, by its own input contract: "
+                     + "; ".join(f"{m}: {leads}" for m, leads in fewer.items()) + ".")
     for method, row in table.cells.items():       # a published family's declared pretraining data
         said = sorted({_declared(r) for runs in row.values() for r in runs} - {""})
         notes += [f"{LEAK} {method}: {n}." for n in said]

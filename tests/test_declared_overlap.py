@@ -46,3 +46,21 @@ def test_the_guard_records_it_and_the_report_and_card_say_it(tmp_path):
     assert "non-commercial" in card and f"**{MARK}**" in card and "ptbxl" in card
     card = "\n".join(_published_lines({**enc, "commercial_use": True}, {"corpus": {"source": "mimic-iv-ecg"}}))
     assert "non-commercial" not in card and "declared overlap with the fine-tuning corpus: none" in card
+
+
+def test_a_verdict_says_the_rows_declared_overlap():
+    """The label-efficiency verdict of a row whose runs carry a declared overlap says so."""
+    from types import SimpleNamespace
+
+    from coreecg.eval.tables import label_efficiency as le
+
+    row = SimpleNamespace(name="fm-linear", method="ECG-FM", role="pretrained", mode="linear", baseline="rnd")
+    base = SimpleNamespace(name="rnd", method="Random init", role="baseline", mode="linear", baseline=None)
+    column = SimpleNamespace(metric=le.VERDICT_METRIC, dataset="ptbxl", leads="12", fraction=1.0)
+    table = SimpleNamespace(rows=[base, row], columns=[column], members={"fm-linear": {("ptbxl", "12", 1.0)}},
+                            leaks={"ECG-FM": [f"ptbxl, seed 0: {MARK}: ECG-FM weights declare ... ptbxl"]},
+                            difference=lambda name, j: "its runs have no predictions")
+    (verdict,) = le.verdicts(table)
+    assert f"{MARK}: its weights declare data that contains this dataset" in verdict
+    table.leaks = {}
+    assert MARK not in le.verdicts(table)[0]

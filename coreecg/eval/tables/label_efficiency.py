@@ -30,6 +30,7 @@ from math import isclose
 from pathlib import Path
 from typing import Callable, Sequence
 
+from coreecg.data.declared import MARK as DECLARED
 from coreecg.config import ReportConfig
 from coreecg.eval.runs import DATASETS, Run, RunError
 from coreecg.eval.significance import PREDICTIONS, Difference, _encoder_of
@@ -37,7 +38,7 @@ from coreecg.eval.tables.detectable import detectable_note
 from coreecg.eval.tables.protocol import protocol_footnotes
 from coreecg.eval.tables.registry import TableInputs, index_line, register_table
 from coreecg.eval.tables.render import table_latex, table_markdown, write_table_csv
-from coreecg.eval.tables.table import (NO_PREDICTIONS, Cell, Significance, Table, TableSpec, build_table,
+from coreecg.eval.tables.table import (LEAK, NO_PREDICTIONS, Cell, Significance, Table, TableSpec, build_table,
                                        column_differences, variant_of)
 
 LABEL_EFFICIENCY_TABLE = "label_efficiency"
@@ -246,6 +247,8 @@ def verdicts(table: LabelEfficiencyTable, metric: str = VERDICT_METRIC) -> list[
                 continue
             base = by_name[row.baseline].method
             head += f"{base} {UNDER[row.mode]}: "
+            if any(DECLARED in n for n in table.leaks.get(row.method, [])):   # the row's own declaration
+                head = head[:-2] + f" ({LEAK} {DECLARED}: its weights declare data that contains this dataset): "
             d = table.difference(row.name, j)
             if isinstance(d, Difference) and d.diff is not None:
                 out.append(head + f"{difference_text(d, metric)}, {_status(table, row.name, j, d)}")

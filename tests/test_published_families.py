@@ -370,3 +370,23 @@ def test_an_export_states_the_family_contract_licence_and_commercial_use(name, t
     assert "Butterworth, order 4 per stage" not in card
     # the export loads back as the same family, its contract intact
     assert coreecg.load_model(tmp_path / "exp").contract["encoder"]["input"] == enc["input"]
+
+
+def test_a_published_models_own_lead_set_enters_the_12_lead_tables(tmp_path):
+    """ECG-JEPA's 8 leads are every lead its model takes: its runs sit in the label-efficiency and
+    benchmark tables' 12-lead columns, said under them; an 8-lead run of another encoder does not."""
+    from coreecg.eval.runs import Run
+    from coreecg.eval.tables.benchmark import benchmark_table, table_markdown
+    from coreecg.eval.tables.label_efficiency import contract_leads_note, label_efficiency_runs
+
+    jepa_leads = ",".join(FAMILIES["ecg_jepa"].contract.leads)
+    record = {"test": {"auroc": 0.7, "ci": {}}, "contract_leads": True}
+    jepa = Run(tmp_path / "a", "ECG-JEPA", "ptbxl-super", "linear", jepa_leads, 1.0, 0, record)
+    subset = Run(tmp_path / "b", "CoRe-ECG", "ptbxl-super", "linear", jepa_leads, 1.0, 0, {"test": {"auroc": 0.6}})
+    kept = label_efficiency_runs([jepa, subset])
+    assert [(r.method, r.leads) for r in kept] == [("ECG-JEPA", "12")]
+    assert contract_leads_note([jepa, subset]) == [f"Leads: every lead the model takes, by its own input contract: "
+                                                   f"ECG-JEPA: {jepa_leads}."]
+    table = benchmark_table([jepa, subset])
+    assert list(table.cells) == ["ECG-JEPA"] and table.left_out == 1
+    assert f"ECG-JEPA: {jepa_leads}" in table_markdown(table)

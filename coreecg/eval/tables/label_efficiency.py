@@ -71,8 +71,18 @@ class Row:
 
 
 def label_efficiency_runs(runs: Sequence[Run]) -> list[Run]:
-    """The runs the table holds: 12 leads, modes linear, frozen, finetune and scratch."""
-    return [r for r in runs if r.mode in MODES and r.leads == LEADS]
+    """The runs the table holds: 12 leads, or every lead a published model takes (its contract's:
+    ECG-JEPA's 8, counted in the 12-lead columns and said under the table, `contract_leads_note`),
+    modes linear, frozen, finetune and scratch."""
+    return [replace(r, leads=LEADS) if r.leads != LEADS else r for r in runs
+            if r.mode in MODES and (r.leads == LEADS or r.record.get("contract_leads"))]
+
+
+def contract_leads_note(runs: Sequence[Run]) -> list[str]:
+    """The footnote naming the rows whose runs took a published model's own lead set."""
+    fewer = {r.method: r.leads for r in runs if r.mode in MODES and r.leads != LEADS and r.record.get("contract_leads")}
+    return ["Leads: every lead the model takes, by its own input contract: "
+            + "; ".join(f"{m}: {leads}" for m, leads in fewer.items()) + "."] if fewer else []
 
 
 def label_efficiency_rows(runs: Sequence[Run]) -> list[Row]:
@@ -337,7 +347,7 @@ OWN_BASELINE = "each row's baseline (Random init under the same probe, Supervise
 def build_for_report(name: str, inputs: TableInputs) -> LabelEfficiencyTable:
     """The table of the report's runs, its rows' protocols checked (coreecg/eval/fairness.py)."""
     table = label_efficiency_table(inputs.runs, inputs.report)
-    table.footnotes = protocol_footnotes(table.spec.name, table.run_paths, inputs)
+    table.footnotes = protocol_footnotes(table.spec.name, table.run_paths, inputs) + contract_leads_note(inputs.runs)
     return table
 
 

@@ -9,7 +9,9 @@ from typing import Any, Callable
 
 from torch import nn
 
-from coreecg.config import Config, PreprocessConfig
+from coreecg.config import Config, ModelConfig, PreprocessConfig
+from coreecg.config.encoder_registry import encoder_spec
+from coreecg.config.encoders import EncoderOptions
 
 COREECG = "coreecg"
 
@@ -107,10 +109,6 @@ def published_config(name: str, file: str = "", n_leads: int | None = None) -> d
     """The `model` and `encoders` sections of family `name` at a released size: its options' defaults
     (the published model), or the named release a file name says (`releases_by_file`: MERL's ViT-tiny);
     for pricing and benchmarks without the weights (bench.capacity --stand-in-data)."""
-    from coreecg.config import ModelConfig
-    from coreecg.config.encoder_registry import encoder_spec
-    from coreecg.config.encoders import EncoderOptions
-
     fam = family(name)
     options_type = encoder_spec(name).options
     release = RELEASE_SIZES.get(file)

@@ -19,9 +19,10 @@ from coreecg.model.encoder import Encoder
 from tests.helpers import TINY, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
-# The loader (coreecg/loading/, and coreecg/weights.py: its part below the model) and the checkpoint
-# store it reads .pt files with.
-ALLOWED = ("coreecg/loading/", "coreecg/weights.py", "coreecg/checkpoints.py")
+# The loader (coreecg/loading/, and coreecg/weights.py: its part below the model), the checkpoint
+# store it reads .pt files with, and its reader of other projects' released files
+# (coreecg/model/published/files.py: below the model layer, beside the families that unpack them).
+ALLOWED = ("coreecg/loading/", "coreecg/weights.py", "coreecg/checkpoints.py", "coreecg/model/published/files.py")
 SMALL = [*TINY, "model.input_samples=1500", "data.crop_samples=1500", "encoders.coreecg.patch_size=150"]
 LEADS = ["I", "II", "V1", "V5"]
 CLASSES = ["NORM", "MI", "STTC"]
@@ -107,6 +108,7 @@ def test_the_scan_sees_every_spelling_of_a_weights_read():
     reads = _scan()
     assert any(name == "torch.load" for _, name in reads["coreecg/checkpoints.py"])
     assert any(name == "safetensors.torch.load_file" for _, name in reads["coreecg/weights.py"])
+    assert {"torch.load", "safetensors.torch.load_file"} <= {n for _, n in reads["coreecg/model/published/files.py"]}
 
 
 # ---------------------------------------------------------------------------- round trips

@@ -322,11 +322,11 @@ def encoder_forward(cfg: Config, n_leads: int, n_out: int = 0) -> float:
         + 2 * m.embed_dim * n_out
 
 
-_ENCODERS: dict[str, tuple[float, int]] = {}
+_ENCODERS: dict[str, tuple[float, int, int]] = {}
 
 
-def _measured_encoder(cfg: Config) -> tuple[float, int]:
-    """(forward FLOPs per window, width) of cfg's encoder, torch's count on the CPU (a sequence
+def _measured_encoder(cfg: Config) -> tuple[float, int, int]:
+    """(forward FLOPs per window, width, parameters) of cfg's encoder, torch's count on the CPU (a sequence
     encoder reads every lead channel whatever the subset: its cost does not change with it)."""
     import torch
 
@@ -341,12 +341,17 @@ def _measured_encoder(cfg: Config) -> tuple[float, int]:
             # a published family's own layout (xECG time-major, HuBERT-ECG flat) and rows
             from coreecg.model.published.registry import model_layout
 
-            _ENCODERS[key] = (count_flops(encoder.pooled, *model_layout(encoder, x))["total"] / 2, int(encoder.dim))
+            _ENCODERS[key] = (count_flops(encoder.pooled, *model_layout(encoder, x))["total"] / 2, int(encoder.dim),
+                              sum(p.numel() for p in encoder.parameters()))
     return _ENCODERS[key]
 
 
 def measured_encoder_forward(cfg: Config) -> float:
     return _measured_encoder(cfg)[0]
+
+
+def measured_encoder_parameters(cfg: Config) -> int:
+    return _measured_encoder(cfg)[2]
 
 
 def measured_encoder_width(cfg: Config) -> int:
@@ -635,12 +640,18 @@ def main() -> None:
     short: dict[tuple, tuple[int, int]] = {}      # (corpus, fraction) -> (train windows, batch) < one batch
     grouped: dict[tuple, list] = defaultdict(list)
     mask_names = {r.name for r in study.mask_rate_runs()}
+    given: dict[str, dict] = {}                  # a given encoder's size and forward cost per 10 s record
     for run in [*study.finetune_runs(), *study.mask_rate_runs()]:
         rc = load_config(study.config_file, study.finetune_overrides(run))
         ds = downstream[run.corpus]
         if isinstance(run.encoder, ExternalEncoder):      # a given encoder: its own architecture and contract
             rc, per_window = external_run_config(rc, run.encoder.path, args.stand_in_data)
             ds = {**ds, **{k: ds[k] * per_window for k in ("train", "val", "test")}}
+            if run.method not in given:
+                given[run.method] = {"arch": rc.model.arch, "parameters": measured_encoder_parameters(rc),
+                                     "windows_per_record": per_window,
+                                     "gflop_per_record": sig(per_window * measured_encoder_forward(rc) / 1e9),
+                                     "window": [rc.model.n_leads, rc.model.input_samples]}
         ft = rc.finetune
         ft_flops[run.name], ft_eval[run.name] = finetune_cost(rc, ds)
         if no_full_batch(rc, ds):
@@ -703,6 +714,7 @@ def main() -> None:
         "pretraining": [r for r in pre_rows if r["cell"] is None],
         "mask_rate_cells": cells,
         "finetuning": ft_rows,
+        **({"given_encoders": given} if given else {}),
         "core_ecg_ingest_windows_per_s_needed": ingest,
         **({"plan_errors": [f"{c} at train_fraction {f:g}: ~{n} training windows, no full batch of {b} "
                             f"(finetune.batch_size): the run would stop with a PlanError; priced as one step "

@@ -65,6 +65,7 @@ from __future__ import annotations
 import math
 import sys
 from collections import defaultdict
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -358,6 +359,14 @@ def measured_encoder_width(cfg: Config) -> int:
     return _measured_encoder(cfg)[1]
 
 
+@lru_cache(maxsize=None)
+def _source_config(path: str) -> Config:
+    """A given encoder's config, its file read once (a study prices it for each of its runs)."""
+    from coreecg.loading import open_source
+
+    return open_source(path, kind="encoder").config
+
+
 def external_run_config(rc: Config, path: str, published_size: bool) -> tuple[Config, int]:
     """A fine-tuning run's config with its given encoder's architecture (coreecg.loading.open_source),
     a published family's input contract (its leads, window, one evaluation crop) and -> the contract's
@@ -366,11 +375,10 @@ def external_run_config(rc: Config, path: str, published_size: bool) -> tuple[Co
     defaults; MERL's ViT-tiny by its name), whatever size the stand-in file holds."""
     import dataclasses
 
-    from coreecg.loading import open_source
     from coreecg.model.published import FAMILIES, contract_of
     from coreecg.model.published.registry import published_config
 
-    src = open_source(path, kind="encoder").config
+    src = _source_config(path)
     arch = src.model.arch
     if published_size and arch in FAMILIES:
         src = dataclasses.replace(src, **published_config(arch, Path(path).name, src.model.n_leads))

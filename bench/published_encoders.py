@@ -22,6 +22,7 @@ Prints one JSON object: the machine, and per model its figures.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -33,21 +34,20 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import coreecg
 from bench.common import REPO, cpu_name, emit, parser, progress
-from coreecg.config import Config, ModelConfig
+from coreecg.config import Config
 from coreecg.config.encoders import EncoderOptions
 from coreecg.encoders.build import build_encoder
-from coreecg.encoders.registry import encoder_spec
 from coreecg.model.published import FAMILIES, contract_of
-from coreecg.model.published.registry import model_layout
+from coreecg.model.published.registry import model_layout, published_config
 
 PUBLISHED = REPO.parent / "shared" / "fixtures" / "published"
 
-# (model, family, leads of its file, options overrides: a released size other than the defaults)
+# (model, family, leads of its file, a released size other than the defaults: its file's name, or sizes)
 MODELS = [
     ("ecgfounder-12", "ecgfounder", 12, {}),
     ("ecgfounder-1", "ecgfounder", 1, {}),
     ("merl-resnet18", "merl", 12, {}),
-    ("merl-vit_tiny", "merl", 12, "vit_tiny"),
+    ("merl-vit_tiny", "merl", 12, "vit_tiny_best_encoder.pth"),
     ("ecgfm_ked", "ecgfm_ked", 12, {}),
     ("hubert_ecg-small", "hubert_ecg", 12, {"hidden_size": 512, "num_layers": 8, "num_heads": 8,
                                             "intermediate_size": 2048}),
@@ -66,19 +66,16 @@ QUICK = {"ecgfounder-12": "ecgfounder/12_lead_ECGFounder.pth", "ecgfounder-1": "
 
 
 def published_size(family: str, n_leads: int, sizes) -> torch.nn.Module:
-    """The family's module at a released size, random weights (the caller's RNG untouched)."""
-    fam = FAMILIES[family]
-    contract = contract_of(fam, n_leads)
-    options_type = encoder_spec(family).options
-    if isinstance(sizes, str):                 # a named release of the options class (MERL's)
-        options = options_type.release(sizes)
-    else:
-        options = options_type(**sizes)
-    config = Config(model=ModelConfig(arch=family, n_leads=n_leads, input_samples=contract.stored_samples()),
-                    encoders=EncoderOptions({family: options}))
+    """The family's module at a released size (`published_config`: its options' defaults, or the
+    release a file name says; a dict: those sizes over the defaults), random weights (the caller's
+    RNG untouched)."""
+    sections = published_config(family, sizes if isinstance(sizes, str) else "", n_leads)
+    if isinstance(sizes, dict) and sizes:
+        options = dataclasses.replace(getattr(sections["encoders"], family), **sizes)
+        sections["encoders"] = EncoderOptions({family: options})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        return build_encoder(config).eval()
+        return build_encoder(Config(**sections)).eval()
 
 
 def forward_gflop(encoder: torch.nn.Module, windows: torch.Tensor) -> float:

@@ -35,6 +35,7 @@ from scipy import signal as sps
 
 from coreecg.config import PreprocessConfig
 from coreecg.data.leads import select_leads
+from coreecg.data.contract import ContractError
 from coreecg.data.record import Record, RecordError
 
 # Lazy imports: the published families (coreecg.model.published, torch), inside resolve_contract and
@@ -181,7 +182,7 @@ def contract_windows(record: Record, cfg: PreprocessConfig) -> np.ndarray:
     # no NaN / flat-lead quarantine here: each original pipeline handles those itself (NanTo, ConstantLeads)
     try:
         out = contract.windows(np.asarray(record.signal), record.fs, record.lead_names, record.path)
-    except ValueError as e:              # ContractError: a lead missing, too short
+    except ContractError as e:           # a lead missing, too short: the record's fault, quarantined
         raise RecordError(record.path, str(e).removeprefix(f"{record.path}: ")) from e
     if not np.isfinite(out).all():
         raise RecordError(record.path, f"the {cfg.contract} contract gives non-finite model input")

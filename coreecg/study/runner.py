@@ -24,6 +24,7 @@ import json
 import logging
 import time
 from dataclasses import asdict
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,7 @@ def contract_key(corpus: str, contract: str) -> str:
     return f"{corpus}@{contract}"
 
 
+@lru_cache(maxsize=None)        # one read per weights file (a real release is ~1 GB), not one per run
 def _encoder_contract(path: str) -> tuple[str, tuple[str, ...]] | None:
     """A downstream.encoders file's input contract: (family, its leads), None for coreecg's preprocessing."""
     from coreecg.loading import open_source

@@ -8,37 +8,28 @@ from dataclasses import dataclass
 
 from coreecg.config.base import ConfigError
 from coreecg.config.encoder_registry import GRID, EncoderSpec, declare_encoder
+from coreecg.encoders.options import ViTOptions
 
 
 @dataclass
-class EcgJepaOptions:
-    """ECG-JEPA's context encoder (MaskTransformer). Defaults: the published multi-block and
-    random-masking checkpoints (768 wide, 12 blocks, 16 heads, MLP 4x, no qkv bias, tokens of
-    50 samples = 0.2 s at 250 Hz). The head count is not in the weights (ECG-JEPA's loader
-    hard-codes 16); `dropout` is the original's drop_rate and attention dropout (0 in its
-    downstream code)."""
+class EcgJepaOptions(ViTOptions):
+    """ECG-JEPA's context encoder (MaskTransformer): the ViT's sizes (`ViTOptions`, its checks) and
+    `qkv_bias`. Defaults: the published multi-block and random-masking checkpoints (768 wide, 12
+    blocks, 16 heads, MLP 4x, no qkv bias, tokens of 50 samples = 0.2 s at 250 Hz). The head count
+    is not in the weights (ECG-JEPA's loader hard-codes 16); `dropout` is the original's drop_rate
+    and attention dropout (0 in its downstream code)."""
 
     patch_size: int = 50
     embed_dim: int = 768
     depth: int = 12
     num_heads: int = 16
-    mlp_ratio: float = 4.0
     qkv_bias: bool = False
-    dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        if min(self.patch_size, self.embed_dim, self.depth, self.num_heads) < 1 or self.mlp_ratio <= 0:
-            raise ConfigError("patch_size, embed_dim, depth and num_heads must be >= 1 and mlp_ratio > 0")
+        super().__post_init__()
         if self.embed_dim % 4:
             raise ConfigError(f"embed_dim={self.embed_dim} must be a multiple of 4 (the 2-D sin-cos table gives "
                               "a quarter of the width to each of sin/cos of patch and lead)")
-        if not 0 <= self.dropout < 1:
-            raise ConfigError(f"dropout={self.dropout} must be in [0, 1)")
-
-    def check(self) -> None:
-        if self.embed_dim % self.num_heads:
-            raise ConfigError(f"embed_dim={self.embed_dim} is not divisible by its head count "
-                              f"num_heads={self.num_heads}")
 
     @classmethod
     def tiny(cls) -> "EcgJepaOptions":

@@ -222,7 +222,10 @@ def _sidecar(file: Path) -> dict[str, Any] | None:
                 data = yaml.safe_load(side.read_text())
             except (OSError, yaml.YAMLError) as e:
                 raise CheckpointError(f"{side}: unreadable config beside {file.name}: {e}") from e
-            return data if isinstance(data, dict) else None
+            if not isinstance(data, dict):
+                raise CheckpointError(f"{side}: the config beside {file.name} is not a mapping "
+                                      f"({type(data).__name__}); remove it or restore the released file")
+            return data
     return None
 
 

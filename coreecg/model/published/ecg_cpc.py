@@ -75,7 +75,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coreecg.config import Config, ModelConfig, PreprocessConfig
+from coreecg.config import Config, ConfigError, ModelConfig, PreprocessConfig
 from coreecg.config.base import STANDARD_LEADS
 from coreecg.config.encoders import EncoderOptions
 from coreecg.data.contract import InputContract, NanTo, Resample, Window
@@ -475,7 +475,7 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
                               stem_dilations=tuple(map(int, dilations)), d_model=H, n_layers=n_layers,
                               d_state=2 * n2, rank=rank, l_max=l_max, causal=channels == 1,
                               prenorm=bool(pred.get("prenorm", False)), dropout=float(pred.get("dropout", 0.2)))
-    except Exception as e:                # a ConfigError on recorded values: the file's fault
+    except (ConfigError, TypeError, ValueError) as e:   # recorded values that do not fit: the file's fault
         raise ValueError(f"sizes that do not fit together: {e}") from e
     unexpected = sorted(set(state) - _expected_keys(n_stem, n_layers, widths[-1] != H))
     if unexpected:

@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreecg.config import Config, ModelConfig, PreprocessConfig
+from coreecg.config import Config, ConfigError, ModelConfig, PreprocessConfig
 from coreecg.config.encoders import EncoderOptions
 from coreecg.data.contract import InputContract, NanTo, Resample, Window
 from coreecg.encoders.build import register_encoder
@@ -225,7 +225,7 @@ def read_architecture(state: dict[str, Any], recorded: dict[str, Any] | None = N
     try:
         sizes = EcgFmKedOptions(stem=stem, widths=tuple(widths), layers=tuple(layers), kernel_size=kernel,
                                 kernel_size_stem=kernel_stem)
-    except Exception as e:
+    except (ConfigError, TypeError, ValueError) as e:
         raise ValueError(f"the sizes read from the weights do not fit together: {e}") from e
     _check_keys(state, n_leads, sizes)
     return Config(model=ModelConfig(arch=NAME, n_leads=n_leads, input_samples=WINDOW),

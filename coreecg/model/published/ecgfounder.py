@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from coreecg.config import STANDARD_LEADS, Config, ModelConfig, PreprocessConfig
+from coreecg.config import STANDARD_LEADS, Config, ConfigError, ModelConfig, PreprocessConfig
 from coreecg.config.encoders import EncoderOptions
 from coreecg.data.contract import Butter, InputContract, MedianBaseline, NanTo, Normalise, Notch, Window
 from coreecg.encoders.build import register_encoder
@@ -256,7 +256,7 @@ def read_architecture(state: dict[str, torch.Tensor], recorded: dict[str, Any] |
                                   groups_width=filters[0] // (middle // per_group), ratio=middle / filters[0],
                                   se_ratio=filters[0] // hidden)
         sizes.check()
-    except Exception as e:
+    except (ConfigError, TypeError, ValueError) as e:
         raise ValueError(f"inconsistent shapes: {e}") from e
     _check_shapes(state, n_leads, sizes)
     return Config(model=ModelConfig(arch=NAME, n_leads=n_leads, input_samples=WINDOW),

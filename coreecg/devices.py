@@ -32,6 +32,15 @@ def autocast(precision: str, device: torch.device):
     return contextlib.nullcontext()
 
 
+def model_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype a model's inputs take: its first floating parameter's (float32 when none; a bf16
+    copy for inference: coreecg.inference.precision)."""
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
+
+
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A small host tensor (masks, indices) onto `device` without stalling the host: pinned,
     non-blocking on CUDA; unchanged when it is already there."""

@@ -39,14 +39,14 @@ from coreecg.config.loading import (MOVED_KEYS, apply_overrides, config_from_dic
 from coreecg.config.methods import METHODS, MethodOptions, MethodSpec, PretrainConfig, method_specs
 from coreecg.config.plugins import PLUGIN_KEYS, import_plugins
 from coreecg.config.schema import Config
-from coreecg.config.sections import ModelConfig, OptimConfig, TrainConfig
+from coreecg.config.sections import InferenceConfig, ModelConfig, OptimConfig, TrainConfig
 
 __all__ = [
     "STANDARD_LEADS", "ConfigError", "DataConfig", "PreprocessConfig", "SourceOptions", "FINETUNE_AUGMENT_OPS",
     "FinetuneConfig", "ReportConfig", "MOVED_KEYS", "moved_key", "moved_override", "moved_to_new_places", "PLUGIN_KEYS",
     "apply_overrides", "config_from_dict",
     "load_config", "METHODS", "MethodOptions", "MethodSpec", "PretrainConfig", "import_plugins", "method_specs",
-    "Config", "ModelConfig", "OptimConfig", "TrainConfig",
+    "Config", "InferenceConfig", "ModelConfig", "OptimConfig", "TrainConfig",
 ]
 
 

@@ -10,7 +10,7 @@ import yaml
 from coreecg.typed import to_plain
 from coreecg.config.base import ConfigError
 from coreecg.config.data import DataConfig
-from coreecg.config.sections import ModelConfig, OptimConfig, TrainConfig
+from coreecg.config.sections import InferenceConfig, ModelConfig, OptimConfig, TrainConfig
 from coreecg.config.downstream import FinetuneConfig, ReportConfig
 from coreecg.config.methods import MethodOptions, MethodSpec, PretrainConfig, method_specs
 from coreecg.config.encoders import EncoderOptions
@@ -33,6 +33,7 @@ class Config:
     # One typed section per registered encoder with options (its sizes); model.arch selects one
     encoders: EncoderOptions = field(default_factory=EncoderOptions)
     report: ReportConfig = field(default_factory=ReportConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)   # scoring records (jobs/predict.py)
 
     def __post_init__(self) -> None:
         import_plugins(self.plugins, "plugins")

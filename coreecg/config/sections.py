@@ -41,6 +41,31 @@ class OptimConfig:
 
 
 @dataclass
+class InferenceConfig:
+    """How a trained model scores records: jobs/predict.py, coreecg.embed / coreecg.predict and the
+    precision check of jobs/export.py (coreecg/inference/precision.py, docs/inference.md "Precision").
+    `--precision` on those commands sets `precision`; the bounds decide which paths a model keeps."""
+
+    # auto: bf16 on CUDA, and on a CPU with bf16 matrix units (AVX-512 BF16 / AMX, detected) unless
+    # the model's check refused it; else fp32. int8 (dynamic, Linear layers): only when asked for.
+    precision: Literal["auto", "fp32", "bf16", "int8"] = "auto"
+    threads: int = 0                  # torch intra-op threads of one process; 0: torch's default (the cores)
+    # A path is refused for a model whose outputs differ from float32's by more than these (measured,
+    # docs/performance.md "CPU inference precision"): the macro AUROC on a held-out test split,
+    # a probability, and an embedding (its L2 distance over the float32 embedding's L2 norm).
+    max_auroc_drop: float = 0.005     # 0.5 AUROC points
+    max_probability_diff: float = 0.02
+    max_embedding_diff: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.threads < 0:
+            raise ConfigError(f"inference.threads={self.threads} must be >= 0 (0: torch's default)")
+        for key in ("max_auroc_drop", "max_probability_diff", "max_embedding_diff"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"inference.{key}={getattr(self, key)} must be > 0")
+
+
+@dataclass
 class TrainConfig:
     """Where and how a run trains. Ray Train: `num_workers` data-parallel workers (DDP),
     each with `cpus_per_worker` CPUs and one GPU when `use_gpu`; outputs go to

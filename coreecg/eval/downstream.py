@@ -25,7 +25,7 @@ import pandas as pd
 from coreecg.data.reading import read_split, split_rows
 from coreecg.eval.metrics import aggregate_by_record, bootstrap_ci, classification_metrics
 from coreecg.model.padding import padding_mask
-from coreecg.devices import autocast
+from coreecg.devices import autocast, model_dtype
 
 
 def eval_offsets(stored: int, crop: int, n: int) -> list[int]:
@@ -95,7 +95,8 @@ def crop_features(model: torch.nn.Module, x: torch.Tensor, offsets: Sequence[int
     (features (b, D) float32, logits (b, K) float32), each the weighted mean over the crops at
     `offsets` (a crop without a whole real patch weighs 0). No gradients reach the encoder when it
     is frozen; the caller chooses the model's mode (predict: eval)."""
-    x, b = x.float(), len(x)
+    # float32, or the model's own dtype (a bf16 copy: coreecg.inference.precision)
+    x, b = x.to(model_dtype(model)), len(x)
     views = torch.cat([x[..., o:o + crop] for o in offsets])             # (n_crops * b, C, crop)
     with autocast(precision, x.device):
         f = model.features(views)

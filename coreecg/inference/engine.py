@@ -20,6 +20,8 @@ from coreecg.hub import load_model
 from coreecg.inference.items import Failure, InferenceError, InferenceResult, Item
 from coreecg.inference.listing import list_inputs
 from coreecg.inference.model_input import PooledEncoder, input_spec
+from coreecg.inference.precision import PrecisionError, prepare_model, resolve_precision
+from coreecg.inference.precision_check import bounds_of, compare, recorded_checks, verdict
 from coreecg.inference.reading import prepared_records
 
 log = logging.getLogger("coreecg.inference")
@@ -49,7 +51,8 @@ class Progress:
 
 def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = False,
                   batch_size: int | None = None, device: str | torch.device = "cpu",
-                  failures: Sequence[Failure] = (), progress_every_s: float = 5.0) -> InferenceResult:
+                  failures: Sequence[Failure] = (), progress_every_s: float = 5.0,
+                  precision: str | None = None) -> InferenceResult:
     """Score `items` with a `coreecg.hub.LoadedModel`; one record's failure never stops the rest.
 
     A classifier gives probs (m, K) (softmax or sigmoid, as the evaluation); an encoder, or any
@@ -64,6 +67,11 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     on the other rows' values; with one shape for every pass, a record scores the same whatever
     records share its passes, so Ray actors (coreecg.inference.distributed) give this process's outputs
     bit for bit (tests/test_inference_scale.py).
+
+    precision: auto, fp32, bf16 or int8 (coreecg.inference.precision); None: the model config's
+    `inference.precision`. A path the model's recorded check refused is refused (auto skips it);
+    without a recorded check, the first forward pass is scored in float32 too and a path over the
+    config's bounds is refused there (auto: fp32 goes on, saying why). InferenceError says why.
     """
     spec = input_spec(loaded)
     dev = device if isinstance(device, torch.device) else resolve_device(device)
@@ -73,14 +81,21 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     model = loaded.model if spec.kind == "classifier" else PooledEncoder(loaded.model, spec.leads)
     model = model.to(dev).eval()
     rows = list(range(len(spec.leads)))
+    path = _Path(loaded, model, spec, dev, precision)
+    threads = int(loaded.config.inference.threads)
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
 
-    stream = _PassStream(lambda x: predict(model, x, rows, spec.crop, spec.n_crops, dev, batch, spec.precision),
-                         batch, (len(rows), spec.preprocess.window_samples))
+    stream = _PassStream(lambda x: path.score(x, rows, batch), batch, (len(rows), spec.preprocess.window_samples))
     t0 = time.perf_counter()
-    log.info("predict: %d inputs with %s (%s, leads %s, %d crops of %d samples per %d-sample window) on %s",
+    log.info("predict: %d inputs with %s (%s, leads %s, %d crops of %d samples per %d-sample window) on %s, %s (%s)",
              len(items), loaded.source, spec.kind, ",".join(spec.leads), spec.n_crops, spec.crop,
-             spec.preprocess.window_samples, dev)
-    scored, failed = _stream_items(items, spec, stream, failures, progress_every_s)
+             spec.preprocess.window_samples, dev, path.precision, path.reason)
+    try:
+        scored, failed = _stream_items(items, spec, stream, failures, progress_every_s)
+    finally:
+        torch.set_num_threads(before)
     seconds = time.perf_counter() - t0
     log.info("predict: %d records scored (%d windows), %d failed, in %.1f s", len(scored), stream.through,
              len(failed), seconds)
@@ -90,7 +105,58 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
         embeddings=(stream.records(1, int(model.encoder.dim), np.float32)
                     if embeddings or spec.kind == "encoder" else None),
         windows=stream.windows(), class_names=spec.class_names, failures=failed,
-        seconds=seconds, item=np.asarray([i for i, _, _ in scored], dtype=np.int64))
+        seconds=seconds, item=np.asarray([i for i, _, _ in scored], dtype=np.int64),
+        precision=path.precision, precision_reason=path.reason)
+
+
+class _Path:
+    """The precision path of one inference run: the model prepared for it, and the first-pass
+    check against float32 where the model has no recorded check of it."""
+
+    def __init__(self, loaded: Any, model: torch.nn.Module, spec: Any, dev: torch.device, precision: str | None):
+        requested = precision or loaded.config.inference.precision
+        checks = recorded_checks(loaded.source)
+        refused = {k: v["reason"] for k, v in checks.items() if not v.get("accepted", True)}
+        try:
+            choice = resolve_precision(requested, dev, refused=refused)
+            example = torch.zeros(1, len(spec.leads), spec.crop, device=dev)
+            self.model, self.autocast = prepare_model(model, choice.precision, dev, example)
+        except PrecisionError as e:
+            raise InferenceError(f"{loaded.source}: {e}") from None
+        self.fp32, self.spec, self.dev, self.requested = model, spec, dev, requested
+        self.precision, self.reason = choice.precision, choice.reason
+        self.bounds = bounds_of(loaded.config)
+        self.source = loaded.source
+        # a recorded check (jobs/export.py, on a held-out split) stands for the first-pass one
+        self.unchecked = self.precision != "fp32" and self.precision not in checks
+
+    def _run(self, model: torch.nn.Module, autocast: str, x: np.ndarray, rows, batch: int):
+        with torch.inference_mode():           # no autograd records at all (no_grad still keeps version counters)
+            return predict(model, x, rows, self.spec.crop, self.spec.n_crops, self.dev, batch, autocast)
+
+    def score(self, x: np.ndarray, rows, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """One forward pass of `batch` windows (B, C, T) -> (probs, features), in this path."""
+        out = self._run(self.model, self.autocast, x, rows, batch)
+        if not self.unchecked:
+            return out
+        self.unchecked = False
+        ref = self._run(self.fp32, "fp32", x, rows, batch)
+        real = np.abs(x).reshape(len(x), -1).max(axis=1) > 0          # fill windows say nothing
+        diffs = compare(ref[0][real] if self.spec.kind == "classifier" else None, ref[1][real],
+                        out[0][real] if self.spec.kind == "classifier" else None, out[1][real])
+        ok, why = verdict(diffs, self.bounds)
+        if ok:
+            log.info("predict: %s checked against fp32 on the first %d windows: %s", self.precision,
+                     diffs["windows"], why)
+            return out
+        if self.requested != "auto":
+            raise InferenceError(f"{self.source}: precision {self.precision} refused for this model on the first "
+                                 f"{diffs['windows']} windows: {why}")
+        log.warning("predict: %s refused on the first %d windows (%s): fp32 instead", self.precision,
+                    diffs["windows"], why)
+        self.model, self.autocast, self.precision = self.fp32, "fp32", "fp32"
+        self.reason = f"auto: fp32, bf16 refused on the first windows ({why})"
+        return ref
 
 
 def _stream_items(items: Sequence[Item], spec: Any, stream: "_PassStream", failures: Sequence[Failure],

@@ -73,3 +73,5 @@ class InferenceResult:
     failures: list[Failure] = field(default_factory=list)
     seconds: float = 0.0
     item: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    precision: str = "fp32"             # the path that scored (coreecg.inference.precision)
+    precision_reason: str = ""          # why: auto's choice, a fallback, "asked for"

@@ -1,0 +1,150 @@
+"""A precision path's accuracy against float32, measured and bounded.
+
+`compare` gives the differences of one path's outputs from float32's on the same windows
+(probabilities: absolute; embeddings: the L2 distance over the float32 embedding's L2 norm, per
+window). `check_split` adds the macro AUROC of a classifier on a labelled (held-out) split under
+both, with a paired patient-bootstrap interval of the difference (the same resampled patients for
+both). `verdict` applies the bounds of the model's `inference` config section; a refused path
+names the figure that broke its bound. `first_pass_guard` is the check every inference run makes
+on its first forward pass when the model has no recorded check for the path.
+
+The checks of a model are recorded beside it (`precision_checks.json` in its run or export
+folder, `record_checks`) and read back by `recorded_checks`: a path refused there is refused by
+jobs/predict.py, and skipped by `auto`.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from coreecg.eval.metrics import kept_classes, patient_resample_weights, resample_metrics
+from coreecg.files import write_atomic
+from coreecg.inference.precision import cpu_units
+
+CHECKS_FILE = "precision_checks.json"
+BOOTSTRAP_RESAMPLES = 1000
+
+
+def compare(ref_probs: np.ndarray | None, ref_feats: np.ndarray, probs: np.ndarray | None,
+            feats: np.ndarray) -> dict[str, Any]:
+    """Differences of a path's outputs from float32's on the same n windows.
+
+    ref_feats, feats: (n, D); ref_probs, probs: (n, K) or None (an encoder) ->
+    {"embedding": {"max", "mean"} of ||f - f32|| / ||f32|| per window, "embedding_abs": {"max", "mean"}
+    of |f - f32|, "probability": {"max", "mean"} of |p - p32| (None for an encoder)}."""
+    f, r = np.asarray(feats, np.float64), np.asarray(ref_feats, np.float64)
+    rel = np.linalg.norm(f - r, axis=1) / np.maximum(np.linalg.norm(r, axis=1), 1e-12)
+    absd = np.abs(f - r)
+    out: dict[str, Any] = {"windows": int(len(r)),
+                           "embedding": {"max": float(rel.max(initial=0.0)),
+                                         "mean": float(rel.mean()) if len(rel) else 0.0},
+                           "embedding_abs": {"max": float(absd.max(initial=0.0)),
+                                             "mean": float(absd.mean()) if absd.size else 0.0},
+                           "probability": None}
+    if ref_probs is not None and probs is not None:
+        d = np.abs(np.asarray(probs, np.float64) - np.asarray(ref_probs, np.float64))
+        out["probability"] = {"max": float(d.max(initial=0.0)), "mean": float(d.mean()) if d.size else 0.0}
+    return out
+
+
+def bounds_of(config: Any) -> dict[str, float]:
+    """The bounds of a model's config (its `inference` section)."""
+    s = config.inference
+    return {"max_auroc_drop": s.max_auroc_drop, "max_probability_diff": s.max_probability_diff,
+            "max_embedding_diff": s.max_embedding_diff}
+
+
+def verdict(diffs: dict[str, Any], bounds: dict[str, float]) -> tuple[bool, str]:
+    """(accepted, reason): every measured figure within its bound, or the first that is not."""
+    emb = diffs["embedding"]["max"]
+    if emb > bounds["max_embedding_diff"]:
+        return False, (f"embeddings differ from float32's by up to {emb:.4f} of their norm, over the bound "
+                       f"{bounds['max_embedding_diff']} (inference.max_embedding_diff)")
+    prob = diffs.get("probability")
+    if prob and prob["max"] > bounds["max_probability_diff"]:
+        return False, (f"probabilities differ from float32's by up to {prob['max']:.4f}, over the bound "
+                       f"{bounds['max_probability_diff']} (inference.max_probability_diff)")
+    auroc = diffs.get("auroc")
+    if auroc and auroc.get("drop") is not None and auroc["drop"] > bounds["max_auroc_drop"]:
+        return False, (f"macro AUROC {auroc['path']:.4f} against float32's {auroc['fp32']:.4f} on {auroc['split']}: "
+                       f"a drop of {100 * auroc['drop']:.2f} points, over the bound "
+                       f"{100 * bounds['max_auroc_drop']:.2f} (inference.max_auroc_drop)")
+    figures = [f"embeddings within {emb:.4f} of their norm"]
+    if prob:
+        figures.append(f"probabilities within {prob['max']:.4f}")
+    if auroc and auroc.get("drop") is not None:
+        figures.append(f"macro AUROC {100 * auroc['diff']:+.2f} points")
+    return True, "; ".join(figures) + " of float32's"
+
+
+def paired_auroc(y: np.ndarray, ref_probs: np.ndarray, probs: np.ndarray, patient_id: Sequence,
+                 multilabel: bool, seed: int = 0, n_resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, Any]:
+    """Macro AUROC under float32 and the path on one set of records, and the difference
+    (path - float32) with its paired patient-bootstrap 95 % interval.
+
+    y: (m, K) {0, 1}; ref_probs, probs: (m, K); patient_id: (m,)."""
+    y = np.asarray(y).astype(bool)
+    keep = kept_classes(y, patient_id, 1)
+    one = np.ones((1, len(y)))
+    a32 = float(resample_metrics(y, ref_probs, multilabel, one, keep)["auroc"][0])
+    ap = float(resample_metrics(y, probs, multilabel, one, keep)["auroc"][0])
+    w = patient_resample_weights(patient_id, n_resamples, np.random.default_rng(seed))
+    d = (resample_metrics(y, probs, multilabel, w, keep)["auroc"]
+         - resample_metrics(y, ref_probs, multilabel, w, keep)["auroc"])
+    d = d[~np.isnan(d)]
+    low, high = (float(q) for q in np.quantile(d, [0.025, 0.975])) if len(d) else (None, None)
+    return {"fp32": a32, "path": ap, "diff": ap - a32, "drop": max(0.0, a32 - ap), "ci": [low, high],
+            "records": int(len(y)), "patients": int(len(np.unique(np.asarray(patient_id)))),
+            "resamples": int(n_resamples)}
+
+
+def check_entry(precision: str, diffs: dict[str, Any], bounds: dict[str, float], on: str,
+                seconds: float | None = None) -> dict[str, Any]:
+    """One path's check as recorded: its figures, bounds, verdict and where it was measured."""
+    accepted, reason = verdict(diffs, bounds)
+    units = cpu_units()
+    return {"precision": precision, "accepted": accepted, "reason": reason, "checked_on": on, **diffs,
+            "bounds": dict(bounds), "processor": units.describe(), "torch": torch.__version__,
+            "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **({"seconds": round(seconds, 2)} if seconds is not None else {})}
+
+
+def record_checks(folder: str | Path, checks: dict[str, dict[str, Any]]) -> Path:
+    """Write {precision: check_entry} as `folder`/precision_checks.json (merged with what is there)."""
+    path = Path(folder) / CHECKS_FILE
+    merged = {**_read(path), **checks}
+    return write_atomic(path, lambda tmp: Path(tmp).write_text(json.dumps(merged, indent=1, sort_keys=True)))
+
+
+def recorded_checks(source: str | Path | None) -> dict[str, dict[str, Any]]:
+    """The recorded checks of a model's source (its folder, or the folder of its file); {} if none."""
+    if source is None:
+        return {}
+    p = Path(source)
+    return _read((p if p.is_dir() else p.parent) / CHECKS_FILE)
+
+
+def refused_paths(source: str | Path | None) -> dict[str, str]:
+    """{precision: reason} of the paths a model's recorded checks refused."""
+    return {k: v["reason"] for k, v in recorded_checks(source).items() if not v.get("accepted", True)}
+
+
+def _read(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable precision check file ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of precision -> check")
+    return data
+
+
+__all__ = ["BOOTSTRAP_RESAMPLES", "CHECKS_FILE", "bounds_of", "check_entry", "compare", "paired_auroc",
+           "record_checks", "recorded_checks", "refused_paths", "verdict"]

@@ -46,21 +46,22 @@ def model_input(path, signal, fs, leads):
     return _model_input(path, signal, fs, leads)
 
 
-def embed(signal, fs=None, leads=None, model=None, *, device="cpu"):
+def embed(signal, fs=None, leads=None, model=None, *, device="cpu", precision=None):
     """One raw recording (leads, samples) in mV at `fs` Hz, rows named by `leads`, or a file's path
     (WFDB, DICOM, MUSE XML, HL7 aECG, EDF: `embed("ecg.xml", model=...)`) -> its embedding (D,),
-    under the model's input contract, equal to jobs/predict.py's (`coreecg.inference.embed`)."""
+    under the model's input contract, equal to jobs/predict.py's (`coreecg.inference.embed`);
+    precision: auto, fp32, bf16, int8 as jobs/predict.py's --precision (None: the model's)."""
     from coreecg.inference import embed as _embed
 
-    return _embed(signal, fs, leads, model, device=device)
+    return _embed(signal, fs, leads, model, device=device, precision=precision)
 
 
-def predict(signal, fs=None, leads=None, model=None, *, device="cpu"):
+def predict(signal, fs=None, leads=None, model=None, *, device="cpu", precision=None):
     """One raw recording (an array or a file's path, as for `embed`) -> a classifier's probabilities
     (K,), in its contract's class_names order, equal to jobs/predict.py's (`coreecg.inference.predict`)."""
     from coreecg.inference import predict as _predict
 
-    return _predict(signal, fs, leads, model, device=device)
+    return _predict(signal, fs, leads, model, device=device, precision=precision)
 
 
 __all__ = ["__version__", "load_encoder", "load_classifier", "load_model", "model_input", "embed", "predict"]

@@ -21,6 +21,11 @@ Writes to --output (a new or empty folder, or an earlier export, which is replac
                      CIs (fine-tuned models), intended use and limitations, how to load
   model.onnx         with --onnx: encoder -> pooled embedding + token features, classifier ->
                      logits; dynamic batch axis; checked against PyTorch in onnxruntime
+  precision_checks.json  the bf16 and int8 paths checked against float32 on --check-corpus (default:
+                     the model's own corpus) --check-split (default test): embedding and probability
+                     differences, a classifier's macro AUROC difference with its patient-bootstrap
+                     interval, accepted or refused against the config's inference bounds; the card
+                     states them and jobs/predict.py refuses a refused path (docs/inference.md)
 Load it with coreecg.load_model(DIR) (or load_encoder / load_classifier); docs/export.md.
 
 Exit codes: 0 done, 2 bad arguments or input (a missing path, not a coreecg model, an output
@@ -45,6 +50,13 @@ def build_parser():
     renamed(parser, "RUN_OR_CHECKPOINT", "--model")
     parser.add_argument("--output", required=True, help="the export folder to write")
     parser.add_argument("--onnx", action="store_true", help="also write model.onnx (and check it in onnxruntime)")
+    parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "int8"), default="auto",
+                        help="the export's default inference precision (refused if its check refused it); the bf16 "
+                             "and int8 paths are checked against float32 whatever it is (docs/inference.md)")
+    parser.add_argument("--check-corpus", default=None, metavar="DIR",
+                        help="the corpus to check the precision paths on (default: the model's own, if here)")
+    parser.add_argument("--check-split", default="test", choices=("train", "val", "test"),
+                        help="its split (default: test, held out)")
     return parser
 
 
@@ -68,7 +80,8 @@ def main(argv=None) -> int:
         warnings.filterwarnings("ignore", category=DeprecationWarning)
 
     try:
-        out = export_model(source, args.output, onnx=args.onnx)
+        out = export_model(source, args.output, onnx=args.onnx, precision=args.precision,
+                           check_corpus=args.check_corpus, check_split=args.check_split)
     except CheckpointError as e:       # missing, corrupted or foreign input, or a busy --output
         return fail(str(e))
     except Exception as e:             # the exporter itself (e.g. an op ONNX cannot express)
@@ -89,8 +102,19 @@ def main(argv=None) -> int:
         diff = meta["onnx"]["max_abs_diff_vs_pytorch"]
         print(f"  onnx:        {out / ONNX_FILE}  (" + (f"max |onnxruntime - PyTorch| = {diff:.1e}" if diff is not None
                                                          else "unchecked: onnxruntime is not installed") + ")")
+    for line in _precision_summary(meta.get("precision") or {}):
+        print(line)
     print(f"load with:     coreecg.load_model({str(out)!r})")
     return 0
+
+
+def _precision_summary(entry: dict) -> list[str]:
+    lines = [f"  precision:   default {entry.get('default')}"]
+    for p, c in sorted(entry.get("checks", {}).items()):
+        lines.append(f"    {p}: {'accepted' if c.get('accepted') else 'refused'}: {c.get('reason')}")
+    for p, why in sorted(entry.get("not_checked", {}).items()):
+        lines.append(f"    {p}: not checked: {why}")
+    return lines if entry else []
 
 
 if __name__ == "__main__":

@@ -71,6 +71,12 @@ parser.add_argument("--batch-size", type=int, default=None, metavar="N",
 parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
                     help="where the model runs (auto: cuda when available; with --workers, GPU actors where the "
                          "cluster has a GPU per worker)")
+parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "int8"), default=None,
+                    help="the inference path (default: the model's inference.precision, auto): bf16 where the processor"
+                         " has bf16 units (detected), int8 (dynamic, Linear layers) when asked; a path over the"
+                         " model's bounds is refused (docs/inference.md \"Precision\")")
+parser.add_argument("--threads", type=int, default=None, metavar="N",
+                    help="torch threads of this process (default: the model's inference.threads, 0: torch's default)")
 parser.add_argument("--workers", type=int, default=0, metavar="N",
                     help="Ray actors that read, preprocess and score (one CPU or GPU each); 0: one process, "
                          "no Ray")
@@ -108,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--batch-size {args.batch_size}: must be >= 1")
     if args.workers < 0:
         return fail(f"--workers {args.workers}: must be >= 0")
+    if args.threads is not None and args.threads < 0:
+        return fail(f"--threads {args.threads}: must be >= 0")
     if args.records_per_task is not None and args.records_per_task < 1:
         return fail(f"--records-per-task {args.records_per_task}: must be >= 1")
     if args.workers:
@@ -130,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_model(args.model, map_location="cpu")
     except (ValueError, OSError) as e:           # CheckpointError is a ValueError naming the file
         return fail(f"--model {args.model}: {e}")
+    if args.threads is not None:
+        import dataclasses
+
+        loaded.config = dataclasses.replace(loaded.config, inference=dataclasses.replace(
+            loaded.config.inference, threads=args.threads))
     embeddings = args.embeddings or loaded.kind == "encoder"
     try:
         target = output_file(args.output, EMBEDDINGS_FILE if embeddings else PREDICTIONS_FILE)
@@ -162,11 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     if embeddings:
         meta = {"coreecg": json.dumps({"model": str(loaded.source), "kind": loaded.kind,
                                        "leads": list(loaded.contract.get("leads", [])),
-                                       "dim": int(result.embeddings.shape[1])})}
+                                       "dim": int(result.embeddings.shape[1]), "precision": result.precision})}
         write_embeddings_parquet(target, result, meta)
     else:
         write_predictions_csv(target, result)
-    print(f"{len(result.record_id)} record(s) predicted -> {target}")
+    print(f"{len(result.record_id)} record(s) predicted -> {target} ({result.precision}: {result.precision_reason})")
     if result.failures:
         print(f"{len(result.failures)} failed -> {failed_csv}")
         return 1
@@ -179,7 +192,7 @@ def score(loaded, items, failures, args, embeddings: bool, device):
 
     if args.workers == 0:
         return run_inference(loaded, items, embeddings=embeddings, batch_size=args.batch_size, device=device,
-                             failures=failures)
+                             failures=failures, precision=args.precision)
     from coreecg.cluster import find_devices, init_ray, plan_actors
     from coreecg.inference.distributed import run_inference_ray
 
@@ -192,7 +205,7 @@ def score(loaded, items, failures, args, embeddings: bool, device):
     init_ray(0 if gpu else args.workers, reserve_for_data=1, gpus=devices.gpus)   # actors' CPUs + one for Ray Data
     return run_inference_ray(loaded, items, workers=args.workers, embeddings=embeddings,
                              batch_size=args.batch_size, device=actor_device, failures=failures,
-                             records_per_task=args.records_per_task)
+                             records_per_task=args.records_per_task, precision=args.precision)
 
 
 def _print_failures(failures) -> None:

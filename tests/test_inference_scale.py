@@ -99,6 +99,30 @@ def test_ray_data_inference_equals_one_process(ray_session, models, raw_inputs, 
     assert none.probs.shape == (0, one.probs.shape[1]) and none.failures == list(failures)
 
 
+def test_ray_actors_score_in_the_precision_asked_for(ray_session, models, raw_inputs):
+    """The precision paths on the actors: int8 (no units needed, so the actors' processor says
+    nothing) as in one process, within its bound (its activation scale is per pass: other records
+    share an actor's passes), and unlike fp32; a path the processor cannot take refused before any
+    actor starts (the suite runs as a processor without bf16 units: tests/conftest.py)."""
+    from coreecg.hub import load_model
+    from coreecg.inference import InferenceError, list_inputs, run_inference
+    from coreecg.inference.distributed import run_inference_ray
+
+    loaded = load_model(models["classifier"])
+    # its random head's large logits move by up to ~0.02 under int8: a looser bound for this test
+    loaded.config = dataclasses.replace(loaded.config, inference=dataclasses.replace(
+        loaded.config.inference, max_probability_diff=0.1))
+    items, failures = list_inputs(raw_inputs[:5], loaded.config)
+    one = run_inference(loaded, items, precision="int8")
+    many = run_inference_ray(loaded, items, workers=2, precision="int8", records_per_task=2)
+    fp32 = run_inference(loaded, items, precision="fp32")
+    assert many.precision == "int8" and many.record_id == one.record_id
+    assert np.abs(many.probs - one.probs).max() <= loaded.config.inference.max_probability_diff
+    assert np.abs(many.probs - fp32.probs).max() > 0
+    with pytest.raises(InferenceError, match="no bf16 matrix units"):
+        run_inference_ray(loaded, items, workers=2, precision="bf16")
+
+
 def test_a_corpus_scores_from_its_stored_windows_as_its_raw_records(models, corpus, ecg_data):
     from coreecg.data.reading import read_split, splits_of
     from coreecg.data.sources import get_source

@@ -42,9 +42,40 @@ def model_card(meta: dict[str, Any]) -> str:
     if kind == "classifier":
         lines += _metrics_lines(ft)
     lines += _input_lines(kind, c)
+    lines += precision_lines(meta.get("precision"))
     lines += _use_lines(kind)
     lines += _load_lines(meta, kind, c)
     return "\n".join(lines)
+
+
+def precision_lines(entry: dict[str, Any] | None) -> list[str]:
+    """The card's "Inference precision": the path scoring defaults to and each path's measured
+    cost against float32 (coreecg.inference.precision_check; config.json "precision")."""
+    if not entry:
+        return ["## Inference precision", "",
+                "Not checked at export (`jobs/export.py --precision auto` checks it on a held-out split). "
+                "`jobs/predict.py` checks a path against float32 on its first forward pass.", ""]
+    lines = ["## Inference precision", "",
+             f"Default: `{entry['default']}` (`jobs/predict.py --precision`, `coreecg.embed(..., precision=)`). "
+             f"Checked against float32 on {entry.get('checked_on') or 'no split'}; bounds: macro AUROC drop <= "
+             f"{100 * entry['bounds']['max_auroc_drop']:.2f} points, probabilities within "
+             f"{entry['bounds']['max_probability_diff']}, embeddings within {entry['bounds']['max_embedding_diff']} "
+             "of their norm.", "",
+             "| precision | verdict | max embedding diff (of its norm) | max probability diff | macro AUROC diff "
+             "(95 % CI, paired patient bootstrap) |", "|---|---|---|---|---|"]
+    for p, c in sorted(entry.get("checks", {}).items()):
+        emb = c.get("embedding") or {}
+        prob = c.get("probability") or {}
+        au = c.get("auroc") or {}
+        ci = au.get("ci") or [None, None]
+        auroc = (f"{100 * au['diff']:+.2f} points [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]"
+                 if au.get("diff") is not None and None not in ci else "-")
+        verdict = "accepted" if c.get("accepted") else f"refused: {c.get('reason')}"
+        lines.append(f"| {p} | {verdict} | {emb['max']:.4f} |" if emb else f"| {p} | {verdict} | - |")
+        lines[-1] += f" {prob['max']:.4f} | {auroc} |" if prob else f" - | {auroc} |"
+    for p, why in sorted(entry.get("not_checked", {}).items()):
+        lines.append(f"| {p} | not checked here: {why} | - | - | - |")
+    return [*lines, ""]
 
 
 def _method_lines(meta: dict[str, Any], pre: dict[str, Any], ft: dict[str, Any]) -> list[str]:

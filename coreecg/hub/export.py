@@ -29,8 +29,14 @@ from coreecg.model.pretrained import hub_config, write_weights
 from coreecg.train.leakage_guard import PRETRAINING_FINGERPRINTS, fingerprints_of, pretraining_of
 from coreecg.model.published import family
 
+# Lazy imports: coreecg.inference.precision_check in export_model (coreecg.inference imports this package).
 
-def export_model(source: str | Path, output: str | Path, *, onnx: bool = False) -> Path:
+
+CHECKS_FILE = "precision_checks.json"       # coreecg.inference.precision_check.CHECKS_FILE (a test holds them equal)
+
+
+def export_model(source: str | Path, output: str | Path, *, onnx: bool = False, precision: str | None = None,
+                 check_corpus: str | Path | None = None, check_split: str = "test") -> Path:
     """Write `source` (anything `coreecg.loading` reads) as an export folder at `output`:
     model.safetensors, config.json, README.md, and with `onnx` model.onnx (`export_onnx`;
     checked against PyTorch in onnxruntime when that is installed, the largest difference
@@ -38,6 +44,13 @@ def export_model(source: str | Path, output: str | Path, *, onnx: bool = False) 
 
     The folder may exist only empty or holding an earlier export (its files are replaced; a
     model.onnx of the earlier export is removed, being stale). CheckpointError for a bad source.
+
+    precision (auto, fp32, bf16, int8): check the non-float32 paths against float32 on
+    `check_corpus` (default: the corpus the model was trained on, from its config) `check_split`
+    (`coreecg.inference.precision_check.check_model`), write precision_checks.json (read by
+    jobs/predict.py: a refused path is refused) and state the figures on the card; the export's
+    default inference precision becomes `precision` (refused when its own check refused it:
+    CheckpointError saying why). None: nothing checked.
     """
     src = open_source(source)
     out = Path(output).expanduser()
@@ -54,9 +67,44 @@ def export_model(source: str | Path, output: str | Path, *, onnx: bool = False) 
     _carry_fingerprints(src, meta, out)
     if onnx:
         meta["onnx"] = onnx_entry(src, contract, out / ONNX_FILE)
+    (out / CHECKS_FILE).unlink(missing_ok=True)
+    if precision is not None:
+        meta["precision"] = _precision_entry(source, out, precision, check_corpus, check_split)
+        meta["config"]["inference"]["precision"] = precision
     write_text(out / CARD_FILE, model_card(meta))
     write_json(out / CONFIG_FILE, meta, indent=2)
     return out
+
+
+def _precision_entry(source: str | Path, out: Path, precision: str, corpus: str | Path | None,
+                     split: str) -> dict[str, Any]:
+    """Check the paths, record them in `out`, -> config.json's "precision" entry."""
+    from coreecg.hub.contract import load_model
+    from coreecg.inference.items import InferenceError
+    from coreecg.inference.precision_check import bounds_of, check_model, record_checks
+
+    loaded = load_model(source, map_location="cpu")
+    if corpus is None:
+        named = loaded.config.data.corpus
+        corpus = named[0] if isinstance(named, tuple) and named else named or None
+    entry: dict[str, Any] = {"default": precision, "bounds": bounds_of(loaded.config), "checks": {},
+                             "not_checked": {}, "checked_on": None}
+    if corpus is None or not (Path(corpus).expanduser() / "manifest.json").is_file():
+        why = ("no corpus to check on: the model names none" if corpus is None
+               else f"{corpus}: not a corpus here (give check_corpus / --check-corpus)")
+        entry["not_checked"] = {p: why for p in ("bf16", "int8")}
+    else:
+        try:
+            checks, skipped = check_model(loaded, Path(corpus).expanduser(), split)
+        except (InferenceError, ValueError, OSError) as e:
+            raise CheckpointError(f"precision check of {source} on {corpus} ({split}): {e}") from None
+        record_checks(out, checks)
+        entry.update(checks=checks, not_checked=skipped,
+                     checked_on=next((c["checked_on"] for c in checks.values()), None))
+    refused = entry["checks"].get(precision, {})
+    if refused and not refused.get("accepted", True):
+        raise CheckpointError(f"--precision {precision} is refused for {source}: {refused['reason']}")
+    return entry
 
 
 def _carry_fingerprints(src: ModelSource, meta: dict[str, Any], out: Path) -> None:
@@ -85,7 +133,7 @@ def _check_output(out: Path, source: Path) -> None:
         raise CheckpointError(f"{out}: exists and is not a folder")
     if out.resolve() == source.resolve():
         raise CheckpointError(f"{out}: is the source itself; export to another folder")
-    known = {WEIGHTS_FILE, CONFIG_FILE, CARD_FILE, ONNX_FILE, PRETRAINING_FINGERPRINTS}
+    known = {WEIGHTS_FILE, CONFIG_FILE, CARD_FILE, ONNX_FILE, PRETRAINING_FINGERPRINTS, CHECKS_FILE}
     known |= {f"{name}.tmp" for name in known}      # left by an export that was killed (before coreecg.files)
     others = sorted(p.name for p in out.iterdir() if p.name not in known and not fnmatch(p.name, TEMP_GLOB))
     if others:

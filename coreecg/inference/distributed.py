@@ -33,7 +33,7 @@ import ray.data
 import torch
 
 from coreecg.cluster import check_gpus, find_devices, plan_actors, quiet_data
-from coreecg.inference.engine import FORWARD_WINDOWS, Progress, log, run_inference
+from coreecg.inference.engine import FORWARD_WINDOWS, Progress, inference_path, log, run_inference
 from coreecg.inference.items import CorpusShard, Failure, InferenceResult
 from coreecg.inference.model_input import input_spec
 
@@ -46,16 +46,18 @@ class _Scorer:
     """A Ray Data actor: the model loaded once; a batch of pickled items -> one row per record
     (scored or failed), keyed by (item index, position in the item)."""
 
-    def __init__(self, model: list, embeddings: bool, batch_size: int | None, device: str):
+    def __init__(self, model: list, embeddings: bool, batch_size: int | None, device: str,
+                 precision: str | None = None):
         torch.set_num_threads(1)            # one core per actor: N actors, N cores, no oversubscription
         self.loaded = ray.get(model[0])     # put once by the driver; a list, so Ray hands over the ref
         self.embeddings, self.batch_size, self.device = embeddings, batch_size, device
+        self.precision = precision          # resolved in the actor: its processor's units decide auto
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         items = [pickle.loads(b) for b in batch["item"]]
         index = batch["index"]
         r = run_inference(self.loaded, items, embeddings=self.embeddings, batch_size=self.batch_size,
-                          device=self.device, progress_every_s=math.inf)
+                          device=self.device, progress_every_s=math.inf, precision=self.precision)
         # An item that gave no record gave exactly one Failure (an empty shard too: "no records"),
         # in item order (InferenceResult.item).
         given = set(r.item.tolist())
@@ -80,12 +82,15 @@ class _Scorer:
             out["probs"] = np.concatenate([r.probs, np.full((k, r.probs.shape[1]), np.nan)])
         if r.embeddings is not None:
             out["embedding"] = np.concatenate([r.embeddings, np.full((k, r.embeddings.shape[1]), np.nan, np.float32)])
+        out["precision"] = np.array([r.precision] * (n + k), dtype=object)
+        out["precision_reason"] = np.array([r.precision_reason] * (n + k), dtype=object)
         return out
 
 
 def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embeddings: bool = False,
                       batch_size: int | None = None, device: str = "cpu", failures: Sequence[Failure] = (),
-                      records_per_task: int | None = None, progress_every_s: float = 5.0) -> InferenceResult:
+                      records_per_task: int | None = None, progress_every_s: float = 5.0,
+                      precision: str | None = None) -> InferenceResult:
     """`coreecg.inference.run_inference` on a Ray cluster (joined or started by the caller:
     coreecg.cluster.init_ray), with `workers` actors; the same InferenceResult.
 
@@ -93,6 +98,8 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
     has one per worker, else CPUs: coreecg.cluster.plan_actors). records_per_task: raw records per
     actor call (default RECORDS_PER_TASK or 2 forward passes' windows, the larger; a corpus
     shard is a task of its own). Progress: the `coreecg.inference` logger, as tasks come back.
+    precision: as run_inference's, resolved in each actor (its processor's units; the model is
+    prepared and checked once per actor).
     """
     if workers < 1:
         raise ValueError(f"workers={workers}: must be >= 1")
@@ -103,10 +110,12 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
     if records_per_task is not None and records_per_task < 1:
         raise ValueError(f"records_per_task={records_per_task}: must be >= 1")
     spec = input_spec(loaded)                                  # a bad model fails here, before any actor
+    if not str(device).startswith("cuda"):  # a refused path too (a GPU actor resolves its own)
+        inference_path(loaded, "cpu", precision, spec)
     t0 = time.perf_counter()
     if not items:               # nothing to spread: the one-process result, its empty arrays shaped alike
         return run_inference(loaded, [], embeddings=embeddings, batch_size=batch_size, device=device,
-                             failures=failures, progress_every_s=math.inf)
+                             failures=failures, progress_every_s=math.inf, precision=precision)
     quiet_data()
     per_task = records_per_task or max(RECORDS_PER_TASK, 2 * (batch_size or FORWARD_WINDOWS))
     if any(isinstance(it, CorpusShard) for it in items):
@@ -123,7 +132,7 @@ def run_inference_ray(loaded: Any, items: Sequence[Any], *, workers: int, embedd
         _Scorer, batch_size=per_task, batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=actors),
         fn_constructor_kwargs={"model": [ray.put(loaded)], "embeddings": embeddings,
-                               "batch_size": batch_size, "device": str(device)},
+                               "batch_size": batch_size, "device": str(device), "precision": precision},
         num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0)
     result = _gather(_collect(scored, len(items), progress_every_s), spec, embeddings, failures)
     result.seconds = time.perf_counter() - t0
@@ -159,4 +168,7 @@ def _gather(parts: list[dict[str, np.ndarray]], spec: Any, embeddings: bool, fai
         windows=cols["windows"][ok].astype(np.int64), class_names=spec.class_names,
         failures=[*failures, *(Failure(str(cols["record_id"][j]), str(cols["path"][j]), str(cols["reason"][j]))
                                for j in bad)],
-        item=cols["index"][ok].astype(np.int64))
+        item=cols["index"][ok].astype(np.int64),
+        # the actors' paths (one, unless their processors differ)
+        precision=",".join(sorted({str(x) for x in cols["precision"]})) or "fp32",
+        precision_reason="; ".join(sorted({str(x) for x in cols["precision_reason"]})))

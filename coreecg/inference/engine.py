@@ -3,9 +3,11 @@ through forward passes of one fixed shape (`_PassStream`) so a record scores the
 records share its passes; progress on the `coreecg.inference` logger."""
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -78,10 +80,8 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     batch = int(batch_size or FORWARD_WINDOWS)
     if batch < 1:
         raise InferenceError(f"batch size {batch} must be >= 1")
-    model = loaded.model if spec.kind == "classifier" else PooledEncoder(loaded.model, spec.leads)
-    model = model.to(dev).eval()
+    path = inference_path(loaded, dev, precision, spec)
     rows = list(range(len(spec.leads)))
-    path = _Path(loaded, model, spec, dev, precision)
     threads = int(loaded.config.inference.threads)
     before = torch.get_num_threads()
     if threads:
@@ -102,20 +102,42 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     return InferenceResult(
         record_id=[rid for _, rid, _ in scored], path=[path for _, _, path in scored],
         probs=stream.records(0, len(spec.class_names), np.float64) if spec.kind == "classifier" else None,
-        embeddings=(stream.records(1, int(model.encoder.dim), np.float32)
+        embeddings=(stream.records(1, int(path.fp32.encoder.dim), np.float32)
                     if embeddings or spec.kind == "encoder" else None),
         windows=stream.windows(), class_names=spec.class_names, failures=failed,
         seconds=seconds, item=np.asarray([i for i, _, _ in scored], dtype=np.int64),
         precision=path.precision, precision_reason=path.reason)
 
 
-class _Path:
-    """The precision path of one inference run: the model prepared for it, and the first-pass
-    check against float32 where the model has no recorded check of it."""
+# Per loaded model: its prepared paths (a bf16 copy, an int8 one), each checked once in a process,
+# so that coreecg.embed per record and an actor's many tasks prepare and check a path once.
+_PATHS: "weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, _Path]]" = weakref.WeakKeyDictionary()
 
-    def __init__(self, loaded: Any, model: torch.nn.Module, spec: Any, dev: torch.device, precision: str | None):
-        requested = precision or loaded.config.inference.precision
-        checks = recorded_checks(loaded.source)
+
+def inference_path(loaded: Any, device: str | torch.device, precision: str | None = None,
+                   spec: Any = None) -> "_Path":
+    """The precision path `run_inference` scores `loaded` with on `device` (prepared once per
+    process: cached by model, request, device and its recorded checks); InferenceError for a
+    path the model or the device cannot take, saying why. `.precision`, `.reason`: what it runs."""
+    spec = spec or input_spec(loaded)
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    requested = precision or loaded.config.inference.precision
+    checks = recorded_checks(loaded.source)
+    key = (requested, str(dev), spec.kind, spec.leads, tuple(sorted(bounds_of(loaded.config).items())),
+           json.dumps(checks, sort_keys=True))
+    paths = _PATHS.setdefault(loaded.model, {})
+    if key not in paths:
+        model = loaded.model if spec.kind == "classifier" else PooledEncoder(loaded.model, spec.leads)
+        paths[key] = _Path(loaded, model.to(dev).eval(), spec, dev, requested, checks)
+    return paths[key]
+
+
+class _Path:
+    """The precision path of a model: the model prepared for it, and the first-pass check
+    against float32 where the model has no recorded check of it."""
+
+    def __init__(self, loaded: Any, model: torch.nn.Module, spec: Any, dev: torch.device, requested: str,
+                 checks: dict[str, Any]):
         refused = {k: v["reason"] for k, v in checks.items() if not v.get("accepted", True)}
         try:
             choice = resolve_precision(requested, dev, refused=refused)

@@ -69,19 +69,19 @@ def _file_item(path: str | Path, fs: Any, leads: Any) -> Any:
 
 
 def _score_array(signal: Any, fs: float, leads: Sequence[str], model: Any, embeddings: bool,
-                 device: str) -> InferenceResult:
+                 device: str, precision: str | None) -> InferenceResult:
     loaded = _loaded(model)
     item = (_file_item(signal, fs, leads) if isinstance(signal, (str, Path))
             else array_record(signal, fs, leads))
     result = run_inference(loaded, [item], embeddings=embeddings, device=device,
-                           progress_every_s=math.inf)
+                           progress_every_s=math.inf, precision=precision)
     if result.failures:
         raise InferenceError(f"cannot score this recording: {result.failures[0].reason}")
     return result
 
 
 def embed(signal: Any, fs: float | None = None, leads: Sequence[str] | None = None, model: Any = None, *,
-          device: str = "cpu") -> np.ndarray:
+          device: str = "cpu", precision: str | None = None) -> np.ndarray:
     """One raw recording of any length, rate and lead set -> its embedding (D,) float32.
 
     signal: (len(leads), samples) millivolts (`array_record`), or the path of a file holding one
@@ -91,14 +91,16 @@ def embed(signal: Any, fs: float | None = None, leads: Sequence[str] | None = No
     jobs/predict.py --embeddings does for the same record (module docstring, steps 2-5):
     band-pass, resampling, 10 s windows (a shorter record: one padded window), z-score, float16,
     the crop rule, the mean over windows; leads are taken by name. InferenceError with the
-    preprocessing's reason for a recording it cannot use (too short, a missing lead, ...)."""
+    preprocessing's reason for a recording it cannot use (too short, a missing lead, ...).
+    precision: auto, fp32, bf16, int8 (jobs/predict.py's --precision; None: the model's
+    inference.precision); the path is prepared and checked once per loaded model."""
     if model is None:
         raise TypeError("embed: model is required (a path or a LoadedModel)")
-    return _score_array(signal, fs, leads, model, True, device).embeddings[0]
+    return _score_array(signal, fs, leads, model, True, device, precision).embeddings[0]
 
 
 def predict(signal: Any, fs: float | None = None, leads: Sequence[str] | None = None, model: Any = None, *,
-            device: str = "cpu") -> np.ndarray:
+            device: str = "cpu", precision: str | None = None) -> np.ndarray:
     """One raw recording (an array, or a file's path as for `embed`) -> a classifier's class
     probabilities (K,) float64, in the order of `load_model(model).contract["class_names"]`; as
     `embed` otherwise (InferenceError for an encoder, which has no classes)."""
@@ -107,4 +109,4 @@ def predict(signal: Any, fs: float | None = None, leads: Sequence[str] | None = 
     loaded = _loaded(model)
     if loaded.kind != "classifier":
         raise InferenceError(f"{loaded.source} is an encoder: it has no class probabilities (use embed)")
-    return _score_array(signal, fs, leads, loaded, False, device).probs[0]
+    return _score_array(signal, fs, leads, loaded, False, device, precision).probs[0]

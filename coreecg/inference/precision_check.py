@@ -22,12 +22,19 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from coreecg.eval.metrics import kept_classes, patient_resample_weights, resample_metrics
+from coreecg.data.corpus import load_manifest
+from coreecg.data.reading import read_split
+from coreecg.eval.downstream import load_split, predict, to_records
+from coreecg.eval.metrics import aggregate_by_record, kept_classes, patient_resample_weights, resample_metrics
 from coreecg.files import write_atomic
-from coreecg.inference.precision import cpu_units
+from coreecg.inference.items import InferenceError
+from coreecg.inference.model_input import PooledEncoder, input_spec
+from coreecg.inference.precision import PrecisionError, prepare_model, resolve_precision, cpu_units
 
 CHECKS_FILE = "precision_checks.json"
 BOOTSTRAP_RESAMPLES = 1000
+CHECK_WINDOWS = 4000          # at most this many windows of the split, evenly spaced (read_split)
+CHECK_BATCH = 64
 
 
 def compare(ref_probs: np.ndarray | None, ref_feats: np.ndarray, probs: np.ndarray | None,
@@ -114,6 +121,80 @@ def check_entry(precision: str, diffs: dict[str, Any], bounds: dict[str, float],
             **({"seconds": round(seconds, 2)} if seconds is not None else {})}
 
 
+def check_model(loaded: Any, corpus: str | Path, split: str = "test", precisions: Sequence[str] = ("bf16", "int8"),
+                device: torch.device | None = None, max_windows: int = CHECK_WINDOWS,
+                seed: int = 0) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Each path of `precisions` against float32 on a corpus split's windows -> ({precision:
+    check_entry}, {precision: why it was not checked here}).
+
+    A classifier is scored on the split's labelled windows (`load_split`): window differences,
+    and the macro AUROC of its records (window means) under both with the paired patient
+    bootstrap (`paired_auroc`); an encoder on the split's windows: embedding differences. A path
+    this device cannot run (no bf16 units) is not checked (the second dict says why): that says
+    nothing of the model. One the model cannot take (int8 on a convolutional encoder) is
+    recorded refused, with the reason."""
+    dev = device or torch.device("cpu")
+    spec = input_spec(loaded)
+    stored = list(load_manifest(corpus)["signal"]["leads"])
+    missing = [x for x in spec.leads if x not in stored]
+    if missing:
+        raise InferenceError(f"{corpus}: lacks lead(s) {', '.join(missing)} the model takes")
+    rows = [stored.index(x) for x in spec.leads]
+    if spec.kind == "classifier":
+        data = load_split(corpus, split)
+        if len(data.record_id) > max_windows:                  # evenly spaced, as read_split spaces them
+            keep = np.linspace(0, len(data.record_id) - 1, max_windows).round().astype(int)
+            data = type(data)(data.name, data.signal[keep], data.record_id[keep], data.patient_id[keep],
+                              data.multihot[keep], data.unlabelled, None)
+        signal = data.signal
+        model = loaded.model
+    else:
+        signal = read_split(corpus, split, ["record_id", "signal"], max_windows=max_windows, as_stored=True)["signal"]
+        data, model = None, PooledEncoder(loaded.model, spec.leads)
+    model = model.to(dev).eval()
+    if not len(signal):
+        raise InferenceError(f"{corpus}: its {split} split has no windows to check precision on")
+    on = f"{corpus} {split} split: {len(signal)} windows" + (
+        f", {len(np.unique(data.record_id))} records" if data is not None else "")
+    example = torch.zeros(1, len(spec.leads), spec.crop, device=dev)
+
+    def run(m: torch.nn.Module, autocast: str) -> tuple[np.ndarray, np.ndarray]:
+        with torch.inference_mode():
+            return predict(m, signal, rows, spec.crop, spec.n_crops, dev, CHECK_BATCH, autocast)
+
+    ref = run(model, "fp32")
+    bounds = bounds_of(loaded.config)
+    checks: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+    for p in precisions:
+        try:
+            choice = resolve_precision(p, dev)
+        except PrecisionError as e:
+            skipped[p] = str(e)
+            continue
+        t0 = time.perf_counter()
+        try:
+            m, autocast = prepare_model(model, choice.precision, dev, example)
+            out = run(m, autocast)
+        except PrecisionError as e:                             # the model cannot take it: recorded
+            checks[p] = {"precision": p, "accepted": False, "reason": str(e), "checked_on": on,
+                         "bounds": dict(bounds), "processor": cpu_units().describe()}
+            continue
+        cls = spec.kind == "classifier"
+        diffs = compare(ref[0] if cls else None, ref[1], out[0] if cls else None, out[1])
+        if cls:
+            r32, rp = to_records(data, *ref), to_records(data, *out)
+            diffs["auroc"] = {"split": split, **paired_auroc(r32.y, r32.probs, rp.probs, r32.patient_id,
+                                                              bool(spec.multilabel), seed=seed)}
+        else:
+            ids = read_split(corpus, split, ["record_id"], max_windows=max_windows)["record_id"]
+            _, fr = aggregate_by_record(ids, ref[1])
+            _, fp = aggregate_by_record(ids, out[1])
+            diffs["record_embedding"] = compare(None, fr, None, fp)["embedding"]
+        checks[p] = check_entry(p, diffs, bounds, on, time.perf_counter() - t0)
+    return checks, skipped
+
+
 def record_checks(folder: str | Path, checks: dict[str, dict[str, Any]]) -> Path:
     """Write {precision: check_entry} as `folder`/precision_checks.json (merged with what is there)."""
     path = Path(folder) / CHECKS_FILE
@@ -146,5 +227,5 @@ def _read(path: Path) -> dict[str, dict[str, Any]]:
     return data
 
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "CHECKS_FILE", "bounds_of", "check_entry", "compare", "paired_auroc",
+__all__ = ["BOOTSTRAP_RESAMPLES", "CHECKS_FILE", "bounds_of", "check_entry", "check_model", "compare", "paired_auroc",
            "record_checks", "recorded_checks", "refused_paths", "verdict"]

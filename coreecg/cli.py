@@ -91,6 +91,8 @@ VOCABULARY: dict[str, Flag] = {
     "--resume": Flag("continue the sweep or study in --output", says="--output"),
     "--concurrency": Flag("trials at once", says="trials at once", type=int, metavar="N"),
     "--gpus-per-trial": Flag("GPUs each trial takes, or auto", says="trial", type=gpus_per_trial, metavar="G|auto"),
+    "--precision": Flag("a trained model's inference path: auto, fp32, bf16 or int8 (inference.precision)",
+                        says="precision"),
     "--config": Flag("a YAML config over the paper defaults", says="YAML"),
     "--set": Flag("one config value (repeatable)", says="config value", dest="overrides", metavar="A.B=C"),
     "--print-config": Flag("print the resolved config as YAML and exit", says="config"),

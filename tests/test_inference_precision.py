@@ -247,3 +247,25 @@ def test_predict_job_precision_flag_refuses_bf16_without_units_and_writes_the_pa
     meta = json.loads(pq.read_schema(tmp_path / "b" / "embeddings.parquet").metadata[b"coreecg"])
     assert meta["precision"] == "int8"
     assert "(int8: asked for)" in capsys.readouterr().out
+
+
+def test_a_path_whose_ops_fail_is_refused_with_the_error_and_auto_goes_on_in_fp32(runs, raw_items, bf16_units,
+                                                                                   monkeypatch):
+    import coreecg.inference.engine as engine
+
+    class NoKernel(torch.nn.Module):          # a family with an op that has no bf16 kernel (complex S4 kernels)
+        def __init__(self, model):
+            super().__init__()
+            self.inner = model
+
+        def features(self, x):
+            raise RuntimeError('"fft_r2c" not implemented for \'BFloat16\'')
+
+    monkeypatch.setattr(engine, "prepare_model", lambda m, *a, **k: (NoKernel(m), "fp32"))
+    loaded = load_model(runs["ft12"])
+    with pytest.raises(InferenceError, match="precision bf16 refused .* RuntimeError: \"fft_r2c\" not implemented"):
+        run_inference(loaded, raw_items, precision="bf16")
+    auto = run_inference(loaded, raw_items, precision="auto")
+    assert auto.precision == "fp32" and "fft_r2c" in auto.precision_reason
+    monkeypatch.undo()
+    assert np.array_equal(auto.probs, run_inference(loaded, raw_items, precision="fp32").probs)

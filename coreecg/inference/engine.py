@@ -158,11 +158,14 @@ class _Path:
 
     def score(self, x: np.ndarray, rows, batch: int) -> tuple[np.ndarray, np.ndarray]:
         """One forward pass of `batch` windows (B, C, T) -> (probs, features), in this path."""
-        out = self._run(self.model, self.autocast, x, rows, batch)
         if not self.unchecked:
-            return out
+            return self._run(self.model, self.autocast, x, rows, batch)
         self.unchecked = False
         ref = self._run(self.fp32, "fp32", x, rows, batch)
+        try:
+            out = self._run(self.model, self.autocast, x, rows, batch)
+        except (RuntimeError, TypeError, NotImplementedError) as e:   # an op without a kernel in this dtype
+            return self._refused(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", ref, 0)
         real = np.abs(x).reshape(len(x), -1).max(axis=1) > 0          # fill windows say nothing
         diffs = compare(ref[0][real] if self.spec.kind == "classifier" else None, ref[1][real],
                         out[0][real] if self.spec.kind == "classifier" else None, out[1][real])
@@ -171,13 +174,16 @@ class _Path:
             log.info("predict: %s checked against fp32 on the first %d windows: %s", self.precision,
                      diffs["windows"], why)
             return out
+        return self._refused(why, ref, diffs["windows"])
+
+    def _refused(self, why: str, ref: tuple[np.ndarray, np.ndarray], windows: int) -> tuple[np.ndarray, np.ndarray]:
+        """The path failed its first-pass check: InferenceError when it was asked for, else fp32 from here on."""
         if self.requested != "auto":
             raise InferenceError(f"{self.source}: precision {self.precision} refused for this model on the first "
-                                 f"{diffs['windows']} windows: {why}")
-        log.warning("predict: %s refused on the first %d windows (%s): fp32 instead", self.precision,
-                    diffs["windows"], why)
+                                 f"{windows} windows: {why}")
+        log.warning("predict: %s refused on the first %d windows (%s): fp32 instead", self.precision, windows, why)
+        self.reason = f"auto: fp32, {self.precision} refused on the first windows ({why})"
         self.model, self.autocast, self.precision = self.fp32, "fp32", "fp32"
-        self.reason = f"auto: fp32, bf16 refused on the first windows ({why})"
         return ref
 
 

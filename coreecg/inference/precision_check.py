@@ -191,8 +191,9 @@ def check_model(loaded: Any, corpus: str | Path, split: str = "test", precisions
         try:
             m, autocast = prepare_model(model, choice.precision, dev, example)
             out = run(m, autocast)
-        except PrecisionError as e:                             # the model cannot take it: recorded
-            checks[p] = {"precision": p, "accepted": False, "reason": str(e), "checked_on": on,
+        except (PrecisionError, RuntimeError, TypeError, NotImplementedError) as e:   # the model cannot take it
+            why = str(e) if isinstance(e, PrecisionError) else f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            checks[p] = {"precision": p, "accepted": False, "reason": why, "checked_on": on,
                          "bounds": dict(bounds), "processor": cpu_units().describe()}
             continue
         cls = spec.kind == "classifier"

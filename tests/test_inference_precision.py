@@ -269,3 +269,29 @@ def test_a_path_whose_ops_fail_is_refused_with_the_error_and_auto_goes_on_in_fp3
     assert auto.precision == "fp32" and "fft_r2c" in auto.precision_reason
     monkeypatch.undo()
     assert np.array_equal(auto.probs, run_inference(loaded, raw_items, precision="fp32").probs)
+
+
+def test_int8_takes_a_model_with_a_weight_normed_convolution():
+    """HuBERT-ECG's weight-normed (parametrized) convolution: its FLOPs are counted and it is copied
+    and quantised (under FlopCounterMode in inference mode, torch 2.13 cannot read its weight)."""
+    from torch.nn.utils.parametrizations import weight_norm
+
+    from coreecg.inference.precision import linear_share, prepare_model
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = weight_norm(torch.nn.Conv1d(12, 64, 3))
+            self.up, self.down = torch.nn.Linear(64, 4096), torch.nn.Linear(4096, 64)
+
+        def features(self, x):
+            return self.down(self.up(self.conv(x).mean(-1)))
+
+    torch.manual_seed(0)
+    net, x = Net().eval(), torch.randn(4, 12, 100)
+    assert 0.5 < linear_share(net, x[:1]) < 1
+    q, _ = prepare_model(net, "int8", CPU, x[:1])
+    with torch.inference_mode():
+        ref, got = net.features(x), q.features(x)
+    assert 0 < (got - ref).abs().max() < 0.05 * ref.abs().max()
+    assert isinstance(net.up, torch.nn.Linear) and not isinstance(q.up, torch.nn.Linear)   # a copy was quantised

@@ -128,7 +128,9 @@ def linear_share(model: nn.Module, example: torch.Tensor) -> float:
     hooks = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, nn.Linear)]
     counter = FlopCounterMode(display=False)
     try:
-        with counter, torch.inference_mode():
+        # no_grad, not inference_mode: a weight-normed (parametrized) layer fails under FlopCounterMode
+        # in inference mode (torch 2.13; HuBERT-ECG's convolution)
+        with counter, torch.no_grad():
             getattr(model, "features", model)(example)
     finally:
         for h in hooks:
@@ -167,7 +169,12 @@ def prepare_model(model: nn.Module, precision: str, device: torch.device,
         # torch.ao's eager quantisation is deprecated for torchao; it is the one dynamic-int8 path in
         # torch 2.13 itself (docs/decisions.md "CPU inference precision").
         warnings.simplefilter("ignore")
-        return quantize_dynamic(copy.deepcopy(model).cpu().eval(), {nn.Linear}, dtype=torch.qint8), "fp32"
+        try:
+            return quantize_dynamic(copy.deepcopy(model).cpu().eval(), {nn.Linear}, dtype=torch.qint8), "fp32"
+        except (AttributeError, RuntimeError, TypeError) as e:
+            # measured: HuBERT-ECG's weight-normed convolution (a parametrized module) cannot be walked
+            raise PrecisionError(f"precision int8: dynamic quantisation cannot convert this model "
+                                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
 
 
 __all__ = ["CpuUnits", "Choice", "INT8_MIN_LINEAR_SHARE", "PRECISIONS", "PrecisionError", "cpu_units",

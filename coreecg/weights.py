@@ -35,6 +35,8 @@ FORMAT = "coreecg-model"
 FORMAT_VERSION = 2
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+# A model folder's precision checks (coreecg.inference.precision_check; jobs/export.py writes them)
+PRECISION_CHECKS_FILE = "precision_checks.json"
 
 
 # ---------------------------------------------------------------------------- a built model's weights

@@ -26,13 +26,11 @@ from coreecg.hub.onnx_export import ONNX_FILE, onnx_entry
 from coreecg.hub.provenance import provenance
 from coreecg.loading import CONFIG_FILE, WEIGHTS_FILE, ModelSource, build_model, open_source
 from coreecg.model.pretrained import hub_config, write_weights
+from coreecg.weights import PRECISION_CHECKS_FILE as CHECKS_FILE
 from coreecg.train.leakage_guard import PRETRAINING_FINGERPRINTS, fingerprints_of, pretraining_of
 from coreecg.model.published import family
 
 # Lazy imports: coreecg.inference.precision_check in export_model (coreecg.inference imports this package).
-
-
-CHECKS_FILE = "precision_checks.json"       # coreecg.inference.precision_check.CHECKS_FILE (a test holds them equal)
 
 
 def export_model(source: str | Path, output: str | Path, *, onnx: bool = False, precision: str | None = None,

@@ -23,7 +23,7 @@ from coreecg.inference.items import Failure, InferenceError, InferenceResult, It
 from coreecg.inference.listing import list_inputs
 from coreecg.inference.model_input import PooledEncoder, input_spec
 from coreecg.inference.precision import PrecisionError, prepare_model, resolve_precision
-from coreecg.inference.precision_check import bounds_of, compare, recorded_checks, verdict
+from coreecg.inference.precision_check import bounds_of, compare, recorded_checks, refusals, verdict
 from coreecg.inference.reading import prepared_records
 
 log = logging.getLogger("coreecg.inference")
@@ -138,7 +138,7 @@ class _Path:
 
     def __init__(self, loaded: Any, model: torch.nn.Module, spec: Any, dev: torch.device, requested: str,
                  checks: dict[str, Any]):
-        refused = {k: v["reason"] for k, v in checks.items() if not v.get("accepted", True)}
+        refused = refusals(checks)
         try:
             choice = resolve_precision(requested, dev, refused=refused)
             example = torch.zeros(1, len(spec.leads), spec.crop, device=dev)

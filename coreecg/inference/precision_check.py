@@ -14,6 +14,7 @@ jobs/predict.py, and skipped by `auto`.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -30,8 +31,8 @@ from coreecg.files import write_atomic
 from coreecg.inference.items import InferenceError
 from coreecg.inference.model_input import PooledEncoder, input_spec
 from coreecg.inference.precision import PrecisionError, prepare_model, resolve_precision, cpu_units
+from coreecg.weights import PRECISION_CHECKS_FILE as CHECKS_FILE
 
-CHECKS_FILE = "precision_checks.json"
 BOOTSTRAP_RESAMPLES = 1000
 CHECK_WINDOWS = 4000          # at most this many windows of the split, evenly spaced (read_split)
 CHECK_BATCH = 64
@@ -159,12 +160,13 @@ def check_model(loaded: Any, corpus: str | Path, split: str = "test", precisions
         data = load_split(corpus, split)
         if len(data.record_id) > max_windows:                  # evenly spaced, as read_split spaces them
             keep = np.linspace(0, len(data.record_id) - 1, max_windows).round().astype(int)
-            data = type(data)(data.name, data.signal[keep], data.record_id[keep], data.patient_id[keep],
-                              data.multihot[keep], data.unlabelled, None)
-        signal = data.signal
+            data = dataclasses.replace(data, signal=data.signal[keep], record_id=data.record_id[keep],
+                                       patient_id=data.patient_id[keep], multihot=data.multihot[keep], uid=None)
+        signal, ids = data.signal, data.record_id
         model = loaded.model
     else:
-        signal = read_split(corpus, split, ["record_id", "signal"], max_windows=max_windows, as_stored=True)["signal"]
+        d = read_split(corpus, split, ["record_id", "signal"], max_windows=max_windows, as_stored=True)
+        signal, ids = d["signal"], d["record_id"]
         data, model = None, PooledEncoder(loaded.model, spec.leads)
     model = model.to(dev).eval()
     if not len(signal):
@@ -203,7 +205,6 @@ def check_model(loaded: Any, corpus: str | Path, split: str = "test", precisions
             diffs["auroc"] = {"split": split, **paired_auroc(r32.y, r32.probs, rp.probs, r32.patient_id,
                                                               bool(spec.multilabel), seed=seed)}
         else:
-            ids = read_split(corpus, split, ["record_id"], max_windows=max_windows)["record_id"]
             _, fr = aggregate_by_record(ids, ref[1])
             _, fp = aggregate_by_record(ids, out[1])
             diffs["record_embedding"] = compare(None, fr, None, fp)["embedding"]
@@ -226,9 +227,9 @@ def recorded_checks(source: str | Path | None) -> dict[str, dict[str, Any]]:
     return _read((p if p.is_dir() else p.parent) / CHECKS_FILE)
 
 
-def refused_paths(source: str | Path | None) -> dict[str, str]:
-    """{precision: reason} of the paths a model's recorded checks refused."""
-    return {k: v["reason"] for k, v in recorded_checks(source).items() if not v.get("accepted", True)}
+def refusals(checks: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """{precision: reason} of the paths recorded checks (`recorded_checks`) refused."""
+    return {k: v["reason"] for k, v in checks.items() if not v.get("accepted", True)}
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:
@@ -245,4 +246,4 @@ def _read(path: Path) -> dict[str, dict[str, Any]]:
 
 __all__ = ["BOOTSTRAP_RESAMPLES", "CHECKS_FILE", "auroc_refuses", "bounds_of", "check_entry", "check_model", "compare",
            "paired_auroc",
-           "record_checks", "recorded_checks", "refused_paths", "verdict"]
+           "record_checks", "recorded_checks", "refusals", "verdict"]

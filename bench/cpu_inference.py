@@ -9,9 +9,12 @@ costs, what the real inference path gets per precision, and whether reading keep
 On this machine, at torch's default threads (the cores; recorded in "machine"):
 
 1. matrix: the processor's limit, GFLOP/s of square products (--matrix-size, best of
-   --matrix-repeats after one warm-up) in float32 and bfloat16 (torch.mm) and int8 (torch._int_mm,
-   int8 x int8 -> int32, where torch has it on the CPU, else a dynamically quantised nn.Linear);
-   int8_dynamic_linear: that quantised Linear (what the int8 path runs) in any case. 2 M N K FLOPs.
+   --matrix-repeats after one warm-up; 2 M N K FLOPs) in float32 and bfloat16, each by torch.mm,
+   F.linear and a 1x1 conv1d (torch's BLAS and oneDNN can differ by 2x and more), and in int8 by
+   torch._int_mm (int8 x int8 -> int32, where torch has it on the CPU) and a dynamically quantised
+   nn.Linear (what the int8 path runs); the limit of a precision is its best route ("method"),
+   every route's rate beside it ("routes"), measured before and after the encoders ("at_start",
+   "at_end"; on a shared machine the better one is the limit).
    cpu_units: coreecg.inference.precision.cpu_units().describe().
 2. encoders: per encoder, the FLOPs of one 10 s record as the engine runs it: its windows (PTB-XL's
    10 s: one; ECG-FM's contract: two 5 s windows) x the crops of each (finetune.eval_crops) x one
@@ -71,6 +74,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bench.common import SHARED, TINY, emit, machine, parser, progress
@@ -131,27 +135,34 @@ def quantised_linear(n: int) -> tuple[nn.Module, torch.Tensor]:
 
 
 def matrix_rates(n: int, repeats: int) -> dict:
-    """GFLOP/s of (n x n) @ (n x n) products: float32, bfloat16, int8 (module docstring, 1)."""
+    """GFLOP/s of (n x n) x (n x n) products per precision (module docstring, 1), each by every route
+    torch offers (its BLAS's torch.mm; F.linear and a 1x1 conv1d, oneDNN's kernels where it takes
+    them): one route can be far below another (on an AMD EPYC, bf16 torch.mm at 0.4x bf16 F.linear),
+    so the limit is the best route's, and each route's rate is kept."""
     flops = 2.0 * n ** 3
     gen = torch.Generator().manual_seed(0)
-    out = {"size": n, "repeats": repeats, "flops_per_product": flops, "statistic": "best of repeats (and median)"}
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        a, b = (torch.randn(n, n, generator=gen).to(dtype) for _ in range(2))
-        with torch.inference_mode():
-            out[name] = {**_best_rate(lambda: torch.mm(a, b), flops, repeats), "method": f"torch.mm, {dtype}"}
-    layer, x = quantised_linear(n)
+    out = {"size": n, "repeats": repeats, "flops_per_product": flops,
+           "statistic": "per route: best of repeats (and median); gflop_per_s: the best route's"}
+    routes: dict[str, dict[str, dict]] = {}
     with torch.inference_mode():
-        dynamic = {**_best_rate(lambda: layer(x), flops, repeats),
-                   "method": "torch.ao.quantization.quantize_dynamic nn.Linear (qint8 weights, activations quantised "
-                             "per call, float32 in and out)"}
-    a8, b8 = (torch.randint(-128, 128, (n, n), dtype=torch.int8, generator=gen) for _ in range(2))
-    try:
-        with torch.inference_mode():
-            out["int8"] = {**_best_rate(lambda: torch._int_mm(a8, b8), flops, repeats),
-                           "method": "torch._int_mm, int8 x int8 -> int32"}
-    except (RuntimeError, NotImplementedError) as e:
-        out["int8"] = {**dynamic, "int_mm_unavailable": f"{type(e).__name__}: {str(e)[:200]}"}
-    out["int8_dynamic_linear"] = dynamic
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            a, b = (torch.randn(n, n, generator=gen).to(dtype) for _ in range(2))
+            x, w = a[None], b[..., None]                             # (1, n, n) signal, (n, n, 1) kernels
+            routes[name] = {f"torch.mm {dtype}": _best_rate(lambda: torch.mm(a, b), flops, repeats),
+                            f"torch.nn.functional.linear {dtype}": _best_rate(lambda: F.linear(a, b), flops, repeats),
+                            f"torch.conv1d 1x1 {dtype}": _best_rate(lambda: torch.conv1d(x, w), flops, repeats)}
+        layer, x = quantised_linear(n)
+        routes["int8"] = {"torch.ao.quantization.quantize_dynamic nn.Linear (qint8 weights, activations quantised "
+                          "per call, float32 in and out)": _best_rate(lambda: layer(x), flops, repeats)}
+        a8, b8 = (torch.randint(-128, 128, (n, n), dtype=torch.int8, generator=gen) for _ in range(2))
+        try:
+            routes["int8"]["torch._int_mm, int8 x int8 -> int32"] = _best_rate(lambda: torch._int_mm(a8, b8), flops,
+                                                                             repeats)
+        except (RuntimeError, NotImplementedError) as e:
+            out["int_mm_unavailable"] = f"{type(e).__name__}: {str(e)[:200]}"
+    for name, by in routes.items():
+        best = max(by, key=lambda k: by[k]["gflop_per_s"])
+        out[name] = {"gflop_per_s": by[best]["gflop_per_s"], "method": best, "routes": by}
     return out
 
 
@@ -253,8 +264,8 @@ def attempt(loaded: LoadedModel, items: list, precision: str, batch: int) -> tup
         return None, {"error": f"{type(e).__name__}: {str(e)[:400]}"}
 
 
-def measure_encoder(name: str, loaded: LoadedModel, items: list, settings: list[tuple[str, int]], repeats: int,
-                    rates: dict) -> dict:
+def measure_encoder(name: str, loaded: LoadedModel, items: list, settings: list[tuple[str, int]], repeats: int
+                    ) -> dict:
     """The encoder's figures (module docstring, 2-4): its cost, default, and each (precision, batch)
     setting warmed up, checked, then timed in `repeats` interleaved rounds."""
     out = {**record_cost(loaded, items[0]), "preprocess_records_per_s": preprocess_rate(loaded, items[:32])}
@@ -301,7 +312,6 @@ def measure_encoder(name: str, loaded: LoadedModel, items: list, settings: list[
              "records_per_s_runs": [round(x["records_per_s"], 3) for x in runs[setting]],
              "ratio_to_fp32": (round(rps / statistics.median(x["records_per_s"] for x in fp32), 3) if fp32 else None),
              "achieved_gflop_per_s": round(achieved, 2),
-             "fraction_of_matrix_rate": round(achieved / rates[precision]["gflop_per_s"], 4),
              "setup_s": round(statistics.median(x["setup_s"] for x in runs[setting]), 2)}
         if precision in checks:
             f["check"] = {k: checks[precision][k] for k in ("accepted", "reason", "embedding")}
@@ -418,6 +428,27 @@ def reading_rates(loaded: LoadedModel, signals: np.ndarray, formats: list[str], 
 # ---------------------------------------------------------------------------- the run
 
 
+def limits(first: dict, last: dict) -> dict:
+    """The limit per precision: the better of the measurements before and after the encoders (on a
+    shared machine another process takes cores now and then; a limit is what the processor can do)."""
+    out = {k: first[k] for k in ("size", "repeats", "flops_per_product")}
+    out["statistic"] = first["statistic"] + ", of the two measurements (before and after the encoders)"
+    for p in PRECISIONS:
+        best = max((first, last), key=lambda m: m[p]["gflop_per_s"])
+        out[p] = {"gflop_per_s": best[p]["gflop_per_s"], "method": best[p]["method"],
+                  "at_start": first[p], "at_end": last[p]}
+    return out
+
+
+def add_fractions(encoders: dict, matrix: dict) -> None:
+    """fraction_of_matrix_rate of every timed path: its achieved GFLOP/s over its precision's limit."""
+    for e in encoders.values():
+        for figures in [e["precisions"], *e.get("batch_sizes", {}).values()]:
+            for p, f in figures.items():
+                if "achieved_gflop_per_s" in f and "fraction_of_matrix_rate" not in f:
+                    f["fraction_of_matrix_rate"] = round(f["achieved_gflop_per_s"] / matrix[p]["gflop_per_s"], 4)
+
+
 def fastest(encoders: dict) -> dict | None:
     best = None
     for name, e in encoders.items():
@@ -472,8 +503,8 @@ def main() -> None:
                            "overrides": args.set,
                            "command": " ".join(["python -m bench.cpu_inference", *sys.argv[1:]])}}
     progress({"matrix": args.matrix_size})
-    rates = result["matrix"] = matrix_rates(args.matrix_size, args.matrix_repeats)
-    progress(rates)
+    first = matrix_rates(args.matrix_size, args.matrix_repeats)
+    progress({"matrix_at_start": first})
     signals, names = ptbxl_signals(args.records)
     items = [array_record(s, 500, STANDARD_LEADS, n) for s, n in zip(signals, names)]
     result["records"] = {"count": len(items), "distinct": len(set(n.rsplit("-", 1)[0] for n in names)),
@@ -493,7 +524,7 @@ def main() -> None:
                 settings += [(p, b) for b in args.batch_sizes[1:] for p in BATCH_PRECISIONS]
             measured[arch] = {"source": f"random encoder, {'tiny' if args.quick else 'paper'} size",
                               "overrides": overrides,
-                              **measure_encoder(arch, loaded, items, settings, args.repeats, rates)}
+                              **measure_encoder(arch, loaded, items, settings, args.repeats)}
             progress({arch: {k: v for k, v in measured[arch].items() if k != "overrides"}})
         for name in families:
             progress(f"{name} ...")
@@ -501,7 +532,7 @@ def main() -> None:
             measured[name] = {"source": f"fixture {QUICK[name]}" if args.quick else "published size, random weights",
                               "family": loaded.config.model.arch,
                               **measure_encoder(name, loaded, items, [(p, batch0) for p in PRECISIONS],
-                                                args.repeats, rates)}
+                                                args.repeats)}
             progress({name: measured[name]})
         result["encoders"] = measured
         if vit is None:
@@ -512,6 +543,10 @@ def main() -> None:
             progress({"onnx": result["onnx"]})
         reader = vit or own_encoder(tmp / "reader", "coreecg", QUICK_ENCODERS["coreecg"] if args.quick else [])
         reading = reading_rates(reader, signals, formats, tmp / "formats", args.read_repeats)
+    last = matrix_rates(args.matrix_size, args.matrix_repeats)
+    progress({"matrix_at_end": last})
+    result["matrix"] = limits(first, last)
+    add_fractions(measured, result["matrix"])
     top = fastest(measured)
     for f in reading.values():
         f["starves"] = bool(top and f["read_preprocess_records_per_s"] < top["records_per_s"])

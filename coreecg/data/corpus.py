@@ -18,6 +18,8 @@ ROW SCHEMA (Parquet):
     window_index  int16          0-based position of the window in its record
     split         string         "train" | "val" | "test" (also the folder name)
     labels        list<int16>    indices into manifest["class_names"] (empty: unlabelled)
+    target        float32        a regression task's value (manifest["task"], coreecg.tasks); only in
+                                 corpora of such a task (its one class, index 0, in `labels` too)
     signal        fixed_size_binary[12 * 2500 * 2]   z-scored float16, little-endian, C order
                   (leads in STANDARD_LEADS order, then time); dtype and shape are in the
                   manifest ("signal") and in the field's Parquet metadata
@@ -76,20 +78,22 @@ class CorpusError(ValueError):
     """A corpus folder that is missing, incomplete or fails its checksums."""
 
 
-def schema(shape: tuple[int, ...], dtype: Any = SIGNAL_DTYPE) -> pa.Schema:
+def schema(shape: tuple[int, ...], dtype: Any = SIGNAL_DTYPE, target: bool = False) -> pa.Schema:
+    """The row schema; `target`: with the float32 column of a regression task's values."""
     dtype = np.dtype(dtype).newbyteorder("<")
     signal = pa.field("signal", pa.binary(int(np.prod(shape)) * dtype.itemsize),
                       metadata={"dtype": dtype.name, "shape": ",".join(map(str, shape))})
     return pa.schema([
         ("dataset", pa.string()), ("record_id", pa.string()), ("patient_id", pa.string()),
         ("window_index", pa.int16()), ("split", pa.string()),
-        ("labels", pa.list_(pa.int16())), signal,
+        ("labels", pa.list_(pa.int16())), *([("target", pa.float32())] if target else []), signal,
     ])
 
 
 def windows_table(rows: list[dict[str, Any]], signals: np.ndarray, dtype: Any = SIGNAL_DTYPE) -> pa.Table:
-    """Rows (metadata dicts, one per window) + signals (n, leads, samples) -> an Arrow table."""
-    sch = schema(signals.shape[1:], dtype)
+    """Rows (metadata dicts, one per window; with "target" in a regression task's corpus) + signals
+    (n, leads, samples) -> an Arrow table."""
+    sch = schema(signals.shape[1:], dtype, target=bool(rows) and "target" in rows[0])
     blob = np.ascontiguousarray(signals, dtype=np.dtype(dtype).newbyteorder("<"))
     cols = {name: pa.array([r[name] for r in rows], type=sch.field(name).type)
             for name in sch.names if name != "signal"}

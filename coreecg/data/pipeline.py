@@ -48,6 +48,7 @@ from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources import dataset_key, dataset_label, get_source
 from coreecg.data.splits import SPLITS, patient_key, record_split
 from coreecg.files import TEMP_GLOB, sha256_file, write_atomic, write_json
+from coreecg.tasks import TaskSpec
 from coreecg.version import __version__
 
 # Lazy imports: ray.data (the `ray` extra), where the shards are processed: the light install builds corpora
@@ -80,8 +81,9 @@ def check_task_label(record: Record, class_names: tuple[str, ...]) -> None:
 
 
 def record_rows(record: Record, windows: np.ndarray, class_names: tuple[str, ...],
-                ratios: tuple[float, float, float]) -> tuple[list[dict[str, Any]], Counter]:
-    """Row metadata for a record's windows, and labels outside `class_names` (counted, not lost)."""
+                ratios: tuple[float, float, float], target: bool = False) -> tuple[list[dict[str, Any]], Counter]:
+    """Row metadata for a record's windows, and labels outside `class_names` (counted, not lost);
+    `target`: a regression task's corpus, whose rows carry the record's value (coreecg.tasks)."""
     index = {c: i for i, c in enumerate(class_names)}
     labels = [index[c] for c in record.labels if c in index]
     outside = Counter(c for c in record.labels if c not in index)
@@ -89,6 +91,9 @@ def record_rows(record: Record, windows: np.ndarray, class_names: tuple[str, ...
     pkey = patient_key(record.patient_id, record.record_id)
     rows = [{"dataset": record.source, "record_id": record.record_id, "patient_id": pkey,
              "window_index": w, "split": split, "labels": labels} for w in range(len(windows))]
+    if target:
+        for row in rows:
+            row["target"] = float(record.meta["target"])
     return rows, outside
 
 
@@ -131,7 +136,7 @@ class _ShardRead:
 
 
 def _read_shard(refs: list[dict[str, Any]], source: Any, cfg: PreprocessConfig, class_names: tuple[str, ...],
-                ratios: tuple[float, ...], keys: Keys | None = None) -> _ShardRead:
+                ratios: tuple[float, ...], keys: Keys | None = None, target: bool = False) -> _ShardRead:
     """Read and preprocess every record of a shard; a record that fails is quarantined with the
     reason (a RecordError's, or "unreadable" naming the exception), never dropped silently.
     `keys`: patient ids (and record ids made from file names) are replaced by their salted keys as
@@ -168,7 +173,7 @@ def _read_shard(refs: list[dict[str, Any]], source: Any, cfg: PreprocessConfig, 
             read.notes[f"dropped extra lead {lead}"] += 1
         if record.meta.get("derived_leads"):
             read.notes[f"derived leads {', '.join(record.meta['derived_leads'])} from I and II"] += 1
-        new_rows, out_labels = record_rows(record, windows, class_names, ratios)
+        new_rows, out_labels = record_rows(record, windows, class_names, ratios, target)
         read.written.append((record, new_rows, windows, out_labels))
     return read
 
@@ -206,9 +211,18 @@ def _write_split_files(out: Path, shard: int, table: pa.Table, rows: list[dict[s
                       "records": len({rows[i]["record_id"] for i in idx}),
                       "patients": sorted({rows[i]["patient_id"] for i in idx}),
                       "classes": dict(Counter(c for i in idx for c in rows[i]["labels"])),
+                      **({"targets": _target_sums([rows[i] for i in idx])} if "target" in rows[0] else {}),
                       "padded": int(sum(padded[i] for i in idx)),
                       "sha256": write_parquet(table.take(idx), out / rel)})
     return files
+
+
+def _target_sums(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """A shard file's regression targets, one per record (its windows repeat it): what the manifest
+    adds up into each split's n, mean, SD, min and max."""
+    values = np.array(list({r["record_id"]: r["target"] for r in rows}.values()), dtype=np.float64)
+    return {"n": int(len(values)), "sum": float(values.sum()), "sum_sq": float((values ** 2).sum()),
+            "min": float(values.min()), "max": float(values.max())}
 
 
 def _written_counts(read: _ShardRead) -> tuple[list[bool], Counter, int]:
@@ -246,7 +260,8 @@ def process_shard(item: dict[str, Any], *, source: Any, settings: dict[str, Any]
     cfg = PreprocessConfig(**{k: tuple(v) if isinstance(v, list) else v
                               for k, v in settings["preprocess"].items()})
     class_names = tuple(settings["class_names"])
-    read = _read_shard(refs, source, cfg, class_names, tuple(settings["split_ratios"]), keys)
+    target = (settings.get("task") or {}).get("kind") == "regression"
+    read = _read_shard(refs, source, cfg, class_names, tuple(settings["split_ratios"]), keys, target)
     t0 = time.perf_counter()
     table = windows_table(read.rows(), np.concatenate([w for _, _, w, _ in read.written])) if read.written else None
     t_table = time.perf_counter() - t0
@@ -395,6 +410,9 @@ def _shard_settings(source: Any, source_options: dict[str, Any], cfg: DataConfig
                 "class_names": list(source.class_names), "signal_dtype": np.dtype(SIGNAL_DTYPE).name}
     if downstream:   # only then: the keys of corpora built without an exclusion stay as they were
         settings["exclude_overlap_with"] = identities(downstream)
+    task = getattr(source, "task", None)
+    if isinstance(task, TaskSpec):   # only then: the keys of label corpora stay as they were
+        settings["task"] = task.describe()
     return settings
 
 
@@ -545,7 +563,28 @@ def _manifest(source: Any, input_dir: Any, cfg: DataConfig, settings: dict[str, 
         "warnings": _warnings(source.name, written, fallbacks, unrecognised, outside),
         "shards": [{"path": f["path"], "split": f["split"], "rows": f["rows"], "sha256": f["sha256"]}
                    for f in files],
+        **({"task": _task_entry(settings["task"], files, quarantine)} if settings.get("task") else {}),
     }
+
+
+def _task_entry(task: dict[str, Any], files: list[dict[str, Any]], quarantine: list[dict[str, str]]) -> dict[str, Any]:
+    """The manifest's "task" (coreecg.tasks): its description, the records left out for a missing or
+    an implausible target, and a regression task's target statistics per split (one value per record)."""
+    out = {**task, "missing_targets": sum(q["reason"].startswith("missing target") for q in quarantine),
+           "implausible_targets": sum(q["reason"].startswith("implausible ") for q in quarantine)}
+    if task.get("kind") == "regression":
+        stats = {}
+        for split in SPLITS:
+            parts = [f["targets"] for f in files if f["split"] == split and "targets" in f]
+            n = sum(p["n"] for p in parts)
+            if not n:
+                continue
+            mean = sum(p["sum"] for p in parts) / n
+            var = max(0.0, sum(p["sum_sq"] for p in parts) / n - mean ** 2)
+            stats[split] = {"n": n, "mean": mean, "sd": float(np.sqrt(var * n / max(1, n - 1))),
+                            "min": min(p["min"] for p in parts), "max": max(p["max"] for p in parts)}
+        out["targets"] = stats
+    return out
 
 
 def _warnings(source: str, written: int, fallbacks: int, unrecognised: Counter, outside: Counter) -> list[str]:

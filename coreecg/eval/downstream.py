@@ -22,8 +22,11 @@ import numpy as np
 import torch
 import pandas as pd
 
+from coreecg.data.corpus import load_manifest
 from coreecg.data.reading import read_split, split_rows
 from coreecg.eval.metrics import aggregate_by_record, bootstrap_ci, classification_metrics
+from coreecg.eval.regression import regression_bootstrap_ci, regression_metrics
+from coreecg.tasks import is_regression
 from coreecg.model.padding import padding_mask
 from coreecg.devices import autocast, model_dtype
 
@@ -56,14 +59,17 @@ class EvalSplit:
     multihot: np.ndarray
     unlabelled: int
     uid: np.ndarray | None = None       # (n,) int64: the windows' row ids in the split
+    target: np.ndarray | None = None    # (n,) float32: a regression task's values (coreecg.tasks), else None
 
 
 def load_split(corpus: str | Path, split: str) -> EvalSplit:
-    """A split's labelled windows, kept in the stored dtype (half the memory of float32)."""
-    d = read_split(corpus, split, ["record_id", "patient_id", "labels", "signal"], labelled_only=True,
-                   as_stored=True)
+    """A split's labelled windows, kept in the stored dtype (half the memory of float32); a
+    regression task's corpus adds its targets."""
+    regression = is_regression(load_manifest(corpus))
+    d = read_split(corpus, split, ["record_id", "patient_id", "labels", "signal", *(["target"] * regression)],
+                   labelled_only=True, as_stored=True)
     return EvalSplit(split, d["signal"], d["record_id"], d["patient_id"], d["multihot"],
-                     split_rows(corpus, split) - len(d["uid"]), d["uid"])
+                     split_rows(corpus, split) - len(d["uid"]), d["uid"], d.get("target"))
 
 
 @torch.no_grad()
@@ -131,13 +137,25 @@ class RecordScores:
 
 
 def to_records(split: EvalSplit, probs: np.ndarray, features: np.ndarray) -> RecordScores:
-    """Mean over each record's windows (labels are equal over a record's windows)."""
+    """Mean over each record's windows (labels, and a regression target, are equal over a record's
+    windows). A regression split's y is (m, 1) float: the targets; probs its predictions."""
     ids, p = aggregate_by_record(split.record_id, probs)
-    _, y = aggregate_by_record(split.record_id, split.multihot)
+    _, y = aggregate_by_record(split.record_id, split.multihot if split.target is None else split.target[:, None])
     _, f = aggregate_by_record(split.record_id, features)
     first = {r: i for i, r in reversed(list(enumerate(split.record_id)))}
     patients = np.asarray([split.patient_id[first[r]] for r in ids])
-    return RecordScores(ids, patients, (y > 0.5).astype(np.int64), p, f.astype(np.float32))
+    y = (y > 0.5).astype(np.int64) if split.target is None else y.reshape(len(ids), -1)
+    return RecordScores(ids, patients, y, p, f.astype(np.float32))
+
+
+def score_regression(records: RecordScores, sd: float, unit: str = "", n_resamples: int = 0,
+                     seed: int = 0) -> dict:
+    """regression_metrics of a regression split's records (+ "ci": patient-bootstrap intervals)."""
+    y, pred = records.y[:, 0], records.probs[:, 0]
+    out = regression_metrics(y, pred, sd, unit, records.patient_id)
+    if n_resamples:
+        out["ci"] = regression_bootstrap_ci(y, pred, records.patient_id, sd, n_resamples=n_resamples, seed=seed)
+    return out
 
 
 def score(records: RecordScores, multilabel: bool, class_names: Sequence[str], n_resamples: int = 0,
@@ -154,12 +172,19 @@ def score(records: RecordScores, multilabel: bool, class_names: Sequence[str], n
     return out
 
 
-def write_predictions(path: str | Path, records: RecordScores, class_names: Sequence[str]) -> Path:
+def write_predictions(path: str | Path, records: RecordScores, class_names: Sequence[str],
+                      regression: bool = False) -> Path:
     """One row per record: record_id, patient_id, labels (true class names joined by "|"), then
-    p_<class> per class: enough to recompute every metric."""
+    p_<class> per class: enough to recompute every metric. A regression task's: record_id,
+    patient_id, target, prediction (both in the target's unit)."""
     path = Path(path)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
+        if regression:
+            w.writerow(["record_id", "patient_id", "target", "prediction"])
+            for rid, pid, y, p in zip(records.record_id, records.patient_id, records.y, records.probs):
+                w.writerow([rid, pid, f"{y[0]:.8g}", f"{p[0]:.8g}"])
+            return path
         w.writerow(["record_id", "patient_id", "labels", *(f"p_{c}" for c in class_names)])
         for rid, pid, y, p in zip(records.record_id, records.patient_id, records.y, records.probs):
             w.writerow([rid, pid, "|".join(c for c, v in zip(class_names, y) if v),

@@ -168,7 +168,7 @@ def _gather(parts: list[dict[str, np.ndarray]], spec: Any, embeddings: bool, fai
         windows=cols["windows"][ok].astype(np.int64), class_names=spec.class_names,
         failures=[*failures, *(Failure(str(cols["record_id"][j]), str(cols["path"][j]), str(cols["reason"][j]))
                                for j in bad)],
-        item=cols["index"][ok].astype(np.int64),
+        item=cols["index"][ok].astype(np.int64), regression=bool(getattr(spec, "regression", False)),
         # the actors' paths (one, unless their processors differ)
         precision=",".join(sorted({str(x) for x in cols["precision"]})) or "fp32",
         precision_reason="; ".join(sorted({str(x) for x in cols["precision_reason"]})))

@@ -106,7 +106,7 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
                     if embeddings or spec.kind == "encoder" else None),
         windows=stream.windows(), class_names=spec.class_names, failures=failed,
         seconds=seconds, item=np.asarray([i for i, _, _ in scored], dtype=np.int64),
-        precision=path.precision, precision_reason=path.reason)
+        precision=path.precision, precision_reason=path.reason, regression=spec.regression)
 
 
 # Per loaded model: its prepared paths (a bf16 copy, an int8 one), each checked once in a process,

@@ -13,6 +13,7 @@ from torch import nn
 from coreecg.config import STANDARD_LEADS, Config, PreprocessConfig
 from coreecg.inference.items import InferenceError
 from coreecg.model.published.registry import model_layout
+from coreecg.tasks import is_regression_task
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class ModelInput:
     precision: str
     class_names: tuple[str, ...]
     multilabel: bool | None
+    regression: bool = False           # a regression task's head: values in the target's unit (coreecg.tasks)
 
 
 def input_spec(loaded: Any) -> ModelInput:
@@ -67,7 +69,8 @@ def input_spec(loaded: Any) -> ModelInput:
         if not names or multilabel is None:
             raise InferenceError(f"{loaded.source}: a classifier without class names or task in its contract")
     return ModelInput(kind, leads, pre, cfg.model.input_samples, n_crops, cfg.train.precision, names,
-                      None if multilabel is None else bool(multilabel))
+                      None if multilabel is None else bool(multilabel),
+                      kind == "classifier" and is_regression_task(cfg.finetune.task))
 
 
 class PooledEncoder(nn.Module):

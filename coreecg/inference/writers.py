@@ -20,14 +20,16 @@ FAILED_FILE = "failed.csv"
 
 def write_predictions_csv(path: str | Path, result: InferenceResult) -> Path:
     """record_id, path, then p_<class> per class, formatted as the fine-tuning run's
-    predictions.csv writes them (`coreecg.eval.downstream.write_predictions`)."""
+    predictions.csv writes them (`coreecg.eval.downstream.write_predictions`); a regression task's
+    model: pred_<task>, its value in the target's unit."""
     if result.probs is None:
         raise InferenceError("no class probabilities to write (the model is an encoder)")
 
     def write(tmp: Path) -> None:
         with open(tmp, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["record_id", "path", *(f"p_{c}" for c in result.class_names)])
+            prefix = "pred_" if result.regression else "p_"
+            w.writerow(["record_id", "path", *(f"{prefix}{c}" for c in result.class_names)])
             for rid, rpath, p in zip(result.record_id, result.path, result.probs):
                 w.writerow([rid, rpath, *(f"{v:.8g}" for v in p)])
 

@@ -55,6 +55,7 @@ from coreecg.config import Config, ConfigError, DataConfig, PreprocessConfig, Tr
 from coreecg.config.loading import apply_overrides
 from coreecg.encoders.build import build_encoder
 from coreecg.model.classifier import Classifier
+from coreecg.tasks import is_regression_task
 from coreecg.model.encoder import Encoder
 from coreecg.model.pretrained import PretrainedInfo
 from coreecg.model.published import FAMILIES, recognise
@@ -134,7 +135,8 @@ def build_model(src: ModelSource) -> Encoder | Classifier:
         if src.kind == "encoder":
             return encoder
         return Classifier.for_mode(encoder, len(src.class_names), cfg.finetune.leads, bool(src.multilabel),
-                                   cfg.finetune.mode, cfg.finetune.head)
+                                   cfg.finetune.mode, cfg.finetune.head,
+                                   regression=is_regression_task(cfg.finetune.task))
 
     # what save_pretrained records again: the config and task, an export's contract and provenance
     kept = kept_sections(src.export) if src.export and src.export.get("kind") == src.kind else {}

@@ -14,6 +14,7 @@ from coreecg.encoders.build import build_encoder
 from coreecg.model.encoder import Encoder, _with_a_key
 from coreecg.model.pretrained import PretrainedMixin
 from coreecg.model.published.registry import model_layout
+from coreecg.tasks import is_regression_task
 
 
 def standard_lead_positions(leads: Sequence[str]) -> list[int]:
@@ -69,14 +70,17 @@ class Classifier(nn.Module, PretrainedMixin, pipeline_tag="other"):
     `frozen_encoder` (linear probing, frozen mode): the encoder runs without gradients, in eval
     mode. `pooling`: "mean" over all (lead, time) tokens (the paper's), or "attention"
     (`AttentionPool`). Single-label tasks train with softmax cross-entropy, multi-label ones
-    with sigmoid BCE. `Classifier.from_pretrained` / `save_pretrained` / `push_to_hub`:
-    coreecg.model.pretrained.
+    with sigmoid BCE. `regression` (a regression task, coreecg.tasks): K outputs of real values,
+    trained with MSE on targets standardised by the train split's mean and SD (`set_scaler`; the
+    buffers target_mean, target_std travel in the state dict, hence in best.pt and an export), and
+    `probabilities` returns them in the target's units.
+    `Classifier.from_pretrained` / `save_pretrained` / `push_to_hub`: coreecg.model.pretrained.
     """
 
     pretrained_kind = "classifier"
 
     def __init__(self, encoder: Encoder, n_classes: int, leads: Sequence[str], multilabel: bool,
-                 frozen_encoder: bool = False, pooling: str = "mean"):
+                 frozen_encoder: bool = False, pooling: str = "mean", regression: bool = False):
         super().__init__()
         if pooling not in ("mean", "attention"):
             raise ValueError(f"pooling={pooling!r} is not 'mean' or 'attention'")
@@ -89,6 +93,20 @@ class Classifier(nn.Module, PretrainedMixin, pipeline_tag="other"):
         nn.init.zeros_(self.head.bias)
         if frozen_encoder:
             encoder.requires_grad_(False)
+        self.regression = bool(regression)
+        if self.regression:     # a label classifier's state dict keeps its keys (old checkpoints load)
+            self.register_buffer("target_mean", torch.zeros(n_classes))
+            self.register_buffer("target_std", torch.ones(n_classes))
+
+    def set_scaler(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        """A regression head's target scaler (the train split's mean and SD per output)."""
+        if not self.regression:
+            raise ValueError("set_scaler: this classifier predicts labels, not a regression target")
+        std_t = torch.as_tensor(std, dtype=torch.float32)
+        if not bool((std_t > 0).all()):
+            raise ValueError(f"set_scaler: the target SD must be > 0, got {list(std)} (a constant target)")
+        self.target_mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
+        self.target_std.copy_(std_t)
 
     def train(self, mode: bool = True) -> "Classifier":
         super().train(mode)
@@ -110,18 +128,19 @@ class Classifier(nn.Module, PretrainedMixin, pipeline_tag="other"):
 
     @classmethod
     def for_mode(cls, encoder: Encoder, n_classes: int, leads: Sequence[str], multilabel: bool,
-                 mode: str, head: str = "auto") -> "Classifier":
+                 mode: str, head: str = "auto", regression: bool = False) -> "Classifier":
         """The classifier finetune.mode trains (MODE_HEADS); `head` (finetune.head) other than
         "auto" replaces the mode's pooling (an attention-pooling head in finetune/scratch mode)."""
         frozen, pooling = MODE_HEADS[mode]
         return cls(encoder, n_classes, leads, multilabel, frozen_encoder=frozen,
-                   pooling=pooling if head == "auto" else head)
+                   pooling=pooling if head == "auto" else head, regression=regression)
 
     @classmethod
     def _build_for(cls, config, class_names, multilabel) -> "Classifier":
         """from_pretrained's (coreecg.model.pretrained): the classifier config.finetune describes."""
         return cls.for_mode(build_encoder(config), len(class_names), config.finetune.leads,
-                            bool(multilabel), config.finetune.mode, config.finetune.head)
+                            bool(multilabel), config.finetune.mode, config.finetune.head,
+                            regression=is_regression_task(config.finetune.task))
 
     def forward(self, x: torch.Tensor, target: torch.Tensor | None = None,
                 pooled: bool = False) -> dict[str, torch.Tensor]:
@@ -138,11 +157,17 @@ class Classifier(nn.Module, PretrainedMixin, pipeline_tag="other"):
         return out
 
     def loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """target: (B, K) multi-hot / one-hot, or a regression task's values in its units."""
         logits = logits.float()
+        if self.regression:
+            return F.mse_loss(logits, (target.float() - self.target_mean) / self.target_std)
         if self.multilabel:
             return F.binary_cross_entropy_with_logits(logits, target.float())
         return F.cross_entropy(logits, target.argmax(dim=1))
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
-        """(.., K) logits -> sigmoid (multi-label) or softmax (single-label) probabilities."""
+        """(.., K) logits -> sigmoid (multi-label) or softmax (single-label) probabilities; a
+        regression head's values in the target's units (the scaler undone)."""
+        if self.regression:
+            return logits.float() * self.target_std + self.target_mean
         return torch.sigmoid(logits.float()) if self.multilabel else torch.softmax(logits.float(), dim=-1)

@@ -27,6 +27,7 @@ from coreecg.data.subsets import stratified_patient_subset, subset_summary
 from coreecg.loading import open_source
 from coreecg.model.published import family
 from coreecg.train.leakage_guard import Pretraining, check_overlap, pretraining_of
+from coreecg.tasks import LABELS, corpus_task
 from coreecg.train.plan import FinetuneSpec, RunPlan, preflight, steps_per_epoch
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ def plan_finetune(config: Config) -> RunPlan:
         raise FinetuneError(f"{corpus}: the corpus has no labels (class_names is empty); fine-tuning needs a "
                             "labelled corpus (build it with a label view)")
     stored = list(manifest["signal"]["leads"])
+    config, task = _with_task(config, corpus)
     # the encoder first: a published family's contract fixes the leads and the corpus it takes
     config, encoder_hash, method, pretraining, contract = _with_encoder(config)
     mismatch = preprocess_mismatch(contract, manifest, corpus)
@@ -120,6 +122,10 @@ def plan_finetune(config: Config) -> RunPlan:
                                        keep[labelled], names),
         "counts": {"train_windows": int(keep.sum()), "train_unlabelled_windows_skipped": int((~labelled).sum())},
     }
+    if task["kind"] != LABELS:       # label tasks' metrics.json stay as they were
+        meta["task"] = task
+    if task["kind"] == "regression":
+        meta["target_scaler"] = _target_scaler(corpus, keep, task)
     if mismatch:
         meta["preprocess_mismatch"] = mismatch
     if config.data.preprocess.contract:     # the leads are the published model's own (its contract's), all of them
@@ -136,6 +142,32 @@ def plan_finetune(config: Config) -> RunPlan:
     finished = not notes and (run_dir / "config.yaml").is_file() and (run_dir / "metrics.json").is_file()
     return RunPlan("finetune", config, corpus, n, spe, finetune=spec, resume_notes=tuple(notes), keep=keep,
                    finished=finished)
+
+
+def _with_task(config: Config, corpus) -> tuple[Config, dict[str, Any]]:
+    """The corpus's task (coreecg.tasks) recorded in finetune.task, so that a run's config says what its
+    head predicts; FinetuneError when finetune.task names another task than the corpus's."""
+    task = corpus_task(corpus.manifest)
+    own = "" if task["kind"] == LABELS else str(task["name"])
+    asked = config.finetune.task
+    if asked not in ("", own) and not (asked == LABELS and not own):
+        raise FinetuneError(f"{corpus}: finetune.task={asked} but the corpus is of the task "
+                            f"{own or 'labels (its statements)'}; build a corpus of that task "
+                            f"(--set data.sources.<source>.task={asked})")
+    return dataclasses.replace(config, finetune=dataclasses.replace(config.finetune, task=own)), task
+
+
+def _target_scaler(corpus, keep: np.ndarray, task: dict[str, Any]) -> dict[str, Any]:
+    """The regression target's scaler: mean and SD over the train subset's records (one value per
+    record, whatever its windows), the standardisation the head trains on and undoes."""
+    d = read_split(corpus, "train", ["record_id", "target"])
+    values = dict(zip(d["record_id"][keep], d["target"][keep].astype(np.float64)))
+    y = np.array(list(values.values()))
+    sd = float(y.std(ddof=1)) if len(y) > 1 else 0.0
+    if not sd > 0:
+        raise FinetuneError(f"{corpus}: the train subset's {task['name']} is constant ({len(y)} record(s)): "
+                            "a regression needs targets that vary")
+    return {"mean": float(y.mean()), "sd": sd, "records": int(len(y)), "unit": task.get("unit", "")}
 
 
 def _leakage_check(pretraining: Pretraining | None, corpus: Path, allow: bool,

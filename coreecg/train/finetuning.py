@@ -40,7 +40,7 @@ from coreecg.train.plan import RunPlan
 from coreecg.train.step import FinetuneStep, Schedule
 from coreecg.encoders.build import build_encoder
 from coreecg.eval.downstream import (crop_features, crop_rule, eval_offsets, load_split, predict, predict_features,
-                                     score, to_records, write_predictions)
+                                     score, score_regression, to_records, write_predictions)
 from coreecg.eval.figures import tsne_figure
 from coreecg.model.classifier import Classifier
 from coreecg.train.features import feature_key, load_or_compute, weights_sha256
@@ -68,11 +68,18 @@ class FinetuneTask:
         f = self.config.finetune
         self.epochs, self.global_batch = f.epochs, f.batch_size
         self.class_names, self.multilabel = list(spec.class_names), spec.multilabel
+        # a regression task (coreecg.tasks): the head predicts values, selected and scored by MAE
+        self.scaler = spec.meta.get("target_scaler")
+        self.regression = self.scaler is not None
         self.lead_rows = list(spec.lead_rows)
         self._rows = (None if self.lead_rows == list(range(spec.stored_leads))
                       else torch.tensor(self.lead_rows, device=device))
-        # Targets by uid: the train split's labels are tiny next to its signals.
-        self.targets = torch.from_numpy(read_split(self.corpus, "train", ["labels"])["multihot"]).to(device)
+        # Targets by uid: the train split's labels (a regression's values) are tiny next to its signals.
+        if self.regression:
+            values = read_split(self.corpus, "train", ["target"])["target"].astype(np.float32)
+            self.targets = torch.from_numpy(values[:, None]).to(device)
+        else:
+            self.targets = torch.from_numpy(read_split(self.corpus, "train", ["labels"])["multihot"]).to(device)
         self._splits: dict[str, Any] = {}
         # Linear probing (docs/evaluation.md "Linear probing"): with probe_crops=eval the head
         # trains on each window's mean pooled feature over its evaluation crops; cached, those
@@ -93,7 +100,9 @@ class FinetuneTask:
         else:
             encoder = load_encoder(self.spec.encoder) if self.spec.encoder else build_encoder(cfg)
         model = Classifier.for_mode(encoder, len(self.class_names), f.leads, self.multilabel, f.mode,
-                                    f.head).to(ctx.device)
+                                    f.head, regression=self.regression).to(ctx.device)
+        if self.regression:
+            model.set_scaler([self.scaler["mean"]], [self.scaler["sd"]])
         self._core = model
         if self.cached:          # draws no random numbers: the encoder is frozen, in eval mode
             self._cache_features(model, ctx)
@@ -181,21 +190,32 @@ class FinetuneTask:
 
     def evaluate(self, bare, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int,
                  state: dict[str, Any]) -> dict[str, float]:
-        """Validation metrics; on a new best macro AUROC (or at the first evaluation), best.pt."""
+        """Validation metrics; on a new best macro AUROC (a regression: a new lowest MAE) or at the
+        first evaluation, best.pt."""
         t0 = time.perf_counter()
-        m = score(self._records(bare, "val"), self.multilabel, self.class_names)
-        nan = float("nan")
-        out = {"val_auroc": m["auroc"] if m["auroc"] is not None else nan, "val_acc": m["acc"],
-               "val_f1": m["f1"] if m["f1"] is not None else nan}
-        best = state.get("best_val_auroc")
-        improved = best is None or (not math.isnan(out["val_auroc"])
-                                    and (math.isnan(best) or out["val_auroc"] > best))
+        if self.regression:
+            m = score_regression(self._records(bare, "val"), self.scaler["sd"], self.scaler["unit"])
+            out = {"val_mae": m["mae"], "val_rmse": m["rmse"]}
+            best = state.get("best_val_mae")
+            improved = best is None or out["val_mae"] < best
+            if improved:
+                state.update(best_val_mae=out["val_mae"])
+        else:
+            m = score(self._records(bare, "val"), self.multilabel, self.class_names)
+            nan = float("nan")
+            out = {"val_auroc": m["auroc"] if m["auroc"] is not None else nan, "val_acc": m["acc"],
+                   "val_f1": m["f1"] if m["f1"] is not None else nan}
+            best = state.get("best_val_auroc")
+            improved = best is None or (not math.isnan(out["val_auroc"])
+                                        and (math.isnan(best) or out["val_auroc"] > best))
+            if improved:
+                state.update(best_val_auroc=out["val_auroc"])
         if improved:
             # self-contained: what the classifier predicts travels with its weights (coreecg.loading)
             save_checkpoint(ctx.run_dir / BEST_FILE, bare.state_dict(), self.config, task=self.name, epoch=epoch,
                             step=step, val=out, class_names=list(self.class_names), multilabel=self.multilabel,
                             leads=list(self.config.finetune.leads))
-            state.update(best_val_auroc=out["val_auroc"], best_epoch=epoch, best_step=step)
+            state.update(best_epoch=epoch, best_step=step)
         out["val_seconds"] = time.perf_counter() - t0
         return out
 
@@ -208,13 +228,21 @@ class FinetuneTask:
         payload = best.entries                                                 # epoch, step, val
         seed, n_boot = cfg.train.seed, f.bootstrap_resamples
         val, test = self._records(bare, "val"), self._records(bare, "test")
+        if self.regression:
+            sd, unit = self.scaler["sd"], self.scaler["unit"]
+            selection = {"metric": "validation MAE (lower is better)", "val_mae": payload["val"]["val_mae"]}
+            scores = {"test": score_regression(test, sd, unit, n_boot, seed),
+                      "val": score_regression(val, sd, unit, n_boot, seed)}
+        else:
+            selection = {"metric": "validation macro AUROC (one-vs-rest)", "val_auroc": payload["val"]["val_auroc"]}
+            scores = {"test": score(test, self.multilabel, self.class_names, n_boot, seed),
+                      "val": score(val, self.multilabel, self.class_names, n_boot, seed)}
         metrics = {
             **self.spec.meta,
-            "selection": {"metric": "validation macro AUROC (one-vs-rest)", "best_epoch": int(payload["epoch"]),
-                          "best_step": int(payload["step"]), "val_auroc": payload["val"]["val_auroc"],
+            "selection": {"metric": selection.pop("metric"), "best_epoch": int(payload["epoch"]),
+                          "best_step": int(payload["step"]), **selection,
                           "epochs": self.epochs, "steps": int(summary.get("step", 0))},
-            "test": score(test, self.multilabel, self.class_names, n_boot, seed),
-            "val": score(val, self.multilabel, self.class_names, n_boot, seed),
+            **scores,
             "crop_rule": crop_rule(self.spec.stored_samples, cfg.data.crop_samples, f.eval_crops),
             "aggregation": "record = mean of its windows' probabilities; CIs resample patients",
             "bootstrap_resamples": n_boot,
@@ -233,16 +261,17 @@ class FinetuneTask:
         metrics["counts"]["val_windows"] = int(len(self._split("val").record_id))
         metrics["counts"]["test_windows"] = int(len(self._split("test").record_id))
         write_json(ctx.run_dir / "metrics.json", _json_ready(metrics))
-        write_predictions(ctx.run_dir / "predictions.csv", test, self.class_names)
-        if f.tsne_max_points and len(test.record_id) >= 5:
+        write_predictions(ctx.run_dir / "predictions.csv", test, self.class_names, self.regression)
+        headline = ("mae", "rmse", "r2") if self.regression else ("acc", "f1", "auroc")
+        if f.tsne_max_points and len(test.record_id) >= 5 and not self.regression:
             fig = tsne_figure(test.features, test.y, self.class_names, self.multilabel, seed=seed,
                               max_points=f.tsne_max_points,
                               title=f"{metrics['method']} ({f.mode}) on {metrics['dataset']} test records")
             writer.figure(fig, "tsne", int(payload["epoch"]), int(payload["step"]))
             (ctx.run_dir / "figures" / f"tsne_epoch{int(payload['epoch'])}.png").replace(
                 ctx.run_dir / "figures" / "tsne.png")
-        writer.line({"event": "test", **{k: metrics["test"][k] for k in ("acc", "f1", "auroc")}})
-        writer.scalars("test", {k: metrics["test"][k] for k in ("acc", "f1", "auroc")
+        writer.line({"event": "test", **{k: metrics["test"][k] for k in headline}})
+        writer.scalars("test", {k: metrics["test"][k] for k in headline
                                 if metrics["test"][k] is not None}, int(summary.get("step", 0)))
 
 

@@ -83,9 +83,9 @@ class ArraysSource(ExportSource):
     format_label = "NumPy/HDF5 array"
 
     def __init__(self, labels: str = "", class_map: str = "", multilabel: bool | None = None,
-                 index: str = "", key: str = "", layout: str = "auto", units: str = "mV"):
+                 index: str = "", key: str = "", layout: str = "auto", units: str = "mV", task: str = ""):
         self.options = ArraysOptions(labels, class_map, multilabel, index, key, layout, units)
-        super().__init__(labels, class_map, multilabel)
+        super().__init__(labels, class_map, multilabel, task)
 
     def list_records(self, root: Path) -> list[RecordRef]:
         if self.options.index and root is not None and Path(root).expanduser().is_dir():

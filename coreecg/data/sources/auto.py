@@ -69,8 +69,8 @@ class AutoSource(ExportSource):
     format_label = "ECG export"
 
     def __init__(self, labels: str = "", class_map: str = "", multilabel: bool | None = None,
-                 readers: dict[str, dict[str, Any]] | None = None):
-        super().__init__(labels, class_map, multilabel)
+                 readers: dict[str, dict[str, Any]] | None = None, task: str = ""):
+        super().__init__(labels, class_map, multilabel, task)
         self.reader_options = dict(readers or {})
         self._readers: dict[str, Any] = {}
 

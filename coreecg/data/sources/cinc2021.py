@@ -76,6 +76,8 @@ class CinC2021Options:
     min_count: int = 1                # class_map=frequent: codes seen at least this often ...
     count_column: str = "Total"       # ... in this column of the challenge tables
     subsets: tuple[str, ...] = ()     # e.g. [Ningbo]; empty = every database found
+    # "": the class map's statements; a registered task of the headers' metadata (coreecg.tasks: age, sex)
+    task: str = ""
 
     def reader_options(self, data: Any) -> dict[str, Any]:
         """Constructor options: subsets as a list (None: all), class_map "auto" resolved."""
@@ -84,7 +86,7 @@ class CinC2021Options:
         if class_map == "auto":
             class_map = "ningbo25" if subsets == ["Ningbo"] else "scored26"
         return {"class_map": class_map, "min_count": self.min_count, "count_column": self.count_column,
-                "subsets": subsets}
+                "subsets": subsets, **({"task": self.task} if self.task else {})}
 
 
 def dataset_key(manifest: dict[str, Any]) -> str:
@@ -105,6 +107,7 @@ class CinC2021Source:
 
     name = "cinc2021"
     multilabel = True
+    unlabelled_view = {"class_map": "none"}     # a task's records need no statement (coreecg.tasks)
 
     def __init__(self, class_map: str = "scored26", min_count: int = 1, count_column: str = "Total",
                  subsets: Sequence[str] | None = None):

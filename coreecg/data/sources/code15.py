@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -59,6 +59,11 @@ class Code15Options:
 
     # multi: the six abnormalities + normal_ecg, 7 classes; none: unlabelled (pretraining)
     label_view: Literal["multi", "none"] = "multi"
+    # "": the six abnormalities; a registered task of exams.csv's metadata (coreecg.tasks: age, sex)
+    task: str = ""
+
+    def reader_options(self, data: Any) -> dict[str, Any]:
+        return {"label_view": self.label_view, **({"task": self.task} if self.task else {})}
 
 
 @register_source("code15", options=Code15Options)
@@ -66,6 +71,7 @@ class Code15Source:
     """CODE-15% reader. Option: label_view ("multi" | "none")."""
 
     name = "code15"
+    unlabelled_view = {"label_view": "none"}    # a task's records need no statement (coreecg.tasks)
 
     def __init__(self, label_view: str = "multi"):
         if label_view not in LABEL_VIEWS:

@@ -132,8 +132,8 @@ class EdfSource(ExportSource):
     format_label = "EDF"
 
     def __init__(self, labels: str = "", class_map: str = "", multilabel: bool | None = None,
-                 unnamed_lead: str = ""):
-        super().__init__(labels, class_map, multilabel)
+                 unnamed_lead: str = "", task: str = ""):
+        super().__init__(labels, class_map, multilabel, task)
         self.unnamed_lead = unnamed_lead_name(unnamed_lead)
 
     def read_export(self, path: str) -> Export:

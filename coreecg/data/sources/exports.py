@@ -248,10 +248,22 @@ class ExportOptions:
     class_map: str = ""
     # whether a record may carry several classes; null: from the table (any row with two classes)
     multilabel: bool | None = None
+    # "": the labels column's codes; column:<name>: that numeric column of the labels CSV as a regression
+    # task; or a registered task (coreecg.tasks). Keyword-only: the readers' own options keep their positions.
+    task: str = field(default="", kw_only=True)
 
     def __post_init__(self) -> None:
         if self.class_map and not self.labels:
             raise ValueError("class_map without labels: the class map maps the labels table's codes")
+        if self.task.startswith("column:") and not self.labels:
+            raise ValueError(f"task={self.task}: a column task reads the labels CSV (set labels=<csv>)")
+
+
+def check_no_task(task: str) -> None:
+    """A reader built without get_source has no task applied: say so rather than ignore it."""
+    if task:
+        raise ValueError(f"task={task}: a task is applied by coreecg.data.sources.get_source (it wraps the reader); "
+                         "build the reader through it")
 
 
 # The label-free view of every export reader (inference, embedding, pretraining corpora).
@@ -309,7 +321,8 @@ class ExportSource:
     # Patient ids of these files are hospital identifiers: stored only as salted hashes.
     identifying_patient_ids = True
 
-    def __init__(self, labels: str = "", class_map: str = "", multilabel: bool | None = None):
+    def __init__(self, labels: str = "", class_map: str = "", multilabel: bool | None = None, task: str = ""):
+        check_no_task(task)
         self.table = LabelTable.load(labels, class_map or None, multilabel) if labels else None
         self.class_names: tuple[str, ...] = self.table.class_names if self.table else ()
         self.multilabel = self.table.multilabel if self.table else False

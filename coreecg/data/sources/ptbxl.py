@@ -43,6 +43,7 @@ from coreecg.data.sources.base import as_age, no_records, require_root
 from coreecg.data.sources.registry import IndexFile, register_source
 from coreecg.data.sources.wfdb_io import read_wfdb
 from coreecg.data.splits import fold_split
+from coreecg.tasks import LABELS, TASKS
 
 SUPERCLASSES: tuple[str, ...] = ("NORM", "MI", "STTC", "CD", "HYP")
 DIAGNOSTIC: tuple[str, ...] = (
@@ -76,10 +77,17 @@ class PTBXLOptions:
     label_view: Literal["single", "multi", "none"] = "single"   # single: the paper's 5-class task
     rate: Literal[500, 100] = 500                                # records500/ or records100/
     min_likelihood: float = 0.0                                  # SCP-code likelihood threshold
-    # the benchmark's tasks (docs/data_sources.md); superdiagnostic + single = the paper's 5 classes
-    task: Literal["superdiagnostic", "diagnostic", "subdiagnostic", "form", "rhythm", "all"] = "superdiagnostic"
+    # the benchmark's statement tasks (docs/data_sources.md; superdiagnostic + single = the paper's 5
+    # classes), or a registered task of the records' metadata (coreecg.tasks: age, sex, height, weight)
+    task: str = "superdiagnostic"
     # patients: the patient hash at data.split_ratios; folds: strat_fold 1-8 / 9 / 10 = train / val / test
     split: Literal["patients", "folds"] = "patients"
+
+    def __post_init__(self) -> None:
+        targets = [n for n, t in TASKS.items() if t.kind != LABELS]
+        if self.task not in TASK_CLASSES and self.task not in targets:
+            raise ValueError(f"data.sources.ptbxl.task must be one of {', '.join([*TASK_CLASSES, *targets])}, "
+                             f"got {self.task!r}")
 
 
 def dataset_key(manifest: dict[str, Any]) -> str:
@@ -138,6 +146,8 @@ class PTBXLSource:
                 "task_labels": _ordered({to_class[c] for c in stated if c in to_class}, TASK_CLASSES[self.task]),
                 "age": as_age(row.age),
                 "sex": None if pd.isna(row.sex) else int(row.sex),
+                "height": _number(getattr(row, "height", None)),
+                "weight": _number(getattr(row, "weight", None)),
             }
             path = root / getattr(row, _FILE_COLUMN[self.rate])
             refs.append(RecordRef(self.name, str(int(row.ecg_id)), str(path), extra))
@@ -163,11 +173,17 @@ class PTBXLSource:
         sig = read_wfdb(ref.path)
         if sig.fs != self.rate:
             raise RecordError(ref.path, f"wrong sampling rate: {sig.fs:g} Hz, expected {self.rate} Hz")
-        meta = {k: ref.extra[k] for k in ("ecg_id", "strat_fold", "scp_codes", "superclasses", "age", "sex")}
+        meta = {k: ref.extra.get(k) for k in ("ecg_id", "strat_fold", "scp_codes", "superclasses", "age", "sex",
+                                              "height", "weight")}
         if split is not None:
             meta["split"] = split   # the pipeline stores the record under this split, not the hash's
         return Record(self.name, ref.record_id, sig.signal, sig.fs, sig.lead_names,
                       ref.extra["patient_id"], labels, ref.path, meta)
+
+
+def _number(value: Any) -> float | None:
+    """A database cell as a float, or None where it is empty (height and weight are often)."""
+    return None if value is None or pd.isna(value) else float(value)
 
 
 def _statement_maps(scp_csv: Path, task: str) -> tuple[dict[str, str], dict[str, str]]:

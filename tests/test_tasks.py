@@ -1,0 +1,217 @@
+"""Tasks as registered modules (coreecg.tasks): regression and binary targets from a source's metadata,
+their corpora on the shared PTB-XL records, the regression metrics and an age fine-tuning end to end."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.metrics import mean_absolute_error, r2_score
+
+from coreecg.config import load_config
+from coreecg.data.record import Record, RecordError
+from coreecg.data.reading import read_split
+from coreecg.data.sources import get_source
+from coreecg.eval.regression import regression_bootstrap_ci, regression_metrics, resample_regression
+from coreecg.model.classifier import Classifier
+from coreecg.tasks import TaskSource, register_task, task_spec
+from tests.helpers import TINY
+
+
+def _record(**meta) -> Record:
+    return Record("ptbxl", "1", np.zeros((12, 5000), np.float32), 500.0, ("I",) * 12, "p1", (), "/x/1", meta)
+
+
+def test_a_target_is_read_checked_and_never_imputed():
+    age = task_spec("age")
+    assert age.apply(_record(age=63.0)).meta["target"] == 63.0
+    assert age.apply(_record(age=63.0)).labels == ("age",)
+    with pytest.raises(RecordError, match=r"missing target: no age"):
+        age.apply(_record(age=None))
+    with pytest.raises(RecordError, match=r"missing target: no age"):
+        age.apply(_record(age=float("nan")))
+    # PTB-XL's 300 (every patient over 89) and a negative weight are quarantined, not clipped
+    with pytest.raises(RecordError, match=r"implausible age: 300 years outside \[0, 120\]"):
+        age.apply(_record(age=300))
+    with pytest.raises(RecordError, match=r"implausible weight: -4 kg"):
+        task_spec("weight").apply(_record(weight=-4.0))
+    sex = task_spec("sex")
+    assert sex.apply(_record(sex=0)).labels == ("male",) and sex.apply(_record(sex=1)).labels == ("female",)
+    assert sex.apply(_record(sex="Female")).labels == ("female",)
+    assert sex.apply(_record(is_male=True)).labels == ("male",)       # CODE-15%'s column
+    with pytest.raises(RecordError, match="missing target"):
+        sex.apply(_record(sex="Unknown"))
+
+
+def test_registering_a_task_checks_its_definition():
+    with pytest.raises(ValueError, match="kind"):
+        register_task("bad_kind", kind="ordinal", meta_keys=("x",))
+    with pytest.raises(ValueError, match="two classes"):
+        register_task("bad_binary", kind="binary", meta_keys=("x",), classes=("a",))
+    with pytest.raises(ValueError, match="where its targets come from"):
+        register_task("bad_source", kind="regression")
+    with pytest.raises(ValueError, match="already registered"):
+        register_task("age", kind="regression", meta_keys=("age",), unit="months")
+    with pytest.raises(ValueError, match="unknown task 'agee'"):
+        get_source("cinc2021", task="agee")
+    with pytest.raises(ValueError, match="task must be one of"):
+        load_config(overrides=["data.sources.ptbxl.task=agee"])
+
+
+def test_a_task_source_is_the_readers_label_free_view_with_the_tasks_classes():
+    source = get_source("ptbxl", task="age")
+    assert isinstance(source, TaskSource) and source.label_view == "none"
+    assert source.class_names == ("age",) and source.multilabel is False
+    sex = get_source("ptbxl", **load_config(overrides=["data.sources.ptbxl.task=sex"]).data.sources.for_source(
+        "ptbxl", 0))
+    assert sex.class_names == ("female", "male")
+    assert not isinstance(get_source("ptbxl"), TaskSource)        # the statement tasks stay the reader's own
+
+
+@pytest.fixture(scope="module")
+def task_corpora(ray_session, ecg_data, tmp_path_factory):
+    from coreecg.data.pipeline import build_corpus
+
+    root = tmp_path_factory.mktemp("task-corpora")
+    data = load_config(overrides=["data.shard_records=64"]).data
+    out = {}
+    for task in ("age", "sex"):
+        out[task] = build_corpus("ptbxl", ecg_data / "ptbxl", root / task, data, source_options={"task": task},
+                                 log_warnings=False)
+    return root, out
+
+
+def test_an_age_corpus_holds_each_records_stated_age_and_counts_the_missing(task_corpora, ecg_data):
+    root, manifests = task_corpora
+    db = pd.read_csv(ecg_data / "ptbxl" / "ptbxl_database.csv").set_index("ecg_id")
+    m = manifests["age"]
+    assert m["class_names"] == ["age"] and m["multilabel"] is False and m["dataset_key"] == "ptbxl-age"
+    assert m["task"]["name"] == "age" and m["task"]["unit"] == "years" and m["task"]["kind"] == "regression"
+    stated = db["age"].notna()
+    assert m["task"]["missing_targets"] == int((~stated).sum()) > 0
+    assert m["counts"]["records_written"] == int(stated.sum())
+    with open(root / "age" / "quarantine.csv") as f:
+        missing = {r["record_id"] for r in csv.DictReader(f) if r["reason"].startswith("missing target: no age")}
+    assert missing == {str(i) for i in db.index[~stated]}
+    seen = {}
+    for split in ("train", "val", "test"):
+        d = read_split(root / "age", split, ["record_id", "labels", "target"])
+        assert d["target"].dtype == np.float32 and (d["multihot"] == 1).all()
+        seen.update(zip(d["record_id"], d["target"]))
+        stats = m["task"]["targets"][split]
+        ages = np.array([db.loc[int(r), "age"] for r in set(d["record_id"])])
+        assert stats["n"] == len(ages) and stats["mean"] == pytest.approx(ages.mean())
+        assert stats["sd"] == pytest.approx(ages.std(ddof=1))
+    assert {int(r): float(v) for r, v in seen.items()} == {int(i): float(a) for i, a in db["age"][stated].items()}
+
+
+def test_a_sex_corpus_is_a_two_class_task_of_the_databases_sex(task_corpora, ecg_data):
+    root, manifests = task_corpora
+    db = pd.read_csv(ecg_data / "ptbxl" / "ptbxl_database.csv").set_index("ecg_id")
+    m = manifests["sex"]
+    assert m["class_names"] == ["female", "male"] and m["task"]["kind"] == "binary"
+    for split in ("train", "val", "test"):
+        d = read_split(root / "sex", split, ["record_id", "labels"])
+        want = np.array([1 if db.loc[int(r), "sex"] == 0 else 0 for r in d["record_id"]])   # PTB-XL: 0 = male
+        assert (d["label"] == want).all()
+    assert sum(m["counts"]["classes"][s]["male"] for s in ("train", "val", "test")) == int((db["sex"] == 0).sum())
+
+
+def test_regression_metrics_and_their_bootstrap_are_what_the_definitions_give():
+    rng = np.random.default_rng(0)
+    y = rng.normal(50, 15, 40)
+    pred = y + rng.normal(0, 5, 40)
+    m = regression_metrics(y, pred, sd=15.0, unit="years", patient_ids=np.arange(40) // 2)
+    assert m["mae"] == pytest.approx(mean_absolute_error(y, pred)) and m["mae_sd"] == pytest.approx(m["mae"] / 15)
+    assert m["r2"] == pytest.approx(r2_score(y, pred)) and m["pearson_r"] == pytest.approx(np.corrcoef(y, pred)[0, 1])
+    assert m["rmse"] == pytest.approx(np.sqrt(np.mean((y - pred) ** 2))) and m["patients"] == 20
+    # a weighted copy's metrics are those of the materialised copy
+    w = rng.integers(0, 3, size=(3, 40)).astype(float)
+    fast = resample_regression(y, pred, 15.0, w)
+    for b in range(3):
+        rows = np.repeat(np.arange(40), w[b].astype(int))
+        ref = regression_metrics(y[rows], pred[rows], 15.0)
+        for key in ("mae", "rmse", "r2", "pearson_r"):
+            assert fast[key][b] == pytest.approx(ref[key]), key
+    ci = regression_bootstrap_ci(y, pred, np.arange(40) // 2, 15.0, n_resamples=300, seed=1)
+    assert ci["mae"]["low"] < m["mae"] < ci["mae"]["high"]
+    assert ci == regression_bootstrap_ci(y, pred, np.arange(40) // 2, 15.0, n_resamples=300, seed=1)
+
+
+def test_a_regression_head_standardises_its_target_and_reports_it_in_its_unit():
+    from coreecg.encoders.build import build_encoder
+
+    cfg = load_config(overrides=TINY)
+    model = Classifier(build_encoder(cfg), 1, cfg.finetune.leads, False, regression=True)
+    model.set_scaler([50.0], [20.0])
+    logits = torch.tensor([[0.0], [1.0]])
+    assert torch.allclose(model.probabilities(logits), torch.tensor([[50.0], [70.0]]))
+    assert model.loss(torch.tensor([[1.0]]), torch.tensor([[70.0]])).item() == pytest.approx(0.0)
+    assert {"target_mean", "target_std"} <= set(model.state_dict())
+    labels = Classifier(build_encoder(cfg), 5, cfg.finetune.leads, False)
+    assert not any(k.startswith("target_") for k in labels.state_dict())     # label checkpoints keep their keys
+    with pytest.raises(ValueError, match="constant target"):
+        model.set_scaler([50.0], [0.0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["linear", "scratch"])
+def test_age_regression_end_to_end_with_its_scaler_saved_and_its_mae_recomputable(task_corpora, tmp_path, mode):
+    from coreecg.eval.downstream import load_split, predict
+    from coreecg.loading import load_finetuned
+    from coreecg.train.fit import fit, plan_run
+
+    root, _ = task_corpora
+    extra = ["finetune.mode=scratch"] if mode == "scratch" else ["finetune.mode=linear", "finetune.encoder=random"]
+    cfg = load_config(overrides=[*TINY, f"data.corpus={root / 'age'}", "finetune.batch_size=16", "finetune.lr=1e-3",
+                                 "finetune.bootstrap_resamples=100", "train.num_workers=1", "finetune.epochs=2",
+                                 "train.checkpoint_every_steps=0", f"train.storage_path={tmp_path}",
+                                 f"train.name=age-{mode}", *extra])
+    run = fit(plan_run(cfg, "finetune"))
+    m = run.metrics
+    assert m["task"]["name"] == "age" and m["selection"]["metric"].startswith("validation MAE")
+    scaler = m["target_scaler"]
+    train = read_split(root / "age", "train", ["record_id", "target"])
+    ages = np.array(list(dict(zip(train["record_id"], train["target"].astype(float))).values()))
+    assert scaler["mean"] == pytest.approx(ages.mean()) and scaler["sd"] == pytest.approx(ages.std(ddof=1))
+    table = pd.read_csv(run.run_dir / "predictions.csv", dtype={"record_id": str})
+    assert list(table.columns) == ["record_id", "patient_id", "target", "prediction"]
+    assert m["test"]["mae"] == pytest.approx(mean_absolute_error(table["target"], table["prediction"]), rel=1e-6)
+    assert m["test"]["mae_sd"] == pytest.approx(m["test"]["mae"] / scaler["sd"])
+    assert m["test"]["ci"]["mae"]["low"] <= m["test"]["mae"] <= m["test"]["ci"]["mae"]["high"]
+    assert "auroc" not in m["test"]
+    # the scaler travels in best.pt: a fresh load predicts the saved values in years
+    tuned = load_finetuned(run.run_dir)
+    assert tuned.config.finetune.task == "age" and tuned.model.regression
+    assert tuned.model.target_mean.item() == pytest.approx(scaler["mean"])
+    test = load_split(root / "age", "test")
+    probs, _ = predict(tuned.model, test.signal, list(range(12)), cfg.data.crop_samples, cfg.finetune.eval_crops,
+                       torch.device("cpu"))
+    by_record = pd.DataFrame({"r": test.record_id, "p": probs[:, 0]}).groupby("r", sort=False)["p"].mean()
+    assert np.allclose(by_record.loc[table["record_id"]].to_numpy(), table["prediction"], atol=1e-4)
+    epochs = [json.loads(x) for x in (run.run_dir / "metrics.jsonl").read_text().splitlines() if '"kind": "epoch"' in x]
+    assert all("val_mae" in e for e in epochs)
+    if mode == "linear":      # the scaler through an export and a fresh-process predict, in years
+        _export_and_predict(run.run_dir, root / "age", table, tmp_path)
+
+
+def _export_and_predict(run_dir, corpus, table, tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    export = subprocess.run([sys.executable, "jobs/export.py", "--model", str(run_dir), "--output",
+                             str(tmp_path / "export"), "--precision", "fp32"],
+                            cwd=repo, capture_output=True, text=True, timeout=300)
+    assert export.returncode == 0, export.stderr[-2000:]
+    out = tmp_path / "pred.csv"
+    done = subprocess.run([sys.executable, "jobs/predict.py", "--model", str(tmp_path / "export"), "--corpus",
+                           str(corpus), "--split", "test", "--output", str(out), "--precision", "fp32"],
+                          cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pred = pd.read_csv(out, dtype={"record_id": str}).set_index("record_id")
+    assert "pred_age" in pred.columns
+    assert np.allclose(pred.loc[table["record_id"], "pred_age"].to_numpy(), table["prediction"], atol=1e-4)

@@ -21,8 +21,8 @@ import torch
 
 from coreecg.config import STANDARD_LEADS
 from coreecg.data.corpus import load_manifest
-from coreecg.eval.figures import layer_probe_figure, save_figure
 from coreecg.eval.downstream import EvalSplit, crop_rule, eval_offsets, load_split, score, to_records
+from coreecg.eval.figures import layer_probe_figure, save_figure
 from coreecg.eval.probe import ProbeSplit, probe_probabilities
 from coreecg.model.layer_features import n_layers, pooled_layers
 from coreecg.model.padding import padding_mask
@@ -43,9 +43,10 @@ def lead_index(leads: Sequence[str], device: torch.device) -> torch.Tensor | Non
 def layer_embeddings(encoder: torch.nn.Module, signal: np.ndarray, crop: int, n_crops: int, device: torch.device,
                      lead_idx: torch.Tensor | None = None, batch_size: int = 128) -> list[np.ndarray]:
     """Every layer's features of every window under the crop rule: signal (n, C, T) any float dtype
-    -> n_layers arrays (n, D_layer) float64, each the mean over the window's `n_crops` evaluation
-    crops (a crop without a whole real patch weighs 0, as downstream's crop_features). The crops
-    of a batch go through the encoder together, once for all layers; eval mode."""
+    -> n_layers arrays (n, D_layer) float32 (half of float64's memory: a deep CNN has many wide
+    layers), each the mean over the window's `n_crops` evaluation crops (a crop without a whole
+    real patch weighs 0, as downstream's crop_features). The crops of a batch go through the
+    encoder together, once for all layers; eval mode."""
     offsets = eval_offsets(signal.shape[-1], crop, n_crops)
     was_training = encoder.training
     encoder.eval()
@@ -60,7 +61,7 @@ def layer_embeddings(encoder: torch.nn.Module, signal: np.ndarray, crop: int, n_
         for layer, f in zip(out, pooled_layers(encoder, views, lead_idx)):
             layer.append((f.float().view(len(offsets), b, -1) * w).sum(0).cpu())
     encoder.train(was_training)
-    return [torch.cat(f).double().numpy() for f in out]
+    return [torch.cat(f).numpy() for f in out]
 
 
 def _probe_split(split: EvalSplit) -> ProbeSplit:

@@ -124,8 +124,10 @@ class PretrainTask:
         layers = None
         if d.probe_layers:        # every block's features from the same pass; the last is `embed`'s
             lead_idx = lead_index(p.leads, ctx.device)
-            layers = list(zip(*(layer_embeddings(bare.encoder, s.windows, d.crop_samples, 1, ctx.device, lead_idx)
-                                for s in (p.train, p.val))))
+            per_split = [[f.astype(np.float64) for f in layer_embeddings(bare.encoder, s.windows, d.crop_samples, 1,
+                                                                         ctx.device, lead_idx)]
+                         for s in (p.train, p.val)]
+            layers = list(zip(*per_split))
             train_x, val_x = layers[-1]
         else:
             train_x = embed(bare.encoder, p.train.windows, d.crop_samples, ctx.device, leads=p.leads)

@@ -140,6 +140,10 @@ class DataConfig:
     # every label, random encoder features already saturate (docs/decisions.md).
     probe_labels_per_class: int = 10
     probe_subsets: int = 5
+    # Embed the probe corpus at every encoder block too (the layer_probe_auroc objective: the best
+    # layer's probe); off, as each evaluation then costs a probe per layer. A sweep with
+    # --metric layer_probe_auroc turns it on.
+    probe_layers: bool = False
 
     @property
     def corpora(self) -> tuple[str, ...]:

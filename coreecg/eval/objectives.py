@@ -12,6 +12,10 @@ then reports it and `jobs/sweep.py --metric my_score` may optimise it. Built in:
   probe_auroc_full (every probe train window, max) beside it;
 - knn_auroc (max): a k-nearest-neighbour probe on the same embeddings (cosine, `KNN_K` neighbours of
   the full train split: a window's class scores are its neighbours' label shares), with knn_acc;
+- layer_probe_auroc (max): the few-label probe on every encoder block's pooled features
+  (coreecg.model.layer_features), the best layer's val AUROC, with layer_probe_best_layer (1-based)
+  beside it; computed only where the evaluation embedded every layer (data.probe_layers, which a
+  sweep with --metric layer_probe_auroc sets): a `layers` objective is skipped otherwise;
 - rankme (max): RankMe (Garrido et al., ICML 2023), the effective rank exp(H(p)) of the embeddings'
   singular values p = s / sum(s): near 1 when the encoder has collapsed, up to D when every
   direction is used.
@@ -44,6 +48,8 @@ class Embeddings:
     data: ProbeData
     per_class: int = 10
     n_subsets: int = 5
+    # every layer's (train (n_train, D_layer), val (n_val, D_layer)) embeddings; None: not made
+    layers: list[tuple[np.ndarray, np.ndarray]] | None = None
 
 
 @dataclass(frozen=True)
@@ -53,15 +59,17 @@ class Objective:
     compute: Callable[[Embeddings], dict[str, float]]
     description: str = ""
     also: tuple[str, ...] = ()            # other keys its compute reports that a sweep may optimise (same direction)
+    layers: bool = False                  # needs Embeddings.layers: skipped where an evaluation made none
 
 
 OBJECTIVES: dict[str, Objective] = {}
 
 
 def register_objective(name: str, direction: Literal["max", "min"], description: str = "",
-                       also: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
-    """Decorator: `fn(Embeddings) -> {name: value, ...}` computed at every pretraining evaluation;
-    ValueError for a direction other than max/min or a name another function holds."""
+                       also: tuple[str, ...] = (), layers: bool = False) -> Callable[[Callable], Callable]:
+    """Decorator: `fn(Embeddings) -> {name: value, ...}` computed at every pretraining evaluation
+    (with `layers`: at those that embedded every layer, `needs_layers`); ValueError for a
+    direction other than max/min or a name another function holds."""
     if direction not in ("max", "min"):
         raise ValueError(f"objective {name!r}: direction must be 'max' or 'min', got {direction!r}")
 
@@ -69,7 +77,7 @@ def register_objective(name: str, direction: Literal["max", "min"], description:
         known = OBJECTIVES.get(name)
         if known is not None and known.compute is not fn and known.compute.__module__ != fn.__module__:
             raise ValueError(f"objective {name!r} is already registered by {known.compute.__module__}")
-        OBJECTIVES[name] = Objective(name, direction, fn, description, tuple(also))
+        OBJECTIVES[name] = Objective(name, direction, fn, description, tuple(also), layers)
         return fn
     return register
 
@@ -83,10 +91,18 @@ def objective_directions() -> dict[str, str]:
     return out
 
 
+def needs_layers(metric: str) -> bool:
+    """Whether the objective `metric` (a name or a key it also reports) needs every layer embedded."""
+    return any(o.layers and metric in (o.name, *o.also) for o in OBJECTIVES.values())
+
+
 def compute_objectives(e: Embeddings) -> dict[str, float]:
-    """Every registered objective on one evaluation's embeddings (a failing plugin names itself)."""
+    """Every registered objective on one evaluation's embeddings (a failing plugin names itself);
+    those needing every layer's embeddings only when the evaluation made them."""
     out: dict[str, float] = {}
     for o in OBJECTIVES.values():
+        if o.layers and e.layers is None:
+            continue
         try:
             got = o.compute(e)
         except Exception as exc:
@@ -127,6 +143,17 @@ def _knn(e: Embeddings) -> dict[str, float]:
     return {"knn_auroc": auroc, "knn_acc": acc}
 
 
+@register_objective("layer_probe_auroc", "max", "the few-label probe on every encoder layer: the best layer's "
+                    "macro AUROC on the probe's val split", layers=True)
+def _layer_probe(e: Embeddings) -> dict[str, float]:
+    per_layer = np.array([probe_scores(train_x, val_x, e.data, e.per_class, e.n_subsets)["probe_auroc"]
+                          for train_x, val_x in e.layers])
+    if np.isnan(per_layer).all():
+        return {"layer_probe_auroc": float("nan"), "layer_probe_best_layer": float("nan")}
+    best = int(np.nanargmax(per_layer))                   # the first of ties
+    return {"layer_probe_auroc": float(per_layer[best]), "layer_probe_best_layer": float(best + 1)}
+
+
 def rankme(x: np.ndarray, eps: float = RANKME_EPS) -> float:
     """RankMe of embeddings x (n, D): exp(-sum p log p), p = s / ||s||_1 + eps, s the singular values."""
     s = np.linalg.svd(np.asarray(x, dtype=np.float64), compute_uv=False)
@@ -156,4 +183,4 @@ def collapse_reason(metrics: dict[str, float], rankme_floor: float, std_floor: f
 
 
 __all__ = ["Embeddings", "Objective", "OBJECTIVES", "register_objective", "objective_directions",
-           "compute_objectives", "knn_scores", "rankme", "collapse_reason", "KNN_K"]
+           "compute_objectives", "needs_layers", "knn_scores", "rankme", "collapse_reason", "KNN_K"]

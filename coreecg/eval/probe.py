@@ -86,31 +86,39 @@ def embed(encoder: torch.nn.Module, windows: np.ndarray, crop: int, device: torc
     return torch.cat(feats).double().numpy()
 
 
-def fit_probe(train_x: np.ndarray, train: ProbeSplit, val_x: np.ndarray, val: ProbeSplit,
-              multilabel: bool) -> dict[str, float]:
-    """Logistic regression on standardised features -> probe_auroc (macro, one-vs-rest, over
-    the val classes that can be scored) and probe_acc (argmax accuracy; per-label at 0.5
-    for multi-label)."""
+def probe_probabilities(train_x: np.ndarray, train: ProbeSplit, eval_x: np.ndarray,
+                        multilabel: bool) -> np.ndarray:
+    """The probe itself: logistic regression on standardised features (one-vs-rest for
+    multi-label, over the classes train holds both ways) fitted on (n_train, D) -> class
+    probabilities of eval_x (n_eval, D) -> (n_eval, K); a class train cannot fit scores 0."""
     scaler = StandardScaler().fit(train_x)
-    tx, vx = scaler.transform(train_x), scaler.transform(val_x)
+    tx, vx = scaler.transform(train_x), scaler.transform(eval_x)
     K = train.multihot.shape[1]
+    scores = np.zeros((len(vx), K))
     if multilabel:
         present = train.multihot.sum(0) > 0
         present &= train.multihot.sum(0) < len(train.multihot)
-        scores = np.zeros((len(vx), K))
         if present.any():
             clf = OneVsRestClassifier(LogisticRegression(max_iter=1000)).fit(tx, train.multihot[:, present])
             scores[:, present] = clf.predict_proba(vx)
+    elif len(np.unique(train.label)) > 1:
+        clf = LogisticRegression(max_iter=1000).fit(tx, train.label)
+        scores[:, clf.classes_] = clf.predict_proba(vx)
+    return scores
+
+
+def fit_probe(train_x: np.ndarray, train: ProbeSplit, val_x: np.ndarray, val: ProbeSplit,
+              multilabel: bool) -> dict[str, float]:
+    """`probe_probabilities` scored on val -> probe_auroc (macro, one-vs-rest, over the val
+    classes that can be scored) and probe_acc (argmax accuracy; per-label at 0.5 for
+    multi-label)."""
+    scores = probe_probabilities(train_x, train, val_x, multilabel)
+    if multilabel:
         acc = float(((scores >= 0.5) == (val.multihot > 0.5)).mean())
     else:
-        classes = np.unique(train.label)
-        scores = np.zeros((len(vx), K))
-        if len(classes) > 1:
-            clf = LogisticRegression(max_iter=1000).fit(tx, train.label)
-            scores[:, clf.classes_] = clf.predict_proba(vx)
         acc = float((scores.argmax(1) == val.label).mean())
     auroc, skipped = macro_auroc(val.multihot, scores)
-    return {"probe_auroc": auroc, "probe_acc": acc, "probe_classes_scored": float(K - len(skipped))}
+    return {"probe_auroc": auroc, "probe_acc": acc, "probe_classes_scored": float(scores.shape[1] - len(skipped))}
 
 
 def label_subsets(label: np.ndarray, per_class: int, n_subsets: int) -> list[np.ndarray]:

@@ -116,13 +116,23 @@ class PretrainTask:
 
     def _objectives(self, bare: PretrainMethod, ctx: WorkerContext) -> dict[str, float]:
         """Every registered objective (coreecg.eval.objectives) on the probe corpus, embedded once."""
+        from coreecg.eval.layer_probe import lead_index, layer_embeddings
         from coreecg.eval.objectives import Embeddings, compute_objectives
         from coreecg.eval.probe import embed
 
         d, p = self.config.data, self.probe
-        train_x = embed(bare.encoder, p.train.windows, d.crop_samples, ctx.device, leads=p.leads)
-        val_x = embed(bare.encoder, p.val.windows, d.crop_samples, ctx.device, leads=p.leads)
-        return compute_objectives(Embeddings(train_x, val_x, p, d.probe_labels_per_class, d.probe_subsets))
+        layers = None
+        if d.probe_layers:        # every block's features from the same pass; the last is `embed`'s
+            lead_idx = lead_index(p.leads, ctx.device)
+            per_split = [[f.astype(np.float64) for f in layer_embeddings(bare.encoder, s.windows, d.crop_samples, 1,
+                                                                         ctx.device, lead_idx)]
+                         for s in (p.train, p.val)]
+            layers = list(zip(*per_split))
+            train_x, val_x = layers[-1]
+        else:
+            train_x = embed(bare.encoder, p.train.windows, d.crop_samples, ctx.device, leads=p.leads)
+            val_x = embed(bare.encoder, p.val.windows, d.crop_samples, ctx.device, leads=p.leads)
+        return compute_objectives(Embeddings(train_x, val_x, p, d.probe_labels_per_class, d.probe_subsets, layers))
 
     def evaluate(self, bare: PretrainMethod, ctx: WorkerContext, writer: RunWriter, epoch: int, step: int,
                  state: dict[str, Any]) -> dict[str, float]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from coreecg.config import Config, load_config
-from coreecg.eval.objectives import objective_directions
+from coreecg.eval.objectives import needs_layers, objective_directions
 from coreecg.train.tracking import track_trials
 from coreecg.tune.trials import TrialSpec, concurrency_for, cpus_per_trial, error_text, run_trials
 from coreecg.cluster import find_devices, init_ray, resolve_devices
@@ -148,7 +148,8 @@ def run_sweep(settings: SweepSettings, param_space: dict[str, Any], *, search_al
     config_file = str(Path(settings.config_file).expanduser().resolve()) if settings.config_file else None
     # with train.tracking, each trial is one tracked run grouped under the sweep folder's name
     spec = TrialSpec(task="pretrain", config_file=config_file, storage=str(out / "trials"), require_probe=True,
-                     overrides=(*absolute_data_paths(settings), *FORCED, *track_trials(cfg, out, out.name)),
+                     overrides=(*absolute_data_paths(settings), *FORCED, *metric_overrides(settings.metric),
+                                *track_trials(cfg, out, out.name)),
                      devices=devices.to_dict())
     return run_trials({**param_space, "run": spec.to_dict()}, mode=settings.mode, search_alg=search_alg,
                       scheduler=scheduler, num_samples=num_samples, **common)
@@ -158,6 +159,12 @@ def tune_can_restore(experiment: Path) -> bool:
     from ray import tune
 
     return tune.Tuner.can_restore(str(experiment))
+
+
+def metric_overrides(metric: str) -> list[str]:
+    """What a trial must compute for `metric` to be reported: every layer's probe embeddings for
+    an objective that needs them (layer_probe_auroc), else nothing."""
+    return ["data.probe_layers=true"] if needs_layers(metric) else []
 
 
 def absolute_data_paths(settings: SweepSettings) -> list[str]:

@@ -82,10 +82,15 @@ class TaskSpec:
         return self.kind == "regression"
 
     @property
+    def output(self) -> str:
+        """The target's name in messages and outputs: the task's, a column task's column."""
+        return self.name[len(COLUMN_PREFIX):] if self.name.startswith(COLUMN_PREFIX) else self.name
+
+    @property
     def class_names(self) -> tuple[str, ...]:
         """What the corpus stores as its class names: a binary task's two classes, a regression
-        task's one output (its name); a label task's come from its source."""
-        return self.classes if self.kind == "binary" else (self.name,) if self.regression else ()
+        task's one output (`output`); a label task's come from its source."""
+        return self.classes if self.kind == "binary" else (self.output,) if self.regression else ()
 
     def describe(self) -> dict[str, Any]:
         """The JSON form a corpus manifest, metrics.json and an export record."""
@@ -120,24 +125,24 @@ class TaskSpec:
         value = self.raw(record, column_values)
         where = f"column {self.column!r}" if self.column else "/".join(self.meta_keys) or "the task's rule"
         if _missing(value):
-            raise RecordError(record.path, f"missing target: no {self.name} ({where} not stated)")
+            raise RecordError(record.path, f"missing target: no {self.output} ({where} not stated)")
         if self.kind == "binary":
             name = (self.to_class or _as_class(self.classes))(value)
             if name is None:
-                raise RecordError(record.path, f"missing target: {self.name} {value!r} is none of "
+                raise RecordError(record.path, f"missing target: {self.output} {value!r} is none of "
                                                f"{', '.join(self.classes)}")
             record.labels = (name,)
             return record
         try:
             number = float(str(value).strip())
         except ValueError:
-            raise RecordError(record.path, f"missing target: {self.name} {value!r} is not a number") from None
+            raise RecordError(record.path, f"missing target: {self.output} {value!r} is not a number") from None
         if not math.isfinite(number):
-            raise RecordError(record.path, f"missing target: {self.name} is {number}")
+            raise RecordError(record.path, f"missing target: {self.output} is {number}")
         if self.plausible is not None and not self.plausible[0] <= number <= self.plausible[1]:
-            raise RecordError(record.path, f"implausible {self.name}: {number:g} {self.unit} outside "
+            raise RecordError(record.path, f"implausible {self.output}: {number:g} {self.unit} outside "
                                            f"[{self.plausible[0]:g}, {self.plausible[1]:g}]".replace("  ", " "))
-        record.labels = (self.name,)
+        record.labels = (self.output,)
         record.meta = {**record.meta, "target": number}
         return record
 

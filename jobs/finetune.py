@@ -40,13 +40,16 @@ from coreecg.cli import fit_job, job_parser, parse_args, resolve_config
 
 
 def _fmt(m: dict, key: str) -> str:
+    """A test metric with its interval: the label metrics in percent, a regression's as they are."""
     v = m.get(key)
     if v is None:
         return f"{key} n/a"
+    scale = 100.0 if key in ("acc", "f1", "auroc") else 1.0
     ci = (m.get("ci") or {}).get(key) or {}
     if ci.get("low") is not None and ci.get("high") is not None:
-        return f"{key} {100 * v:.1f} [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]"
-    return f"{key} {100 * v:.1f}"
+        return f"{key} {scale * v:.4g} [{scale * ci['low']:.4g}, {scale * ci['high']:.4g}]" if scale == 1 else \
+            f"{key} {scale * v:.1f} [{scale * ci['low']:.1f}, {scale * ci['high']:.1f}]"
+    return f"{key} {scale * v:.4g}" if scale == 1 else f"{key} {scale * v:.1f}"
 
 
 def build_parser():
@@ -107,15 +110,23 @@ def main(argv=None) -> int:
     sel = m["selection"]
     print(f"\ndone: {m['method']} ({m['mode']}) on {m['dataset']}, leads {m['leads']}, "
           f"train fraction {m['train_fraction']}, seed {m['seed']}")
-    print(f"selected epoch {sel['best_epoch']} of {sel['epochs']} by validation macro AUROC "
-          f"({sel['val_auroc'] if sel['val_auroc'] is None else round(sel['val_auroc'], 4)})")
     t = m["test"]
-    print(f"test ({t['n']} records, {t['patients']} patients; 95% CI by patient bootstrap): "
-          + ", ".join(_fmt(t, k) for k in ("acc", "f1", "auroc")))
-    if t["classes_left_out"]["auroc"]:
-        print(f"  left out of macro AUROC (no positive or no negative in test): {t['classes_left_out']['auroc']}")
+    regression = "target_scaler" in m          # a regression task (docs/tasks.md): MAE, not AUROC
+    if regression:
+        print(f"selected epoch {sel['best_epoch']} of {sel['epochs']} by validation MAE ({sel['val_mae']:.4g} "
+              f"{t['unit']}, lower is better)")
+        print(f"test ({t['n']} records, {t['patients']} patients; 95% CI by patient bootstrap; {m['task']['name']} "
+              f"in {t['unit'] or 'its unit'}): " + ", ".join(_fmt(t, k) for k in ("mae", "mae_sd", "rmse", "r2")))
+    else:
+        print(f"selected epoch {sel['best_epoch']} of {sel['epochs']} by validation macro AUROC "
+              f"({sel['val_auroc'] if sel['val_auroc'] is None else round(sel['val_auroc'], 4)})")
+        print(f"test ({t['n']} records, {t['patients']} patients; 95% CI by patient bootstrap): "
+              + ", ".join(_fmt(t, k) for k in ("acc", "f1", "auroc")))
+        if t["classes_left_out"]["auroc"]:
+            print(f"  left out of macro AUROC (no positive or no negative in test): {t['classes_left_out']['auroc']}")
     print(f"run folder: {run}")
-    for name in ("metrics.json", "predictions.csv", "best.pt", "figures/tsne.png", "tensorboard"):
+    for name in ("metrics.json", "predictions.csv", "best.pt", *(() if regression else ("figures/tsne.png",)),
+                 "tensorboard"):
         print(f"  {run / name}")
     return 0
 

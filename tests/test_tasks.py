@@ -215,3 +215,79 @@ def _export_and_predict(run_dir, corpus, table, tmp_path):
     pred = pd.read_csv(out, dtype={"record_id": str}).set_index("record_id")
     assert "pred_age" in pred.columns
     assert np.allclose(pred.loc[table["record_id"], "pred_age"].to_numpy(), table["prediction"], atol=1e-4)
+
+
+def test_a_labels_csv_column_is_a_regression_task_of_a_hospitals_exports(ray_session, ecg_data, tmp_path):
+    """EDF exports of the shared PTB-XL records and a labels CSV with an LVEF column: task=column:lvef
+    stores each file's value; an empty and a non-numeric cell are left out as missing, named."""
+    import wfdb
+
+    from coreecg.data.pipeline import build_corpus
+    from tests.test_hospital_exports import write_edf
+
+    raw = tmp_path / "exports"
+    raw.mkdir()
+    rows, want = ["record_id,lvef"], {}
+    for i, hea in enumerate(sorted((ecg_data / "ptbxl").rglob("records500/*/*.hea"))[:12]):
+        rec = wfdb.rdrecord(str(hea.with_suffix("")))
+        write_edf(raw / f"e{i:02d}.edf", rec.p_signal.T, float(rec.fs), list(rec.sig_name))
+        cell = "" if i == 3 else "n/a" if i == 7 else f"{40 + i * 1.5:g}"
+        rows.append(f"e{i:02d}.edf,{cell}")
+        if cell and cell != "n/a":
+            want[f"e{i:02d}.edf"] = float(cell)
+    (tmp_path / "labels.csv").write_text("\n".join(rows) + "\n")
+    data = load_config(overrides=["data.split_ratios=[0.5,0.25,0.25]"]).data
+    m = build_corpus("edf", raw, tmp_path / "lvef", data, log_warnings=False,
+                     source_options={"labels": str(tmp_path / "labels.csv"), "task": "column:lvef"})
+    assert m["task"]["name"] == "column:lvef" and m["task"]["kind"] == "regression" and m["class_names"] == ["lvef"]
+    assert m["counts"]["records_written"] == 10 and m["task"]["missing_targets"] == 2
+    with open(tmp_path / "lvef" / "quarantine.csv") as f:
+        reasons = [r["reason"] for r in csv.DictReader(f)]
+    assert sorted(reasons) == ["missing target: lvef 'n/a' is not a number",
+                               "missing target: no lvef (column 'lvef' not stated)"]
+    stored = []
+    for split in ("train", "val", "test"):
+        d = read_split(tmp_path / "lvef", split, ["target"])
+        stored += list(d["target"])
+    assert sorted(stored) == pytest.approx(sorted(want.values()))
+
+
+PLUGIN = '''
+from coreecg.tasks import register_task
+
+register_task("age_months", kind="regression", unit="months", plausible=(0.0, 1500.0),
+              target=lambda record: None if record.meta.get("age") is None else 12.0 * record.meta["age"],
+              description="age in months: a plugin's own rule")
+'''
+
+
+@pytest.mark.slow
+def test_a_plugin_task_in_one_file_builds_fine_tunes_and_predicts_in_a_fresh_process(ray_session, ecg_data,
+                                                                                     tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "age_months.py").write_text(PLUGIN)
+
+    def job(name: str, *args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, str(repo / "jobs" / f"{name}.py"), *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    plug = ["--set", "plugins=[age_months]"]
+    job("preprocess", "--source", "ptbxl", "--input", str(ecg_data / "ptbxl"), "--output", "corpus", *plug,
+        "--set", "data.sources.ptbxl.task=age_months")
+    manifest = json.loads((tmp_path / "corpus" / "manifest.json").read_text())
+    assert manifest["task"]["name"] == "age_months" and manifest["task"]["unit"] == "months"
+    tiny = [x for o in TINY for x in ("--set", o)]
+    job("finetune", "--encoder", "none", "--mode", "scratch", "--corpus", "corpus", "--output", "run", *plug, *tiny,
+        "--set", "finetune.epochs=1", "--set", "finetune.batch_size=16", "--set", "train.num_workers=1",
+        "--set", "finetune.bootstrap_resamples=50")
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["task"]["name"] == "age_months" and metrics["target_scaler"]["unit"] == "months"
+    # a fresh process: the run's config names the plugin, which registers the task and its head
+    job("predict", "--model", "run", "--corpus", "corpus", "--split", "test", "--output", "pred.csv")
+    pred = pd.read_csv(tmp_path / "pred.csv", dtype={"record_id": str}).set_index("record_id")
+    table = pd.read_csv(tmp_path / "run" / "predictions.csv", dtype={"record_id": str})
+    assert np.allclose(pred.loc[table["record_id"], "pred_age_months"].to_numpy(), table["prediction"], atol=1e-3)
+    assert metrics["test"]["mae"] == pytest.approx(mean_absolute_error(table["target"], table["prediction"]),
+                                                   rel=1e-6)

@@ -85,6 +85,7 @@ def test_linear_mode_trains_only_the_head_and_losses_match_the_task():
 def test_crop_rule_averages_the_logits_of_three_evenly_spaced_crops():
     assert eval_offsets(2500, 2250, 3) == [0, 125, 250]
     assert eval_offsets(2500, 2250, 1) == [125]                    # one crop: the centre
+    assert eval_offsets(2500, 2500, 3) == [0]                      # the whole window: once, not 3 times
     model = Classifier(_encoder(), 3, STANDARD_LEADS[:6], multilabel=False)
     windows = np.random.default_rng(0).standard_normal((5, 12, 2500)).astype(np.float16)
     probs, feats = predict(model, windows, list(range(6)), 2250, 3, torch.device("cpu"), batch_size=2)

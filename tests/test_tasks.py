@@ -291,3 +291,32 @@ def test_a_plugin_task_in_one_file_builds_fine_tunes_and_predicts_in_a_fresh_pro
     assert np.allclose(pred.loc[table["record_id"], "pred_age_months"].to_numpy(), table["prediction"], atol=1e-3)
     assert metrics["test"]["mae"] == pytest.approx(mean_absolute_error(table["target"], table["prediction"]),
                                                    rel=1e-6)
+
+
+def test_cinc2021_headers_give_age_and_sex_as_their_lines_state(ecg_data):
+    """Every shared CinC 2021 record through the task sources: the value of its header's # Age and
+    # Sex lines, or a missing-target error where the header says nothing usable."""
+    import re
+
+    ages, sexes = get_source("cinc2021", task="age"), get_source("cinc2021", task="sex")
+    refs = ages.list_records(ecg_data / "cinc2021")
+    checked = 0
+    for ref in refs:
+        hea = Path(ref.path + ".hea")
+        if not hea.is_file():
+            continue
+        text = hea.read_text()
+        age = re.search(r"#\s*Age:\s*(\S+)", text)
+        sex = re.search(r"#\s*Sex:\s*(\S+)", text)
+        try:
+            got = ages.read(ref).meta["target"]
+            assert got == float(age.group(1))
+        except RecordError as e:
+            assert e.reason.startswith("missing target") and (age is None or not age.group(1)[0].isdigit())
+        try:
+            assert sexes.read(ref).labels == (sex.group(1).lower(),)
+        except RecordError as e:
+            assert e.reason.startswith("missing target") and (sex is None or sex.group(1).lower() not in
+                                                               ("male", "female"))
+        checked += 1
+    assert checked >= 40

@@ -35,15 +35,16 @@ def eval_offsets(stored: int, crop: int, n: int) -> list[int]:
     """Start offsets of the evaluation crops of a `stored`-sample window."""
     if crop > stored:
         raise ValueError(f"cannot crop {crop} samples from windows of {stored}")
-    if n == 1:
+    if n == 1 or crop == stored:     # the whole window: n identical crops would cost n times one
         return [(stored - crop) // 2]
     return [int(v) for v in np.round(np.linspace(0, stored - crop, n))]
 
 
 def crop_rule(stored: int, crop: int, n: int) -> str:
     """The rule in words, as metrics.json records it."""
-    return (f"mean of the logits of {n} evenly spaced {crop}-sample crops of each {stored}-sample window "
-            f"(offsets {eval_offsets(stored, crop, n)}); softmax (single-label) or sigmoid (multi-label) of "
+    offsets = eval_offsets(stored, crop, n)
+    return (f"mean of the logits of {len(offsets)} evenly spaced {crop}-sample crops of each {stored}-sample window "
+            f"(offsets {offsets}); softmax (single-label) or sigmoid (multi-label) of "
             "that mean; a record's probabilities are the mean over its windows")
 
 

@@ -11,14 +11,18 @@ and test as fine-tuning scores a model (the crop rule's finetune.eval_crops eval
 data.crop_samples samples, a record's probabilities the mean over its windows, macro AUROC; test
 with patient-bootstrap 95 % intervals of finetune.bootstrap_resamples resamples, seeded by
 train.seed). The best layer is chosen on val only.
+A regression task's corpus (coreecg.tasks; data.sources.<source>.task=age): a ridge regression per layer
+(RidgeCV on standardised features, the target standardised by train's record-level mean and SD),
+MAE in the target's unit with test's patient-bootstrap interval; the best layer is the lowest val MAE.
 --model: any model source (a pretraining run folder, encoder.pt, a checkpoint, an export folder;
 a classifier's encoder), or `random`: a seeded, randomly initialised encoder of the config's
 `model` section, as finetune.encoder=random builds it (seeded by train.seed).
 Merge order: defaults < --config < --set < this job's flags (--corpus data.corpus, --seed train.seed).
 
 Writes to --output: layer_probe.json (every layer's scores, the best layer, the settings),
-layer_probe.csv (layer, val_auroc, test_auroc, low, high: one row per layer) and
-figures/layer_probe.png (test AUROC per layer with its interval, the best-by-val layer marked).
+layer_probe.csv (layer, val_auroc, test_auroc, low, high: one row per layer; a regression's: layer,
+val_mae, test_mae, low, high, plus layer_predictions.csv, every layer's record-level predictions) and
+figures/layer_probe.png (test AUROC, or MAE, per layer with its interval, the best-by-val layer marked).
 The device: CUDA when available, else the CPU.
 Exit codes: 0 done, 2 bad arguments, config, model or corpus.
 """
@@ -73,9 +77,10 @@ def main(argv=None) -> int:
     result["model"] = args.model
     paths = write_results(result, Path(args.output).expanduser())
     best, last = result["best"], result["last"]
+    m = "mae" if result.get("metric") == "mae" else "auroc"
     print(f"{result['n_layers']} layers probed on {result['corpus']}: best by val layer {result['best_layer']} "
-          f"(val {_auroc(best['val_auroc'])}, test {_auroc(best['test_auroc'])}); "
-          f"last layer test {_auroc(last['test_auroc'])}")
+          f"(val {_auroc(best[f'val_{m}'])}, test {_auroc(best[f'test_{m}'])}); "
+          f"last layer test {_auroc(last[f'test_{m}'])}{' (MAE, lower is better)' if m == 'mae' else ''}")
     for p in paths.values():
         print(f"  {p}")
     return 0

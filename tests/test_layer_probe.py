@@ -1,6 +1,7 @@
 """Per-layer linear probes (issue 64): every block's pooled features from one forward pass (the last
 is the encoder's own pooled output), a probe per layer chosen on val, the job's table and figure
-with one row per layer, and the sweep objective that takes the best layer's probe."""
+with one row per layer, and the sweep objective that takes the best layer's probe; a regression task's
+corpus (age) probed by a ridge per layer, MAE per layer, the best the lowest val MAE."""
 from __future__ import annotations
 
 import csv
@@ -8,8 +9,10 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
+from sklearn.metrics import mean_absolute_error
 
 from coreecg.encoders.build import build_encoder
 from coreecg.eval.layer_probe import best_layer, probe_layers
@@ -18,6 +21,7 @@ from coreecg.eval.probe import ProbeData, ProbeSplit
 from coreecg.model.layer_features import encoder_blocks, pooled_layers
 from coreecg.tune.sweep import check_objective, metric_overrides
 from coreecg.config import load_config
+from coreecg.data.reading import read_split
 from tests.helpers import TINY, build_synthetic, tiny_config
 
 ENCODERS = {
@@ -79,6 +83,9 @@ def test_the_best_layer_is_the_first_highest_val_score():
     rows = [{"layer": 1, "val_auroc": 0.7}, {"layer": 2, "val_auroc": 0.9}, {"layer": 3, "val_auroc": None},
             {"layer": 4, "val_auroc": 0.9}, {"layer": 5, "val_auroc": math.nan}]
     assert best_layer(rows) == 2
+    errors = [{"layer": 1, "val_mae": 9.0}, {"layer": 2, "val_mae": 7.5}, {"layer": 3, "val_mae": math.nan},
+              {"layer": 4, "val_mae": 7.5}, {"layer": 5, "val_mae": None}]
+    assert best_layer(errors, "val_mae", lower=True) == 2 and best_layer(errors, "val_mae") == 1
     with pytest.raises(ValueError, match="no layer has a val_auroc"):
         best_layer([{"layer": 1, "val_auroc": None}])
 
@@ -154,3 +161,67 @@ def test_a_pretraining_evaluation_reports_the_layer_probe_only_when_asked(corpus
     assert on["layer_probe_best_layer"] in (1.0, 2.0, 3.0)
     assert on["layer_probe_auroc"] >= on["probe_auroc"] - 1e-12      # the best layer, the last among them
     assert "layer_probe_auroc" not in off and off["probe_auroc"] == pytest.approx(on["probe_auroc"], abs=1e-9)
+
+
+@pytest.fixture(scope="module")
+def age_corpus(ray_session, ecg_data, tmp_path_factory):
+    """An age (regression) corpus of the shared PTB-XL records, as tests/test_tasks.py builds it."""
+    from coreecg.data.pipeline import build_corpus
+
+    out = tmp_path_factory.mktemp("layers-age") / "age"
+    data = load_config(overrides=["data.shard_records=64"]).data
+    manifest = build_corpus("ptbxl", ecg_data / "ptbxl", out, data, source_options={"task": "age"},
+                            log_warnings=False)
+    assert manifest["task"]["kind"] == "regression"
+    return out
+
+
+def test_a_regression_corpus_gets_a_ridge_per_layer_scored_by_mae_chosen_by_the_lowest_val_mae(age_corpus):
+    torch.manual_seed(1)
+    enc = build_encoder(tiny_config(*ENCODERS["coreecg"]))
+    got = probe_layers(enc, age_corpus, 2250, 2, torch.device("cpu"), n_resamples=40, seed=3)
+    assert [r["layer"] for r in got["layers"]] == [1, 2, 3] and got["n_layers"] == 3
+    assert got["metric"] == "mae" and got["best_by"] == "val MAE (lower is better)"
+    assert got["task"] == {"name": "age", "kind": "regression", "unit": "years"}
+    assert "val_auroc" not in got["layers"][0]
+    best = min(got["layers"], key=lambda r: r["val_mae"])
+    assert got["best_layer"] == best["layer"] and got["best"] == best
+    train = read_split(age_corpus, "train", ["record_id", "target"])
+    ages = np.array(list(dict(zip(train["record_id"], train["target"].astype(np.float64))).values()))
+    assert got["target_scaler"]["mean"] == pytest.approx(ages.mean())
+    assert got["target_scaler"]["sd"] == pytest.approx(ages.std(ddof=1))
+    for split in ("val", "test"):
+        p = got["predictions"][split]
+        assert len(p["layers"]) == 3 and len(p["record_id"]) == len(set(p["record_id"])) == len(p["target"])
+        for r, pred in zip(got["layers"], p["layers"]):
+            assert r[f"{split}_mae"] == pytest.approx(mean_absolute_error(p["target"], pred), rel=1e-9)
+    assert all(r["low"] <= r["test_mae"] <= r["high"] and r["alpha"] in got["ridge_alphas"] for r in got["layers"])
+    preds = np.concatenate(got["predictions"]["test"]["layers"])          # in years, not standardised units
+    assert abs(preds.mean() - ages.mean()) < ages.std(ddof=1)
+    again = probe_layers(enc, age_corpus, 2250, 2, torch.device("cpu"), n_resamples=40, seed=3)
+    assert json.dumps(again, sort_keys=True) == json.dumps(got, sort_keys=True)
+
+
+def test_the_job_on_a_regression_corpus_writes_mae_per_layer_and_every_layers_predictions(age_corpus, tmp_path,
+                                                                                          capsys):
+    import jobs.probe_layers as job
+
+    out = tmp_path / "age"
+    sets = [x for o in (*TINY, "encoders.coreecg.depth=3", "finetune.bootstrap_resamples=30") for x in ("--set", o)]
+    assert job.main(["--model", "random", "--corpus", str(age_corpus), "--output", str(out), "--seed", "2",
+                     *sets]) == 0
+    with open(out / "layer_probe.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["layer", "val_mae", "test_mae", "low", "high"]
+    assert [r["layer"] for r in rows] == ["1", "2", "3"]
+    result = json.loads((out / "layer_probe.json").read_text())
+    assert "predictions" not in result and result["best_by"] == "val MAE (lower is better)"
+    table = pd.read_csv(out / "layer_predictions.csv", dtype={"record_id": str, "patient_id": str})
+    assert list(table.columns) == ["split", "record_id", "patient_id", "target", "layer_1", "layer_2", "layer_3"]
+    test = table[table["split"] == "test"]
+    for r in rows:
+        mae = mean_absolute_error(test["target"], test[f"layer_{r['layer']}"])
+        assert float(r["test_mae"]) == pytest.approx(mae, rel=1e-5)
+    assert (out / "figures" / "layer_probe.png").stat().st_size > 1000
+    printed = capsys.readouterr().out
+    assert f"best by val layer {result['best_layer']}" in printed and "lower is better" in printed

@@ -212,7 +212,8 @@ def tsne_panels(panels: Sequence[tuple[str, np.ndarray]], multihot: np.ndarray, 
 def layer_probe_figure(result: dict):
     """The per-layer probes of `coreecg.eval.layer_probe.probe_layers`'s result: test macro AUROC
     per layer (x: the block, 1-based) with its patient-bootstrap 95 % interval, val AUROC dashed,
-    the layer chosen by val marked."""
+    the layer chosen by val marked; a regression task's result: test MAE (in the target's unit)
+    the same way (lower is better)."""
     import matplotlib
     matplotlib.use("Agg")   # files only, no display
     import matplotlib.pyplot as plt
@@ -220,7 +221,8 @@ def layer_probe_figure(result: dict):
     rows = result["layers"]
     layer = np.array([r["layer"] for r in rows])
     num = np.vectorize(lambda v: np.nan if v is None else float(v), otypes=[float])
-    test, val = num([r["test_auroc"] for r in rows]), num([r["val_auroc"] for r in rows])
+    metric = "mae" if result.get("metric") == "mae" else "auroc"
+    test, val = num([r[f"test_{metric}"] for r in rows]), num([r[f"val_{metric}"] for r in rows])
     low, high = num([r["low"] for r in rows]), num([r["high"] for r in rows])
     fig, ax = plt.subplots(figsize=(max(4.0, 0.35 * len(rows) + 2.5), 3.4))
     ax.errorbar(layer, test, yerr=np.nan_to_num([test - low, high - test]), fmt="o-", capsize=3,
@@ -229,7 +231,9 @@ def layer_probe_figure(result: dict):
     best = result["best_layer"]
     ax.axvline(best, color="tab:red", linestyle=":", label=f"best by val: layer {best}")
     ax.set_xlabel("layer (block)")
-    ax.set_ylabel("macro AUROC")
+    unit = (result.get("task") or {}).get("unit")
+    ax.set_ylabel("macro AUROC" if metric == "auroc" else
+                  f"MAE{f' ({unit})' if unit else ''}, lower is better")
     ax.set_xticks(layer)
     ax.set_title(f"linear probe per layer: {Path(result['corpus']).name}")
     ax.legend(fontsize=8)

@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 from coreecg.data.declared import MARK as DECLARED
 from coreecg.config import ReportConfig
-from coreecg.eval.runs import DATASETS, Run, RunError
+from coreecg.eval.runs import DATASETS, Run, RunError, label_runs, regression_runs
 from coreecg.eval.significance import PREDICTIONS, Difference, _encoder_of
 from coreecg.eval.tables.detectable import detectable_note
 from coreecg.eval.tables.protocol import protocol_footnotes
@@ -49,6 +49,7 @@ LEADS = "12"
 VERDICT_METRIC = "auroc"
 VERDICTS_SUFFIX = "_verdicts.md"
 VERDICTS_FILE = f"{LABEL_EFFICIENCY_TABLE}{VERDICTS_SUFFIX}"
+REGRESSION_TABLE = "regression"     # coreecg/eval/tables/regression.py's name (registered after this module)
 
 
 def is_random_init(run: Run) -> bool:
@@ -73,8 +74,9 @@ class Row:
 def label_efficiency_runs(runs: Sequence[Run]) -> list[Run]:
     """The runs the table holds: 12 leads, or every lead a published model takes (its contract's:
     ECG-JEPA's 8, counted in the 12-lead columns and said under the table, `contract_leads_note`),
-    modes linear, frozen, finetune and scratch."""
-    return [replace(r, leads=LEADS) if r.leads != LEADS else r for r in runs
+    modes linear, frozen, finetune and scratch; label tasks only (a regression run's curve is the
+    regression table's, coreecg/eval/tables/regression.py)."""
+    return [replace(r, leads=LEADS) if r.leads != LEADS else r for r in label_runs(runs)
             if r.mode in MODES and (r.leads == LEADS or r.record.get("contract_leads"))]
 
 
@@ -334,10 +336,11 @@ def has_label_efficiency_runs(runs: Sequence[Run]) -> bool:
 
 def extra_tables(label_efficiency: bool | None = None):
     """write_report's `extra`: this table's name when asked (True), or, with None, when a run has
-    a random encoder (metrics.json "encoder": "random"); False: none."""
+    a random encoder (metrics.json "encoder": "random"); False: none. And the regression table's
+    when a run is of a regression task (coreecg/eval/tables/regression.py)."""
     def names(runs: Sequence[Run], report: ReportConfig) -> list[str]:
         wanted = label_efficiency or (label_efficiency is None and has_label_efficiency_runs(runs))
-        return [LABEL_EFFICIENCY_TABLE] if wanted else []
+        return [LABEL_EFFICIENCY_TABLE] * bool(wanted) + [REGRESSION_TABLE] * bool(regression_runs(runs))
     return names
 
 

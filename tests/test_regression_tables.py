@@ -21,8 +21,8 @@ from coreecg.eval.runs import is_regression, label_runs, regression_runs
 from coreecg.eval.significance import (equivalence_p, holm, lower_is_better, regression_cell_differences,
                                        run_level_test)
 from coreecg.eval.tables.label_efficiency import extra_tables
-from coreecg.eval.tables.regression import (BETTER, MARGIN_SD, WORSE, regression_table, table_markdown,
-                                            write_regression)
+from coreecg.eval.tables.regression import (BETTER, EFFICIENCY_TABLE, MARGIN_SD, WORSE, regression_label_efficiency,
+                                            regression_table, table_markdown, write_regression)
 from tests.test_significance import make_probs, make_run as make_label_run, make_task
 
 N_RECORDS, N_PATIENTS, SD = 60, 40, 15.0
@@ -40,7 +40,8 @@ def age_task():
 
 
 def make_age_run(root: Path, name: str, method: str, seed: int, task, noise: float, *, mode: str = "finetune",
-                 fraction: float = 1.0, dataset: str = "ptbxl-age", predictions: bool = True) -> Path:
+                 fraction: float = 1.0, dataset: str = "ptbxl-age", predictions: bool = True,
+                 encoder: str | None = None) -> Path:
     """A regression fine-tuning run folder as coreecg.train.finetuning writes one: predictions.csv
     (record_id, patient_id, target, prediction) and a metrics.json with task, target_scaler and
     test/val = regression_metrics + patient-bootstrap "ci" of that file's values."""
@@ -59,7 +60,7 @@ def make_age_run(root: Path, name: str, method: str, seed: int, task, noise: flo
               "seed": seed, "multilabel": False, "class_names": ["age"], "test": test, "val": test,
               "task": {"name": "age", "kind": "regression", "unit": "years", "plausible": [0.0, 120.0]},
               "target_scaler": {"mean": 55.0, "sd": SD, "records": 500, "unit": "years"},
-              "crop_rule": "test", "encoder": None, "encoder_config_hash": "x"}
+              "crop_rule": "test", "encoder": encoder, "encoder_config_hash": "x"}
     (run / "metrics.json").write_text(json.dumps(record))
     if not predictions:
         (run / "predictions.csv").unlink()
@@ -208,3 +209,34 @@ def test_fraction_columns_make_the_mae_curve(tmp_path):
     table = regression_table([load_run(p) for p in runs], REPORT)
     assert [c.label for c in table.columns] == ["ptbxl-age 100%", "ptbxl-age 10%"]
     assert np.mean(table.values("CoRe-ECG", 1, "mae")) > np.mean(table.values("CoRe-ECG", 0, "mae"))
+
+
+def test_the_label_efficiency_curve_compares_each_row_with_its_baseline(tmp_path):
+    """Random init and Supervised are baselines; CoRe-ECG (linear), clearly lower MAE than Random init
+    under the same probe, is marked better; CoRe-ECG (fine-tune), clearly higher than Supervised, worse."""
+    task = age_task()
+    grid = [("Random init", "linear", 12.0, "random"), ("Supervised", "scratch", 4.0, None),
+            ("CoRe-ECG", "linear", 4.0, None), ("CoRe-ECG", "finetune", 12.0, None)]
+    runs = [make_age_run(tmp_path, f"{m}-{mode}-{f}-{s}", m, s, task, noise / f ** 0.25, mode=mode, fraction=f,
+                         encoder=enc if enc else str(tmp_path / f"enc{s}") if m == "CoRe-ECG" else None)
+            for m, mode, noise, enc in grid for f in (1.0, 0.1) for s in range(3)]
+    loaded = [load_run(p) for p in runs]
+    table = regression_label_efficiency(loaded, REPORT)
+    assert list(table.runs) == ["Random init (linear)", "Supervised", "CoRe-ECG (linear)", "CoRe-ECG (fine-tune)"]
+    assert table.references == {"CoRe-ECG (linear)": "Random init (linear)", "CoRe-ECG (fine-tune)": "Supervised"}
+    assert [c.label for c in table.columns] == ["ptbxl-age 100%", "ptbxl-age 10%"]
+    for j in range(2):
+        assert table.mark("CoRe-ECG (linear)", j, "mae") == "\\*" + BETTER
+        assert table.mark("CoRe-ECG (fine-tune)", j, "mae") == "\\*" + WORSE
+        assert table.difference("Supervised", j, "mae") is None
+    assert len(table.families["mae"]) == 4
+    text = table_markdown(table)
+    assert "CoRe-ECG (linear) − Random init (linear)" in text and "lower is better" in text
+    assert extra_tables()(loaded, REPORT) == ["label_efficiency", "regression", EFFICIENCY_TABLE]
+    # the label table of the same runs holds none of them (regression runs are the curve's only)
+    out = tmp_path / "out"
+    written = write_report(runs, out, report=REPORT, tables=[EFFICIENCY_TABLE, "label_efficiency"])
+    assert [p.name for p in written][:2] == ["regression_label_efficiency.md", "regression_label_efficiency.csv"]
+    assert "ptbxl-age" in (out / "regression_label_efficiency.md").read_text()
+    assert "ptbxl-age" not in (out / "label_efficiency.md").read_text()
+    assert "CoRe-ECG (linear) |" not in (out / "label_efficiency.md").read_text()

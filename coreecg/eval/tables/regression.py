@@ -39,12 +39,15 @@ from coreecg.config import ReportConfig
 from coreecg.eval.runs import DATASETS, REGRESSION_METRICS, Run, RunError, leakage_note, regression_runs
 from coreecg.eval.significance import (PREDICTIONS, Difference, PairingError, adjust_p, detectable_difference,
                                       direction, equivalence_p, lower_is_better, regression_cell_differences)
+from coreecg.eval.tables.label_efficiency import label_efficiency_rows, label_efficiency_runs
+from coreecg.eval.tables.label_efficiency import row_name as efficiency_row_name
 from coreecg.eval.tables.protocol import protocol_footnotes
 from coreecg.eval.tables.registry import TableInputs, register_table
 from coreecg.eval.tables.render import ADJUST_NAMES
 from coreecg.eval.tables.table import LEAK, MISSING, NO_PREDICTIONS, TABLE_MODES, Significance, dataset_order
 
 REGRESSION_TABLE = "regression"
+EFFICIENCY_TABLE = "regression_label_efficiency"    # the label-efficiency study's MAE-vs-fraction table
 MODES = (*TABLE_MODES, "linear", "frozen")     # every fine-tuning mode: a row per (method, mode)
 SHOWN = ("mae", "mae_sd", "r2")                # the metrics of each column, the first primary
 PRIMARY = "mae"
@@ -99,6 +102,14 @@ class RegressionTable:
     equivalence: dict[tuple[str, int], float] = field(default_factory=dict)
     footnotes: list[str] = field(default_factory=list)
     leaks: dict[str, list[str]] = field(default_factory=dict)
+    # row -> the row its differences are to (the label-efficiency rows' baselines); None: every
+    # row's is significance.reference. A row missing from the dict has no difference (a baseline).
+    references: dict[str, str] | None = None
+
+    def reference_of(self, row: str) -> str | None:
+        if self.references is not None:
+            return self.references.get(row)
+        return self.significance.reference
 
     @property
     def behind(self) -> set[Path]:
@@ -161,8 +172,31 @@ def regression_table(runs: Sequence[Run], report: ReportConfig | None = None,
     RunError for two runs of one row, column and seed, or runs of a column that cannot be compared."""
     report = report or ReportConfig()
     kept = [r for r in regression_runs(runs) if r.mode in MODES]
+    return _table(REGRESSION_TABLE, title, kept, row_name, None, report) if kept else None
+
+
+def regression_label_efficiency(runs: Sequence[Run], report: ReportConfig | None = None,
+                                title: str = "Label efficiency: regression tasks (12 leads)") -> RegressionTable | None:
+    """The label-efficiency study's regression curve: the rows and baselines of the label-efficiency
+    table (coreecg/eval/tables/label_efficiency.py: a linear/frozen row against Random init under
+    the same probe, a fine-tune row against Supervised) on the regression runs (12 leads, modes
+    linear, frozen, finetune, scratch), columns corpus x train fraction (largest first): MAE against
+    the fraction of labelled training patients. None without such a run."""
+    report = report or ReportConfig()
+    kept = label_efficiency_runs(runs, regression=True)
     if not kept:
         return None
+    rows = label_efficiency_rows(kept, regression=True)
+    table = _table(EFFICIENCY_TABLE, title, kept, efficiency_row_name, {r.name: r.baseline for r in rows
+                                                                         if r.baseline}, report,
+                   order=[r.name for r in rows])
+    return table
+
+
+def _table(name: str, title: str, kept: list[Run], row_of, references: dict[str, str] | None,
+           report: ReportConfig, order: Sequence[str] = ()) -> RegressionTable:
+    """The table of `kept` (regression runs), rows named by row_of(run) (in `order`, then first
+    seen), its differences to `references` (row -> baseline row; None: report.reference)."""
     settings: list[tuple[str, str, float]] = []
     for d in dataset_order(kept):
         for r in kept:
@@ -183,32 +217,36 @@ def regression_table(runs: Sequence[Run], report: ReportConfig | None = None,
     for r in kept:
         j = next(j for j, c in enumerate(columns)
                  if (c.dataset, c.leads) == (r.dataset, r.leads) and isclose(c.fraction, r.train_fraction))
-        row = row_name(r)
+        row = row_of(r)
         if (key := (row, j, r.seed)) in seen:
             raise RunError(f"{r.path} and {seen[key].path}: two runs of {row} on {r.dataset} ({r.leads} leads, "
                            f"fraction {r.train_fraction}) with seed {r.seed}")
         seen[key] = r
         cells.setdefault(row, [[] for _ in columns])[j].append(r)
+    cells = {**{row: cells[row] for row in order if row in cells}, **cells}
     leaks: dict[str, list[str]] = {}
     for r in kept:
         if note := leakage_note(r.record):
-            leaks.setdefault(row_name(r), []).append(f"{r.dataset}, seed {r.seed}: {note}")
-    table = RegressionTable(REGRESSION_TABLE, title, columns, cells, Significance.of(report.reference, report),
-                            leaks=leaks)
+            leaks.setdefault(row_of(r), []).append(f"{r.dataset}, seed {r.seed}: {note}")
+    table = RegressionTable(name, title, columns, cells,
+                            Significance.of(report.reference if references is None else "", report),
+                            leaks=leaks, references=references)
     set_differences(table, report)
     return table
 
 
 def set_differences(table: RegressionTable, report: ReportConfig) -> None:
-    """Every row's differences to report.reference per column, then each metric's family: Holm (or
-    report.adjust) over its testable differences, the detectable difference at report.power, and
-    for MAE the TOST p at ±MARGIN_SD x the target's SD, corrected like the family."""
-    sig, reference = table.significance, report.reference
-    if not report.bootstrap_resamples or reference not in table.runs:
+    """Every row's differences to its reference (table.reference_of) per column, then each metric's
+    family: Holm (or report.adjust) over its testable differences, the detectable difference at
+    report.power, and for MAE the TOST p at ±MARGIN_SD x the target's SD, corrected like the family."""
+    sig = table.significance
+    if not report.bootstrap_resamples:
         return
-    for j in range(len(table.columns)):
-        ref = table.runs[reference][j]
-        others = {row: rs[j] for row, rs in table.runs.items() if row != reference and rs[j]}
+    baselines = dict.fromkeys(b for row in table.runs if (b := table.reference_of(row)) and b != row)
+    for j, reference in ((j, b) for j in range(len(table.columns)) for b in baselines):
+        ref = table.runs.get(reference, [[]] * len(table.columns))[j]
+        others = {row: rs[j] for row, rs in table.runs.items()
+                  if row != reference and table.reference_of(row) == reference and rs[j]}
         if not ref or not others:
             continue
         ready = {}
@@ -275,17 +313,26 @@ def significance_note(table: RegressionTable) -> str:
     sig = table.significance
     if not sig.n_resamples:
         return "No differences between methods (report.bootstrap_resamples = 0)."
-    if sig.reference not in table.runs:
+    if table.references is not None:
+        if not any(b in table.runs for b in table.references.values()):
+            return "No runs of a baseline row in this table: no differences between methods."
+        target = "its row's baseline"
+        rows_of = {b: [m for m, r in table.references.items() if r == b] for b in table.references.values()}
+        reference_row = ("; ".join(f"{', '.join(rows)} against {b}" for b, rows in rows_of.items())
+                         + "; a baseline's own row has no difference")
+    elif sig.reference not in table.runs:
         return f"No {sig.reference} runs in this table: no differences between methods."
+    else:
+        target, reference_row = sig.reference, f"{sig.reference}'s row is the reference"
     alpha = 1 - sig.level
     families = "; ".join(f"{REGRESSION_METRICS[m]}{' (primary)' if m == PRIMARY else ''}: {len(table.families[m])}"
                          for m in SHOWN if m in table.families) or "no testable comparison"
-    return (f"{MARK} the difference to {sig.reference} has a p-value below {alpha:g} after {ADJUST_NAMES[sig.adjust]} "
-            f"within its metric's family ({families} comparison(s)); {BETTER} better than {sig.reference}, {WORSE} "
+    return (f"{MARK} the difference to {target} has a p-value below {alpha:g} after {ADJUST_NAMES[sig.adjust]} "
+            f"within its metric's family ({families} comparison(s)); {BETTER} better than {target}, {WORSE} "
             f"worse, by each metric's direction: MAE and MAE in SD units lower is better, R² higher is better. "
             f"Welch's t over training runs (each method >= {sig.min_runs} runs in the cell), test patients resampled "
             f"within ({sig.n_resamples:,} resamples; docs/evaluation.md, Differences between methods); "
-            f"{sig.reference}'s row is the reference. An MAE difference not marked is equivalent within ±{MARGIN_SD:g} "
+            f"{reference_row}. An MAE difference not marked is equivalent within ±{MARGIN_SD:g} "
             "of the target's train SD only where two one-sided tests show it; otherwise inconclusive at the smallest "
             "difference its cell could detect (power "
             f"{sig.power:g}, the CSV's 'detectable').")
@@ -316,18 +363,20 @@ def table_markdown(table: RegressionTable) -> str:
     diffs = {row: ds for row, ds in diffs.items() if any(isinstance(d, Difference) for d in ds)}
     if diffs:
         sig = table.significance
-        lines += ["", f"MAE differences to {sig.reference} in the target's unit (the method's mean over its runs minus "
-                      f"{sig.reference}'s; below 0: lower MAE, better) [{100 * sig.level:g} % interval over training "
+        target = "each row's baseline" if table.references is not None else sig.reference
+        names = {row: f"{row} − {table.references[row]}" if table.references is not None else row for row in diffs}
+        lines += ["", f"MAE differences to {target} in the target's unit (the row's mean over its runs minus "
+                      f"{target}'s; below 0: lower MAE, better) [{100 * sig.level:g} % interval over training "
                       f"runs and test patients; § fewer than {sig.min_runs} runs of a method: test-set sampling only]:",
                   "", _row(["Method"] + [c.label for c in table.columns]), _row(["---"] * (len(table.columns) + 1))]
-        lines += [_row([row] + [_diff_text(d) for d in ds]) for row, ds in diffs.items()]
+        lines += [_row([names[row]] + [_diff_text(d) for d in ds]) for row, ds in diffs.items()]
         lines += ["", "Verdicts (MAE):", ""]
-        lines += [f"- {row}, {table.columns[j].label}: {table.verdict(row, j)}"
+        lines += [f"- {names[row]}, {table.columns[j].label}: {table.verdict(row, j)}"
                   for row, ds in diffs.items() for j, d in enumerate(ds) if d is not None]
     return "\n".join(lines) + "\n"
 
 
-CSV_FIELDS = ("method", "dataset", "leads", "train_fraction", "unit", "runs")
+CSV_FIELDS = ("method", "reference", "dataset", "leads", "train_fraction", "unit", "runs")
 DIFF_FIELDS = ("diff", "diff low", "diff high", "p", "p adjusted", "family", "detectable", "verdict")
 
 
@@ -346,7 +395,7 @@ def write_table_csv(table: RegressionTable, path: Path) -> None:
             for j, c in enumerate(table.columns):
                 if not runs[j]:
                     continue
-                out = [row, c.dataset, c.leads, c.fraction, c.unit, len(runs[j])]
+                out = [row, table.reference_of(row) or "", c.dataset, c.leads, c.fraction, c.unit, len(runs[j])]
                 for m in SHOWN:
                     v = table.values(row, j, m)
                     out += ["" if not v else f"{np.mean(v):.6g}", "" if len(v) < 2 else f"{np.std(v, ddof=1):.6g}",
@@ -379,10 +428,17 @@ def write_regression(table: RegressionTable, out_dir: str | Path) -> list[Path]:
 
 def build_for_report(name: str, inputs: TableInputs) -> RegressionTable | None:
     """The table of the report's regression runs, its rows' protocols checked (coreecg/eval/fairness.py)."""
-    table = regression_table(inputs.runs, inputs.report)
+    make = regression_label_efficiency if name == EFFICIENCY_TABLE else regression_table
+    table = make(inputs.runs, inputs.report)
     if table is not None:
         table.footnotes = protocol_footnotes(name, table.behind, inputs)
     return table
 
 
-register_table(REGRESSION_TABLE, build=build_for_report, write=write_regression, runs=lambda table: table.behind)
+def _behind(table: RegressionTable) -> set[Path]:
+    return table.behind
+
+
+register_table(REGRESSION_TABLE, build=build_for_report, write=write_regression, runs=_behind)
+register_table(EFFICIENCY_TABLE, build=build_for_report, write=write_regression, runs=_behind,
+               differences="each row's baseline (Random init under the same probe, Supervised for fine-tuning)")

@@ -107,12 +107,18 @@ def main(argv=None) -> int:
     sel = m["selection"]
     print(f"\ndone: {m['method']} ({m['mode']}) on {m['dataset']}, leads {m['leads']}, "
           f"train fraction {m['train_fraction']}, seed {m['seed']}")
-    print(f"selected epoch {sel['best_epoch']} of {sel['epochs']} by validation macro AUROC "
-          f"({sel['val_auroc'] if sel['val_auroc'] is None else round(sel['val_auroc'], 4)})")
     t = m["test"]
-    print(f"test ({t['n']} records, {t['patients']} patients; 95% CI by patient bootstrap): "
-          + ", ".join(_fmt(t, k) for k in ("acc", "f1", "auroc")))
-    if t["classes_left_out"]["auroc"]:
+    if "val_mae" in sel:        # a regression task's run: selected by validation MAE, scored by MAE, RMSE, R²
+        print(f"selected epoch {sel['best_epoch']} of {sel['epochs']} by {sel['metric']} ({sel['val_mae']:.4g})")
+        print(f"test ({t['n']} records, {t['patients']} patients; 95% CI by patient bootstrap): "
+              + ", ".join(f"{k} {t[k]:.4g}" if t.get(k) is not None else f"{k} undefined"
+                          for k in ("mae", "mae_sd", "rmse", "r2")) + (f" ({t['unit']})" if t.get("unit") else ""))
+    else:
+        print(f"selected epoch {sel['best_epoch']} of {sel['epochs']} by validation macro AUROC "
+              f"({sel['val_auroc'] if sel['val_auroc'] is None else round(sel['val_auroc'], 4)})")
+        print(f"test ({t['n']} records, {t['patients']} patients; 95% CI by patient bootstrap): "
+              + ", ".join(_fmt(t, k) for k in ("acc", "f1", "auroc")))
+    if (t.get("classes_left_out") or {}).get("auroc"):
         print(f"  left out of macro AUROC (no positive or no negative in test): {t['classes_left_out']['auroc']}")
     print(f"run folder: {run}")
     for name in ("metrics.json", "predictions.csv", "best.pt", "figures/tsne.png", "tensorboard"):

@@ -35,6 +35,10 @@ The report reads method, dataset, mode, leads, train_fraction, seed and test.{ac
 (and with report.f1=argmax multilabel and, single-label, test.f1_argmax); a folder without
 metrics.json, or one missing any of these or with a wrong type, is a RunError naming the folder
 (coreecg/eval/runs.py).
+A regression run (metrics.json "task": {"kind": "regression", ...}, "target_scaler": {mean, sd,
+records, unit}) has test.{mae, mae_sd, rmse, r2, pearson_r, ...} in place of acc/f1/auroc (test.mae
+required); the label tables leave it out and the regression tables hold it
+(coreecg/eval/tables/regression.py).
 Differences between methods read RUN_DIR/predictions.csv (one row per test record) and multilabel and
 class_names; a run without predictions.csv leaves its cells without a difference.
 A run whose "leakage" says the guard was overruled (--allow-overlap: overlap, or unchecked) puts

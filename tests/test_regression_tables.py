@@ -6,6 +6,7 @@ hand from materialised resamples; the label tables are byte-identical with regre
 them, and each table leaves the other kind's runs out."""
 import csv
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from scipy import stats
 from sklearn.metrics import mean_absolute_error
 
-from coreecg.config import ReportConfig
+from coreecg.config import ReportConfig, load_config
 from coreecg.eval.metrics import patient_resample_weights
 from coreecg.eval.regression import regression_bootstrap_ci, regression_metrics
 from coreecg.eval.report import RunError, load_run, write_report
@@ -21,6 +22,7 @@ from coreecg.eval.runs import is_regression, label_runs, regression_runs
 from coreecg.eval.significance import (equivalence_p, holm, lower_is_better, regression_cell_differences,
                                        run_level_test)
 from coreecg.eval.tables.label_efficiency import extra_tables
+from coreecg.study.spec import load_study
 from coreecg.eval.tables.regression import (BETTER, EFFICIENCY_TABLE, MARGIN_SD, WORSE, regression_label_efficiency,
                                             regression_table, table_markdown, write_regression)
 from tests.test_significance import make_probs, make_run as make_label_run, make_task
@@ -240,3 +242,18 @@ def test_the_label_efficiency_curve_compares_each_row_with_its_baseline(tmp_path
     assert "ptbxl-age" in (out / "regression_label_efficiency.md").read_text()
     assert "ptbxl-age" not in (out / "label_efficiency.md").read_text()
     assert "CoRe-ECG (linear) |" not in (out / "label_efficiency.md").read_text()
+
+
+def test_the_age_preset_is_the_tiny_label_efficiency_grid_with_a_ptbxl_age_corpus(ecg_data):
+    repo = Path(__file__).resolve().parents[1]
+    age, tiny = (load_study(repo / "studies" / f"{name}.yaml")
+                 for name in ("label_efficiency_age_tiny", "label_efficiency_tiny"))
+    assert [c.name for c in age.corpora] == ["ptbxl", "ptbxl-age"]
+    sets = {c.name: load_config(age.config_file, [*age.base, *c.set, *age.extra]).data for c in age.corpora}
+    assert sets["ptbxl-age"].sources.ptbxl.task == "age" and sets["ptbxl"].sources.ptbxl.label_view == "multi"
+    assert age.tables == ("label_efficiency", EFFICIENCY_TABLE)
+    # every row, fraction and seed of the tiny grid, on both corpora; pretraining excludes both
+    cells = Counter((r.method, r.mode, r.fraction, r.seed) for r in age.finetune_runs() if r.corpus == "ptbxl-age")
+    assert cells == Counter((r.method, r.mode, r.fraction, r.seed) for r in tiny.finetune_runs())
+    assert all(set(c.exclude) == {"ptbxl", "ptbxl-age"} for c in age.pretrain_corpora)
+    assert len(age.pretrain_runs()) == len(tiny.pretrain_runs())

@@ -22,9 +22,9 @@ from coreecg.eval.runs import is_regression, label_runs, regression_runs
 from coreecg.eval.significance import (equivalence_p, holm, lower_is_better, regression_cell_differences,
                                        run_level_test)
 from coreecg.eval.tables.label_efficiency import extra_tables
-from coreecg.study.spec import load_study
 from coreecg.eval.tables.regression import (BETTER, EFFICIENCY_TABLE, MARGIN_SD, WORSE, regression_label_efficiency,
                                             regression_table, table_markdown, write_regression)
+from coreecg.study.spec import load_study
 from tests.test_significance import make_probs, make_run as make_label_run, make_task
 
 N_RECORDS, N_PATIENTS, SD = 60, 40, 15.0
@@ -234,7 +234,9 @@ def test_the_label_efficiency_curve_compares_each_row_with_its_baseline(tmp_path
     assert len(table.families["mae"]) == 4
     text = table_markdown(table)
     assert "CoRe-ECG (linear) − Random init (linear)" in text and "lower is better" in text
-    assert extra_tables()(loaded, REPORT) == ["label_efficiency", "regression", EFFICIENCY_TABLE]
+    assert extra_tables()(loaded, REPORT) == ["regression", EFFICIENCY_TABLE]      # no label run: no label table
+    assert extra_tables(False)(loaded, REPORT) == ["regression"]
+    assert extra_tables()([r for r in loaded if r.mode != "linear"], REPORT) == ["regression"]
     # the label table of the same runs holds none of them (regression runs are the curve's only)
     out = tmp_path / "out"
     written = write_report(runs, out, report=REPORT, tables=[EFFICIENCY_TABLE, "label_efficiency"])

@@ -337,15 +337,17 @@ def has_label_efficiency_runs(runs: Sequence[Run]) -> bool:
 
 
 def extra_tables(label_efficiency: bool | None = None):
-    """write_report's `extra`: this table's name when asked (True), or, with None, when a run has
-    a random encoder (metrics.json "encoder": "random"); False: none. And the regression table's
-    when a run is of a regression task, with the label-efficiency one's regression curve
-    (coreecg/eval/tables/regression.py) beside this table's."""
+    """write_report's `extra`: this table's name when asked (True), or, with None, when a label
+    run has a random encoder (metrics.json "encoder": "random"); False: none. And the regression
+    table's when a run is of a regression task, with the label-efficiency regression curve
+    (coreecg/eval/tables/regression.py) when asked or a regression run has a random encoder."""
     def names(runs: Sequence[Run], report: ReportConfig) -> list[str]:
-        wanted = label_efficiency or (label_efficiency is None and has_label_efficiency_runs(runs))
-        regression = bool(regression_runs(runs))
-        return ([LABEL_EFFICIENCY_TABLE] * bool(wanted) + [REGRESSION_TABLE] * regression
-                + [REGRESSION_EFFICIENCY_TABLE] * (bool(wanted) and regression))
+        label, regression = label_runs(runs), regression_runs(runs)
+        wanted = label_efficiency or (label_efficiency is None and has_label_efficiency_runs(label))
+        curve = bool(regression) and (label_efficiency or (label_efficiency is None
+                                                             and has_label_efficiency_runs(regression)))
+        return ([LABEL_EFFICIENCY_TABLE] * bool(wanted) + [REGRESSION_TABLE] * bool(regression)
+                + [REGRESSION_EFFICIENCY_TABLE] * bool(curve))
     return names
 
 

@@ -183,6 +183,12 @@ def test_label_tables_are_unchanged_beside_regression_runs(age_runs, tmp_path):
     assert "regression.md" not in names
     for name in names - {"all_runs.csv"}:
         assert (beside / name).read_bytes() == (alone / name).read_bytes(), name
+    # all_runs.csv: the label runs' rows as before, the regression columns after them
+    before, after = (list(csv.DictReader(open(d / "all_runs.csv"))) for d in (alone, beside))
+    assert [{k: r[k] for k in before[0]} for r in after[:len(before)]] == before
+    age_row = next(r for r in after if r["method"] == "Better")
+    assert age_row["tables"] == "regression" and age_row["unit"] == "years" and age_row["task"] == "age"
+    assert float(age_row["test_mae"]) == pytest.approx(load_run(age_runs["Better"][0]).record["test"]["mae"])
     # each table holds its own kind: no regression row in the comparison, no label row in the regression table
     comparison = (beside / "comparison.md").read_text()
     assert "Better" not in comparison and "ptbxl-age" not in comparison

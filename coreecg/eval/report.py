@@ -35,6 +35,10 @@ The report reads method, dataset, mode, leads, train_fraction, seed and test.{ac
 (and with report.f1=argmax multilabel and, single-label, test.f1_argmax); a folder without
 metrics.json, or one missing any of these or with a wrong type, is a RunError naming the folder
 (coreecg/eval/runs.py).
+A regression run (metrics.json "task": {"kind": "regression", ...}, "target_scaler": {mean, sd,
+records, unit}) has test.{mae, mae_sd, rmse, r2, pearson_r, ...} in place of acc/f1/auroc (test.mae
+required); the label tables leave it out and the regression tables hold it
+(coreecg/eval/tables/regression.py).
 Differences between methods read RUN_DIR/predictions.csv (one row per test record) and multilabel and
 class_names; a run without predictions.csv leaves its cells without a difference.
 A run whose "leakage" says the guard was overruled (--allow-overlap: overlap, or unchecked) puts
@@ -49,9 +53,9 @@ from typing import Callable, Sequence
 
 from coreecg.config import ReportConfig
 from coreecg.eval.fairness import Allowance
-from coreecg.eval.runs import (DATASET_ALIASES, DATASETS, F1_KEYS, METRICS, Run, RunError,  # noqa: F401 - re-exported
-                               is_multilabel as _multilabel, leakage_note, load_run, metric_key, require as _require,
-                               run_task as _task)
+from coreecg.eval.runs import (DATASET_ALIASES, DATASETS, F1_KEYS, METRICS, REGRESSION_METRICS,  # noqa: F401
+                               Run, RunError, is_multilabel as _multilabel, is_regression, leakage_note, load_run,
+                               metric_key, regression_runs, require as _require, run_task as _task)
 from coreecg.eval.tables import RegisteredTable, TableInputs, default_tables, table_for
 from coreecg.eval.tables.methods import (FRACTIONS, LEADS, TABLES, method_differences,  # noqa: F401 - re-exported
                                          method_table, table_runs, table_specs)
@@ -96,12 +100,16 @@ def write_tables(names: Sequence[str], inputs: TableInputs, output: str | Path) 
 
 
 def write_all_runs_csv(runs: Sequence[Run], written: Sequence[Written], path: Path) -> None:
-    """Every run: its keys, the tables it is in, test and val metrics (fractions) and test CIs."""
+    """Every run: its keys, the tables it is in, test and val metrics (fractions) and test CIs; with
+    a regression run among them, its metrics (in the target's unit) and task in columns after these."""
     split_keys = ("n", "acc", "f1", "f1_argmax", "auroc")
     ci_keys = [f"test_{m}_{end}" for m in ("acc", "f1", "f1_argmax", "auroc") for end in ("low", "high")]
+    # only with a regression run: a label report's all_runs.csv stays as it was
+    regression = [f"{s}_{k}" for s in ("test", "val") for k in REGRESSION_METRICS] \
+        + ["test_mae_low", "test_mae_high", "task", "unit"] if regression_runs(runs) else []
     header = (["run_dir", *RUN_FIELDS, "multilabel", "tables"]
               + [f"{s}_{k}" for s in ("test", "val") for k in split_keys]
-              + ci_keys + ["encoder", "encoder_config_hash", "crop_rule", "split_rule", "leakage"])
+              + ci_keys + ["encoder", "encoder_config_hash", "crop_rule", "split_rule", "leakage"] + regression)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, header)
         w.writeheader()
@@ -118,6 +126,11 @@ def write_all_runs_csv(runs: Sequence[Run], written: Sequence[Written], path: Pa
             ci = rec["test"].get("ci") or {}
             row.update({f"test_{m}_{end}": (ci.get(m) or {}).get(end)
                         for m in ("acc", "f1", "f1_argmax", "auroc") for end in ("low", "high")})
+            if regression and is_regression(run):
+                row.update({f"{s}_{k}": (rec.get(s) or {}).get(k) for s in ("test", "val") for k in REGRESSION_METRICS})
+                row.update({"test_mae_low": (ci.get("mae") or {}).get("low"),
+                            "test_mae_high": (ci.get("mae") or {}).get("high"),
+                            "task": rec["task"].get("name"), "unit": (rec.get("target_scaler") or {}).get("unit")})
             w.writerow(row)
 
 

@@ -6,7 +6,10 @@ contract (docs/evaluation.md; the contract itself: coreecg/eval/report.py's docs
 
 A folder without metrics.json, or one missing a key the tables read (method, dataset, mode,
 leads, train_fraction, seed, test.{acc, f1, auroc}) or with a wrong type, is a RunError naming
-the folder.
+the folder. A regression run (metrics.json task.kind "regression", coreecg.tasks) has no label
+metrics: it needs test.mae instead (its REGRESSION_METRICS: mae, mae_sd, rmse, r2, pearson_r);
+the label tables leave it out (`label_runs`), the regression table holds it
+(coreecg/eval/tables/regression.py).
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from coreecg.data.declared import declared_note
 from coreecg.data.sources import dataset_aliases, dataset_labels
 
 METRICS = {"acc": "ACC", "f1": "F1", "auroc": "AUROC"}     # metrics.json test key -> column label
+# a regression run's test keys -> label (coreecg.eval.regression.METRICS)
+REGRESSION_METRICS = {"mae": "MAE", "mae_sd": "MAE (SD units)", "rmse": "RMSE", "r2": "R²", "pearson_r": "r"}
 
 
 class _Registered(Mapping):
@@ -91,10 +96,36 @@ def load_run(run_dir: str | Path) -> Run:
         raise RunError(f"{run_dir}: metrics.json 'train_fraction' {fraction} is not in (0, 1]")
     seed = require(record, "seed", int, run_dir)
     test = require(record, "test", dict, run_dir)
-    for metric in METRICS:
-        require(test, metric, (int, float, type(None)), run_dir, parent="test.")
+    if record_is_regression(record):
+        require(test, "mae", (int, float), run_dir, parent="test.")
+        for metric in REGRESSION_METRICS:
+            if metric in test:
+                require(test, metric, (int, float, type(None)), run_dir, parent="test.")
+    else:
+        for metric in METRICS:
+            require(test, metric, (int, float, type(None)), run_dir, parent="test.")
     dataset = DATASET_ALIASES.get(record["dataset"], record["dataset"])
     return Run(run_dir, record["method"], dataset, record["mode"], leads, fraction, seed, record)
+
+
+def record_is_regression(record: dict) -> bool:
+    """Whether a metrics.json is a regression run's (its task's kind, coreecg.tasks)."""
+    task = record.get("task")
+    return isinstance(task, dict) and task.get("kind") == "regression"
+
+
+def is_regression(run: Run) -> bool:
+    return record_is_regression(run.record)
+
+
+def label_runs(runs) -> list[Run]:
+    """The runs of label (and binary) tasks: what the label tables hold."""
+    return [r for r in runs if not is_regression(r)]
+
+
+def regression_runs(runs) -> list[Run]:
+    """The runs of regression tasks: what the regression table holds."""
+    return [r for r in runs if is_regression(r)]
 
 
 def is_multilabel(run: Run) -> bool:

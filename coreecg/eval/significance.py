@@ -32,6 +32,13 @@ Draw order: patients are numbered in sorted order of their ids (P of them); resa
 counts are the b-th draw of Generator.multinomial(P, [1/P] * P) from default_rng(seed) (the draws
 of `bootstrap_ci` with the same seed: `patient_resample_weights`); every record of a patient drawn
 k times counts k times. One draw serves every run of the cell and every metric.
+
+Direction: the test, its interval, the detectable difference, TOST and the Holm families are
+symmetric in the sign of D; which sign is better is the metric's (`direction`): higher for the
+label metrics, R² and r, lower for MAE, MAE in SD units and RMSE (coreecg.eval.regression). A
+regression cell's differences (`regression_cell_differences`) read predictions.csv's target and
+prediction columns; MAE in SD units is each run's MAE over its own scaler's SD
+(metrics.json target_scaler.sd).
 """
 from __future__ import annotations
 
@@ -45,6 +52,7 @@ from scipy import special, stats
 from scipy.optimize import brentq
 
 from coreecg.eval.metrics import BOOTSTRAP_CHUNK, kept_classes, patient_resample_weights, resample_metrics
+from coreecg.eval.regression import LOWER_IS_BETTER, METRICS as REGRESSION_SUPPORTED, resample_regression
 
 # Lazy imports: the predictions reader (coreecg.eval.downstream: torch), where a run's predictions.csv is
 # read: the report's tables import this module torch-free (1,343 -> 2,452 modules, 1.1 s).
@@ -57,6 +65,16 @@ NOT_TESTABLE = ("not testable: zero variance on both sides (every run of both me
 ZERO_SPREAD = 1e-9
 SUPPORTED = ("acc", "f1", "f1_argmax", "auroc")
 ADJUSTMENTS = ("holm", "bh", "none")
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether a smaller value of `metric` is the better one (MAE, MAE in SD units, RMSE)."""
+    return metric in LOWER_IS_BETTER
+
+
+def direction(metric: str) -> str:
+    """'lower is better' or 'higher is better': what a table states beside the metric."""
+    return "lower is better" if lower_is_better(metric) else "higher is better"
 # Gauss-Legendre nodes per run variance, on the chi-square's probability scale (no tail is cut off):
 # the power at an estimated df to 1e-7.
 POWER_NODES = 32
@@ -127,6 +145,14 @@ class Difference:
     def significant(self) -> bool:
         """Testable and p < 1 - level, before any correction for multiple comparisons."""
         return self.testable and self.p_value < 1 - self.level
+
+    @property
+    def better(self) -> bool | None:
+        """Whether the other method's value is the better one (the metric's `direction`); None when
+        the difference is undefined or 0."""
+        if self.diff is None or self.diff == 0:
+            return None
+        return (self.diff < 0) if lower_is_better(self.metric) else (self.diff > 0)
 
 
 def run_seed_dir(run) -> tuple[int, Path]:
@@ -475,3 +501,119 @@ def adjust_p(p: Sequence[float], how: str) -> np.ndarray:
     if how == "none" or not len(p):
         return np.asarray(p, dtype=float)
     return holm(p) if how == "holm" else benjamini_hochberg(p)
+
+
+class _RegressionCell:
+    """A regression cell's test set, aligned over runs as `_Cell` aligns a label cell's: the same
+    records with the same targets and patients in every run; per run its predictions and its
+    scaler's SD (MAE in SD units)."""
+
+    def __init__(self):
+        self.first: Path | None = None
+        self.pred: dict[Path, np.ndarray] = {}
+        self.sd: dict[Path, float] = {}
+
+    def add(self, path: Path) -> None:
+        if path in self.pred:
+            return
+        record_id, patient_id, y, pred = read_regression_predictions(path)
+        self.sd[path] = _scaler_sd(path)
+        if self.first is None:
+            self.first, self.record_id, self.patient_id, self.y = path, record_id, patient_id, y
+            self.index = {r: i for i, r in enumerate(record_id)}
+            self.pred[path] = pred
+            return
+        differ = set(self.record_id) ^ set(record_id)
+        if differ:
+            raise PairingError(f"{self.first} and {path}: scored on different test records ({len(differ)} "
+                               "record ids are in only one of them); a cell's runs need one test set")
+        order = np.argsort([self.index[r] for r in record_id])
+        if (y[order] != self.y).any() or (patient_id[order] != self.patient_id).any():
+            raise PairingError(f"{self.first} and {path}: the same test records with other targets or patients")
+        self.pred[path] = pred[order]
+
+
+def read_regression_predictions(path: Path) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """A regression run's predictions.csv (record_id, patient_id, target, prediction) -> (record ids,
+    patient ids (n,), targets (n,), predictions (n,)); FileNotFoundError / PairingError naming it."""
+    import csv
+
+    file = Path(path) / PREDICTIONS
+    if not file.is_file():
+        raise FileNotFoundError(f"{path}: no {PREDICTIONS}")
+    try:
+        with open(file, newline="") as f:
+            rows = list(csv.DictReader(f))
+        record_id = [r["record_id"] for r in rows]
+        patient_id = np.array([r["patient_id"] for r in rows])
+        y = np.array([float(r["target"]) for r in rows])
+        pred = np.array([float(r["prediction"]) for r in rows])
+    except (KeyError, ValueError, TypeError) as e:
+        raise PairingError(f"{file}: not a regression predictions file (record_id, patient_id, target, "
+                           f"prediction): {e}") from None
+    if not rows:
+        raise PairingError(f"{file}: no records")
+    if len(set(record_id)) != len(record_id):
+        raise PairingError(f"{file}: a record_id appears twice")
+    return record_id, patient_id, y, pred
+
+
+def _scaler_sd(path: Path) -> float:
+    """The train split's target SD of a regression run (metrics.json target_scaler.sd)."""
+    try:
+        sd = float(json.loads((path / "metrics.json").read_text())["target_scaler"]["sd"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise PairingError(f"{path}: cannot read target_scaler.sd from metrics.json ({e})") from None
+    if not sd > 0:
+        raise PairingError(f"{path}: metrics.json target_scaler.sd is {sd}, not > 0")
+    return sd
+
+
+def regression_cell_differences(runs: Mapping[str, Sequence], reference: str, metrics: Sequence[str],
+                                n_resamples: int = 1000, seed: int = 0, level: float = 0.95, min_runs: int = 3,
+                                min_test_patients: int = 30) -> dict[str, dict[str, Difference]]:
+    """`cell_differences` for a regression cell: every other method's difference to `reference`
+    on metrics of REGRESSION_SUPPORTED (mae, mae_sd, rmse, r2, pearson_r), one set of patient
+    resamples for every run (the draw order of the module docstring), the same run-level test and
+    replicates (runs of one pretrained encoder count once). D = other - reference as for every
+    metric: for MAE a negative D is the better method (`Difference.better`).
+    -> {method: {metric: Difference}}; PairingError / FileNotFoundError as cell_differences."""
+    unknown = [m for m in metrics if m not in REGRESSION_SUPPORTED]
+    if unknown:
+        raise ValueError(f"metrics {list(metrics)}: supported are {REGRESSION_SUPPORTED}")
+    _check_arguments([], False, n_resamples, level, min_runs)
+    if reference not in runs:
+        raise PairingError(f"no runs of the reference {reference!r}")
+    by_seed = {method: _by_seed(method_runs, method) for method, method_runs in runs.items()}
+    if len(by_seed) < 2 or not by_seed[reference]:
+        return {}
+    cell = _RegressionCell()
+    for folders in by_seed.values():
+        for path in folders.values():
+            cell.add(path)
+    ones = np.ones((1, len(cell.y)))
+    point = {p: resample_regression(cell.y, cell.pred[p], cell.sd[p], ones) for p in cell.pred}
+    resampled = {p: {m: np.empty(n_resamples) for m in metrics} for p in cell.pred}
+    rng = np.random.default_rng(seed)
+    for start in range(0, n_resamples, BOOTSTRAP_CHUNK):
+        w = patient_resample_weights(cell.patient_id, min(BOOTSTRAP_CHUNK, n_resamples - start), rng)
+        for p in cell.pred:
+            r = resample_regression(cell.y, cell.pred[p], cell.sd[p], w)
+            for m in metrics:
+                resampled[p][m][start:start + len(w)] = r[m]
+    n_patients = len(np.unique(cell.patient_id))
+    out: dict[str, dict[str, Difference]] = {}
+    for method in by_seed:
+        if method == reference or not by_seed[method]:
+            continue
+        out[method] = {}
+        for m in metrics:
+            a, a_boot = _replicates(by_seed[reference].values(), m, point, resampled)
+            b, b_boot = _replicates(by_seed[method].values(), m, point, resampled)
+            diff, low, high, p, why, undefined, se, df = _compare(a, b, a_boot, b_boot, level, min_runs,
+                                                                  min_test_patients, n_patients)
+            parts = None if se is None else run_level_parts(a, b, *_defined(a_boot, b_boot)[:2])[1]
+            out[method][m] = Difference(m, diff, low, high, p, tuple(by_seed[method]), tuple(by_seed[reference]),
+                                        len(cell.record_id), n_patients, n_resamples, undefined, level, why, se, df,
+                                        parts)
+    return out

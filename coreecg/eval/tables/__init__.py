@@ -6,6 +6,8 @@
     benchmark          macro AUROC per corpus x mode beside published numbers
     encoder_objective  encoders x objectives: each encoder's rows against its own baselines, beside
                        its parameters and train GFLOP per sample (torch: imported when built)
+    regression         regression tasks (age, ...): MAE (lower is better), MAE in SD units and R²
+                       per method x task corpus, differences to the reference by each metric's direction
 
 and what they share: table (a results table as data), render (Markdown, CSV, LaTeX), protocol
 (one protocol per table), detectable (the label-efficiency table's minimal detectable effect).
@@ -21,6 +23,7 @@ import coreecg.eval.tables.methods  # noqa: E402,F401 - the built-ins register t
 import coreecg.eval.tables.label_efficiency  # noqa: E402,F401
 import coreecg.eval.tables.benchmark  # noqa: E402,F401
 import coreecg.eval.tables.encoder_objective  # noqa: E402,F401
+import coreecg.eval.tables.regression  # noqa: E402,F401
 
 __all__ = ["REFERENCE", "RegisteredTable", "TableError", "TableInputs", "default_tables", "index_line",
            "known_tables", "register_table", "table_for"]

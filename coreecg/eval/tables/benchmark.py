@@ -51,7 +51,7 @@ import yaml
 
 from coreecg.data.declared import declared_note
 from coreecg.eval.fairness import FINETUNING, Allowance, check_table, run_entries
-from coreecg.eval.runs import DATASET_ALIASES, DATASETS, Run, RunError
+from coreecg.eval.runs import DATASET_ALIASES, DATASETS, Run, RunError, label_runs
 from coreecg.eval.tables.registry import TableError, TableInputs, register_table
 from coreecg.eval.tables.table import LEAK, MISSING, UNAVAILABLE
 
@@ -133,8 +133,8 @@ def benchmark_table(runs: Sequence[Run], published: Sequence[Published] = ()) ->
     """The table of `runs` (coreecg.eval.runs.load_run); RunError for two runs of one method,
     column and seed."""
     # 12 leads, or every lead a published model takes (its contract's: ECG-JEPA's 8, ECGFounder's lead I)
-    kept = [r for r in runs if (r.leads == "12" or r.record.get("contract_leads")) and isclose(r.train_fraction, 1.0)
-            and MODE_OF.get(r.mode, r.mode) in MODES]
+    kept = [r for r in label_runs(runs) if (r.leads == "12" or r.record.get("contract_leads"))
+            and isclose(r.train_fraction, 1.0) and MODE_OF.get(r.mode, r.mode) in MODES]
     datasets = list(dict.fromkeys(r.dataset for r in kept))
     modes = [m for m in MODES if any(MODE_OF.get(r.mode, r.mode) == m for r in kept)]
     columns = [(d, m) for d in datasets for m in modes if any(r.dataset == d and MODE_OF.get(r.mode, r.mode) == m

@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 from coreecg.data.declared import MARK as DECLARED
 from coreecg.config import ReportConfig
-from coreecg.eval.runs import DATASETS, Run, RunError
+from coreecg.eval.runs import DATASETS, Run, RunError, label_runs, regression_runs
 from coreecg.eval.significance import PREDICTIONS, Difference, _encoder_of
 from coreecg.eval.tables.detectable import detectable_note
 from coreecg.eval.tables.protocol import protocol_footnotes
@@ -49,6 +49,8 @@ LEADS = "12"
 VERDICT_METRIC = "auroc"
 VERDICTS_SUFFIX = "_verdicts.md"
 VERDICTS_FILE = f"{LABEL_EFFICIENCY_TABLE}{VERDICTS_SUFFIX}"
+# coreecg/eval/tables/regression.py's tables (registered after this module)
+REGRESSION_TABLE, REGRESSION_EFFICIENCY_TABLE = "regression", "regression_label_efficiency"
 
 
 def is_random_init(run: Run) -> bool:
@@ -70,11 +72,13 @@ class Row:
     baseline: str | None      # the row its difference is to (None: a baseline, or none ran)
 
 
-def label_efficiency_runs(runs: Sequence[Run]) -> list[Run]:
+def label_efficiency_runs(runs: Sequence[Run], regression: bool = False) -> list[Run]:
     """The runs the table holds: 12 leads, or every lead a published model takes (its contract's:
     ECG-JEPA's 8, counted in the 12-lead columns and said under the table, `contract_leads_note`),
-    modes linear, frozen, finetune and scratch."""
-    return [replace(r, leads=LEADS) if r.leads != LEADS else r for r in runs
+    modes linear, frozen, finetune and scratch; label tasks only, or with `regression` regression
+    tasks only (their MAE curve: coreecg/eval/tables/regression.py, regression_label_efficiency)."""
+    kind = regression_runs if regression else label_runs
+    return [replace(r, leads=LEADS) if r.leads != LEADS else r for r in kind(runs)
             if r.mode in MODES and (r.leads == LEADS or r.record.get("contract_leads"))]
 
 
@@ -85,12 +89,12 @@ def contract_leads_note(runs: Sequence[Run]) -> list[str]:
             + "; ".join(f"{m}: {leads}" for m, leads in fewer.items()) + "."] if fewer else []
 
 
-def label_efficiency_rows(runs: Sequence[Run]) -> list[Row]:
+def label_efficiency_rows(runs: Sequence[Run], regression: bool = False) -> list[Row]:
     """The table's rows in order: Random-init rows (linear, frozen, fine-tune), the Supervised
     (scratch) rows, then each pretrained method's rows (linear, frozen, fine-tune), methods in
     first-seen order. A pretrained linear/frozen row's baseline is the first Random-init row of its
-    mode, a fine-tune row's the first scratch row."""
-    kept = label_efficiency_runs(runs)
+    mode, a fine-tune row's the first scratch row. `regression`: of the regression runs."""
+    kept = label_efficiency_runs(runs, regression)
     methods = list(dict.fromkeys(r.method for r in kept))
     found: dict[tuple[str, str], str] = {}      # (method, mode) -> role
     for r in kept:
@@ -333,11 +337,17 @@ def has_label_efficiency_runs(runs: Sequence[Run]) -> bool:
 
 
 def extra_tables(label_efficiency: bool | None = None):
-    """write_report's `extra`: this table's name when asked (True), or, with None, when a run has
-    a random encoder (metrics.json "encoder": "random"); False: none."""
+    """write_report's `extra`: this table's name when asked (True), or, with None, when a label
+    run has a random encoder (metrics.json "encoder": "random"); False: none. And the regression
+    table's when a run is of a regression task, with the label-efficiency regression curve
+    (coreecg/eval/tables/regression.py) when asked or a regression run has a random encoder."""
     def names(runs: Sequence[Run], report: ReportConfig) -> list[str]:
-        wanted = label_efficiency or (label_efficiency is None and has_label_efficiency_runs(runs))
-        return [LABEL_EFFICIENCY_TABLE] if wanted else []
+        label, regression = label_runs(runs), regression_runs(runs)
+        wanted = label_efficiency or (label_efficiency is None and has_label_efficiency_runs(label))
+        curve = bool(regression) and (label_efficiency or (label_efficiency is None
+                                                             and has_label_efficiency_runs(regression)))
+        return ([LABEL_EFFICIENCY_TABLE] * bool(wanted) + [REGRESSION_TABLE] * bool(regression)
+                + [REGRESSION_EFFICIENCY_TABLE] * bool(curve))
     return names
 
 

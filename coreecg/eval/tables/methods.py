@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from coreecg.config import ReportConfig
-from coreecg.eval.runs import Run
+from coreecg.eval.runs import Run, label_runs
 from coreecg.eval.significance import PREDICTIONS
 from coreecg.eval.tables.protocol import protocol_footnotes
 from coreecg.eval.tables.registry import TableInputs, register_table
@@ -43,7 +43,7 @@ def table_specs(runs: Sequence[Run]) -> tuple[TableSpec, ...]:
     fractions (12 leads), the paper's (12/6/1, 100/50/5 %) in its order, then others (a study's
     own: leads as first seen, fractions from the largest). A paper column that no run fills is
     left out when the runs fill others (a study with 20 % in place of 5 % shows no empty 5 %)."""
-    table = [r for r in runs if r.mode in TABLE_MODES]
+    table = [r for r in label_runs(runs) if r.mode in TABLE_MODES]
     lead_sets = {r.leads for r in table if isclose(r.train_fraction, 1.0)}
     leads = [*(x for x in LEADS if x in lead_sets), *dict.fromkeys(r.leads for r in table if r.leads not in LEADS
                                                                     and isclose(r.train_fraction, 1.0))]
@@ -92,7 +92,7 @@ def method_differences(runs: Sequence[Run], report: ReportConfig) -> Significanc
     cannot be compared (other test records, labels or classes) are a RunError naming them."""
     settings = {(v[0], v[1]) for spec in table_specs(runs) for v in spec.variants}
     cells: dict[Cell, dict[str, list[Run]]] = {}
-    for run in runs:
+    for run in label_runs(runs):
         setting = next((s for s in settings if s[0] == run.leads and isclose(s[1], run.train_fraction)), None)
         if run.mode in TABLE_MODES and setting:
             cells.setdefault((run.dataset, *setting), {}).setdefault(run.method, []).append(run)

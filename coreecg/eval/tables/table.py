@@ -19,8 +19,8 @@ import numpy as np
 from scipy import stats
 
 from coreecg.config import ReportConfig
-from coreecg.eval.runs import (DATASETS, F1_KEYS, METRICS, Run, RunError, leakage_note, metric_key, require,
-                                 run_task)
+from coreecg.eval.runs import (DATASETS, F1_KEYS, METRICS, Run, RunError, is_regression, leakage_note, metric_key,
+                               require, run_task)
 from coreecg.eval.significance import (Difference, PairingError, adjust_p, cell_differences, detectable_difference,
                                       equivalence_p)
 
@@ -54,7 +54,7 @@ class TableSpec:
 
 def variant_of(spec: TableSpec, run: Run) -> tuple[str, float, str] | None:
     """The table variant (column block) a run belongs to, or None if it is not in the table."""
-    if run.mode not in spec.modes:
+    if run.mode not in spec.modes or is_regression(run):      # a regression run: the regression table's
         return None
     return next((v for v in spec.variants if v[0] == run.leads and isclose(v[1], run.train_fraction)), None)
 

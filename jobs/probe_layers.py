@@ -11,7 +11,7 @@ and test as fine-tuning scores a model (the crop rule's finetune.eval_crops eval
 data.crop_samples samples, a record's probabilities the mean over its windows, macro AUROC; test
 with patient-bootstrap 95 % intervals of finetune.bootstrap_resamples resamples, seeded by
 train.seed). The best layer is chosen on val only.
-A regression task's corpus (coreecg.tasks; data.sources.<source>.task=age): a ridge regression per layer
+A regression task's corpus (coreecg.data.tasks; data.sources.<source>.task=age): a ridge regression per layer
 (RidgeCV on standardised features, the target standardised by train's record-level mean and SD),
 MAE in the target's unit with test's patient-bootstrap interval; the best layer is the lowest val MAE.
 --model: any model source (a pretraining run folder, encoder.pt, a checkpoint, an export folder;

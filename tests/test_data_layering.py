@@ -56,9 +56,9 @@ LAYERS = [
                 "coreecg.encoders.published"}),        # ... and the published families' options
     # a recording, its leads and a published family's input contract: below the model layer, where each
     # family declares its contract (coreecg.model.published.<family>.CONTRACT)
-    # ... and the task registry (coreecg.tasks): a task reads its target from a record; the model builds its head
+    # ... and the task registry (coreecg.data.tasks): a task reads its target from a record; the model builds its head
     ("recordings and input contracts", {"coreecg.data.record", "coreecg.data.leads", "coreecg.data.contract",
-                                        "coreecg.tasks"}),
+                                        "coreecg.data.tasks"}),
     ("devices", {"coreecg.devices"}),
     ("checkpoint store", {"coreecg.checkpoints"}),
     ("weights in", {"coreecg.weights"}),      # the loader's part from_pretrained (model) uses

@@ -1,4 +1,4 @@
-"""Tasks as registered modules (coreecg.tasks): regression and binary targets from a source's metadata,
+"""Tasks as registered modules (coreecg.data.tasks): regression and binary targets from a source's metadata,
 their corpora on the shared PTB-XL records, the regression metrics and an age fine-tuning end to end."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from coreecg.data.reading import read_split
 from coreecg.data.sources import get_source
 from coreecg.eval.regression import regression_bootstrap_ci, regression_metrics, resample_regression
 from coreecg.model.classifier import Classifier
-from coreecg.tasks import TaskSource, register_task, task_spec
+from coreecg.data.tasks import TaskSource, register_task, task_spec
 from tests.helpers import TINY
 
 
@@ -161,14 +161,14 @@ def test_a_regression_head_standardises_its_target_and_reports_it_in_its_unit():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["linear", "scratch"])
+@pytest.mark.parametrize("mode", ["linear", "finetune"])
 def test_age_regression_end_to_end_with_its_scaler_saved_and_its_mae_recomputable(task_corpora, tmp_path, mode):
     from coreecg.eval.downstream import load_split, predict
     from coreecg.loading import load_finetuned
     from coreecg.train.fit import fit, plan_run
 
     root, _ = task_corpora
-    extra = ["finetune.mode=scratch"] if mode == "scratch" else ["finetune.mode=linear", "finetune.encoder=random"]
+    extra = [f"finetune.mode={mode}", "finetune.encoder=random"]
     cfg = load_config(overrides=[*TINY, f"data.corpus={root / 'age'}", "finetune.batch_size=16", "finetune.lr=1e-3",
                                  "finetune.bootstrap_resamples=100", "train.num_workers=1", "finetune.epochs=2",
                                  "train.checkpoint_every_steps=0", f"train.storage_path={tmp_path}",
@@ -253,7 +253,7 @@ def test_a_labels_csv_column_is_a_regression_task_of_a_hospitals_exports(ray_ses
 
 
 PLUGIN = '''
-from coreecg.tasks import register_task
+from coreecg.data.tasks import register_task
 
 register_task("age_months", kind="regression", unit="months", plausible=(0.0, 1500.0),
               target=lambda record: None if record.meta.get("age") is None else 12.0 * record.meta["age"],
@@ -320,3 +320,36 @@ def test_cinc2021_headers_give_age_and_sex_as_their_lines_state(ecg_data):
                                                                ("male", "female"))
         checked += 1
     assert checked >= 40
+
+
+@pytest.mark.slow
+def test_a_plugin_task_runs_through_a_study_to_its_regression_table(ray_session, ecg_data, tmp_path):
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "age_months.py").write_text(PLUGIN)
+    study = {
+        "name": "age-months",
+        "config": str(repo / "configs" / "quickstart.yaml"),
+        "set": [*TINY, "plugins=[age_months]", "data.synthetic_records=64", "train.num_workers=1",
+                "train.eval_every_epochs=0", "train.figures=false", "report.bootstrap_resamples=50"],
+        "variants": str(repo / "tune_spaces" / "ablations.yaml"),
+        "pretrain": {"methods": ["CoRe-ECG"], "seeds": [0],
+                     "set": ["optim.epochs=1", "optim.batch_size=16", "optim.warmup_epochs=0"]},
+        "downstream": {"corpora": {"ptbxl-age-months": {"source": "ptbxl", "input": str(ecg_data / "ptbxl"),
+                                                        "set": ["data.sources.ptbxl.task=age_months"]}},
+                       "methods": ["Supervised", "CoRe-ECG"], "leads": ["12"], "modes": ["finetune"],
+                       "set": ["finetune.epochs=1", "finetune.batch_size=16", "finetune.bootstrap_resamples=50",
+                               "finetune.tsne_max_points=0", "finetune.warmup_epochs=0"]},
+        "report": {"tables": ["regression"], "figures": []},
+    }
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study, sort_keys=False))
+    done = subprocess.run([sys.executable, str(repo / "jobs" / "study.py"), "study.yaml", "--output", "out"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = sorted((tmp_path / "out").rglob("metrics.json"))
+    tasks = {json.loads(m.read_text()).get("task", {}).get("name") for m in metrics}
+    assert tasks == {"age_months"} and len(metrics) == 2
+    table = next((tmp_path / "out").rglob("regression.csv"))
+    text = table.read_text()
+    assert "Supervised" in text and "CoRe-ECG" in text

@@ -28,7 +28,7 @@ class FinetuneConfig:
     """
 
     mode: Literal["finetune", "linear", "frozen", "scratch"] = "finetune"
-    # The corpus's task (coreecg.tasks), recorded by the planner: "" = its statements (a label task);
+    # The corpus's task (coreecg.data.tasks), recorded by the planner: "" = its statements (a label task);
     # a regression or binary task's name (age, sex, column:<name>). A run's config says what its head predicts.
     task: str = ""
     # encoder.pt, a pretraining checkpoint, run or export folder; empty for scratch; "random": a

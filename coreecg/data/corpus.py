@@ -18,7 +18,7 @@ ROW SCHEMA (Parquet):
     window_index  int16          0-based position of the window in its record
     split         string         "train" | "val" | "test" (also the folder name)
     labels        list<int16>    indices into manifest["class_names"] (empty: unlabelled)
-    target        float32        a regression task's value (manifest["task"], coreecg.tasks); only in
+    target        float32        a regression task's value (manifest["task"], coreecg.data.tasks); only in
                                  corpora of such a task (its one class, index 0, in `labels` too)
     signal        fixed_size_binary[12 * 2500 * 2]   z-scored float16, little-endian, C order
                   (leads in STANDARD_LEADS order, then time); dtype and shape are in the

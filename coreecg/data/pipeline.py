@@ -48,7 +48,7 @@ from coreecg.data.record import Record, RecordError, RecordRef
 from coreecg.data.sources import dataset_key, dataset_label, get_source
 from coreecg.data.splits import SPLITS, patient_key, record_split
 from coreecg.files import TEMP_GLOB, sha256_file, write_atomic, write_json
-from coreecg.tasks import TaskSpec
+from coreecg.data.tasks import TaskSpec
 from coreecg.version import __version__
 
 # Lazy imports: ray.data (the `ray` extra), where the shards are processed: the light install builds corpora
@@ -83,7 +83,7 @@ def check_task_label(record: Record, class_names: tuple[str, ...]) -> None:
 def record_rows(record: Record, windows: np.ndarray, class_names: tuple[str, ...],
                 ratios: tuple[float, float, float], target: bool = False) -> tuple[list[dict[str, Any]], Counter]:
     """Row metadata for a record's windows, and labels outside `class_names` (counted, not lost);
-    `target`: a regression task's corpus, whose rows carry the record's value (coreecg.tasks)."""
+    `target`: a regression task's corpus, whose rows carry the record's value (coreecg.data.tasks)."""
     index = {c: i for i, c in enumerate(class_names)}
     labels = [index[c] for c in record.labels if c in index]
     outside = Counter(c for c in record.labels if c not in index)
@@ -568,7 +568,7 @@ def _manifest(source: Any, input_dir: Any, cfg: DataConfig, settings: dict[str, 
 
 
 def _task_entry(task: dict[str, Any], files: list[dict[str, Any]], quarantine: list[dict[str, str]]) -> dict[str, Any]:
-    """The manifest's "task" (coreecg.tasks): its description, the records left out for a missing or
+    """The manifest's "task" (coreecg.data.tasks): its description, the records left out for a missing or
     an implausible target, and a regression task's target statistics per split (one value per record)."""
     out = {**task, "missing_targets": sum(q["reason"].startswith("missing target") for q in quarantine),
            "implausible_targets": sum(q["reason"].startswith("implausible ") for q in quarantine)}

@@ -26,7 +26,7 @@ from coreecg.data.corpus import load_manifest
 from coreecg.data.reading import read_split, split_rows
 from coreecg.eval.metrics import aggregate_by_record, bootstrap_ci, classification_metrics
 from coreecg.eval.regression import regression_bootstrap_ci, regression_metrics
-from coreecg.tasks import is_regression
+from coreecg.data.tasks import is_regression
 from coreecg.model.padding import padding_mask
 from coreecg.devices import autocast, model_dtype
 
@@ -60,7 +60,7 @@ class EvalSplit:
     multihot: np.ndarray
     unlabelled: int
     uid: np.ndarray | None = None       # (n,) int64: the windows' row ids in the split
-    target: np.ndarray | None = None    # (n,) float32: a regression task's values (coreecg.tasks), else None
+    target: np.ndarray | None = None    # (n,) float32: a regression task's values (coreecg.data.tasks), else None
 
 
 def load_split(corpus: str | Path, split: str) -> EvalSplit:

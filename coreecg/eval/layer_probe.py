@@ -6,7 +6,7 @@ window's crops of its features), a record's probabilities the mean over its wind
 with patient-bootstrap intervals on test. The best layer is chosen by val macro AUROC only;
 test chooses nothing. Intermediate layers often probe better than the last (ECG-Soup 2025).
 
-A regression task's corpus (coreecg.tasks: age, ...) gets a ridge regression per layer instead
+A regression task's corpus (coreecg.data.tasks: age, ...) gets a ridge regression per layer instead
 (RidgeCV over RIDGE_ALPHAS on standardised features; the target standardised by the train split's
 record-level mean and SD, as fine-tuning's scaler, and predictions mapped back to its unit),
 scored as downstream scores a regression (MAE, RMSE, R2, r; patient-bootstrap intervals on
@@ -37,7 +37,7 @@ from coreecg.eval.metrics import aggregate_by_record
 from coreecg.eval.probe import ProbeSplit, probe_probabilities
 from coreecg.model.layer_features import n_layers, pooled_layers
 from coreecg.model.padding import padding_mask
-from coreecg.tasks import corpus_task, is_regression
+from coreecg.data.tasks import corpus_task, is_regression
 
 SPLITS = ("train", "val", "test")
 COLUMNS = ("layer", "val_auroc", "test_auroc", "low", "high")

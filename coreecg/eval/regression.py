@@ -1,4 +1,4 @@
-"""Regression metrics (coreecg.tasks, kind "regression") on top of scikit-learn and SciPy, with
+"""Regression metrics (coreecg.data.tasks, kind "regression") on top of scikit-learn and SciPy, with
 patient-bootstrap intervals.
 
 Definitions (docs/tasks.md), one value per record (the mean over its windows' predictions):

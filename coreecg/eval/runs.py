@@ -6,7 +6,7 @@ contract (docs/evaluation.md; the contract itself: coreecg/eval/report.py's docs
 
 A folder without metrics.json, or one missing a key the tables read (method, dataset, mode,
 leads, train_fraction, seed, test.{acc, f1, auroc}) or with a wrong type, is a RunError naming
-the folder. A regression run (metrics.json task.kind "regression", coreecg.tasks) has no label
+the folder. A regression run (metrics.json task.kind "regression", coreecg.data.tasks) has no label
 metrics: it needs test.mae instead (its REGRESSION_METRICS: mae, mae_sd, rmse, r2, pearson_r);
 the label tables leave it out (`label_runs`), the regression table holds it
 (coreecg/eval/tables/regression.py).
@@ -109,7 +109,7 @@ def load_run(run_dir: str | Path) -> Run:
 
 
 def record_is_regression(record: dict) -> bool:
-    """Whether a metrics.json is a regression run's (its task's kind, coreecg.tasks)."""
+    """Whether a metrics.json is a regression run's (its task's kind, coreecg.data.tasks)."""
     task = record.get("task")
     return isinstance(task, dict) and task.get("kind") == "regression"
 

@@ -74,5 +74,5 @@ class InferenceResult:
     seconds: float = 0.0
     item: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     precision: str = "fp32"             # the path that scored (coreecg.inference.precision)
-    regression: bool = False            # probs are a regression task's values in its unit (coreecg.tasks)
+    regression: bool = False            # probs are a regression task's values in its unit (coreecg.data.tasks)
     precision_reason: str = ""          # why: auto's choice, a fallback, "asked for"

@@ -13,7 +13,7 @@ from torch import nn
 from coreecg.config import STANDARD_LEADS, Config, PreprocessConfig
 from coreecg.inference.items import InferenceError
 from coreecg.model.published.registry import model_layout
-from coreecg.tasks import is_regression_task
+from coreecg.data.tasks import is_regression_task
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class ModelInput:
     precision: str
     class_names: tuple[str, ...]
     multilabel: bool | None
-    regression: bool = False           # a regression task's head: values in the target's unit (coreecg.tasks)
+    regression: bool = False           # a regression task's head: values in the target's unit (coreecg.data.tasks)
 
 
 def input_spec(loaded: Any) -> ModelInput:

@@ -55,7 +55,7 @@ from coreecg.config import Config, ConfigError, DataConfig, PreprocessConfig, Tr
 from coreecg.config.loading import apply_overrides
 from coreecg.encoders.build import build_encoder
 from coreecg.model.classifier import Classifier
-from coreecg.tasks import is_regression_task
+from coreecg.data.tasks import is_regression_task
 from coreecg.model.encoder import Encoder
 from coreecg.model.pretrained import PretrainedInfo
 from coreecg.model.published import FAMILIES, recognise

@@ -14,7 +14,7 @@ from coreecg.encoders.build import build_encoder
 from coreecg.model.encoder import Encoder, _with_a_key
 from coreecg.model.pretrained import PretrainedMixin
 from coreecg.model.published.registry import model_layout
-from coreecg.tasks import is_regression_task
+from coreecg.data.tasks import is_regression_task
 
 
 def standard_lead_positions(leads: Sequence[str]) -> list[int]:
@@ -70,7 +70,7 @@ class Classifier(nn.Module, PretrainedMixin, pipeline_tag="other"):
     `frozen_encoder` (linear probing, frozen mode): the encoder runs without gradients, in eval
     mode. `pooling`: "mean" over all (lead, time) tokens (the paper's), or "attention"
     (`AttentionPool`). Single-label tasks train with softmax cross-entropy, multi-label ones
-    with sigmoid BCE. `regression` (a regression task, coreecg.tasks): K outputs of real values,
+    with sigmoid BCE. `regression` (a regression task, coreecg.data.tasks): K outputs of real values,
     trained with MSE on targets standardised by the train split's mean and SD (`set_scaler`; the
     buffers target_mean, target_std travel in the state dict, hence in best.pt and an export), and
     `probabilities` returns them in the target's units.

@@ -27,7 +27,7 @@ from coreecg.data.subsets import stratified_patient_subset, subset_summary
 from coreecg.loading import open_source
 from coreecg.model.published import family
 from coreecg.train.leakage_guard import Pretraining, check_overlap, pretraining_of
-from coreecg.tasks import LABELS, corpus_task
+from coreecg.data.tasks import LABELS, corpus_task
 from coreecg.train.plan import FinetuneSpec, RunPlan, preflight, steps_per_epoch
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ def plan_finetune(config: Config) -> RunPlan:
 
 
 def _with_task(config: Config, corpus) -> tuple[Config, dict[str, Any]]:
-    """The corpus's task (coreecg.tasks) recorded in finetune.task, so that a run's config says what its
+    """The corpus's task (coreecg.data.tasks) recorded in finetune.task, so that a run's config says what its
     head predicts; FinetuneError when finetune.task names another task than the corpus's."""
     task = corpus_task(corpus.manifest)
     own = "" if task["kind"] == LABELS else str(task["name"])

@@ -68,7 +68,7 @@ class FinetuneTask:
         f = self.config.finetune
         self.epochs, self.global_batch = f.epochs, f.batch_size
         self.class_names, self.multilabel = list(spec.class_names), spec.multilabel
-        # a regression task (coreecg.tasks): the head predicts values, selected and scored by MAE
+        # a regression task (coreecg.data.tasks): the head predicts values, selected and scored by MAE
         self.scaler = spec.meta.get("target_scaler")
         self.regression = self.scaler is not None
         self.lead_rows = list(spec.lead_rows)

@@ -24,13 +24,13 @@ from coreecg.data.sources.registry import (
 from coreecg.data.sources import ptbxl, cpsc2018, cinc2021, mimic, code15, wfdb_generic, synthetic  # noqa: F401
 # Hospital and device exports (exports.py), then `auto`, which reads a mixed folder with them.
 from coreecg.data.sources import dicom, muse, aecg, edf, arrays, auto  # noqa: F401
-from coreecg.tasks import TaskSource, csv_column_values, split_task_options
+from coreecg.data.tasks import TaskSource, csv_column_values, split_task_options
 
 
 def get_source(name: str, **options) -> Source:
     """A source reader by registry name; unknown names raise ValueError listing the known ones.
 
-    `task=<a registered task>` (coreecg.tasks) builds the reader's label-free view wrapped in a
+    `task=<a registered task>` (coreecg.data.tasks) builds the reader's label-free view wrapped in a
     `TaskSource`, whose records carry the task's target."""
     spec = source_spec(name)
     label_free = spec.label_free

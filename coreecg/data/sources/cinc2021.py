@@ -76,7 +76,7 @@ class CinC2021Options:
     min_count: int = 1                # class_map=frequent: codes seen at least this often ...
     count_column: str = "Total"       # ... in this column of the challenge tables
     subsets: tuple[str, ...] = ()     # e.g. [Ningbo]; empty = every database found
-    # "": the class map's statements; a registered task of the headers' metadata (coreecg.tasks: age, sex)
+    # "": the class map's statements; a registered task of the headers' metadata (coreecg.data.tasks: age, sex)
     task: str = ""
 
     def reader_options(self, data: Any) -> dict[str, Any]:
@@ -107,7 +107,7 @@ class CinC2021Source:
 
     name = "cinc2021"
     multilabel = True
-    unlabelled_view = {"class_map": "none"}     # a task's records need no statement (coreecg.tasks)
+    unlabelled_view = {"class_map": "none"}     # a task's records need no statement (coreecg.data.tasks)
 
     def __init__(self, class_map: str = "scored26", min_count: int = 1, count_column: str = "Total",
                  subsets: Sequence[str] | None = None):

@@ -59,7 +59,7 @@ class Code15Options:
 
     # multi: the six abnormalities + normal_ecg, 7 classes; none: unlabelled (pretraining)
     label_view: Literal["multi", "none"] = "multi"
-    # "": the six abnormalities; a registered task of exams.csv's metadata (coreecg.tasks: age, sex)
+    # "": the six abnormalities; a registered task of exams.csv's metadata (coreecg.data.tasks: age, sex)
     task: str = ""
 
     def reader_options(self, data: Any) -> dict[str, Any]:
@@ -71,7 +71,7 @@ class Code15Source:
     """CODE-15% reader. Option: label_view ("multi" | "none")."""
 
     name = "code15"
-    unlabelled_view = {"label_view": "none"}    # a task's records need no statement (coreecg.tasks)
+    unlabelled_view = {"label_view": "none"}    # a task's records need no statement (coreecg.data.tasks)
 
     def __init__(self, label_view: str = "multi"):
         if label_view not in LABEL_VIEWS:

@@ -249,7 +249,7 @@ class ExportOptions:
     # whether a record may carry several classes; null: from the table (any row with two classes)
     multilabel: bool | None = None
     # "": the labels column's codes; column:<name>: that numeric column of the labels CSV as a regression
-    # task; or a registered task (coreecg.tasks). Keyword-only: the readers' own options keep their positions.
+    # task; or a registered task (coreecg.data.tasks). Keyword-only: the readers' own options keep their positions.
     task: str = field(default="", kw_only=True)
 
     def __post_init__(self) -> None:

@@ -43,7 +43,7 @@ from coreecg.data.sources.base import as_age, no_records, require_root
 from coreecg.data.sources.registry import IndexFile, register_source
 from coreecg.data.sources.wfdb_io import read_wfdb
 from coreecg.data.splits import fold_split
-from coreecg.tasks import LABELS, TASKS
+from coreecg.data.tasks import LABELS, TASKS
 
 SUPERCLASSES: tuple[str, ...] = ("NORM", "MI", "STTC", "CD", "HYP")
 DIAGNOSTIC: tuple[str, ...] = (
@@ -78,7 +78,7 @@ class PTBXLOptions:
     rate: Literal[500, 100] = 500                                # records500/ or records100/
     min_likelihood: float = 0.0                                  # SCP-code likelihood threshold
     # the benchmark's statement tasks (docs/data_sources.md; superdiagnostic + single = the paper's 5
-    # classes), or a registered task of the records' metadata (coreecg.tasks: age, sex, height, weight)
+    # classes), or a registered task of the records' metadata (coreecg.data.tasks: age, sex, height, weight)
     task: str = "superdiagnostic"
     # patients: the patient hash at data.split_ratios; folds: strat_fold 1-8 / 9 / 10 = train / val / test
     split: Literal["patients", "folds"] = "patients"

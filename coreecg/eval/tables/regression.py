@@ -1,5 +1,5 @@
 """The regression table: how well each method predicts a regression task's target (age, height,
-weight, a labels-CSV column: coreecg.tasks), and whether it does better than the reference method.
+weight, a labels-CSV column: coreecg.data.tasks), and whether it does better than the reference method.
 
 Rows are methods (a run's method; a linear or frozen run's mode in brackets, "CoRe-ECG (linear)"),
 columns one per regression corpus x leads x train fraction (e.g. ptbxl-age, 12 leads, 100 %), each

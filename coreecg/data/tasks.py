@@ -2,7 +2,7 @@
 
 A task is one registered module (like a source, a method, an encoder or a table):
 
-    from coreecg.tasks import register_task
+    from coreecg.data.tasks import register_task
 
     register_task("lvef", kind="regression", column="lvef", unit="%", plausible=(5.0, 90.0),
                   description="left-ventricular ejection fraction, from the labels CSV")
@@ -350,4 +350,4 @@ def split_task_options(reader_cls: type, options: dict[str, Any],
     if takes_task:
         return None, options                   # the reader checks its own statement tasks
     raise ValueError(f"unknown task {name!r}; known: {', '.join(sorted(TASKS))} (a labels-CSV column is a "
-                     "task once registered: coreecg.tasks.register_task(..., column=...), or task=column:<name>)")
+                     "task once registered: coreecg.data.tasks.register_task(..., column=...), or task=column:<name>)")

@@ -44,12 +44,12 @@ def _fmt(m: dict, key: str) -> str:
     v = m.get(key)
     if v is None:
         return f"{key} n/a"
-    scale = 100.0 if key in ("acc", "f1", "auroc") else 1.0
+    label = key in ("acc", "f1", "auroc")
+    fmt = (lambda x: f"{100 * x:.1f}") if label else (lambda x: f"{x:.4g}")
     ci = (m.get("ci") or {}).get(key) or {}
     if ci.get("low") is not None and ci.get("high") is not None:
-        return f"{key} {scale * v:.4g} [{scale * ci['low']:.4g}, {scale * ci['high']:.4g}]" if scale == 1 else \
-            f"{key} {scale * v:.1f} [{scale * ci['low']:.1f}, {scale * ci['high']:.1f}]"
-    return f"{key} {scale * v:.4g}" if scale == 1 else f"{key} {scale * v:.1f}"
+        return f"{key} {fmt(v)} [{fmt(ci['low'])}, {fmt(ci['high'])}]"
+    return f"{key} {fmt(v)}"
 
 
 def build_parser():

@@ -64,3 +64,16 @@ def fresh_ray(ray_session):
     ray_session.shutdown()
     start_local_ray()
     yield ray_session
+
+
+@pytest.fixture(scope="session")
+def ptbxl_age_corpus(ray_session, ecg_data, tmp_path_factory):
+    """The shared PTB-XL records as an age (regression) corpus (coreecg.data.tasks): (its folder, its
+    manifest), built once for the tests of tasks and per-layer probes."""
+    from coreecg.config import load_config
+    from coreecg.data.pipeline import build_corpus
+
+    out = tmp_path_factory.mktemp("ptbxl-age") / "age"
+    data = load_config(overrides=["data.shard_records=64"]).data
+    return out, build_corpus("ptbxl", ecg_data / "ptbxl", out, data, source_options={"task": "age"},
+                             log_warnings=False)

@@ -164,14 +164,9 @@ def test_a_pretraining_evaluation_reports_the_layer_probe_only_when_asked(corpus
 
 
 @pytest.fixture(scope="module")
-def age_corpus(ray_session, ecg_data, tmp_path_factory):
-    """An age (regression) corpus of the shared PTB-XL records, as tests/test_tasks.py builds it."""
-    from coreecg.data.pipeline import build_corpus
-
-    out = tmp_path_factory.mktemp("layers-age") / "age"
-    data = load_config(overrides=["data.shard_records=64"]).data
-    manifest = build_corpus("ptbxl", ecg_data / "ptbxl", out, data, source_options={"task": "age"},
-                            log_warnings=False)
+def age_corpus(ptbxl_age_corpus):
+    """The session's age (regression) corpus of the shared PTB-XL records (tests/conftest.py)."""
+    out, manifest = ptbxl_age_corpus
     assert manifest["task"]["kind"] == "regression"
     return out
 

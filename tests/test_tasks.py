@@ -75,16 +75,17 @@ def test_a_task_source_is_the_readers_label_free_view_with_the_tasks_classes():
 
 
 @pytest.fixture(scope="module")
-def task_corpora(ray_session, ecg_data, tmp_path_factory):
+def task_corpora(ray_session, ecg_data, ptbxl_age_corpus, tmp_path_factory):
+    """{"age": the session's age corpus, "sex": a sex corpus} of the shared PTB-XL records, as
+    (root, manifests): root / task is each corpus's folder."""
     from coreecg.data.pipeline import build_corpus
 
     root = tmp_path_factory.mktemp("task-corpora")
+    (root / "age").symlink_to(ptbxl_age_corpus[0], target_is_directory=True)
     data = load_config(overrides=["data.shard_records=64"]).data
-    out = {}
-    for task in ("age", "sex"):
-        out[task] = build_corpus("ptbxl", ecg_data / "ptbxl", root / task, data, source_options={"task": task},
-                                 log_warnings=False)
-    return root, out
+    sex = build_corpus("ptbxl", ecg_data / "ptbxl", root / "sex", data, source_options={"task": "sex"},
+                       log_warnings=False)
+    return root, {"age": ptbxl_age_corpus[1], "sex": sex}
 
 
 def test_an_age_corpus_holds_each_records_stated_age_and_counts_the_missing(task_corpora, ecg_data):

@@ -445,22 +445,8 @@ def cell_differences(runs: Mapping[str, Sequence], reference: str, metrics: Sequ
     keep = kept_classes(cell.y, cell.patient_id, min_positive_patients)
     point = {p: resample_metrics(cell.y, cell.probs[p], multilabel, ones, keep) for p in cell.probs}
     resampled = _resampled(cell, metrics, multilabel, n_resamples, seed, keep)
-    n_patients = len(np.unique(cell.patient_id))
-    out: dict[str, dict[str, Difference]] = {}
-    for method in by_seed:
-        if method == reference or not by_seed[method]:
-            continue
-        out[method] = {}
-        for m in metrics:
-            a, a_boot = _replicates(by_seed[reference].values(), m, point, resampled)
-            b, b_boot = _replicates(by_seed[method].values(), m, point, resampled)
-            diff, low, high, p, why, undefined, se, df = _compare(a, b, a_boot, b_boot, level, min_runs,
-                                                                  min_test_patients, n_patients)
-            parts = None if se is None else run_level_parts(a, b, *_defined(a_boot, b_boot)[:2])[1]
-            out[method][m] = Difference(m, diff, low, high, p, tuple(by_seed[method]), tuple(by_seed[reference]),
-                                        len(cell.record_id), n_patients, n_resamples, undefined, level, why, se, df,
-                                        parts)
-    return out
+    return _method_differences(by_seed, reference, metrics, point, resampled, len(cell.record_id),
+                               len(np.unique(cell.patient_id)), n_resamples, level, min_runs, min_test_patients)
 
 
 def difference(reference_runs: Sequence, other_runs: Sequence, metric: str, multilabel: bool,
@@ -601,7 +587,15 @@ def regression_cell_differences(runs: Mapping[str, Sequence], reference: str, me
             r = resample_regression(cell.y, cell.pred[p], cell.sd[p], w)
             for m in metrics:
                 resampled[p][m][start:start + len(w)] = r[m]
-    n_patients = len(np.unique(cell.patient_id))
+    return _method_differences(by_seed, reference, metrics, point, resampled, len(cell.record_id),
+                               len(np.unique(cell.patient_id)), n_resamples, level, min_runs, min_test_patients)
+
+
+def _method_differences(by_seed: dict, reference: str, metrics: Sequence[str], point: dict, resampled: dict,
+                        n_records: int, n_patients: int, n_resamples: int, level: float, min_runs: int,
+                        min_test_patients: int) -> dict[str, dict[str, "Difference"]]:
+    """Every method's Difference from `reference` per metric, from one cell's point values and
+    patient resamples (per prediction file): the label and the regression cells' common last step."""
     out: dict[str, dict[str, Difference]] = {}
     for method in by_seed:
         if method == reference or not by_seed[method]:
@@ -614,6 +608,5 @@ def regression_cell_differences(runs: Mapping[str, Sequence], reference: str, me
                                                                   min_test_patients, n_patients)
             parts = None if se is None else run_level_parts(a, b, *_defined(a_boot, b_boot)[:2])[1]
             out[method][m] = Difference(m, diff, low, high, p, tuple(by_seed[method]), tuple(by_seed[reference]),
-                                        len(cell.record_id), n_patients, n_resamples, undefined, level, why, se, df,
-                                        parts)
+                                        n_records, n_patients, n_resamples, undefined, level, why, se, df, parts)
     return out

@@ -49,7 +49,8 @@ def pad(signal: np.ndarray) -> np.ndarray:
 
 
 def write_code15(root: Path, exams: list[dict], parts: dict[str, list[int]], padding_row: bool = True) -> None:
-    """exams.csv from `exams` (dicts: exam_id, patient_id, trace_file, signal (12, n), labels) and one
+    """exams.csv from `exams` (dicts: exam_id, patient_id, trace_file, signal (12, n), labels, optional age
+    and is_male: "" leaves the cell empty; default 50 and True) and one
     hdf5 per entry of `parts` (file name -> exam_ids in row order), each ending with an exam_id-0
     padding row when `padding_row`. An exam whose id no part lists is in exams.csv only."""
     import h5py
@@ -62,7 +63,8 @@ def write_code15(root: Path, exams: list[dict], parts: dict[str, list[int]], pad
         with h5py.File(root / name, "w") as f:
             f["tracings"] = np.stack(rows)
             f["exam_id"] = np.asarray(list(ids) + ([0] if padding_row else []), np.int64)
-    table = pd.DataFrame([{"exam_id": e["exam_id"], "age": 50, "is_male": True, "nn_predicted_age": 51.5,
+    table = pd.DataFrame([{"exam_id": e["exam_id"], "age": e.get("age", 50), "is_male": e.get("is_male", True),
+                           "nn_predicted_age": 51.5,
                            **{c: c in e["labels"] for c in LABELS[:6]}, "patient_id": e["patient_id"],
                            "death": "", "timey": "", "normal_ecg": "normal_ecg" in e["labels"],
                            "trace_file": e["trace_file"]} for e in exams])

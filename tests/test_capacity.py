@@ -55,16 +55,17 @@ def test_the_label_efficiency_study_prices_from_its_plan(tmp_path, monkeypatch, 
     # downstream corpora by source and options, not by name
     ds = out["downstream"]
     assert (ds["ptbxl-super"]["classes"], ds["ptbxl-all"]["classes"], ds["icbeb2018"]["classes"]) == (5, 71, 9)
+    assert ds["ptbxl-age"]["classes"] == 1 and ds["ptbxl-age"]["options"]["task"] == "age"   # one regression output
     assert ds["ptbxl-all"]["split"].startswith("official folds")
     assert ds["ptbxl-all"]["train"] == round(ds["ptbxl-all"]["windows"] * 0.8)
 
     # fine-tuning: every run of the plan, in rows; linear rows cached
     runs = study.finetune_runs()
     assert sum(r["runs"] for r in out["finetuning"]) == len(runs) == out["totals"]["tables_finetuning"]["finetunings"]
-    # 3 corpora x 3 fractions x 5 seeds x (3 linear rows + Supervised + 2 fine-tuned rows)
-    assert len(runs) == 3 * 3 * 5 * 6
+    # 4 corpora (age among them) x 3 fractions x 5 seeds x (3 linear rows + Supervised + 2 fine-tuned rows)
+    assert len(runs) == 4 * 3 * 5 * 6
     linear = [r for r in out["finetuning"] if r["mode"] == "linear"]
-    assert sum(r["runs"] for r in linear) == 3 * 3 * 5 * 3
+    assert sum(r["runs"] for r in linear) == 4 * 3 * 5 * 3
     assert all(r["features"].startswith("cached") for r in linear)
     assert out["totals"]["tables_pretraining"]["pretrainings"] == 6
     # 1 % of each corpus is under one batch of 256: its grids fine-tune at batch 32, so every run plans

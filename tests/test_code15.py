@@ -187,3 +187,27 @@ def test_preprocess_job_builds_a_corpus_and_quarantines_with_reasons(layout, tmp
     assert int(np.isnan(short).sum()) == 12 * (2500 - 7 * 250) and not np.isnan(short[..., :7 * 250]).any()
     assert reasons["202"].startswith("no label of the task")
     assert reasons["203"].startswith("exam_id 203 not in exams_part1.hdf5")
+
+
+def test_age_and_sex_tasks_read_exams_csv_and_never_impute(tmp_path, ecg_data):
+    """CODE-15%'s age and is_male columns as the age (regression) and sex (binary) tasks: each exam's
+    stated value; an empty cell is a missing target and age 300 an implausible one, never 50 or female."""
+    plan = {11: (63, True), 12: (71.5, False), 13: ("", ""), 14: (300, True)}
+    real = ptbxl_at_400hz(len(plan), ecg_data / "ptbxl")
+    exams = [{"exam_id": i, "patient_id": f"p{ecg_id}", "trace_file": "exams_part0.hdf5", "signal": sig,
+              "labels": ("AF",), "age": age, "is_male": male}
+             for (i, (age, male)), (ecg_id, sig) in zip(plan.items(), real)]
+    write_code15(tmp_path, exams, {"exams_part0.hdf5": list(plan)})
+    ages, sexes = get_source("code15", task="age"), get_source("code15", task="sex")
+    got_age, got_sex = {}, {}
+    for ref in ages.list_records(tmp_path):
+        for source, got in ((ages, got_age), (sexes, got_sex)):
+            try:
+                rec = source.read(ref)
+                got[ref.record_id] = rec.meta["target"] if source is ages else rec.labels
+            except RecordError as e:
+                got[ref.record_id] = e.reason
+    assert got_age["11"] == 63.0 and got_age["12"] == 71.5
+    assert got_age["13"].startswith("missing target") and got_age["14"].startswith("implausible age: 300")
+    assert got_sex["11"] == ("male",) and got_sex["12"] == ("female",)
+    assert got_sex["13"].startswith("missing target") and got_sex["14"] == ("male",)

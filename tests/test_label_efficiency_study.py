@@ -70,13 +70,16 @@ def test_the_tiny_plan_has_the_four_rows_three_fractions_and_three_seeds(tiny, e
 
 
 def test_the_full_plan_is_the_issue_grid(full):
-    _plan_holds(full, {"ptbxl-super", "ptbxl-all", "icbeb2018"}, {1.0, 0.1, 0.01}, 5, 3)
+    _plan_holds(full, {"ptbxl-super", "ptbxl-all", "icbeb2018", "ptbxl-age"}, {1.0, 0.1, 0.01}, 5, 3)
     sets = {c.name: load_config(full.config_file, [*full.base, *c.set, *full.extra]).data for c in full.corpora}
     assert all(sets[n].sources.ptbxl.split == "folds" for n in ("ptbxl-super", "ptbxl-all"))
     assert sets["ptbxl-super"].sources.ptbxl.task == "superdiagnostic" and sets["ptbxl-all"].sources.ptbxl.task == "all"
     assert [c.source for c in full.corpora if c.name == "icbeb2018"] == ["cpsc2018"]
     assert [c.source for c in full.pretrain_corpora] == ["mimic-iv-ecg", "code15", "cinc2021"]
-    assert all(set(c.exclude) == {"ptbxl-super", "ptbxl-all", "icbeb2018"} for c in full.pretrain_corpora)
+    assert all(set(c.exclude) == {"ptbxl-super", "ptbxl-all", "icbeb2018", "ptbxl-age"} for c in full.pretrain_corpora)
+    # the age curve: PTB-XL age on the same official folds, in its own table beside the label curves
+    assert sets["ptbxl-age"].sources.ptbxl.task == "age" and sets["ptbxl-age"].sources.ptbxl.split == "folds"
+    assert "regression_label_efficiency" in full.tables
 
 
 def _with(tmp_path: Path, ecg_data: Path, **pretrain) -> Path:

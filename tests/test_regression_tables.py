@@ -114,6 +114,26 @@ def test_cells_are_the_runs_mae_and_the_direction_marks_better_and_worse(age_run
     assert row.split(" | ")[1].startswith(f"{mean:.2f} ± ") and BETTER in row.split(" | ")[1]
 
 
+
+def test_the_latex_table_bolds_each_columns_best_by_its_direction_and_marks_as_the_markdown(age_runs):
+    from coreecg.eval.tables.regression import table_latex
+
+    table = regression_table([load_run(p) for paths in age_runs.values() for p in paths], REPORT)
+    tex = table_latex(table)
+    assert tex.count("{") == tex.count("}") and "²" not in tex and "▲" not in tex and "\\*" not in tex
+    rows = {line.split(" & ")[0]: line.split(" & ")[1:] for line in tex.splitlines()
+            if line.endswith(r" \\") and line.split(" & ")[0] in age_runs}
+    assert set(rows) == set(age_runs) and all(len(cells) == 3 for cells in rows.values())
+    # MAE and MAE in SD: the lowest (Better) bold; R²: the highest (Better again) bold; Worse last, plain
+    assert all(c.startswith(r"\textbf{") for c in rows["Better"])
+    assert not any(c.startswith((r"\textbf{", r"\underline{")) for c in rows["Worse"])
+    assert sum(c.startswith(r"\underline{") for cells in rows.values() for c in cells) == 3
+    # the marks the Markdown shows: a marked difference, its direction
+    assert rows["Better"][0].endswith(r"\textsuperscript{*}$\blacktriangle$")
+    assert rows["Worse"][0].endswith(r"\textsuperscript{*}$\blacktriangledown$")
+    assert "*" not in rows["Alike"][0] and "MAE (years) $\\downarrow$" in tex and "R$^2$ $\\uparrow$" in tex
+
+
 def by_hand(ref: list[Path], other: list[Path], seed: int = 0):
     """The run-level test of MAE written out: each run's MAE with scikit-learn on the full set and
     on each materialised patient resample (the documented draw order), then `run_level_test`."""
@@ -179,7 +199,7 @@ def test_label_tables_are_unchanged_beside_regression_runs(age_runs, tmp_path):
     written = write_report(label, alone, report=REPORT, extra=extra_tables())
     both = write_report(label + ages, beside, report=REPORT, extra=extra_tables())
     names = {p.name for p in written}
-    assert {p.name for p in both} == names | {"regression.md", "regression.csv"}
+    assert {p.name for p in both} == names | {"regression.md", "regression.csv", "regression.tex"}
     assert "regression.md" not in names
     for name in names - {"all_runs.csv"}:
         assert (beside / name).read_bytes() == (alone / name).read_bytes(), name

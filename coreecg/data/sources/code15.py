@@ -102,7 +102,8 @@ class Code15Source:
     def _ref(self, h5: Path, row: dict, position: int | None) -> RecordRef:
         labels = [c for c in CLASS_NAMES if _truthy(row[c])]
         extra = {"row": position, "patient_id": str(row["patient_id"]).strip() or None, "labels": labels,
-                 "age": as_age(row.get("age")), "is_male": _truthy(row.get("is_male", "")),
+                 "age": as_age(row.get("age")),
+                 "is_male": _truthy(row["is_male"]) if str(row.get("is_male", "")).strip() else None,
                  "death": _truthy(row["death"]) if str(row.get("death", "")).strip() else None,
                  "timey": as_age(row.get("timey"))}
         if position is None:

@@ -19,7 +19,7 @@ it could detect (report.power) and, for MAE, two one-sided tests of equivalence 
 marked MAE difference below 0 is better (BETTER), above 0 worse (WORSE); an R² one the other way.
 
     table = regression_table(runs, report)        # coreecg.eval.runs.load_run runs; None: no regression run
-    write_regression(table, out_dir)              # regression.md, regression.csv
+    write_regression(table, out_dir)              # regression.md, regression.csv, regression.tex
 
 Registered as `regression` (coreecg.eval.tables.registry); the report job writes it when a run is
 of a regression task (coreecg.eval.tables.label_efficiency.extra_tables). The label tables leave
@@ -43,7 +43,7 @@ from coreecg.eval.tables.label_efficiency import label_efficiency_rows, label_ef
 from coreecg.eval.tables.label_efficiency import row_name as efficiency_row_name
 from coreecg.eval.tables.protocol import protocol_footnotes
 from coreecg.eval.tables.registry import TableInputs, register_table
-from coreecg.eval.tables.render import ADJUST_NAMES
+from coreecg.eval.tables.render import ADJUST_NAMES, latex_escape
 from coreecg.eval.tables.table import LEAK, MISSING, NO_PREDICTIONS, TABLE_MODES, Significance, dataset_order
 
 REGRESSION_TABLE = "regression"
@@ -416,14 +416,76 @@ def write_table_csv(table: RegressionTable, path: Path) -> None:
                 w.writerow(out)
 
 
+def _best_two(table: RegressionTable, j: int, metric: str) -> tuple[float | None, float | None]:
+    """The best and second-best row means (rounded as printed) of column j, by the metric's direction."""
+    means = sorted({round(float(np.mean(v)), DIGITS[metric]) for row in table.runs
+                    if (v := table.values(row, j, metric))}, reverse=not lower_is_better(metric))
+    return (means[0] if means else None), (means[1] if len(means) > 1 else None)
+
+
+_TEX = {"²": r"$^2$", "↓": r"$\downarrow$", "↑": r"$\uparrow$", BETTER: r"$\blacktriangle$",
+        WORSE: r"$\blacktriangledown$", "≥": r"$\geq$", "−": r"$-$", "§": r"\S{}", "\x00": r"\textsuperscript{*}"}
+
+
+def _tex(text: str) -> str:
+    """latex_escape, then this table's symbols (R², arrows, its marks) as LaTeX."""
+    out = latex_escape(text.replace(MARK, "\x00"))
+    for ch, tex in _TEX.items():
+        out = out.replace(ch, tex)
+    return out
+
+
+def _latex_cell(table: RegressionTable, row: str, j: int, metric: str, best: tuple) -> str:
+    text = cell_text(table, row, j, metric)
+    if text == MISSING:
+        return "--"
+    mean = round(float(np.mean(table.values(row, j, metric))), DIGITS[metric])
+    text = _tex(text)
+    if mean == best[0]:
+        text = rf"\textbf{{{text}}}"
+    elif mean == best[1]:
+        text = rf"\underline{{{text}}}"
+    return text + _tex(table.mark(row, j, metric))
+
+
+def table_latex(table: RegressionTable) -> str:
+    """The table as a booktabs `table`: methods x columns (corpus x leads x fraction) x (MAE, MAE in
+    SD units, R²), best per column bold and second underlined by each metric's direction, a marked
+    difference \\textsuperscript{*} with its direction ($\\blacktriangle$ better). Needs
+    \\usepackage{booktabs, amssymb}."""
+    k, cols = len(SHOWN), table.columns
+    caption = [f"{table.title}. Test-set metrics, mean ± standard deviation over seeds (one run: its 95 % "
+               "patient-bootstrap interval); MAE in the target's unit and in SD units, lower is better; R², higher "
+               "is better; best per column in bold, second underlined.", significance_note(table)]
+    caption += [f"{LEAK} {m}: {n}." for m, ns in table.leaks.items() for n in ns]
+    caption += [f"Protocol: {n}" for n in table.footnotes]
+    heads = [f"{c.metric_label(m)} {'↓' if lower_is_better(m) else '↑'}" for c in cols for m in SHOWN]
+    lines = [f"% {table.name}: written by coreecg/eval/tables/regression.py; needs \\usepackage{{booktabs,amssymb}}",
+             r"\begin{table}[t]", r"\centering", r"\caption{" + _tex(" ".join(caption)) + "}",
+             rf"\label{{tab:{table.name}}}",
+             r"\begin{tabular}{l " + " ".join("c" * k for _ in cols) + "}", r"\toprule",
+             " & ".join([r"\textbf{Method}"] + [rf"\multicolumn{{{k}}}{{c}}{{\textbf{{{_tex(c.label)}}}}}"
+                                                for c in cols]) + r" \\",
+             " ".join(rf"\cmidrule(lr){{{2 + i * k}-{1 + (i + 1) * k}}}" for i in range(len(cols))),
+             " & ".join([""] + [_tex(h) for h in heads]) + r" \\", r"\midrule"]
+    best = {(j, m): _best_two(table, j, m) for j in range(len(cols)) for m in SHOWN}
+    for row in table.runs:
+        lines.append(" & ".join([_tex(row + (LEAK if row in table.leaks else ""))]
+                                + [_latex_cell(table, row, j, m, best[(j, m)]) for j in range(len(cols))
+                                   for m in SHOWN]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
 def write_regression(table: RegressionTable, out_dir: str | Path) -> list[Path]:
-    """regression.md and regression.csv (named by the table: <name>.md, <name>.csv) in out_dir."""
+    """<name>.md, <name>.csv and <name>.tex (regression.md, ...) in out_dir."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    md, csv_path = out / f"{table.name}.md", out / f"{table.name}.csv"
+    md, csv_path, tex = out / f"{table.name}.md", out / f"{table.name}.csv", out / f"{table.name}.tex"
     md.write_text(table_markdown(table))
     write_table_csv(table, csv_path)
-    return [md, csv_path]
+    tex.write_text(table_latex(table))
+    return [md, csv_path, tex]
 
 
 def build_for_report(name: str, inputs: TableInputs) -> RegressionTable | None:

@@ -39,6 +39,12 @@ On this machine, at torch's default threads (the cores; recorded in "machine"):
    default: what precision="auto" resolves to (result.precision, result.precision_reason), on a
    fresh model (before the checks are recorded). batch_sizes: the ViT's fp32 and bf16 at each of
    --batch-sizes (the first one is the batch of every other figure: the engine's default, 8).
+   compiled: with --compile (the default; --no-compile leaves them out) the fp32 and bf16 paths of
+   coreecg's own encoders (--quick: the ViT's) also run with inference.compile=always ("fp32+compile", "bf16+compile":
+   the feature pass compiled by inductor with frozen weights, coreecg.inference.compiled): the
+   warm-up pass compiles (compile_s: the warm-up's seconds over the eager warm-up's, of the
+   same records) and checks against eager; the timed runs are the compiled graph's. The default
+   of a long run (inference.compile=auto from compile_min_records inputs) is the compiled path.
 4. fraction of the limit: achieved GFLOP/s = records/s x GFLOP per record, over the matrix rate of
    the path's precision (fp32 over fp32's, bf16 over bf16's, int8 over int8's).
 5. onnx: the ViT exported by coreecg.hub.onnx_export.export_onnx, in an onnxruntime
@@ -60,6 +66,7 @@ see load_average_1min before and after.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import dataclasses
@@ -246,11 +253,18 @@ def preprocess_rate(loaded: LoadedModel, items: list) -> float:
 # ---------------------------------------------------------------------------- 3. the inference path
 
 
-def score(loaded: LoadedModel, items: list, precision: str, batch: int):
+def score(loaded: LoadedModel, items: list, setting: str, batch: int):
+    """run_inference in `setting`: a precision, or "<precision>+compile" (inference.compile=always;
+    a plain precision runs eagerly: inference.compile=never)."""
+    precision, _, compiled = setting.partition("+")
+    loaded.config = dataclasses.replace(loaded.config, inference=dataclasses.replace(
+        loaded.config.inference, compile="always" if compiled else "never"))
     result = run_inference(loaded, items, embeddings=True, precision=precision, batch_size=batch,
                            progress_every_s=math.inf)
     if result.failures:
         raise RuntimeError(f"{result.failures[0].record_id}: {result.failures[0].reason}")
+    if compiled and not result.compiled:
+        raise RuntimeError(f"not compiled: {result.compile_reason}")
     return result
 
 
@@ -274,13 +288,20 @@ def measure_encoder(name: str, loaded: LoadedModel, items: list, settings: list[
     auto, status = attempt(loaded, warm, "auto", batch0)
     out["default"] = ({"precision": auto.precision, "reason": auto.precision_reason} if auto is not None
                       else {"precision": None, **status})
-    status, checks, ref = {}, {}, None
+    status, checks, ref, warm_s, compiled = {}, {}, None, {}, {}
     for precision, batch in settings:                      # fp32 first: the reference of the checks
+        t0 = time.perf_counter()
         result, status[precision, batch] = attempt(loaded, warm, precision, batch)
+        warm_s[precision, batch] = time.perf_counter() - t0
         if result is None:
             continue
         if precision == "fp32" and ref is None:
             ref = result.embeddings
+        elif "+" in precision and ref is not None:         # a compiled path: against fp32, not recorded
+            compiled[precision, batch] = {
+                "embedding": compare(None, ref, None, result.embeddings)["embedding"],
+                "compile_s": round(warm_s[precision, batch] - warm_s.get((precision.split("+")[0], batch), 0.0), 1),
+                "reason": result.compile_reason}
         elif precision != "fp32" and precision not in checks and ref is not None:
             diffs = compare(None, ref, None, result.embeddings)
             checks[precision] = check_entry(precision, diffs, bounds_of(loaded.config),
@@ -288,7 +309,7 @@ def measure_encoder(name: str, loaded: LoadedModel, items: list, settings: list[
     for precision, entry in checks.items():
         if not entry["accepted"]:                          # the record-level check broke a bound
             for s in settings:
-                status[s] = status[s] if s[0] != precision else {"refused": entry["reason"]}
+                status[s] = status[s] if s[0].split("+")[0] != precision else {"refused": entry["reason"]}
     if checks:
         record_checks(loaded.source, checks)
     runs: dict[tuple[str, int], list[dict]] = {s: [] for s in settings if not status[s]}
@@ -315,6 +336,11 @@ def measure_encoder(name: str, loaded: LoadedModel, items: list, settings: list[
              "setup_s": round(statistics.median(x["setup_s"] for x in runs[setting]), 2)}
         if precision in checks:
             f["check"] = {k: checks[precision][k] for k in ("accepted", "reason", "embedding")}
+        if setting in compiled:
+            f["compiled"] = compiled[setting]
+            eager = runs.get((precision.split("+")[0], batch))
+            if eager:
+                f["ratio_to_eager"] = round(rps / statistics.median(x["records_per_s"] for x in eager), 3)
         return f
 
     out["batch_size"] = batch0
@@ -446,7 +472,8 @@ def add_fractions(encoders: dict, matrix: dict) -> None:
         for figures in [e["precisions"], *e.get("batch_sizes", {}).values()]:
             for p, f in figures.items():
                 if "achieved_gflop_per_s" in f and "fraction_of_matrix_rate" not in f:
-                    f["fraction_of_matrix_rate"] = round(f["achieved_gflop_per_s"] / matrix[p]["gflop_per_s"], 4)
+                    limit = matrix[p.split("+")[0]]["gflop_per_s"]
+                    f["fraction_of_matrix_rate"] = round(f["achieved_gflop_per_s"] / limit, 4)
 
 
 def fastest(encoders: dict) -> dict | None:
@@ -476,6 +503,8 @@ def main() -> None:
     p.add_argument("--read-repeats", type=int, default=2)
     p.add_argument("--simulate-units", default=None, metavar="UNITS",
                    help=f"set ${UNITS_ENV} (none, or a comma list of bf16, int8, amx): a simulated processor")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time coreecg's encoders' fp32 and bf16 paths compiled (inference.compile=always)")
     p.add_argument("--set", action="append", default=[], metavar="A.B=C",
                    help="config override of coreecg's own encoders (repeatable)")
     args = p.parse_args()
@@ -520,6 +549,8 @@ def main() -> None:
             loaded = own_encoder(tmp / arch, arch, overrides)
             vit = loaded if arch == "coreecg" else vit
             settings = [(p, batch0) for p in PRECISIONS]
+            if args.compile and (arch == "coreecg" or not args.quick):      # --quick: the ViT's only
+                settings += [(f"{p}+compile", batch0) for p in BATCH_PRECISIONS]
             if arch == "coreecg":
                 settings += [(p, b) for b in args.batch_sizes[1:] for p in BATCH_PRECISIONS]
             measured[arch] = {"source": f"random encoder, {'tiny' if args.quick else 'paper'} size",

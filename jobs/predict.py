@@ -77,6 +77,10 @@ parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "int8"), def
                          " model's bounds is refused (docs/inference.md \"Precision\")")
 parser.add_argument("--threads", type=int, default=None, metavar="N",
                     help="torch threads of this process (default: the model's inference.threads, 0: torch's default)")
+parser.add_argument("--compile", choices=("auto", "always", "never"), default=None,
+                    help="compile the feature pass (inductor, frozen weights; default: the model's "
+                         "inference.compile, auto: on a CPU from inference.compile_min_records inputs, 2000; "
+                         "docs/inference.md \"Compiled\")")
 parser.add_argument("--workers", type=int, default=0, metavar="N",
                     help="Ray actors that read, preprocess and score (one CPU or GPU each); 0: one process, "
                          "no Ray")
@@ -138,11 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_model(args.model, map_location="cpu")
     except (ValueError, OSError) as e:           # CheckpointError is a ValueError naming the file
         return fail(f"--model {args.model}: {e}")
-    if args.threads is not None:
+    given = {k: v for k, v in (("threads", args.threads), ("compile", args.compile)) if v is not None}
+    if given:
         import dataclasses
 
         loaded.config = dataclasses.replace(loaded.config, inference=dataclasses.replace(
-            loaded.config.inference, threads=args.threads))
+            loaded.config.inference, **given))
     embeddings = args.embeddings or loaded.kind == "encoder"
     try:
         target = output_file(args.output, EMBEDDINGS_FILE if embeddings else PREDICTIONS_FILE)
@@ -175,11 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     if embeddings:
         meta = {"coreecg": json.dumps({"model": str(loaded.source), "kind": loaded.kind,
                                        "leads": list(loaded.contract.get("leads", [])),
-                                       "dim": int(result.embeddings.shape[1]), "precision": result.precision})}
+                                       "dim": int(result.embeddings.shape[1]), "precision": result.precision,
+                                       "compiled": result.compiled})}
         write_embeddings_parquet(target, result, meta)
     else:
         write_predictions_csv(target, result)
-    print(f"{len(result.record_id)} record(s) predicted -> {target} ({result.precision}: {result.precision_reason})")
+    print(f"{len(result.record_id)} record(s) predicted -> {target} ({result.precision}: {result.precision_reason}); "
+          f"{result.compile_reason}")
     if result.failures:
         print(f"{len(result.failures)} failed -> {failed_csv}")
         return 1

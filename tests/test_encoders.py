@@ -88,6 +88,48 @@ def test_the_s4d_kernel_is_its_recurrence():
     np.testing.assert_allclose(fast.double().numpy(), slow.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_the_s4_kernel_spectrum_is_kept_without_autograd_and_follows_the_weights():
+    """Inference reuses rfft(K, 2L) (the kernel depends on weights and L only); an in-place change
+    of a weight (an optimiser step), load_state_dict and a dtype move each give the new kernel's;
+    under autograd it is computed (and carries gradients); the encoder's outputs are unchanged."""
+    from coreecg.encoders import build_encoder
+    from coreecg.model.s4 import S4DKernel
+
+    torch.manual_seed(0)
+    kernel = S4DKernel(4, d_state=8)
+
+    def fresh(L):
+        with torch.no_grad():
+            return torch.fft.rfft(kernel(L), 2 * L)
+
+    with torch.no_grad():
+        first = kernel.spectrum(30)
+        assert kernel.spectrum(30) is first and kernel.spectrum(31) is not first
+        torch.testing.assert_close(first, fresh(30))
+        kernel.log_dt.add_(0.5)                              # what an optimiser step does: in place
+        moved = kernel.spectrum(30)
+    assert moved is not first and not torch.allclose(moved, first)
+    torch.testing.assert_close(moved, fresh(30))
+    other = S4DKernel(4, d_state=8)
+    kernel.load_state_dict(other.state_dict())
+    with torch.inference_mode():
+        torch.testing.assert_close(kernel.spectrum(30), torch.fft.rfft(other(30), 60))
+    kernel.double()
+    assert kernel._spectra == {}                             # a dtype or device move clears the cache
+    spectrum = kernel.float().spectrum(30)                   # autograd on: computed, differentiable
+    assert spectrum.requires_grad and kernel._spectra == {}
+    spectrum.abs().sum().backward()
+    assert kernel.log_dt.grad is not None and kernel.log_dt.grad.abs().sum() > 0
+
+    enc = build_encoder(load_config(overrides=S4)).eval()
+    x = torch.randn(2, 12, 1500)
+    with_grad = enc.pooled(x).detach()
+    with torch.inference_mode():
+        cached, again = enc.pooled(x), enc.pooled(x)
+    torch.testing.assert_close(cached, with_grad, rtol=1e-5, atol=1e-6)
+    assert torch.equal(cached, again)
+
+
 def test_a_causal_s4_encoder_does_not_see_the_future():
     from coreecg.encoders import build_encoder
 

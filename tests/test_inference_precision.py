@@ -296,3 +296,115 @@ def test_int8_takes_a_model_with_a_weight_normed_convolution():
         ref, got = net.features(x), q.features(x)
     assert 0 < (got - ref).abs().max() < 0.05 * ref.abs().max()
     assert isinstance(net.up, torch.nn.Linear) and not isinstance(q.up, torch.nn.Linear)   # a copy was quantised
+
+
+# ---------------------------------------------------------------------------- the compiled feature pass
+
+
+def _compile(loaded, mode: str = "always", min_records: int = 2000):
+    """`loaded` with inference.compile=mode (a copy: the fixture's model stays as it is)."""
+    return dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, inference=dataclasses.replace(
+        loaded.config.inference, compile=mode, compile_min_records=min_records)))
+
+
+def test_compile_is_chosen_for_long_cpu_runs_only_and_never_for_int8():
+    from coreecg.config import ConfigError
+    from coreecg.inference.compiled import COMPILED, EAGER, MEASURED, compile_choice, keep_compiled
+
+    auto = load_config().inference
+    assert auto.compile == "auto"
+    mode, why = compile_choice(auto, CPU, "bf16", 2000)
+    assert mode == MEASURED and why.startswith("2000 inputs (inference.compile=auto, at least 2000)")
+    mode, why = compile_choice(auto, CPU, "bf16", 1999)
+    assert mode == EAGER and "under inference.compile_min_records=2000" in why
+    assert compile_choice(auto, torch.device("cuda"), "bf16", 10 ** 6)[0] == EAGER
+    always, never = (dataclasses.replace(auto, compile=m) for m in ("always", "never"))
+    assert compile_choice(always, CPU, "fp32", 1)[0] == COMPILED
+    assert compile_choice(never, CPU, "fp32", 10 ** 6)[0] == EAGER
+    assert compile_choice(always, CPU, "int8", 10 ** 6) == (EAGER, "eager: the int8 path (dynamic quantisation) "
+                                                                   "is not compiled")
+    assert keep_compiled([0.5, 0.3, 0.9], [0.4, 0.35]) and not keep_compiled([0.5, 0.4], [0.4, 0.6])
+    with pytest.raises(ConfigError, match="compile_min_records=0 must be >= 1"):
+        load_config(overrides=["inference.compile_min_records=0"])
+    with pytest.raises(ConfigError, match="compile"):
+        load_config(overrides=["inference.compile=on"])
+
+
+def test_a_compiled_pass_scores_as_the_eager_one_whatever_shares_its_batch(runs, raw_items):
+    loaded = load_model(runs["ft12"])
+    eager = run_inference(loaded, raw_items, precision="fp32", embeddings=True)
+    assert not eager.compiled and "under inference.compile_min_records" in eager.compile_reason
+    compiled = _compile(loaded)
+    together = run_inference(compiled, raw_items, precision="fp32", embeddings=True)
+    assert together.compiled and "checked against eager on the first pass" in together.compile_reason
+    rel = np.linalg.norm(together.embeddings - eager.embeddings, axis=1) / np.linalg.norm(eager.embeddings, axis=1)
+    assert rel.max() <= 1e-4, rel.max()                    # the same float32 sums, fused and reordered
+    assert np.abs(together.probs - eager.probs).max() <= 1e-5
+    alone = run_inference(compiled, raw_items[5:6], precision="fp32")   # the graph is reused: one shape
+    assert alone.compiled and np.array_equal(alone.probs[0], together.probs[5])
+
+
+def test_a_compiler_failure_or_a_compiled_pass_over_the_bounds_leaves_the_run_eager(runs, raw_items, monkeypatch):
+    import coreecg.inference.engine as engine
+
+    loaded = load_model(runs["ft12"])
+    eager = run_inference(loaded, raw_items, precision="fp32")
+
+    class Broken(torch.nn.Module):
+        def __init__(self, model):
+            raise RuntimeError("inductor: no C++ compiler")
+
+    class Off(torch.nn.Module):                            # a compiled graph whose outputs are wrong
+        def __init__(self, model):
+            super().__init__()
+            self.inner, self.encoder, self.head, self.probabilities = model, model.encoder, model.head, \
+                model.probabilities
+
+        def features(self, x):
+            return self.inner.features(x) + 1.0
+
+    for wrapper, why in ((Broken, "eager instead: the compiler failed (RuntimeError: inductor: no C++ compiler)"),
+                         (Off, "eager instead: compiled outputs against eager fp32: embeddings differ")):
+        monkeypatch.setattr(engine, "CompiledFeatures", wrapper)
+        got = run_inference(_compile(load_model(runs["ft12"])), raw_items, precision="fp32")
+        assert not got.compiled and why in got.compile_reason, got.compile_reason
+        assert np.array_equal(got.probs, eager.probs)      # every record scored, eagerly
+
+
+def _plain_wrapper(built: list, delay_s: float = 0.0):
+    """The engine's wrapper without the compiler (the same numbers as eager), `delay_s` slower a pass."""
+    import time
+
+    class Plain(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            built.append(model)
+            self.inner, self.encoder, self.head, self.probabilities = model, model.encoder, model.head, \
+                model.probabilities
+
+        def features(self, x):
+            time.sleep(delay_s)
+            return self.inner.features(x)
+
+    return Plain
+
+
+def test_auto_compiles_from_compile_min_records_inputs_and_keeps_the_faster_pass(runs, raw_items, monkeypatch):
+    import coreecg.inference.engine as engine
+
+    built: list = []
+    monkeypatch.setattr(engine, "CompiledFeatures", _plain_wrapper(built))
+    loaded = _compile(load_model(runs["ft12"]), "auto", min_records=len(raw_items))
+    assert not run_inference(loaded, raw_items[:-1], precision="fp32").compiled and not built
+    got = run_inference(loaded, raw_items, precision="fp32")        # 2 passes: the trial has not ended
+    assert got.compiled and len(built) == 1 and got.compile_reason.startswith(f"{len(raw_items)} inputs")
+    assert "the run ended before the trial did: compiled" in got.compile_reason
+    int8 = run_inference(_compile(load_model(runs["ft12"]), "auto", 1), raw_items, precision="int8")
+    assert not int8.compiled and "int8" in int8.compile_reason and len(built) == 1
+
+    # a compiled pass slower than the eager one: timed 3 passes each, then eager for the rest
+    monkeypatch.setattr(engine, "CompiledFeatures", _plain_wrapper(built, delay_s=0.3))
+    eager = run_inference(_compile(load_model(runs["ft12"]), "never"), raw_items, precision="fp32", batch_size=1)
+    slow = run_inference(_compile(load_model(runs["ft12"]), "auto", 1), raw_items, precision="fp32", batch_size=1)
+    assert not slow.compiled and "kept eager: a pass took" in slow.compile_reason, slow.compile_reason
+    assert np.array_equal(slow.probs, eager.probs)

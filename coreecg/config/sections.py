@@ -50,6 +50,12 @@ class InferenceConfig:
     # the model's check refused it; else fp32. int8 (dynamic, Linear layers): only when asked for.
     precision: Literal["auto", "fp32", "bf16", "int8"] = "auto"
     threads: int = 0                  # torch intra-op threads of one process; 0: torch's default (the cores)
+    # torch.compile of the model's feature pass, its weights frozen into the graph (inductor
+    # `freezing`: prepacked matrix weights, fused bias and GELU): on a CPU, 1.5x the ViT's bf16
+    # records/s for a one-off compilation of 15-60 s (docs/performance.md). auto: on a CPU for a
+    # run of at least compile_min_records inputs (fp32 and bf16 paths; int8 stays eager).
+    compile: Literal["auto", "always", "never"] = "auto"   # not on/off: YAML reads those as booleans
+    compile_min_records: int = 2000
     # A path is refused for a model whose outputs differ from float32's by more than these (measured,
     # docs/performance.md "CPU inference precision"): the macro AUROC on a held-out test split,
     # a probability, and an embedding (its L2 distance over the float32 embedding's L2 norm).
@@ -60,6 +66,8 @@ class InferenceConfig:
     def __post_init__(self) -> None:
         if self.threads < 0:
             raise ConfigError(f"inference.threads={self.threads} must be >= 0 (0: torch's default)")
+        if self.compile_min_records < 1:
+            raise ConfigError(f"inference.compile_min_records={self.compile_min_records} must be >= 1")
         for key in ("max_auroc_drop", "max_probability_diff", "max_embedding_diff"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"inference.{key}={getattr(self, key)} must be > 0")

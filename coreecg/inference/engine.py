@@ -19,6 +19,8 @@ from coreecg.devices import resolve_device
 from coreecg.eval.downstream import predict
 from coreecg.eval.metrics import aggregate_by_record
 from coreecg.hub import load_model
+from coreecg.inference.compiled import COMPILED, EAGER, MEASURED, TRIAL_PASSES, CompiledFeatures, compile_choice, \
+    keep_compiled
 from coreecg.inference.items import Failure, InferenceError, InferenceResult, Item
 from coreecg.inference.listing import list_inputs
 from coreecg.inference.model_input import PooledEncoder, input_spec
@@ -74,6 +76,12 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     `inference.precision`. A path the model's recorded check refused is refused (auto skips it);
     without a recorded check, the first forward pass is scored in float32 too and a path over the
     config's bounds is refused there (auto: fp32 goes on, saying why). InferenceError says why.
+
+    The config's `inference.compile` decides whether the feature pass is compiled
+    (coreecg.inference.compiled: auto compiles a CPU run of at least `compile_min_records`
+    items, then keeps the faster of compiled and eager over its first passes); the first
+    compiled pass is checked against the eager one, and a compiler failure or outputs over the
+    bounds leave the run eager, saying why (`InferenceResult.compile_reason`).
     """
     spec = input_spec(loaded)
     dev = device if isinstance(device, torch.device) else resolve_device(device)
@@ -81,17 +89,19 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     if batch < 1:
         raise InferenceError(f"batch size {batch} must be >= 1")
     path = inference_path(loaded, dev, precision, spec)
+    compile_mode, compile_reason = compile_choice(loaded.config.inference, dev, path.precision, len(items))
     rows = list(range(len(spec.leads)))
     threads = int(loaded.config.inference.threads)
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
 
-    stream = _PassStream(lambda x: path.score(x, rows, batch), batch, (len(rows), spec.preprocess.window_samples))
+    stream = _PassStream(lambda x: path.score(x, rows, batch, compile_mode), batch,
+                         (len(rows), spec.preprocess.window_samples))
     t0 = time.perf_counter()
-    log.info("predict: %d inputs with %s (%s, leads %s, %d crops of %d samples per %d-sample window) on %s, %s (%s)",
-             len(items), loaded.source, spec.kind, ",".join(spec.leads), spec.n_crops, spec.crop,
-             spec.preprocess.window_samples, dev, path.precision, path.reason)
+    log.info("predict: %d inputs with %s (%s, leads %s, %d crops of %d samples per %d-sample window) on %s, %s (%s), "
+             "%s", len(items), loaded.source, spec.kind, ",".join(spec.leads), spec.n_crops, spec.crop,
+             spec.preprocess.window_samples, dev, path.precision, path.reason, compile_reason)
     try:
         scored, failed = _stream_items(items, spec, stream, failures, progress_every_s)
     finally:
@@ -106,7 +116,8 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
                     if embeddings or spec.kind == "encoder" else None),
         windows=stream.windows(), class_names=spec.class_names, failures=failed,
         seconds=seconds, item=np.asarray([i for i, _, _ in scored], dtype=np.int64),
-        precision=path.precision, precision_reason=path.reason, regression=spec.regression)
+        precision=path.precision, precision_reason=path.reason, regression=spec.regression,
+        compiled=path.runs_compiled(compile_mode), compile_reason=path.compile_outcome(compile_mode, compile_reason))
 
 
 # Per loaded model: its prepared paths (a bf16 copy, an int8 one), each checked once in a process,
@@ -151,13 +162,100 @@ class _Path:
         self.source = loaded.source
         # a recorded check (jobs/export.py, on a held-out split) stands for the first-pass one
         self.unchecked = self.precision != "fp32" and self.precision not in checks
+        # the compiled feature pass (coreecg.inference.compiled): (the prepared model it wraps, it)
+        # once built and checked; compile_failure: why the path stays eager
+        self._compiled: tuple[torch.nn.Module, CompiledFeatures] | None = None
+        self.compile_failure: str | None = None
+        self.compile_seconds = 0.0
+        # auto's trial: seconds of the timed passes of each; `kept`: its verdict (None: still timing)
+        self.trial: dict[str, list[float]] = {COMPILED: [], EAGER: []}
+        self.kept: str | None = None
+
+    def compiled_ok(self) -> bool:
+        return self._compiled is not None and self._compiled[0] is self.model
+
+    def runs_compiled(self, mode: str) -> bool:
+        """Whether a run of compile mode `mode` scores (from here on) through the compiled pass."""
+        return mode != EAGER and self.compiled_ok() and (mode == COMPILED or self.kept != EAGER)
+
+    def compile_outcome(self, mode: str, why: str) -> str:
+        """What a run of compile mode `mode` (`why`: compile_choice's reason) got."""
+        if mode == EAGER:
+            return why
+        if not self.compiled_ok():
+            return f"{why}; eager instead: {self.compile_failure or 'the path changed after compiling'}"
+        done = f"compiled in {self.compile_seconds:.1f} s, checked against eager on the first pass"
+        if mode == COMPILED:
+            return f"{why}; {done}"
+        if self.kept is None:
+            return f"{why}; {done}; the run ended before the trial did: compiled"
+        fast = {k: min(v) for k, v in self.trial.items()}
+        return (f"{why}; {done}; kept {self.kept}: a pass took {fast[COMPILED]:.3f} s compiled, "
+                f"{fast[EAGER]:.3f} s eager (the fastest of {TRIAL_PASSES} each)")
 
     def _run(self, model: torch.nn.Module, autocast: str, x: np.ndarray, rows, batch: int):
         with torch.inference_mode():           # no autograd records at all (no_grad still keeps version counters)
             return predict(model, x, rows, self.spec.crop, self.spec.n_crops, self.dev, batch, autocast)
 
-    def score(self, x: np.ndarray, rows, batch: int) -> tuple[np.ndarray, np.ndarray]:
-        """One forward pass of `batch` windows (B, C, T) -> (probs, features), in this path."""
+    def score(self, x: np.ndarray, rows, batch: int, mode: str = EAGER) -> tuple[np.ndarray, np.ndarray]:
+        """One forward pass of `batch` windows (B, C, T) -> (probs, features), in this path. mode
+        (compile_choice's): EAGER; COMPILED, through its compiled feature pass (built and checked
+        on the first such call); MEASURED, the same, then the faster of the two once timed."""
+        if mode == EAGER:
+            return self._score_eager(x, rows, batch)
+        if self._compiled is None and self.compile_failure is None:
+            return self._compile(x, rows, batch, self._score_eager(x, rows, batch))
+        if not self.compiled_ok() or (mode == MEASURED and self.kept == EAGER):
+            return self._score_eager(x, rows, batch)
+        if mode == MEASURED and self.kept is None:
+            return self._timed(x, rows, batch)
+        return self._run(self._compiled[1], self.autocast, x, rows, batch)
+
+    def _timed(self, x: np.ndarray, rows, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """A pass of auto's trial: compiled and eager in turn, timed; after TRIAL_PASSES each, the
+        faster is kept for the rest of this process's runs (keep_compiled)."""
+        which = COMPILED if len(self.trial[COMPILED]) <= len(self.trial[EAGER]) else EAGER
+        t0 = time.perf_counter()
+        out = (self._run(self._compiled[1], self.autocast, x, rows, batch) if which == COMPILED
+               else self._score_eager(x, rows, batch))
+        self.trial[which].append(time.perf_counter() - t0)
+        if min(len(v) for v in self.trial.values()) >= TRIAL_PASSES:
+            self.kept = COMPILED if keep_compiled(self.trial[COMPILED], self.trial[EAGER]) else EAGER
+            log.info("predict: %s", self.compile_outcome(MEASURED, "inference.compile=auto"))
+        return out
+
+    def _compile(self, x: np.ndarray, rows, batch: int, eager: tuple[np.ndarray, np.ndarray]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """Compile the prepared model's feature pass and check it on x against its eager outputs ->
+        the compiled outputs when within the bounds (every pass of a compiled run is compiled),
+        else the eager ones."""
+        t0 = time.perf_counter()
+        try:
+            wrapper = CompiledFeatures(self.model)
+            out = self._run(wrapper, self.autocast, x, rows, batch)
+        except Exception as e:  # noqa: BLE001  (any compiler failure: the run goes on eagerly, saying why)
+            first = str(e).splitlines()[0] if str(e) else ""
+            self.compile_failure = f"the compiler failed ({type(e).__name__}: {first})"
+            log.warning("predict: %s; eager instead", self.compile_failure)
+            return eager
+        ok, why = verdict(self._diffs(eager, out, x), self.bounds)
+        if not ok:
+            self.compile_failure = f"compiled outputs against eager {self.precision}: {why}"
+            log.warning("predict: %s; eager instead", self.compile_failure)
+            return eager
+        self._compiled, self.compile_seconds = (self.model, wrapper), time.perf_counter() - t0
+        log.info("predict: feature pass compiled in %.1f s, checked against eager %s on the first %d windows",
+                 self.compile_seconds, self.precision, len(x))
+        return out
+
+    def _diffs(self, ref: tuple[np.ndarray, np.ndarray], out: tuple[np.ndarray, np.ndarray], x: np.ndarray) -> dict:
+        """compare() of out against ref on the windows of x that hold signal (fill windows say nothing)."""
+        real = np.abs(x).reshape(len(x), -1).max(axis=1) > 0
+        classifier = self.spec.kind == "classifier"
+        return compare(ref[0][real] if classifier else None, ref[1][real], out[0][real] if classifier else None,
+                       out[1][real])
+
+    def _score_eager(self, x: np.ndarray, rows, batch: int) -> tuple[np.ndarray, np.ndarray]:
         if not self.unchecked:
             return self._run(self.model, self.autocast, x, rows, batch)
         self.unchecked = False
@@ -166,9 +264,7 @@ class _Path:
             out = self._run(self.model, self.autocast, x, rows, batch)
         except (RuntimeError, TypeError, NotImplementedError) as e:   # an op without a kernel in this dtype
             return self._refused(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", ref, 0)
-        real = np.abs(x).reshape(len(x), -1).max(axis=1) > 0          # fill windows say nothing
-        diffs = compare(ref[0][real] if self.spec.kind == "classifier" else None, ref[1][real],
-                        out[0][real] if self.spec.kind == "classifier" else None, out[1][real])
+        diffs = self._diffs(ref, out, x)
         ok, why = verdict(diffs, self.bounds)
         if ok:
             log.info("predict: %s checked against fp32 on the first %d windows: %s", self.precision,

@@ -76,3 +76,5 @@ class InferenceResult:
     precision: str = "fp32"             # the path that scored (coreecg.inference.precision)
     regression: bool = False            # probs are a regression task's values in its unit (coreecg.data.tasks)
     precision_reason: str = ""          # why: auto's choice, a fallback, "asked for"
+    compiled: bool = False              # the feature pass ran compiled (coreecg.inference.compiled)
+    compile_reason: str = ""            # why (not): inference.compile's choice, a compiler failure

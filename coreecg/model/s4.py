@@ -10,7 +10,9 @@ learned step dt_h:
 
 with A_n = -exp(log_a_n) + i pi n (S4D-Lin), unrolled into one convolution kernel
 K_l = 2 Re(sum_n C_n (exp(dt A_n) - 1) / A_n exp(dt A_n l)) applied by FFT (no Python loop over
-time or channels; tests/test_encoders.py checks it against the recurrence). A block: pre-norm,
+time or channels; tests/test_encoders.py checks it against the recurrence). The kernel depends on
+the weights and L only: without autograd (inference, validation) its spectrum is computed once per
+length and weights (`S4DKernel.spectrum`), which halves an inference pass (docs/performance.md). A block: pre-norm,
 S4D (+ D skip), GELU, a GLU output projection, residual. Causal unless `bidirectional`.
 """
 from __future__ import annotations
@@ -26,8 +28,13 @@ from coreecg.model.padding import fill
 from coreecg.model.sequence import SequenceEncoder
 
 
+# Spectra kept per kernel (one per input length and weights; lengths past this clear the cache).
+SPECTRA_KEPT = 8
+
+
 class S4DKernel(nn.Module):
-    """The convolution kernel of d_model S4D channels: L -> (d_model, L)."""
+    """The convolution kernel of d_model S4D channels: L -> (d_model, L); `spectrum(L)` its
+    rfft over 2L points (d_model, L + 1), cached when autograd is off."""
 
     def __init__(self, d_model: int, d_state: int = 64, dt_min: float = 0.001, dt_max: float = 0.1):
         super().__init__()
@@ -36,6 +43,28 @@ class S4DKernel(nn.Module):
         self.C = nn.Parameter(torch.view_as_real(torch.randn(d_model, n, dtype=torch.cfloat) * 0.5 ** 0.5))
         self.log_a = nn.Parameter(torch.full((d_model, n), math.log(0.5)))
         self.a_imag = nn.Parameter(math.pi * torch.arange(n, dtype=torch.float).expand(d_model, n).clone())
+        self._spectra: dict[tuple, torch.Tensor] = {}
+
+    def _apply(self, fn, *args, **kwargs):
+        # .to() / .cuda() / .bfloat16() may move a weight without bumping its version counter
+        self._spectra = {}
+        return super()._apply(fn, *args, **kwargs)
+
+    def spectrum(self, L: int) -> torch.Tensor:
+        """rfft(K, 2L): (d_model, L + 1) complex64. Without autograd it is kept, keyed by L and
+        every weight's storage and version counter, so an optimiser step or load_state_dict
+        (in place: a new version) recomputes it; under autograd or compilation it is computed."""
+        compiling = getattr(torch.compiler, "is_compiling", lambda: False)()
+        if torch.is_grad_enabled() or compiling:
+            return torch.fft.rfft(self(L), 2 * L)
+        key = (L, torch.is_inference_mode_enabled(),
+               *((p.device, p.dtype, p.data_ptr(), p._version) for p in self.parameters()))
+        spectrum = self._spectra.get(key)
+        if spectrum is None:
+            if len(self._spectra) >= SPECTRA_KEPT:
+                self._spectra = {}
+            spectrum = self._spectra[key] = torch.fft.rfft(self(L), 2 * L)
+        return spectrum
 
     def modes(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(A (H, n), dt (H,), C (H, n)) as complex64 / float32 (for reading; the kernel is computed
@@ -67,8 +96,13 @@ def fft_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         return direct_conv(u, k)
     L = u.shape[-1]
     n = 2 * L
-    y = torch.fft.irfft(torch.fft.rfft(u.float(), n) * torch.fft.rfft(k.float(), n), n)
-    return y[..., :L]
+    return spectral_conv(u, torch.fft.rfft(k.float(), n))
+
+
+def spectral_conv(u: torch.Tensor, spectrum: torch.Tensor) -> torch.Tensor:
+    """fft_conv of u (B, H, L) with a kernel given by its spectrum rfft(k, 2L) (H, L + 1), float32."""
+    L = u.shape[-1]
+    return torch.fft.irfft(torch.fft.rfft(u.float(), 2 * L) * spectrum, 2 * L)[..., :L]
 
 
 def direct_conv(u: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -97,13 +131,20 @@ class S4DBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.norm(x).transpose(1, 2)                                          # (B, H, L)
-        L = z.shape[-1]
-        y = fft_conv(z, self.kernel(L))
+        y = self._conv(z, self.kernel)
         if self.backward_kernel is not None:
-            y = y + fft_conv(z.flip(-1), self.backward_kernel(L)).flip(-1)
+            y = y + self._conv(z.flip(-1), self.backward_kernel).flip(-1)
         y = F.gelu(y.to(z.dtype) + z * self.D[:, None].to(z.dtype))
         y = F.glu(self.out(self.drop(y.transpose(1, 2))), dim=-1)
         return x + self.drop(y)
+
+    @staticmethod
+    def _conv(z: torch.Tensor, kernel: S4DKernel) -> torch.Tensor:
+        """z (B, H, L) convolved causally with kernel's K (H, L) -> (B, H, L) float32."""
+        L = z.shape[-1]
+        if _exporting():
+            return direct_conv(z, kernel(L))
+        return spectral_conv(z, kernel.spectrum(L))
 
 
 class S4Encoder(SequenceEncoder):

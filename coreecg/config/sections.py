@@ -51,9 +51,10 @@ class InferenceConfig:
     precision: Literal["auto", "fp32", "bf16", "int8"] = "auto"
     threads: int = 0                  # torch intra-op threads of one process; 0: torch's default (the cores)
     # torch.compile of the model's feature pass, its weights frozen into the graph (inductor
-    # `freezing`: prepacked matrix weights, fused bias and GELU): on a CPU, 1.5x the ViT's bf16
-    # records/s for a one-off compilation of 15-60 s (docs/performance.md). auto: on a CPU for a
-    # run of at least compile_min_records inputs (fp32 and bf16 paths; int8 stays eager).
+    # `freezing`: prepacked matrix weights, fused bias and GELU), for a compilation of 8-60 s:
+    # 1.17x xresnet1d's records/s on a CPU with AMX, 0.8-1.06x the ViT's and S4's (docs/performance.md).
+    # auto: on a CPU for a run of at least compile_min_records inputs, keeping the faster of the
+    # compiled and the eager pass as its first passes time them (fp32 and bf16; int8 stays eager).
     compile: Literal["auto", "always", "never"] = "auto"   # not on/off: YAML reads those as booleans
     compile_min_records: int = 2000
     # A path is refused for a model whose outputs differ from float32's by more than these (measured,

@@ -40,7 +40,7 @@ On this machine, at torch's default threads (the cores; recorded in "machine"):
    fresh model (before the checks are recorded). batch_sizes: the ViT's fp32 and bf16 at each of
    --batch-sizes (the first one is the batch of every other figure: the engine's default, 8).
    compiled: with --compile (the default; --no-compile leaves them out) the fp32 and bf16 paths of
-   coreecg's own encoders (--quick: the ViT's) also run with inference.compile=always ("fp32+compile", "bf16+compile":
+   coreecg's own encoders (--quick: the ViT's) also run with inference.compile=true ("fp32+compile", "bf16+compile":
    the feature pass compiled by inductor with frozen weights, coreecg.inference.compiled): the
    warm-up pass compiles (compile_s: the warm-up's seconds over the eager warm-up's, of the
    same records) and checks against eager; the timed runs are the compiled graph's. The default
@@ -254,11 +254,11 @@ def preprocess_rate(loaded: LoadedModel, items: list) -> float:
 
 
 def score(loaded: LoadedModel, items: list, setting: str, batch: int):
-    """run_inference in `setting`: a precision, or "<precision>+compile" (inference.compile=always;
-    a plain precision runs eagerly: inference.compile=never)."""
+    """run_inference in `setting`: a precision, or "<precision>+compile" (inference.compile=true;
+    a plain precision runs eagerly: inference.compile=false)."""
     precision, _, compiled = setting.partition("+")
     loaded.config = dataclasses.replace(loaded.config, inference=dataclasses.replace(
-        loaded.config.inference, compile="always" if compiled else "never"))
+        loaded.config.inference, compile=bool(compiled)))
     result = run_inference(loaded, items, embeddings=True, precision=precision, batch_size=batch,
                            progress_every_s=math.inf)
     if result.failures:
@@ -504,7 +504,7 @@ def main() -> None:
     p.add_argument("--simulate-units", default=None, metavar="UNITS",
                    help=f"set ${UNITS_ENV} (none, or a comma list of bf16, int8, amx): a simulated processor")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time coreecg's encoders' fp32 and bf16 paths compiled (inference.compile=always)")
+                   help="also time coreecg's encoders' fp32 and bf16 paths compiled (inference.compile=true)")
     p.add_argument("--set", action="append", default=[], metavar="A.B=C",
                    help="config override of coreecg's own encoders (repeatable)")
     args = p.parse_args()

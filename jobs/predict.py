@@ -77,7 +77,7 @@ parser.add_argument("--precision", choices=("auto", "fp32", "bf16", "int8"), def
                          " model's bounds is refused (docs/inference.md \"Precision\")")
 parser.add_argument("--threads", type=int, default=None, metavar="N",
                     help="torch threads of this process (default: the model's inference.threads, 0: torch's default)")
-parser.add_argument("--compile", choices=("auto", "always", "never"), default=None,
+parser.add_argument("--compile", choices=("auto", "true", "false"), default=None,
                     help="compile the feature pass (inductor, frozen weights; default: the model's "
                          "inference.compile, auto: on a CPU from inference.compile_min_records inputs, 2000; "
                          "docs/inference.md \"Compiled\")")
@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_model(args.model, map_location="cpu")
     except (ValueError, OSError) as e:           # CheckpointError is a ValueError naming the file
         return fail(f"--model {args.model}: {e}")
-    given = {k: v for k, v in (("threads", args.threads), ("compile", args.compile)) if v is not None}
+    compile_ = {"true": True, "false": False}.get(args.compile, args.compile)     # as train.compile: a bool or auto
+    given = {k: v for k, v in (("threads", args.threads), ("compile", compile_)) if v is not None}
     if given:
         import dataclasses
 

@@ -301,7 +301,7 @@ def test_int8_takes_a_model_with_a_weight_normed_convolution():
 # ---------------------------------------------------------------------------- the compiled feature pass
 
 
-def _compile(loaded, mode: str = "always", min_records: int = 2000):
+def _compile(loaded, mode: bool | str = True, min_records: int = 2000):
     """`loaded` with inference.compile=mode (a copy: the fixture's model stays as it is)."""
     return dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, inference=dataclasses.replace(
         loaded.config.inference, compile=mode, compile_min_records=min_records)))
@@ -318,7 +318,7 @@ def test_compile_is_chosen_for_long_cpu_runs_only_and_never_for_int8():
     mode, why = compile_choice(auto, CPU, "bf16", 1999)
     assert mode == EAGER and "under inference.compile_min_records=2000" in why
     assert compile_choice(auto, torch.device("cuda"), "bf16", 10 ** 6)[0] == EAGER
-    always, never = (dataclasses.replace(auto, compile=m) for m in ("always", "never"))
+    always, never = (dataclasses.replace(auto, compile=m) for m in (True, False))
     assert compile_choice(always, CPU, "fp32", 1)[0] == COMPILED
     assert compile_choice(never, CPU, "fp32", 10 ** 6)[0] == EAGER
     assert compile_choice(always, CPU, "int8", 10 ** 6) == (EAGER, "eager: the int8 path (dynamic quantisation) "
@@ -327,7 +327,7 @@ def test_compile_is_chosen_for_long_cpu_runs_only_and_never_for_int8():
     with pytest.raises(ConfigError, match="compile_min_records=0 must be >= 1"):
         load_config(overrides=["inference.compile_min_records=0"])
     with pytest.raises(ConfigError, match="compile"):
-        load_config(overrides=["inference.compile=on"])
+        load_config(overrides=["inference.compile=sometimes"])
 
 
 def test_a_compiled_pass_scores_as_the_eager_one_whatever_shares_its_batch(runs, raw_items):
@@ -404,7 +404,7 @@ def test_auto_compiles_from_compile_min_records_inputs_and_keeps_the_faster_pass
 
     # a compiled pass slower than the eager one: timed 3 passes each, then eager for the rest
     monkeypatch.setattr(engine, "CompiledFeatures", _plain_wrapper(built, delay_s=0.3))
-    eager = run_inference(_compile(load_model(runs["ft12"]), "never"), raw_items, precision="fp32", batch_size=1)
+    eager = run_inference(_compile(load_model(runs["ft12"]), False), raw_items, precision="fp32", batch_size=1)
     slow = run_inference(_compile(load_model(runs["ft12"]), "auto", 1), raw_items, precision="fp32", batch_size=1)
     assert not slow.compiled and "kept eager: a pass took" in slow.compile_reason, slow.compile_reason
     assert np.array_equal(slow.probs, eager.probs)

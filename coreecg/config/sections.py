@@ -55,7 +55,7 @@ class InferenceConfig:
     # 1.17x xresnet1d's records/s on a CPU with AMX, 0.8-1.06x the ViT's and S4's (docs/performance.md).
     # auto: on a CPU for a run of at least compile_min_records inputs, keeping the faster of the
     # compiled and the eager pass as its first passes time them (fp32 and bf16; int8 stays eager).
-    compile: Literal["auto", "always", "never"] = "auto"   # not on/off: YAML reads those as booleans
+    compile: bool | Literal["auto"] = "auto"           # as train.compile: auto, true or false
     compile_min_records: int = 2000
     # A path is refused for a model whose outputs differ from float32's by more than these (measured,
     # docs/performance.md "CPU inference precision"): the macro AUROC on a held-out test split,

@@ -51,14 +51,14 @@ EAGER, COMPILED, MEASURED = "eager", "compiled", "measured"
 
 def compile_choice(config: InferenceConfig, device: torch.device, precision: str, records: int) -> tuple[str, str]:
     """How a run of `records` inputs on `device` in `precision` runs its feature pass -> (mode, why):
-    EAGER, COMPILED (inference.compile=always) or MEASURED (auto on a long CPU run: compiled, then
+    EAGER, COMPILED (inference.compile=true) or MEASURED (auto on a long CPU run: compiled, then
     the faster of compiled and eager over the first passes)."""
-    if config.compile == "never":
-        return EAGER, "eager (inference.compile=never)"
+    if config.compile is False:
+        return EAGER, "eager (inference.compile=false)"
     if precision == "int8":
         return EAGER, "eager: the int8 path (dynamic quantisation) is not compiled"
-    if config.compile == "always":
-        return COMPILED, "compiled (inference.compile=always)"
+    if config.compile is True:
+        return COMPILED, "compiled (inference.compile=true)"
     if device.type != "cpu":
         return EAGER, f"eager: inference.compile=auto compiles on a CPU only (this run: {device.type})"
     if records < config.compile_min_records:

@@ -43,8 +43,9 @@ On this machine, at torch's default threads (the cores; recorded in "machine"):
    coreecg's own encoders (--quick: the ViT's) also run with inference.compile=true ("fp32+compile", "bf16+compile":
    the feature pass compiled by inductor with frozen weights, coreecg.inference.compiled): the
    warm-up pass compiles (compile_s: the warm-up's seconds over the eager warm-up's, of the
-   same records) and checks against eager; the timed runs are the compiled graph's. The default
-   of a long run (inference.compile=auto from compile_min_records inputs) is the compiled path.
+   same records) and checks against eager; the timed runs are the compiled graph's. A long run's
+   default (inference.compile=auto from compile_min_windows windows) keeps whichever of the two
+   its first passes time faster.
 4. fraction of the limit: achieved GFLOP/s = records/s x GFLOP per record, over the matrix rate of
    the path's precision (fp32 over fp32's, bf16 over bf16's, int8 over int8's).
 5. onnx: the ViT exported by coreecg.hub.onnx_export.export_onnx, in an onnxruntime

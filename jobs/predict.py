@@ -79,7 +79,7 @@ parser.add_argument("--threads", type=int, default=None, metavar="N",
                     help="torch threads of this process (default: the model's inference.threads, 0: torch's default)")
 parser.add_argument("--compile", choices=("auto", "true", "false"), default=None,
                     help="compile the feature pass (inductor, frozen weights; default: the model's "
-                         "inference.compile, auto: on a CPU from inference.compile_min_records inputs, 2000; "
+                         "inference.compile, auto: on a CPU from inference.compile_min_windows windows, 2000, timed; "
                          "docs/inference.md \"Compiled\")")
 parser.add_argument("--workers", type=int, default=0, metavar="N",
                     help="Ray actors that read, preprocess and score (one CPU or GPU each); 0: one process, "

@@ -304,7 +304,7 @@ def test_int8_takes_a_model_with_a_weight_normed_convolution():
 def _compile(loaded, mode: bool | str = True, min_records: int = 2000):
     """`loaded` with inference.compile=mode (a copy: the fixture's model stays as it is)."""
     return dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, inference=dataclasses.replace(
-        loaded.config.inference, compile=mode, compile_min_records=min_records)))
+        loaded.config.inference, compile=mode, compile_min_windows=min_records)))
 
 
 def test_compile_is_chosen_for_long_cpu_runs_only_and_never_for_int8():
@@ -314,9 +314,9 @@ def test_compile_is_chosen_for_long_cpu_runs_only_and_never_for_int8():
     auto = load_config().inference
     assert auto.compile == "auto"
     mode, why = compile_choice(auto, CPU, "bf16", 2000)
-    assert mode == MEASURED and why.startswith("2000 inputs (inference.compile=auto, at least 2000)")
+    assert mode == MEASURED and why.startswith("2000 windows (inference.compile=auto, at least 2000)")
     mode, why = compile_choice(auto, CPU, "bf16", 1999)
-    assert mode == EAGER and "under inference.compile_min_records=2000" in why
+    assert mode == EAGER and "under inference.compile_min_windows=2000" in why
     assert compile_choice(auto, torch.device("cuda"), "bf16", 10 ** 6)[0] == EAGER
     always, never = (dataclasses.replace(auto, compile=m) for m in (True, False))
     assert compile_choice(always, CPU, "fp32", 1)[0] == COMPILED
@@ -324,8 +324,8 @@ def test_compile_is_chosen_for_long_cpu_runs_only_and_never_for_int8():
     assert compile_choice(always, CPU, "int8", 10 ** 6) == (EAGER, "eager: the int8 path (dynamic quantisation) "
                                                                    "is not compiled")
     assert keep_compiled([0.5, 0.3, 0.9], [0.4, 0.35]) and not keep_compiled([0.5, 0.4], [0.4, 0.6])
-    with pytest.raises(ConfigError, match="compile_min_records=0 must be >= 1"):
-        load_config(overrides=["inference.compile_min_records=0"])
+    with pytest.raises(ConfigError, match="compile_min_windows=0 must be >= 1"):
+        load_config(overrides=["inference.compile_min_windows=0"])
     with pytest.raises(ConfigError, match="compile"):
         load_config(overrides=["inference.compile=sometimes"])
 
@@ -333,7 +333,7 @@ def test_compile_is_chosen_for_long_cpu_runs_only_and_never_for_int8():
 def test_a_compiled_pass_scores_as_the_eager_one_whatever_shares_its_batch(runs, raw_items):
     loaded = load_model(runs["ft12"])
     eager = run_inference(loaded, raw_items, precision="fp32", embeddings=True)
-    assert not eager.compiled and "under inference.compile_min_records" in eager.compile_reason
+    assert not eager.compiled and "under inference.compile_min_windows" in eager.compile_reason
     compiled = _compile(loaded)
     together = run_inference(compiled, raw_items, precision="fp32", embeddings=True)
     assert together.compiled and "checked against eager on the first pass" in together.compile_reason
@@ -389,15 +389,23 @@ def _plain_wrapper(built: list, delay_s: float = 0.0):
     return Plain
 
 
-def test_auto_compiles_from_compile_min_records_inputs_and_keeps_the_faster_pass(runs, raw_items, monkeypatch):
+def test_auto_compiles_from_compile_min_windows_and_keeps_the_faster_pass(runs, raw_items, corpus, monkeypatch):
+    import pyarrow.parquet as pq
+
     import coreecg.inference.engine as engine
+    from coreecg.inference import list_corpus
+    from coreecg.inference.compiled import windows_ahead
+
+    shards = list_corpus(corpus)                     # a shard counts its stored windows, a file one
+    stored = sum(pq.read_table(s.path, columns=["record_id"]).num_rows for s in shards)
+    assert windows_ahead(shards) == stored > len(shards) and windows_ahead(raw_items) == len(raw_items)
 
     built: list = []
     monkeypatch.setattr(engine, "CompiledFeatures", _plain_wrapper(built))
     loaded = _compile(load_model(runs["ft12"]), "auto", min_records=len(raw_items))
     assert not run_inference(loaded, raw_items[:-1], precision="fp32").compiled and not built
     got = run_inference(loaded, raw_items, precision="fp32")        # 2 passes: the trial has not ended
-    assert got.compiled and len(built) == 1 and got.compile_reason.startswith(f"{len(raw_items)} inputs")
+    assert got.compiled and len(built) == 1 and got.compile_reason.startswith(f"{len(raw_items)} windows")
     assert "the run ended before the trial did: compiled" in got.compile_reason
     int8 = run_inference(_compile(load_model(runs["ft12"]), "auto", 1), raw_items, precision="int8")
     assert not int8.compiled and "int8" in int8.compile_reason and len(built) == 1

@@ -53,10 +53,11 @@ class InferenceConfig:
     # torch.compile of the model's feature pass, its weights frozen into the graph (inductor
     # `freezing`: prepacked matrix weights, fused bias and GELU), for a compilation of 8-60 s:
     # 1.17x xresnet1d's records/s on a CPU with AMX, 0.8-1.06x the ViT's and S4's (docs/performance.md).
-    # auto: on a CPU for a run of at least compile_min_records inputs, keeping the faster of the
+    # auto: on a CPU for a run of at least compile_min_windows windows (a file: at least one; a
+    # corpus shard: its rows), keeping the faster of the
     # compiled and the eager pass as its first passes time them (fp32 and bf16; int8 stays eager).
     compile: bool | Literal["auto"] = "auto"           # as train.compile: auto, true or false
-    compile_min_records: int = 2000
+    compile_min_windows: int = 2000
     # A path is refused for a model whose outputs differ from float32's by more than these (measured,
     # docs/performance.md "CPU inference precision"): the macro AUROC on a held-out test split,
     # a probability, and an embedding (its L2 distance over the float32 embedding's L2 norm).
@@ -67,8 +68,8 @@ class InferenceConfig:
     def __post_init__(self) -> None:
         if self.threads < 0:
             raise ConfigError(f"inference.threads={self.threads} must be >= 0 (0: torch's default)")
-        if self.compile_min_records < 1:
-            raise ConfigError(f"inference.compile_min_records={self.compile_min_records} must be >= 1")
+        if self.compile_min_windows < 1:
+            raise ConfigError(f"inference.compile_min_windows={self.compile_min_windows} must be >= 1")
         for key in ("max_auroc_drop", "max_probability_diff", "max_embedding_diff"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"inference.{key}={getattr(self, key)} must be > 0")

@@ -16,7 +16,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from typing import Sequence
+
+import pyarrow.parquet as pq
+
 from coreecg.config.sections import InferenceConfig
+from coreecg.inference.items import CorpusShard
 
 
 class CompiledFeatures(nn.Module):
@@ -49,8 +54,15 @@ TRIAL_PASSES = 3
 EAGER, COMPILED, MEASURED = "eager", "compiled", "measured"
 
 
-def compile_choice(config: InferenceConfig, device: torch.device, precision: str, records: int) -> tuple[str, str]:
-    """How a run of `records` inputs on `device` in `precision` runs its feature pass -> (mode, why):
+def windows_ahead(items: Sequence) -> int:
+    """The fewest windows a run of `items` scores: a listed file or an in-memory record at least one,
+    a corpus shard its stored windows (its Parquet footer's row count; no signal is read)."""
+    return sum(pq.read_metadata(it.path).num_rows if isinstance(it, CorpusShard) else 1 for it in items)
+
+
+def compile_choice(config: InferenceConfig, device: torch.device, precision: str, windows: int) -> tuple[str, str]:
+    """How a run of at least `windows` windows (windows_ahead) on `device` in `precision` runs its
+    feature pass -> (mode, why):
     EAGER, COMPILED (inference.compile=true) or MEASURED (auto on a long CPU run: compiled, then
     the faster of compiled and eager over the first passes)."""
     if config.compile is False:
@@ -61,10 +73,10 @@ def compile_choice(config: InferenceConfig, device: torch.device, precision: str
         return COMPILED, "compiled (inference.compile=true)"
     if device.type != "cpu":
         return EAGER, f"eager: inference.compile=auto compiles on a CPU only (this run: {device.type})"
-    if records < config.compile_min_records:
-        return EAGER, (f"eager: {records} inputs, under inference.compile_min_records={config.compile_min_records} "
+    if windows < config.compile_min_windows:
+        return EAGER, (f"eager: {windows} windows, under inference.compile_min_windows={config.compile_min_windows} "
                        "(a compilation takes 8-60 s)")
-    return MEASURED, (f"{records} inputs (inference.compile=auto, at least {config.compile_min_records}): compiled, "
+    return MEASURED, (f"{windows} windows (inference.compile=auto, at least {config.compile_min_windows}): compiled, "
                       f"then the faster of compiled and eager over {TRIAL_PASSES} passes each")
 
 
@@ -74,4 +86,5 @@ def keep_compiled(compiled_s: list[float], eager_s: list[float]) -> bool:
     return min(compiled_s) < min(eager_s)
 
 
-__all__ = ["COMPILED", "CompiledFeatures", "EAGER", "MEASURED", "TRIAL_PASSES", "compile_choice", "keep_compiled"]
+__all__ = ["COMPILED", "CompiledFeatures", "EAGER", "MEASURED", "TRIAL_PASSES", "compile_choice", "keep_compiled",
+           "windows_ahead"]

@@ -20,7 +20,7 @@ from coreecg.eval.downstream import predict
 from coreecg.eval.metrics import aggregate_by_record
 from coreecg.hub import load_model
 from coreecg.inference.compiled import COMPILED, EAGER, MEASURED, TRIAL_PASSES, CompiledFeatures, compile_choice, \
-    keep_compiled
+    keep_compiled, windows_ahead
 from coreecg.inference.items import Failure, InferenceError, InferenceResult, Item
 from coreecg.inference.listing import list_inputs
 from coreecg.inference.model_input import PooledEncoder, input_spec
@@ -78,8 +78,8 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     config's bounds is refused there (auto: fp32 goes on, saying why). InferenceError says why.
 
     The config's `inference.compile` decides whether the feature pass is compiled
-    (coreecg.inference.compiled: auto compiles a CPU run of at least `compile_min_records`
-    items, then keeps the faster of compiled and eager over its first passes); the first
+    (coreecg.inference.compiled: auto compiles a CPU run of at least `compile_min_windows`
+    windows, then keeps the faster of compiled and eager over its first passes); the first
     compiled pass is checked against the eager one, and a compiler failure or outputs over the
     bounds leave the run eager, saying why (`InferenceResult.compile_reason`).
     """
@@ -89,7 +89,7 @@ def run_inference(loaded: Any, items: Sequence[Item], *, embeddings: bool = Fals
     if batch < 1:
         raise InferenceError(f"batch size {batch} must be >= 1")
     path = inference_path(loaded, dev, precision, spec)
-    compile_mode, compile_reason = compile_choice(loaded.config.inference, dev, path.precision, len(items))
+    compile_mode, compile_reason = compile_choice(loaded.config.inference, dev, path.precision, windows_ahead(items))
     rows = list(range(len(spec.leads)))
     threads = int(loaded.config.inference.threads)
     before = torch.get_num_threads()

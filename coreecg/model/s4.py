@@ -12,8 +12,8 @@ with A_n = -exp(log_a_n) + i pi n (S4D-Lin), unrolled into one convolution kerne
 K_l = 2 Re(sum_n C_n (exp(dt A_n) - 1) / A_n exp(dt A_n l)) applied by FFT (no Python loop over
 time or channels; tests/test_encoders.py checks it against the recurrence). The kernel depends on
 the weights and L only: without autograd (inference, validation) its spectrum is computed once per
-length and weights (`S4DKernel.spectrum`), which halves an inference pass (docs/performance.md). A block: pre-norm,
-S4D (+ D skip), GELU, a GLU output projection, residual. Causal unless `bidirectional`.
+length and weights (`S4DKernel.spectrum`): 1.3-1.7x an inference pass (docs/performance.md).
+A block: pre-norm, S4D (+ D skip), GELU, a GLU output projection, residual. Causal unless `bidirectional`.
 """
 from __future__ import annotations
 

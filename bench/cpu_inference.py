@@ -45,7 +45,12 @@ On this machine, at torch's default threads (the cores; recorded in "machine"):
    warm-up pass compiles (compile_s: the warm-up's seconds over the eager warm-up's, of the
    same records) and checks against eager; the timed runs are the compiled graph's. A long run's
    default (inference.compile=auto from compile_min_windows windows) keeps whichever of the two
-   its first passes time faster.
+   its first passes time faster. unfused: "bf16+unfused" (inference.fuse=false) runs the
+   CPU bf16 path with torch's own Linear and GELU instead of oneDNN's fused products
+   (coreecg.inference.fused), its ratio_to_default the unfused over the default bf16 path.
+   before: S4's "fp32+before" is its path when issue 63 was filed (the kernel's spectrum
+   recomputed every pass, the whole batch in one pass: `as_filed`), its ratio_to_default over
+   today's fp32 path; the default over it is today's gain.
 4. fraction of the limit: achieved GFLOP/s = records/s x GFLOP per record, over the matrix rate of
    the path's precision (fp32 over fp32's, bf16 over bf16's, int8 over int8's).
 5. onnx: the ViT exported by coreecg.hub.onnx_export.export_onnx, in an onnxruntime
@@ -59,6 +64,11 @@ On this machine, at torch's default threads (the cores; recorded in "machine"):
    (coreecg.inference.reading.prepared_records with its spec), in this process, best of
    --read-repeats; starves: true where that is slower than the fastest model path measured
    (the model would wait for its input).
+
+7. vit_products: the ViT's ceiling in bf16 were it only its matrix products and attention, each
+   timed alone at the path's shapes (the batch's crops of N tokens): its records/s and fraction
+   of the bf16 limit bound what any path built of torch's kernels on this processor can reach
+   (LayerNorm, residual adds and the patch embedding counted as free).
 
 COREECG_CPU_UNITS (a simulated processor) is set only by --simulate-units; one inherited from the
 environment is dropped (and named in the output), so by default the processor's own units decide.
@@ -96,10 +106,13 @@ from coreecg.eval.downstream import eval_offsets
 from coreecg.hub import LoadedModel, input_contract, load_model
 from coreecg.hub.onnx_export import export_onnx
 from coreecg.inference import FORWARD_WINDOWS, InferenceError, array_record, input_spec, list_inputs, run_inference
+from coreecg.inference import fused
+from coreecg.inference.fused import FusedLinear
 from coreecg.inference.precision import UNITS_ENV, PrecisionError, cpu_units
 from coreecg.inference.precision_check import bounds_of, check_entry, compare, record_checks
 from coreecg.inference.reading import prepare, prepared_records
 from coreecg.model.published.registry import published_config
+from coreecg.model.s4 import S4DKernel, unchunked
 
 PRECISIONS = ("fp32", "bf16", "int8")
 BATCH_PRECISIONS = ("fp32", "bf16")                        # the ViT's at each of --batch-sizes
@@ -254,14 +267,36 @@ def preprocess_rate(loaded: LoadedModel, items: list) -> float:
 # ---------------------------------------------------------------------------- 3. the inference path
 
 
+VARIANTS = ("compile", "unfused", "before")                # "<precision>+<variant>" settings
+
+
+@contextlib.contextmanager
+def as_filed(model: nn.Module):
+    """`model`'s S4 encoders as they ran when issue 63 was filed: the kernel's spectrum recomputed on
+    every pass (no S4DKernel.spectrum cache) and a whole batch in one pass (no CPU chunks)."""
+    kept = S4DKernel.spectrum
+    S4DKernel.spectrum = lambda self, L: torch.fft.rfft(self(L), 2 * L)
+    try:
+        with unchunked(model):
+            yield
+    finally:
+        S4DKernel.spectrum = kept
+
+
 def score(loaded: LoadedModel, items: list, setting: str, batch: int):
-    """run_inference in `setting`: a precision, or "<precision>+compile" (inference.compile=true;
-    a plain precision runs eagerly: inference.compile=false)."""
-    precision, _, compiled = setting.partition("+")
+    """run_inference in `setting`: a precision, "<precision>+compile" (inference.compile=true; a
+    plain precision runs eagerly: inference.compile=false) or "<precision>+unfused"
+    (inference.fuse=false: torch's own Linear and GELU in the CPU bf16 path) or
+    "<precision>+before" (S4 as when issue 63 was filed: `as_filed`)."""
+    precision, _, variant = setting.partition("+")
+    if variant and variant not in VARIANTS:
+        raise ValueError(f"setting {setting!r}: the variant is one of {VARIANTS}")
+    compiled = variant == "compile"
     loaded.config = dataclasses.replace(loaded.config, inference=dataclasses.replace(
-        loaded.config.inference, compile=bool(compiled)))
-    result = run_inference(loaded, items, embeddings=True, precision=precision, batch_size=batch,
-                           progress_every_s=math.inf)
+        loaded.config.inference, compile=compiled, fuse=variant != "unfused"))
+    with as_filed(loaded.model) if variant == "before" else contextlib.nullcontext():
+        result = run_inference(loaded, items, embeddings=True, precision=precision, batch_size=batch,
+                               progress_every_s=math.inf)
     if result.failures:
         raise RuntimeError(f"{result.failures[0].record_id}: {result.failures[0].reason}")
     if compiled and not result.compiled:
@@ -298,11 +333,13 @@ def measure_encoder(name: str, loaded: LoadedModel, items: list, settings: list[
             continue
         if precision == "fp32" and ref is None:
             ref = result.embeddings
-        elif "+" in precision and ref is not None:         # a compiled path: against fp32, not recorded
-            compiled[precision, batch] = {
-                "embedding": compare(None, ref, None, result.embeddings)["embedding"],
-                "compile_s": round(warm_s[precision, batch] - warm_s.get((precision.split("+")[0], batch), 0.0), 1),
-                "reason": result.compile_reason}
+        elif "+" in precision and ref is not None:         # a variant of a path: against fp32, not recorded
+            compiled[precision, batch] = {"embedding": compare(None, ref, None, result.embeddings)["embedding"],
+                                          "reason": result.precision_reason}
+            if precision.endswith("+compile"):
+                compiled[precision, batch].update(
+                    compile_s=round(warm_s[precision, batch] - warm_s.get((precision.split("+")[0], batch), 0.0), 1),
+                    reason=result.compile_reason)
         elif precision != "fp32" and precision not in checks and ref is not None:
             diffs = compare(None, ref, None, result.embeddings)
             checks[precision] = check_entry(precision, diffs, bounds_of(loaded.config),
@@ -338,10 +375,11 @@ def measure_encoder(name: str, loaded: LoadedModel, items: list, settings: list[
         if precision in checks:
             f["check"] = {k: checks[precision][k] for k in ("accepted", "reason", "embedding")}
         if setting in compiled:
-            f["compiled"] = compiled[setting]
+            f["compiled" if precision.endswith("+compile") else "variant"] = compiled[setting]
             eager = runs.get((precision.split("+")[0], batch))
             if eager:
-                f["ratio_to_eager"] = round(rps / statistics.median(x["records_per_s"] for x in eager), 3)
+                key = "ratio_to_eager" if precision.endswith("+compile") else "ratio_to_default"
+                f[key] = round(rps / statistics.median(x["records_per_s"] for x in eager), 3)
         return f
 
     out["batch_size"] = batch0
@@ -356,6 +394,51 @@ def measure_encoder(name: str, loaded: LoadedModel, items: list, settings: list[
                 if "records_per_s" in f and base:
                     f["ratio_to_batch_" + str(batch0)] = round(f["records_per_s"] / base, 3)
     return out
+
+
+def vit_products(loaded: LoadedModel, crops: int, repeats: int) -> dict:
+    """The ViT's ceiling in bfloat16 if it were only its products: each of a block's matrix
+    products at the path's own shapes (batch `crops` crops of N tokens; oneDNN's fused linear, bias
+    and the MLP's GELU in its epilogue, as the CPU bf16 path runs them: coreecg.inference.fused)
+    and its attention (SDPA, (crops, heads, N, D / heads)), each timed alone (best of `repeats`
+    after a warm-up), their rates, and the records/s of depth x (their sum) per forward pass:
+    the LayerNorms, residual adds and patch embedding left out (free), so no path of torch's
+    kernels can reach it. Its fraction of the bf16 limit is added by add_fractions' caller."""
+    o, cfg = loaded.config.encoders.coreecg, loaded.config
+    n, d, heads = cfg.model.n_leads * cfg.n_patches, o.embed_dim, o.num_heads
+    hidden = int(d * o.mlp_ratio)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(crops, n, d, generator=gen).bfloat16()
+    h = torch.randn(crops, n, hidden, generator=gen).bfloat16()
+    qkv = [torch.randn(crops, heads, n, d // heads, generator=gen).bfloat16() for _ in range(3)]
+
+    def product(i: int, j: int, gelu: str | None = None) -> FusedLinear:
+        return FusedLinear(nn.Linear(i, j).bfloat16().requires_grad_(False), gelu)
+
+    ops = {"qkv": (product(d, 3 * d), x, 2.0 * crops * n * d * 3 * d),
+           "attention": (None, None, 4.0 * crops * heads * n * n * (d // heads)),
+           "proj": (product(d, d), x, 2.0 * crops * n * d * d),
+           "mlp_in+gelu": (product(d, hidden, "none" if fused.available() else None), x, 2.0 * crops * n * d * hidden),
+           "mlp_out": (product(hidden, d), h, 2.0 * crops * n * hidden * d)}
+    out = {"crops": crops, "tokens": n, "dim": d, "heads": heads, "depth": o.depth, "fused_linear": fused.available(),
+           "statistic": f"each op alone, best of {repeats} after a warm-up", "ops": {}}
+    block_s = 0.0
+    with torch.inference_mode():
+        for name, (layer, inp, flops) in ops.items():
+            fn = (lambda: F.scaled_dot_product_attention(*qkv)) if layer is None else (lambda: layer(inp))
+            fn()
+            best = min(_timed(fn) for _ in range(repeats))
+            block_s += best
+            out["ops"][name] = {"ms": round(best * 1e3, 3), "gflop_per_s": round(flops / best / 1e9, 1)}
+    out["forward_s"] = round(block_s * o.depth, 5)
+    out["crops_per_s"] = round(crops / (block_s * o.depth), 2)
+    return out
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 # ---------------------------------------------------------------------------- 5. ONNX Runtime
@@ -552,6 +635,10 @@ def main() -> None:
             settings = [(p, batch0) for p in PRECISIONS]
             if args.compile and (arch == "coreecg" or not args.quick):      # --quick: the ViT's only
                 settings += [(f"{p}+compile", batch0) for p in BATCH_PRECISIONS]
+            if arch == "coreecg" or not args.quick:
+                settings.append(("bf16+unfused", batch0))
+            if arch == "s4":
+                settings.append(("fp32+before", batch0))
             if arch == "coreecg":
                 settings += [(p, b) for b in args.batch_sizes[1:] for p in BATCH_PRECISIONS]
             measured[arch] = {"source": f"random encoder, {'tiny' if args.quick else 'paper'} size",
@@ -567,6 +654,13 @@ def main() -> None:
                                                 args.repeats)}
             progress({name: measured[name]})
         result["encoders"] = measured
+        if vit is not None:
+            cost = measured["coreecg"]
+            crops = batch0 * cost["crops_per_window"]
+            progress("the ViT's products alone ...")
+            result["vit_products"] = vit_products(vit, crops, max(3, args.matrix_repeats))
+            result["vit_products"]["records_per_s"] = round(
+                result["vit_products"]["crops_per_s"] / (cost["crops_per_window"] * cost["windows_per_record"]), 3)
         if vit is None:
             result["onnx"] = {"skipped": "the ViT (coreecg) is not among --encoders"}
         else:
@@ -579,6 +673,10 @@ def main() -> None:
     progress({"matrix_at_end": last})
     result["matrix"] = limits(first, last)
     add_fractions(measured, result["matrix"])
+    if "vit_products" in result:                            # the ceiling of any path of torch's kernels
+        vp = result["vit_products"]
+        vp["fraction_of_matrix_rate"] = round(vp["records_per_s"] * measured["coreecg"]["gflop_per_record"]
+                                              / result["matrix"]["bf16"]["gflop_per_s"], 4)
     top = fastest(measured)
     for f in reading.values():
         f["starves"] = bool(top and f["read_preprocess_records_per_s"] < top["records_per_s"])

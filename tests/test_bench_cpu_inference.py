@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from coreecg.inference import fused
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -33,7 +35,8 @@ def test_quick_run_reports_every_figure_and_the_refused_paths_reasons():
         assert e["gflop_per_record"] > 0 and e["windows_per_record"] >= 1, name
         assert e["default"]["precision"] in ("fp32", "bf16"), (name, e["default"])
         assert e["default"]["reason"], name
-        compiled = {"fp32+compile", "bf16+compile"} if name == "coreecg" else set()   # --quick: the ViT's
+        compiled = {"coreecg": {"fp32+compile", "bf16+compile", "bf16+unfused"},   # --quick: the ViT's
+                    "s4": {"fp32+before"}}.get(name, set())                      # S4 as when issue 63 was filed
         assert set(e["precisions"]) == {"fp32", "bf16", "int8"} | compiled, name
         assert e["precisions"]["fp32"]["records_per_s"] > 0, name
         for p, f in e["precisions"].items():
@@ -48,6 +51,20 @@ def test_quick_run_reports_every_figure_and_the_refused_paths_reasons():
         f = out["encoders"]["coreecg"]["precisions"][p]
         assert f["compiled"]["compile_s"] > 0 and f["compiled"]["reason"].startswith("compiled"), f
         assert f["compiled"]["embedding"]["max"] <= 0.05 and f["ratio_to_eager"] > 0, f
+    bf16, unfused = (out["encoders"]["coreecg"]["precisions"][p] for p in ("bf16", "bf16+unfused"))
+    default = out["encoders"]["coreecg"]["default"]
+    if default["precision"] == "bf16":                           # a processor with bf16 units: fused where oneDNN can
+        assert ("products fused with their bias" in default["reason"]) == fused.available(), default
+    if "records_per_s" in bf16:
+        assert "fused" not in unfused["variant"]["reason"] and unfused["variant"]["embedding"]["max"] <= 0.05
+        assert unfused["ratio_to_default"] > 0
+    before = out["encoders"]["s4"]["precisions"]["fp32+before"]
+    assert before["records_per_s"] > 0 and before["ratio_to_default"] > 0
+    assert before["variant"]["embedding"]["max"] < 1e-3                   # the same function as today's fp32
+    products = out["vit_products"]                               # the ViT's ceiling of products alone
+    assert set(products["ops"]) == {"qkv", "attention", "proj", "mlp_in+gelu", "mlp_out"}
+    assert all(op["gflop_per_s"] > 0 for op in products["ops"].values())
+    assert products["records_per_s"] > 0 and 0 < products["fraction_of_matrix_rate"]
     vit = out["encoders"]["coreecg"]["batch_sizes"]
     assert set(vit) == {"8", "16"} and vit["16"]["fp32"]["records_per_s"] > 0
     ort = out["onnx"]

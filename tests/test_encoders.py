@@ -130,6 +130,35 @@ def test_the_s4_kernel_spectrum_is_kept_without_autograd_and_follows_the_weights
     assert torch.equal(cached, again)
 
 
+def test_s4_on_the_cpu_without_autograd_runs_in_chunks_with_the_whole_batchs_values():
+    from coreecg.encoders import build_encoder
+    from coreecg.model.layer_features import pooled_layers
+    from coreecg.model.s4 import CPU_ROWS, unchunked
+
+    enc = build_encoder(load_config(overrides=S4)).eval()
+    assert enc.cpu_rows == CPU_ROWS > 0
+    x = torch.randn(2 * CPU_ROWS + 1, 12, 1500)                    # two whole chunks and a short one
+    calls = []
+    hook = enc.blocks[0].register_forward_hook(lambda _m, inp, _o: calls.append(len(inp[0])))
+    try:
+        with torch.inference_mode():
+            chunked = enc.pooled(x)
+            with unchunked(enc):
+                whole = enc.pooled(x)
+        assert calls == [CPU_ROWS, CPU_ROWS, 1, len(x)] and enc.cpu_rows == CPU_ROWS
+        torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-6)
+        calls.clear()
+        enc.pooled(x.requires_grad_()).sum().backward()           # under autograd: one pass
+        assert calls == [len(x)] and x.grad is not None
+        calls.clear()
+        with torch.no_grad():
+            layers = pooled_layers(enc, x)                          # its hooks see one call per block
+        assert calls == [len(x)] and len(layers) == len(enc.blocks)
+        torch.testing.assert_close(layers[-1], whole, rtol=1e-5, atol=1e-6)
+    finally:
+        hook.remove()
+
+
 def test_a_causal_s4_encoder_does_not_see_the_future():
     from coreecg.encoders import build_encoder
 

@@ -58,6 +58,11 @@ class InferenceConfig:
     # compiled and the eager pass as its first passes time them (fp32 and bf16; int8 stays eager).
     compile: bool | Literal["auto"] = "auto"           # as train.compile: auto, true or false
     compile_min_windows: int = 2000
+    # The CPU bf16 path's fusions (coreecg/inference/fused.py): BatchNorm folded into the convolution
+    # before it, Linear and runs of 1x1 convolutions as oneDNN products with their bias and GELU:
+    # 1.09x the ViT's records/s, 1.2x S4's bare pass on a Xeon with AMX, the same bf16 numbers;
+    # false: torch's own layers (docs/inference.md "Precision").
+    fuse: bool = True
     # A path is refused for a model whose outputs differ from float32's by more than these (measured,
     # docs/performance.md "CPU inference precision"): the macro AUROC on a held-out test split,
     # a probability, and an embedding (its L2 distance over the float32 embedding's L2 norm).

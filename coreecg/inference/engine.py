@@ -13,6 +13,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from coreecg.data.corpus import SIGNAL_DTYPE
 from coreecg.devices import resolve_device
@@ -21,6 +22,7 @@ from coreecg.eval.metrics import aggregate_by_record
 from coreecg.hub import load_model
 from coreecg.inference.compiled import COMPILED, EAGER, MEASURED, TRIAL_PASSES, CompiledFeatures, compile_choice, \
     keep_compiled, windows_ahead
+from coreecg.inference.fused import FusedLinear
 from coreecg.inference.items import Failure, InferenceError, InferenceResult, Item
 from coreecg.inference.listing import list_inputs
 from coreecg.inference.model_input import PooledEncoder, input_spec
@@ -135,7 +137,7 @@ def inference_path(loaded: Any, device: str | torch.device, precision: str | Non
     requested = precision or loaded.config.inference.precision
     checks = recorded_checks(loaded.source)
     key = (requested, str(dev), spec.kind, spec.leads, tuple(sorted(bounds_of(loaded.config).items())),
-           json.dumps(checks, sort_keys=True))
+           json.dumps(checks, sort_keys=True), loaded.config.inference.fuse)
     paths = _PATHS.setdefault(loaded.model, {})
     if key not in paths:
         model = loaded.model if spec.kind == "classifier" else PooledEncoder(loaded.model, spec.leads)
@@ -153,11 +155,19 @@ class _Path:
         try:
             choice = resolve_precision(requested, dev, refused=refused)
             example = torch.zeros(1, len(spec.leads), spec.crop, device=dev)
-            self.model, self.autocast = prepare_model(model, choice.precision, dev, example)
+            self.model, self.autocast = prepare_model(model, choice.precision, dev, example,
+                                                      loaded.config.inference.fuse)
         except PrecisionError as e:
             raise InferenceError(f"{loaded.source}: {e}") from None
         self.fp32, self.spec, self.dev, self.requested = model, spec, dev, requested
         self.precision, self.reason = choice.precision, choice.reason
+        n_fused = sum(isinstance(m, FusedLinear) for m in self.model.modules())
+        n_folded = sum(isinstance(m, _BatchNorm) for m in model.modules()) - sum(
+            isinstance(m, _BatchNorm) for m in self.model.modules())
+        if n_folded > 0:
+            self.reason += f"; {n_folded} BatchNorms folded into their convolutions"
+        if n_fused:
+            self.reason += f"; {n_fused} Linear / 1x1-convolution products fused with their bias and GELU (oneDNN)"
         self.bounds = bounds_of(loaded.config)
         self.source = loaded.source
         # a recorded check (jobs/export.py, on a held-out split) stands for the first-pass one

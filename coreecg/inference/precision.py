@@ -33,6 +33,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from coreecg.inference import fused
+
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 # The share of a model's forward FLOPs its Linear layers must hold for int8 to be offered: dynamic
 # quantisation speeds up nothing else, and below half the model stays mostly float32.
@@ -140,18 +142,26 @@ def linear_share(model: nn.Module, example: torch.Tensor) -> float:
 
 
 def prepare_model(model: nn.Module, precision: str, device: torch.device,
-                  example: torch.Tensor | None = None) -> tuple[nn.Module, str]:
+                  example: torch.Tensor | None = None, fuse: bool = True) -> tuple[nn.Module, str]:
     """`model` (eval, on `device`) for a resolved path -> (the model to run, the autocast setting
     for `coreecg.devices.autocast`). fp32 and CUDA bf16 run the model itself; CPU bf16 and int8 a
-    copy (the float32 model stays as it was, for the first-pass check). PrecisionError for int8
-    on a model whose Linear layers hold under INT8_MIN_LINEAR_SHARE of its FLOPs (`example`:
-    one model input, needed for int8)."""
+    copy (the float32 model stays as it was, for the first-pass check). With `fuse`
+    (inference.fuse; coreecg.inference.fused) the CPU bf16 copy's BatchNorms are folded into their
+    convolutions and its Linear layers fused with their bias and GELU where oneDNN can.
+    PrecisionError for int8 on a model whose Linear layers hold under INT8_MIN_LINEAR_SHARE of its
+    FLOPs (`example`: one model input, needed for int8)."""
     if precision == "fp32":
         return model, "fp32"
     if precision == "bf16":
         if device.type == "cuda":
             return model, "bf16"
-        return copy.deepcopy(model).to(torch.bfloat16).eval(), "fp32"
+        prepared = copy.deepcopy(model).eval()
+        if fuse:
+            fused.fold_batch_norms(prepared)          # in float32, before the cast
+        prepared = prepared.to(torch.bfloat16)
+        if fuse and fused.available():
+            fused.fuse_linears(prepared)
+        return prepared, "fp32"
     if precision != "int8":
         raise PrecisionError(f"precision {precision!r}: not a resolved path (fp32, bf16, int8)")
     if device.type != "cpu":

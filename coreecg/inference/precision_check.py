@@ -191,7 +191,7 @@ def check_model(loaded: Any, corpus: str | Path, split: str = "test", precisions
             continue
         t0 = time.perf_counter()
         try:
-            m, autocast = prepare_model(model, choice.precision, dev, example)
+            m, autocast = prepare_model(model, choice.precision, dev, example, loaded.config.inference.fuse)
             out = run(m, autocast)
         except (PrecisionError, RuntimeError, TypeError, NotImplementedError) as e:   # the model cannot take it
             why = str(e) if isinstance(e, PrecisionError) else f"{type(e).__name__}: {str(e).splitlines()[0]}"

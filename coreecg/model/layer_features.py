@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from coreecg.model.encoder import Encoder, masked_mean
-from coreecg.model.s4 import S4Encoder
+from coreecg.model.s4 import S4Encoder, unchunked
 from coreecg.model.xresnet1d import XResNet1d
 
 # the encoder kinds with per-layer features (their registry names, for errors)
@@ -53,7 +53,8 @@ def pooled_layers(encoder: nn.Module, x: torch.Tensor, lead_idx: torch.Tensor | 
     outputs: list[torch.Tensor] = []
     hooks = [b.register_forward_hook(lambda _m, _i, out: outputs.append(out)) for b in blocks]
     try:
-        enc = encoder(x, lead_idx)
+        with unchunked(encoder):                     # one call of each block per forward
+            enc = encoder(x, lead_idx)
     finally:
         for h in hooks:
             h.remove()

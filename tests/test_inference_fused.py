@@ -97,6 +97,16 @@ def test_a_run_of_1x1_convolutions_becomes_one_stack_of_products_and_a_lone_one_
     assert out.shape == ref.shape and _rel(out, ref) < 2e-2
 
 
+def test_without_onednn_bf16_the_fused_layer_runs_the_plain_form(monkeypatch):
+    lin = nn.Linear(16, 24).bfloat16()
+    f = FusedLinear(lin, "tanh")
+    monkeypatch.setattr(fused, "available", lambda: False)
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", None, raising=False)   # never called
+    x = torch.randn(5, 16, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        assert torch.equal(f(x), F.gelu(F.linear(x, lin.weight, lin.bias), approximate="tanh"))
+
+
 def test_batch_norms_fold_into_the_convolution_before_them_with_the_same_function():
     torch.manual_seed(0)
     seq = nn.Sequential(nn.Conv1d(4, 8, 5, padding=2, bias=False), nn.BatchNorm1d(8), nn.ReLU(),
@@ -142,6 +152,10 @@ def test_fused_runs_the_plain_form_under_autograd_and_for_float32():
     x = torch.randn(5, 16, dtype=torch.bfloat16, requires_grad=True)
     f(x).sum().backward()                                   # the oneDNN op has no backward: plain form
     assert lin.weight.grad is not None and x.grad is not None
+    frozen = FusedLinear(nn.Linear(16, 24).bfloat16().requires_grad_(False), "none")
+    x.grad = None
+    frozen(x).sum().backward()                              # a frozen layer still passes its input's gradient
+    assert x.grad is not None and x.grad.abs().sum() > 0
     f32 = FusedLinear(nn.Linear(16, 24), "none")
     y = torch.randn(5, 16)
     with torch.inference_mode():

@@ -106,8 +106,7 @@ from coreecg.eval.downstream import eval_offsets
 from coreecg.hub import LoadedModel, input_contract, load_model
 from coreecg.hub.onnx_export import export_onnx
 from coreecg.inference import FORWARD_WINDOWS, InferenceError, array_record, input_spec, list_inputs, run_inference
-from coreecg.inference import fused
-from coreecg.inference.fused import FusedLinear
+from coreecg.inference.fused import FusedLinear, available as onednn_bf16_linear
 from coreecg.inference.precision import UNITS_ENV, PrecisionError, cpu_units
 from coreecg.inference.precision_check import bounds_of, check_entry, compare, record_checks
 from coreecg.inference.reading import prepare, prepared_records
@@ -421,8 +420,9 @@ def vit_products(loaded: LoadedModel, crops: int, repeats: int) -> dict:
            "proj": (product(d, d), x, 2.0 * crops * n * d * d),
            "mlp_in+gelu": (product(d, hidden, "none"), x, 2.0 * crops * n * d * hidden),
            "mlp_out": (product(hidden, d), h, 2.0 * crops * n * hidden * d)}
-    out = {"crops": crops, "tokens": n, "dim": d, "heads": heads, "depth": o.depth, "fused_linear": fused.available(),
-           "statistic": f"each op alone, best of {repeats} after a warm-up", "ops": {}}
+    out = {"crops": crops, "tokens": n, "dim": d, "heads": heads, "depth": o.depth,
+           "fused_linear": onednn_bf16_linear(), "ops": {},
+           "statistic": f"each op alone, best of {repeats} after a warm-up"}
     block_s = 0.0
     with torch.inference_mode():
         for name, (layer, inp, flops) in ops.items():

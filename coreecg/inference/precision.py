@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from coreecg.inference import fused
+from coreecg.inference.fused import available as onednn_bf16_linear, fold_batch_norms, fuse_linears
 
 PRECISIONS = ("auto", "fp32", "bf16", "int8")
 # The share of a model's forward FLOPs its Linear layers must hold for int8 to be offered: dynamic
@@ -157,10 +157,10 @@ def prepare_model(model: nn.Module, precision: str, device: torch.device,
             return model, "bf16"
         prepared = copy.deepcopy(model).eval()
         if fuse:
-            fused.fold_batch_norms(prepared)          # in float32, before the cast
+            fold_batch_norms(prepared)                # in float32, before the cast
         prepared = prepared.to(torch.bfloat16)
-        if fuse and fused.available():
-            fused.fuse_linears(prepared)
+        if fuse and onednn_bf16_linear():
+            fuse_linears(prepared)
         return prepared, "fp32"
     if precision != "int8":
         raise PrecisionError(f"precision {precision!r}: not a resolved path (fp32, bf16, int8)")

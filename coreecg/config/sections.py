@@ -60,7 +60,7 @@ class InferenceConfig:
     compile_min_windows: int = 2000
     # The CPU bf16 path's fusions (coreecg/inference/fused.py): BatchNorm folded into the convolution
     # before it, Linear and runs of 1x1 convolutions as oneDNN products with their bias and GELU:
-    # 1.09x the ViT's records/s, 1.2x S4's bare pass on a Xeon with AMX, the same bf16 numbers;
+    # 1.06-1.10x the ViT's records/s, 1.10x xresnet1d's, 1.22x S4's on a Xeon with AMX, the same bf16 numbers;
     # false: torch's own layers (docs/inference.md "Precision").
     fuse: bool = True
     # A path is refused for a model whose outputs differ from float32's by more than these (measured,

@@ -13,12 +13,11 @@ the bounds.
 """
 from __future__ import annotations
 
-import torch
-from torch import nn
-
 from typing import Sequence
 
 import pyarrow.parquet as pq
+import torch
+from torch import nn
 
 from coreecg.config.sections import InferenceConfig
 from coreecg.inference.items import CorpusShard

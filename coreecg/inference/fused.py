@@ -13,7 +13,7 @@ broadcast copied into a fresh buffer, the product added onto it, and (in a trans
 GELU as a pass of its own over a fresh buffer. oneDNN's linear primitive does all three in one:
 the bias and the GELU run in the product's epilogue on tiles still in cache
 (`torch.ops.mkldnn._linear_pointwise`, the op inductor's own CPU fusions emit). Measured on a
-Xeon with AMX (docs/performance.md "CPU inference, 2026-12-03"): the GELU of a (8640, 1024)
+Xeon with AMX (docs/performance.md "CPU inference, 2026-12-03, second session"): the GELU of a (8640, 1024)
 bfloat16 product takes 1.8 ms in the epilogue against 10.7 ms as its own pass; the paper-size
 ViT's records/s through the engine 1.06-1.10x. The numbers are bf16's (the same products, accumulated in
 float32, rounded once): the path's check against float32 covers them.
@@ -25,7 +25,7 @@ nn.Linear and a Linear owned by an nn.MultiheadAttention (which reads its weight
 it) stay as they are. A run of two or more 1x1 nn.Conv1d layers in an nn.Sequential (S4's stem;
 GELUs between them taken in) becomes one PointwiseStack: the same products over the channels of
 the (B, L, C) view, so the run costs no layout reorders (oneDNN's convolution copies its input
-and output into its blocked layout and back): S4's bf16 samples/s 1.2x. Its keys move (the
+and output into its blocked layout and back): S4's bf16 records/s 1.22x. Its keys move (the
 prepared copy's state dict is never saved).
 """
 from __future__ import annotations
